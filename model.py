@@ -1,0 +1,344 @@
+"""GPT-2, the baseline of every experiment, and the building blocks the other models reuse.
+
+Module names follow GPT-2's checkpoint (transformer.wte, h.N.attn.c_attn, ln_f, ...), so Hugging
+Face weights map onto this model one to one (see `GPT.from_pretrained`).
+"""
+import inspect
+import json
+import math
+import os
+from dataclasses import dataclass, fields
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+from torch.utils.checkpoint import checkpoint
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024
+    vocab_size: int = 50304  # GPT-2's 50257 padded up to a multiple of 64 for faster matmuls
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    dropout: float = 0.0
+    bias: bool = True
+    ln_placement: str = "pre"  # 'pre' (GPT-2) or 'post' (original Transformer, no final LN)
+    attn_impl: str = "sdpa"  # 'sdpa' (fused kernels) or 'manual' (readable, materializes T x T)
+    activation_checkpointing: bool = False  # recompute each block in backward to save memory
+    tie_weights: bool = True  # lm_head shares the token embedding matrix, as in GPT-2
+
+    def __post_init__(self):
+        check_model_config(self)
+
+
+LN_PLACEMENTS = ("pre", "post")
+ATTN_IMPLS = ("sdpa", "manual")
+
+
+def check_model_config(cfg):
+    """Reject impossible model shapes before any weight is allocated."""
+    if cfg.n_embd % cfg.n_head:
+        raise ValueError(f"n_embd={cfg.n_embd} is not divisible by n_head={cfg.n_head}: "
+                         f"choose n_head among the divisors of n_embd")
+    if cfg.ln_placement not in LN_PLACEMENTS:
+        raise ValueError(f"ln_placement={cfg.ln_placement!r}: use one of {LN_PLACEMENTS}")
+    if cfg.attn_impl not in ATTN_IMPLS:
+        raise ValueError(f"attn_impl={cfg.attn_impl!r}: use one of {ATTN_IMPLS}")
+    for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{name} must be a positive integer, got {getattr(cfg, name)}")
+    if not 0.0 <= cfg.dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {cfg.dropout}")
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm with an optional bias (nn.LayerNorm only lets both or neither be learned)."""
+
+    def __init__(self, ndim, bias):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+
+
+def causal_attention(q, k, v, attn_impl, dropout_p):
+    """softmax(q k^T / sqrt(d)) v under the causal mask, for (B, H, T, D) tensors."""
+    if attn_impl == "sdpa":
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+    T = q.size(-2)
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
+    future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+    weights = F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+    return F.dropout(weights, p=dropout_p) @ v
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.n_head = config.n_head
+        self.dropout = config.dropout
+        self.attn_impl = config.attn_impl
+
+    def split_heads(self, x):
+        B, T, C = x.shape
+        return x.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (self.split_heads(t) for t in self.c_attn(x).split(C, dim=2))
+        y = self.attend(q, k, v)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+    def attend(self, q, k, v):
+        """The mixing step alone; attention variants override this and keep the projections."""
+        return causal_attention(q, k, v, self.attn_impl, self.dropout if self.training else 0.0)
+
+
+class MLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.gelu = nn.GELU(approximate="tanh")  # GPT-2's "gelu_new"
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, config, attn=None):
+        super().__init__()
+        self.ln_1 = LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = attn if attn is not None else CausalSelfAttention(config)
+        self.ln_2 = LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+        self.pre_ln = config.ln_placement == "pre"
+
+    def forward(self, x):
+        if self.pre_ln:
+            x = x + self.attn(self.ln_1(x))
+            return x + self.mlp(self.ln_2(x))
+        x = self.ln_1(x + self.attn(x))
+        return self.ln_2(x + self.mlp(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            wpe=nn.Embedding(config.block_size, config.n_embd),
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([self.make_block(i) for i in range(config.n_layer)]),
+        ))
+        # Post-LN already normalizes every block's output; a final LN belongs to pre-LN only.
+        if config.ln_placement == "pre":
+            self.transformer["ln_f"] = LayerNorm(config.n_embd, bias=config.bias)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        if config.tie_weights:
+            self.lm_head.weight = self.transformer.wte.weight
+        self.apply(self._init_weights)
+        # GPT-2 scales the residual projections by 1/sqrt(2 * n_layer): two per block.
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    def make_block(self, layer_idx):
+        """Subclasses choose a different block (or attention) per layer here."""
+        return Block(self.config)
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def get_num_params(self, non_embedding=True):
+        """Parameters counted once (tied weights once); position embeddings excluded by default,
+        as in the GPT-2 papers' counts."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= self.transformer.wpe.weight.numel()
+        return n
+
+    def forward(self, idx, targets=None, last_only=False):
+        """Logits for every position (B, T, vocab), and the mean cross-entropy if targets are given.
+
+        last_only=True returns logits for the final position alone (B, 1, vocab): what generation
+        needs, and much cheaper. Evaluation and HellaSwag need the default.
+        """
+        B, T = idx.shape
+        if T > self.config.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
+        pos = torch.arange(T, dtype=torch.long, device=idx.device)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        for block in self.transformer.h:
+            if self.config.activation_checkpointing and self.training and torch.is_grad_enabled():
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
+        if "ln_f" in self.transformer:
+            x = self.transformer.ln_f(x)
+        if last_only:
+            x = x[:, -1:, :]
+        logits = self.lm_head(x)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1),
+                                   ignore_index=-1)
+        return logits, loss
+
+    def configure_optimizers(self, optimizer, learning_rate, weight_decay, betas=(0.9, 0.95),
+                             momentum=0.9, nesterov=False, device_type="cpu"):
+        """Weight decay on matrices (Linear weights, embeddings) only, never on biases or norms."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        groups = [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ]
+        if optimizer == "adamw":
+            fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
+            return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused or None)
+        if optimizer == "adam":
+            # Adam's weight_decay is the classic L2 term added to the gradient (coupled), which is
+            # exactly what separates it from AdamW in an optimizer comparison.
+            return torch.optim.Adam(groups, lr=learning_rate, betas=betas)
+        if optimizer == "sgd":
+            return torch.optim.SGD(groups, lr=learning_rate, momentum=momentum, nesterov=nesterov)
+        raise ValueError(f"optimizer={optimizer!r}: use one of 'adamw', 'adam', 'sgd'")
+
+    def flops_per_token(self):
+        """Training FLOPs per token: 6N for the matmuls with weights plus 12*L*H*Q*T for attention
+        (PaLM appendix B), as nanoGPT counts them."""
+        cfg = self.config
+        return 6 * self.get_num_params() + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
+
+    def estimate_mfu(self, tokens_per_second_per_device, device):
+        """Model FLOPs utilization against the device's dense bf16 peak; None when the peak is
+        unknown (CPUs, unlisted GPUs) rather than a misleading number."""
+        peak = peak_flops(device)
+        if peak is None:
+            return None
+        return self.flops_per_token() * tokens_per_second_per_device / peak
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
+        for _ in range(max_new_tokens):
+            context = idx[:, -self.config.block_size:]
+            logits, _ = self(context, last_only=True)
+            logits = logits[:, -1, :] / max(temperature, 1e-8)
+            if top_k is not None:
+                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+                logits[logits < kth] = float("-inf")
+            next_id = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+            idx = torch.cat((idx, next_id), dim=1)
+        return idx
+
+    @classmethod
+    def from_pretrained(cls, path, **overrides):
+        """Load a Hugging Face GPT-2 checkpoint from a local directory, without network access.
+
+        The directory holds config.json and model.safetensors (or pytorch_model.bin), as written by
+        `GPT2LMHeadModel.save_pretrained`. `overrides` may set dropout or attn_impl.
+        """
+        with open(os.path.join(path, "config.json")) as f:
+            hf = json.load(f)
+        unsupported = {k: hf[k] for k in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn")
+                       if hf.get(k)}
+        if hf.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
+            unsupported["activation_function"] = hf["activation_function"]
+        if abs(hf.get("layer_norm_epsilon", 1e-5) - 1e-5) > 1e-12:
+            unsupported["layer_norm_epsilon"] = hf["layer_norm_epsilon"]
+        if unsupported:
+            raise ValueError(f"{path}: GPT-2 variant not supported by model.GPT: {unsupported}")
+        config = GPTConfig(n_layer=hf["n_layer"], n_head=hf["n_head"], n_embd=hf["n_embd"],
+                           block_size=hf["n_positions"], vocab_size=hf["vocab_size"], bias=True,
+                           tie_weights=hf.get("tie_word_embeddings", True), **overrides)
+        model = cls(config)
+        hf_state = load_hf_state_dict(path)
+        # HF's Conv1D stores weights as (in, out); nn.Linear wants (out, in).
+        transposed = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+        ours = model.state_dict()
+        for key in ours:
+            hf_key = key if key in hf_state else key.removeprefix("transformer.")
+            if hf_key not in hf_state:
+                if key == "lm_head.weight" and config.tie_weights:
+                    continue  # tied to wte, which is loaded
+                raise KeyError(f"{path}: checkpoint has no weight for {key}")
+            w = hf_state[hf_key]
+            if key.endswith(transposed):
+                w = w.t()
+            if w.shape != ours[key].shape:
+                raise ValueError(f"{path}: {key} has shape {tuple(w.shape)}, expected {tuple(ours[key].shape)}")
+            with torch.no_grad():
+                ours[key].copy_(w)
+        return model
+
+
+def load_hf_state_dict(path):
+    """Weights of a HF checkpoint with the 'transformer.' prefix normalized away when present."""
+    st_file = os.path.join(path, "model.safetensors")
+    if os.path.exists(st_file):
+        from safetensors.torch import load_file
+        state = load_file(st_file)
+    else:
+        bin_file = os.path.join(path, "pytorch_model.bin")
+        if not os.path.exists(bin_file):
+            raise FileNotFoundError(f"{path} has neither model.safetensors nor pytorch_model.bin")
+        state = torch.load(bin_file, map_location="cpu", weights_only=True)
+    return {k.removeprefix("transformer."): v for k, v in state.items()
+            if not k.endswith((".attn.bias", ".attn.masked_bias"))}  # causal-mask buffers, not weights
+
+
+# Dense bf16 tensor-core peaks (FLOP/s) from the vendors' data sheets; matched against the device
+# name. Anything unlisted, CPUs included, gets no MFU rather than a guess.
+PEAK_BF16_FLOPS = {
+    "H200": 989e12,
+    "H100": 989e12,
+    "A100": 312e12,
+    "A10G": 70e12,
+    "L4": 121e12,
+    "MI300X": 1307e12,
+    "MI250X": 383e12,
+    "W7900": 122.6e12,
+}
+
+
+def peak_flops(device):
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name(device)
+    for key, flops in PEAK_BF16_FLOPS.items():
+        if key in name:
+            return flops
+    return None
+
+
+def unwrap_state_dict(state_dict):
+    """Strip the prefixes torch.compile ('_orig_mod.') and DDP ('module.') add to parameter names,
+    so a checkpoint loads into a plain model whichever wrapper saved it."""
+    prefixes = ("_orig_mod.", "module.")
+    clean = {}
+    for key, value in state_dict.items():
+        while key.startswith(prefixes):
+            key = key.split(".", 1)[1]
+        clean[key] = value
+    return clean
+
+
+def model_config_fields():
+    return [f.name for f in fields(GPTConfig)]

@@ -1,0 +1,75 @@
+"""Generate text from a run's checkpoint or from a local Hugging Face GPT-2 directory.
+
+    python sample.py --out_dir=out-shakespeare --start="ROMEO:" --num_samples=2
+    python sample.py --init_from=/path/to/gpt2 --start="FILE:prompt.txt"
+"""
+import os
+import sys
+from contextlib import nullcontext
+
+import torch
+
+import configurator
+import tokendata
+from model import GPT, GPTConfig, model_config_fields, unwrap_state_dict
+
+DEFAULTS = dict(
+    out_dir="out",
+    init_from="resume",  # 'resume' reads out_dir/ckpt.pt; otherwise a local HF GPT-2 directory
+    start="\n",  # prompt text, or FILE:path to read it from a file
+    num_samples=3,
+    max_new_tokens=300,
+    temperature=0.8,
+    top_k=200,
+    seed=1337,
+    device="",
+)
+
+
+def generate_text(model, prompt, max_new_tokens, device, autocast=nullcontext(), temperature=0.8, top_k=200):
+    enc = tokendata.gpt2_encoding()
+    ids = enc.encode(prompt, allowed_special={"<|endoftext|>"})
+    idx = torch.tensor([ids], dtype=torch.long, device=device)
+    was_training = model.training
+    model.eval()
+    with autocast:
+        out = model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k)
+    model.train(was_training)
+    # A sampled id beyond GPT-2's 50257 (vocab padding) has no text; drop it instead of failing.
+    return enc.decode([t for t in out[0].tolist() if t < tokendata.GPT2_VOCAB_SIZE])
+
+
+def load_model(cfg, device):
+    if cfg["init_from"] == "resume":
+        path = os.path.join(cfg["out_dir"], "ckpt.pt")
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path} not found: train first, or pass --init_from=<HF GPT-2 directory>")
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        model = GPT(GPTConfig(**{k: ckpt["config"][k] for k in model_config_fields()}))
+        model.load_state_dict(unwrap_state_dict(ckpt["model"]))
+    else:
+        model = GPT.from_pretrained(cfg["init_from"])
+    return model.to(device)
+
+
+def main(argv):
+    cfg = configurator.apply_config(DEFAULTS, argv)
+    device = cfg["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(cfg["seed"])
+    model = load_model(cfg, device)
+    prompt = cfg["start"]
+    if prompt.startswith("FILE:"):
+        with open(prompt[5:], encoding="utf-8") as f:
+            prompt = f.read()
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.startswith("cuda") else nullcontext()
+    for _ in range(cfg["num_samples"]):
+        print(generate_text(model, prompt, cfg["max_new_tokens"], device, autocast, cfg["temperature"], cfg["top_k"]))
+        print("---------------")
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except (configurator.ConfigError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)

