@@ -356,10 +356,14 @@ def evaluate(model, cfg, env, data_dir, counts, autocast):
 def save_checkpoint(path, state):
     """torch.save to a temporary file, fsync, then rename: a crash mid-save keeps the old file."""
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        os.remove(tmp)
+        raise
     os.replace(tmp, path)
 
 

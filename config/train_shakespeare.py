@@ -11,13 +11,13 @@ n_layer = 4
 n_head = 4
 n_embd = 128
 block_size = 128
-batch_size = 16
+batch_size = 8
 gradient_accumulation_steps = 1
 dropout = 0.0
 
 learning_rate = 2e-3
 min_lr = 2e-4
 warmup_iters = 30
-max_iters = 400
+max_iters = 300
 weight_decay = 0.1
 beta2 = 0.99  # small batches: a longer second-moment average is steadier

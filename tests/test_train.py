@@ -1,0 +1,239 @@
+"""train.py end to end on tiny models: logs, budgets, resume, atomic saves, divergence, DDP."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import configurator
+import tokendata
+import train
+from model import GPT
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VOCAB = 64
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """A learnable toy corpus: noisy counting sequences over 64 ids."""
+    d = tmp_path_factory.mktemp("toy")
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 20000), ("val", 4000)):
+        tokens = (np.arange(n) + (rng.random(n) < 0.1) * rng.integers(0, VOCAB, n)) % VOCAB
+        tokendata.write_split(str(d / f"{split}.bin"), [tokens])
+    return str(d)
+
+
+def tiny_args(data_dir, out_dir, *extra):
+    return [f"--data_dir={data_dir}", f"--out_dir={out_dir}", "--dataset=toy", f"--vocab_size={VOCAB}",
+            "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=4",
+            "--gradient_accumulation_steps=2", "--dtype=float32", "--eval_iters=2", "--eval_interval=4",
+            "--log_interval=1", "--warmup_iters=2", "--learning_rate=1e-2", "--min_lr=1e-3",
+            "--max_iters=8", "--lr_decay_iters=8", *extra]
+
+
+def read_log(out_dir):
+    with open(os.path.join(out_dir, "log.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def events(out_dir, kind):
+    return [r for r in read_log(out_dir) if r["event"] == kind]
+
+
+def load_ckpt(out_dir):
+    return torch.load(os.path.join(out_dir, "ckpt.pt"), map_location="cpu", weights_only=False)
+
+
+def test_logs_every_metric_and_learns(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    train.main(tiny_args(data_dir, out, "--max_iters=16", "--lr_decay_iters=16", "--log_act_norm_layers=[0, -1]"))
+    checklist = events(out, "checklist")[0]
+    for key in ("dataset", "train_tokens", "val_tokens", "model_class", "parameters", "block_size", "micro_batch",
+                "grad_accum_steps", "world_size", "effective_batch_sequences", "tokens_per_iter", "token_budget",
+                "dtype", "compile", "attn_impl", "device"):
+        assert key in checklist, key
+    assert checklist["tokens_per_iter"] == 4 * 16 * 2 and checklist["token_budget"] == 16 * 128
+    assert checklist["train_tokens"] == 20000 and checklist["val_tokens"] == 4000
+    records = events(out, "train")
+    assert [r["iter"] for r in records] == list(range(1, 17))
+    for r in records:
+        for key in ("tokens", "loss", "lr", "grad_norm", "act_rms_layer0", "act_rms_layer1", "step_time_ms",
+                    "tokens_per_sec", "peak_memory_mib", "tokens_per_iter"):
+            assert isinstance(r[key], (int, float)) and math.isfinite(r[key]), key
+        assert r["mfu"] is None  # no honest peak figure for a CPU
+        assert r["tokens"] == r["iter"] * 128
+    evals = events(out, "eval")
+    assert [e["iter"] for e in evals] == [0, 4, 8, 12, 16]
+    assert evals[-1]["val_loss"] < evals[0]["val_loss"] - 0.5
+    assert all(e["val_ppl"] == pytest.approx(math.exp(e["val_loss"])) for e in evals)
+    assert events(out, "end")[0]["stop_reason"] == "max_iters"
+    text = open(os.path.join(out, "log.txt")).read()
+    assert f"step 16: train loss {evals[-1]['train_loss']:.4f}, val loss {evals[-1]['val_loss']:.4f}" in text
+    config = json.load(open(os.path.join(out, "config.json")))
+    assert set(config) == set(train.DEFAULTS) and config["n_embd"] == 32
+
+
+def test_resume_reproduces_uninterrupted_run(data_dir, tmp_path):
+    straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
+    common = ("--dropout=0.1",)  # dropout makes the RNG state part of what must be restored
+    train.main(tiny_args(data_dir, straight, *common))
+    train.main(tiny_args(data_dir, split, *common, "--max_iters=4"))
+    assert load_ckpt(split)["iter_num"] == 4
+    train.main(tiny_args(data_dir, split, *common, "--init_from=resume"))
+    losses = lambda out: {r["iter"]: r["loss"] for r in events(out, "train")}
+    assert losses(split) == losses(straight)  # exact equality, every iteration
+    a, b = load_ckpt(straight), load_ckpt(split)
+    assert a["iter_num"] == b["iter_num"] == 8 and a["tokens_seen"] == b["tokens_seen"]
+    for key in a["model"]:
+        assert torch.equal(a["model"][key], b["model"][key]), key
+
+
+def test_resume_refuses_a_different_model_shape(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    train.main(tiny_args(data_dir, out, "--max_iters=4"))
+    with pytest.raises(configurator.ConfigError, match="n_layer"):
+        train.main(tiny_args(data_dir, out, "--init_from=resume", "--n_layer=3"))
+
+
+def test_interrupted_save_keeps_previous_checkpoint(data_dir, tmp_path, monkeypatch):
+    out = str(tmp_path / "run")
+    real_save = torch.save
+    calls = []
+
+    def crash_on_second_save(obj, f, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            f.write(b"half a checkpoint")
+            raise KeyboardInterrupt("simulated crash during save")
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", crash_on_second_save)
+    with pytest.raises(KeyboardInterrupt):
+        train.main(tiny_args(data_dir, out))
+    ckpt = load_ckpt(out)
+    assert ckpt["iter_num"] == 4
+    model = GPT(train.GPTConfig(**train.model_config(ckpt["config"])))
+    model.load_state_dict(ckpt["model"])
+    assert not os.path.exists(os.path.join(out, "ckpt.pt.tmp"))
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path, monkeypatch):
+    out = str(tmp_path / "run")
+    real_forward = GPT.forward
+    calls = []
+
+    def forward_that_diverges(self, idx, targets=None, **kwargs):
+        logits, loss = real_forward(self, idx, targets, **kwargs)
+        if self.training:
+            calls.append(1)
+            if len(calls) > 10:  # micro-steps 11+ are in iteration 6
+                loss = loss * float("nan")
+        return logits, loss
+
+    monkeypatch.setattr(GPT, "forward", forward_that_diverges)
+    with pytest.raises(train.TrainingDiverged, match="nan"):
+        train.main(tiny_args(data_dir, out))
+    assert events(out, "diverged")[0]["iter"] == 6
+    assert load_ckpt(out)["iter_num"] == 4
+
+
+def test_budgets_end_the_run_and_say_which(data_dir, tmp_path):
+    out = str(tmp_path / "tokens")
+    train.main(tiny_args(data_dir, out, "--max_iters=100", "--lr_decay_iters=100", "--max_tokens=640"))
+    end = events(out, "end")[0]
+    assert (end["stop_reason"], end["iter"], end["tokens"]) == ("max_tokens", 5, 640)
+    out = str(tmp_path / "time")
+    train.main(tiny_args(data_dir, out, "--max_iters=100", "--lr_decay_iters=100", "--max_time=1e-9"))
+    end = events(out, "end")[0]
+    assert (end["stop_reason"], end["iter"]) == ("max_time", 1)
+
+
+def test_learning_rate_schedules():
+    cfg = dict(train.DEFAULTS, learning_rate=1.0, min_lr=0.1, warmup_iters=10, lr_decay_iters=110, max_iters=200)
+    cosine = [train.learning_rate_at(dict(cfg, lr_schedule="cosine"), it) for it in range(200)]
+    assert cosine[0] == pytest.approx(0.1) and cosine[9] == pytest.approx(1.0)
+    assert cosine[60] == pytest.approx(0.55) and cosine[110] == cosine[199] == pytest.approx(0.1)
+    assert all(a >= b for a, b in zip(cosine[9:], cosine[10:]))
+    constant = [train.learning_rate_at(dict(cfg, lr_schedule="constant", warmup_iters=0), it) for it in range(200)]
+    assert set(constant) == {1.0}
+    wsd = [train.learning_rate_at(dict(cfg, lr_schedule="wsd", wsd_decay_frac=0.2), it) for it in range(200)]
+    assert set(wsd[9:88]) == {1.0} and wsd[99] == pytest.approx(0.55) and wsd[110] == pytest.approx(0.1)
+
+
+def test_data_windows_are_fixed_and_shared_out_across_ranks():
+    cfg = dict(train.DEFAULTS, batch_size=4, block_size=16, eval_iters=3)
+    a = train.eval_offsets(dict(cfg, seed=1), 1000)
+    assert np.array_equal(a, train.eval_offsets(dict(cfg, seed=2), 1000)) and a.shape == (3, 4)
+    # One process's micro-step m*W + r is rank r's micro-step m: the same windows either way.
+    assert np.array_equal(train.train_offsets(cfg, 1000, 7, 3), train.train_offsets(cfg, 1000, 7, 3))
+    assert not np.array_equal(train.train_offsets(cfg, 1000, 7, 3), train.train_offsets(cfg, 1000, 7, 2))
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--n_head=3"], "divisible by n_head"),
+    (["--block_size=5000"], "lower block_size"),
+    (["--batch_size=2000"], "lower batch_size"),
+    (["--warmup_iters=50"], "warmup_iters"),
+    (["--log_act_norm_layers=[5]"], "log_act_norm_layers"),
+    (["--init_from=resume"], "ckpt.pt does not exist"),
+    (["--lr_schedule=linear"], "lr_schedule"),
+])
+def test_impossible_configs_fail_at_startup(data_dir, tmp_path, extra, message):
+    with pytest.raises((configurator.ConfigError, ValueError), match=message):
+        train.main(tiny_args(data_dir, str(tmp_path / "run"), *extra))
+    assert not os.path.exists(tmp_path / "run" / "log.jsonl")
+
+
+def test_missing_dataset_names_the_prepare_script(tmp_path):
+    proc = subprocess.run([sys.executable, "train.py", "--dataset=openwebtext", f"--data_dir={tmp_path}/none",
+                           f"--out_dir={tmp_path}/run"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "python data/openwebtext/prepare.py" in proc.stderr
+
+
+def test_ddp_two_ranks_match_one_process_with_same_accumulation(data_dir, tmp_path):
+    args = lambda out: tiny_args(data_dir, out, "--gradient_accumulation_steps=4", "--max_iters=1",
+                                 "--eval_interval=100", "--warmup_iters=0")
+    single, ddp = str(tmp_path / "single"), str(tmp_path / "ddp")
+    train.main(args(single))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           "train.py", *args(ddp)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    checklist = events(ddp, "checklist")[0]
+    assert checklist["world_size"] == 2 and checklist["grad_accum_per_rank"] == 2
+    a, b = load_ckpt(single), load_ckpt(ddp)
+    torch.manual_seed(1337)
+    init = GPT(train.GPTConfig(**train.model_config(a["config"]))).state_dict()
+    for key in a["model"]:
+        assert torch.allclose(a["model"][key], b["model"][key], atol=1e-6, rtol=0), key
+    assert any(not torch.equal(a["model"][k], init[k]) for k in init)  # the step did change the weights
+    assert events(single, "train")[0]["loss"] == pytest.approx(events(ddp, "train")[0]["loss"], rel=1e-6)
+
+
+def test_compiled_run_saves_plain_keys(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    train.main(tiny_args(data_dir, out, "--compile=True", "--max_iters=2", "--lr_decay_iters=2", "--eval_interval=2"))
+    assert not any(k.startswith("_orig_mod.") for k in load_ckpt(out)["model"])
+    assert all(math.isfinite(r["act_rms_layer0"]) for r in events(out, "train"))
+
+
+def test_shakespeare_demo_config_runs(tmp_path):
+    data = tmp_path / "shakespeare"
+    subprocess.run([sys.executable, "data/shakespeare/prepare.py", f"--out_dir={data}"], cwd=REPO, check=True,
+                   capture_output=True)
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "train.py", "config/train_shakespeare.py", f"--data_dir={data}",
+                           f"--out_dir={out}", "--max_iters=3", "--eval_interval=3", "--eval_iters=1",
+                           "--log_interval=1", "--warmup_iters=1", "--sample_tokens=8"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "step 3: train loss" in proc.stdout and "sample:" in proc.stdout
+    assert [r["iter"] for r in events(out, "train")] == [1, 2, 3]
+    assert events(out, "checklist")[0]["train_tokens"] > 1_000_000
