@@ -43,6 +43,7 @@ DEFAULTS = dict(
     batch_size=12,  # micro-batch per process, in sequences
     block_size=1024,
     gradient_accumulation_steps=40,  # micro-steps per optimizer step, summed over all processes
+    tokens_per_iter=0,  # >0: the tokens per optimizer step; gradient_accumulation_steps=0 derives from it
     # model
     n_layer=12,
     n_head=12,
@@ -132,24 +133,20 @@ def validate(cfg, world_size):
     """Every check that can fail before data or weights are loaded; errors name keys and fixes."""
     err = configurator.ConfigError
     GPTConfig(**model_config(cfg))  # shape checks (n_embd divisible by n_head, ...)
-    positive = ("batch_size", "block_size", "gradient_accumulation_steps", "max_iters",
-                "eval_interval", "eval_iters", "log_interval")
+    positive = ("batch_size", "block_size", "max_iters", "eval_interval", "eval_iters", "log_interval")
     for key in positive:
         if cfg[key] < 1:
             raise err(f"{key} must be >= 1, got {cfg[key]}")
-    for key in ("max_time", "max_tokens", "warmup_iters", "lr_decay_iters", "sample_tokens",
+    for key in ("gradient_accumulation_steps", "tokens_per_iter", "max_time", "max_tokens", "warmup_iters", "lr_decay_iters", "sample_tokens",
                 "learning_rate", "min_lr", "weight_decay", "grad_clip"):
         if cfg[key] < 0:
             raise err(f"{key} must be >= 0, got {cfg[key]}")
-    if cfg["gradient_accumulation_steps"] % world_size:
-        raise err(f"gradient_accumulation_steps={cfg['gradient_accumulation_steps']} is the total over "
-                  f"all processes and must be divisible by the world size {world_size}")
+    resolve_batch(cfg, world_size)
     if cfg["lr_schedule"] not in LR_SCHEDULES:
         raise err(f"lr_schedule={cfg['lr_schedule']!r}: use one of {LR_SCHEDULES}")
-    decay_iters = cfg["lr_decay_iters"] or cfg["max_iters"]
-    if cfg["lr_schedule"] != "constant" and cfg["warmup_iters"] > decay_iters:
-        raise err(f"warmup_iters={cfg['warmup_iters']} exceeds lr_decay_iters={decay_iters} "
-                  f"(lr_decay_iters defaults to max_iters): shorten warmup or lengthen the decay")
+    if cfg["lr_schedule"] != "constant" and cfg["warmup_iters"] > decay_iters(cfg):
+        raise err(f"warmup_iters={cfg['warmup_iters']} exceeds lr_decay_iters={decay_iters(cfg)} (by default the "
+                  f"iterations in max_iters or max_tokens): shorten warmup or lengthen the decay")
     if cfg["min_lr"] > cfg["learning_rate"]:
         raise err(f"min_lr={cfg['min_lr']} exceeds learning_rate={cfg['learning_rate']}")
     if not 0.0 < cfg["wsd_decay_frac"] <= 1.0:
@@ -162,6 +159,45 @@ def validate(cfg, world_size):
                   f"holding a Hugging Face GPT-2 checkpoint")
     if cfg["init_from"] == "resume" and not os.path.exists(os.path.join(cfg["out_dir"], "ckpt.pt")):
         raise err(f"init_from='resume' but {cfg['out_dir']}/ckpt.pt does not exist")
+
+
+def resolve_batch(cfg, world_size):
+    """Settle gradient_accumulation_steps and tokens_per_iter, stating one derives the other.
+
+    The notes compare runs at equal tokens per step and equal token budgets, so a budget that the
+    batch shape cannot meet exactly is refused rather than rounded.
+    """
+    err = configurator.ConfigError
+    sequence_tokens = cfg["batch_size"] * cfg["block_size"]
+    accum, target = cfg["gradient_accumulation_steps"], cfg["tokens_per_iter"]
+    if not accum and not target:
+        raise err("gradient_accumulation_steps=0 means 'derive it from tokens_per_iter', which is 0 too: set one")
+    if target:
+        if target % (sequence_tokens * world_size):
+            raise err(f"tokens_per_iter={target} is not a multiple of batch_size {cfg['batch_size']} x block_size "
+                      f"{cfg['block_size']} x world size {world_size} = {sequence_tokens * world_size}: change "
+                      f"tokens_per_iter or batch_size")
+        if accum and accum != target // sequence_tokens:
+            raise err(f"gradient_accumulation_steps={accum} and tokens_per_iter={target} disagree (batch_size x "
+                      f"block_size = {sequence_tokens}): set gradient_accumulation_steps=0 to derive it")
+        accum = target // sequence_tokens
+    if accum % world_size:
+        raise err(f"gradient_accumulation_steps={accum} is the total over all processes and must be divisible "
+                  f"by the world size {world_size}")
+    cfg["gradient_accumulation_steps"], cfg["tokens_per_iter"] = accum, accum * sequence_tokens
+    if cfg["max_tokens"] % cfg["tokens_per_iter"]:
+        whole = cfg["max_tokens"] // cfg["tokens_per_iter"] * cfg["tokens_per_iter"]
+        raise err(f"max_tokens={cfg['max_tokens']} is not a whole number of iterations of tokens_per_iter="
+                  f"{cfg['tokens_per_iter']}: use {whole} or {whole + cfg['tokens_per_iter']}")
+
+
+def decay_iters(cfg):
+    """Where the schedule reaches min_lr: lr_decay_iters, else the end of the iteration or token budget."""
+    if cfg["lr_decay_iters"]:
+        return cfg["lr_decay_iters"]
+    if cfg["max_tokens"]:
+        return min(cfg["max_iters"], cfg["max_tokens"] // (cfg["tokens_per_iter"] or 1))
+    return cfg["max_iters"]
 
 
 def check_data(cfg):
@@ -250,16 +286,16 @@ def learning_rate_at(cfg, it):
         return lr * (it + 1) / warmup
     if cfg["lr_schedule"] == "constant":
         return lr
-    decay_iters = cfg["lr_decay_iters"] or cfg["max_iters"]
-    if it >= decay_iters:
+    end = decay_iters(cfg)
+    if it >= end:
         return min_lr
     if cfg["lr_schedule"] == "cosine":
-        progress = (it - warmup) / max(1, decay_iters - warmup)
+        progress = (it - warmup) / max(1, end - warmup)
         return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
-    decay_start = decay_iters - int(cfg["wsd_decay_frac"] * decay_iters)
+    decay_start = end - int(cfg["wsd_decay_frac"] * end)
     if it < decay_start:
         return lr
-    return lr - (lr - min_lr) * (it - decay_start) / max(1, decay_iters - decay_start)
+    return lr - (lr - min_lr) * (it - decay_start) / max(1, end - decay_start)
 
 
 def peak_memory_mib(device):
@@ -452,7 +488,7 @@ def run(cfg, env):
                 torch.autocast(device_type=device.split(":")[0], dtype=getattr(torch, dtype)))
 
     grad_accum_local = cfg["gradient_accumulation_steps"] // env["world_size"]
-    tokens_per_iter = cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"]
+    tokens_per_iter = cfg["tokens_per_iter"]
     iter_num, tokens_seen, train_time, best_val = 0, 0, 0.0, float("inf")
     torch.manual_seed(cfg["seed"] + env["rank"])  # dropout masks differ across ranks
     if checkpoint is not None:

@@ -154,6 +154,19 @@ def test_budgets_end_the_run_and_say_which(data_dir, tmp_path):
     assert (end["stop_reason"], end["iter"]) == ("max_time", 1)
 
 
+def test_tokens_per_iter_derives_accumulation_and_budget_sets_the_decay(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    train.main(tiny_args(data_dir, out, "--gradient_accumulation_steps=0", "--tokens_per_iter=256",
+                         "--max_iters=1000", "--lr_decay_iters=0", "--max_tokens=1024"))
+    checklist = events(out, "checklist")[0]
+    assert (checklist["grad_accum_steps"], checklist["tokens_per_iter"], checklist["token_budget"]) == (4, 256, 1024)
+    assert "batch_size 4 x block_size 16 x gradient_accumulation_steps 4" in open(os.path.join(out, "log.txt")).read()
+    records = events(out, "train")
+    assert [r["iter"] for r in records] == [1, 2, 3, 4] and records[-1]["tokens"] == 1024
+    # The cosine ends with the token budget (4 iterations), not at max_iters=1000.
+    assert train.learning_rate_at(json.load(open(os.path.join(out, "config.json"))), 4) == pytest.approx(1e-3)
+
+
 def test_learning_rate_schedules():
     cfg = dict(train.DEFAULTS, learning_rate=1.0, min_lr=0.1, warmup_iters=10, lr_decay_iters=110, max_iters=200)
     cosine = [train.learning_rate_at(dict(cfg, lr_schedule="cosine"), it) for it in range(200)]
@@ -183,6 +196,10 @@ def test_data_windows_are_fixed_and_shared_out_across_ranks():
     (["--log_act_norm_layers=[5]"], "log_act_norm_layers"),
     (["--init_from=resume"], "ckpt.pt does not exist"),
     (["--lr_schedule=linear"], "lr_schedule"),
+    (["--gradient_accumulation_steps=0"], "set one"),
+    (["--gradient_accumulation_steps=0", "--tokens_per_iter=100"], "not a multiple of batch_size"),
+    (["--tokens_per_iter=256"], "disagree"),
+    (["--max_tokens=1000"], "use 896 or 1024"),
 ])
 def test_impossible_configs_fail_at_startup(data_dir, tmp_path, extra, message):
     with pytest.raises((configurator.ConfigError, ValueError), match=message):
@@ -237,3 +254,12 @@ def test_shakespeare_demo_config_runs(tmp_path):
     assert "step 3: train loss" in proc.stdout and "sample:" in proc.stdout
     assert [r["iter"] for r in events(out, "train")] == [1, 2, 3]
     assert events(out, "checklist")[0]["train_tokens"] > 1_000_000
+
+
+def test_wandb_offline_run_is_written_without_an_api_key(data_dir, tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    out = tmp_path / "run"
+    train.main(tiny_args(data_dir, str(out), "--max_iters=2", "--lr_decay_iters=2", "--wandb_log=True"))
+    runs = list((out / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(runs) == 1 and runs[0].stat().st_size > 0
+    assert events(str(out), "end")[0]["stop_reason"] == "max_iters"
