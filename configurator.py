@@ -39,8 +39,10 @@ def read_config_file(path):
     except FileNotFoundError:
         raise ConfigError(f"config file {path!r} not found (arguments are config files or --key=value)")
     exec(code, namespace)
+    # Imports and helpers are not config keys: modules, and anything callable (Python or builtin
+    # functions such as `from math import sqrt`, classes). No config value is callable.
     return {k: v for k, v in namespace.items()
-            if not k.startswith("_") and not isinstance(v, (types.ModuleType, types.FunctionType, type))}
+            if not k.startswith("_") and not isinstance(v, types.ModuleType) and not callable(v)}
 
 
 def parse_value(raw):

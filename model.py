@@ -260,6 +260,8 @@ class GPT(nn.Module):
                        if hf.get(k)}
         if hf.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
             unsupported["activation_function"] = hf["activation_function"]
+        if not hf.get("scale_attn_weights", True):  # HF would skip the 1/sqrt(head_dim) scaling
+            unsupported["scale_attn_weights"] = hf["scale_attn_weights"]
         if abs(hf.get("layer_norm_epsilon", 1e-5) - 1e-5) > 1e-12:
             unsupported["layer_norm_epsilon"] = hf["layer_norm_epsilon"]
         if unsupported:
