@@ -254,6 +254,9 @@ def test_shakespeare_demo_config_runs(tmp_path):
     assert "step 3: train loss" in proc.stdout and "sample:" in proc.stdout
     assert [r["iter"] for r in events(out, "train")] == [1, 2, 3]
     assert events(out, "checklist")[0]["train_tokens"] > 1_000_000
+    proc = subprocess.run([sys.executable, "sample.py", f"--out_dir={out}", "--num_samples=1", "--max_new_tokens=5",
+                           "--start=ROMEO:"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.startswith("ROMEO:"), proc.stderr[-3000:]
 
 
 def test_wandb_offline_run_is_written_without_an_api_key(data_dir, tmp_path, monkeypatch):
