@@ -23,6 +23,7 @@ DEFAULTS = dict(
     top_k=200,
     seed=1337,
     device="",
+    dtype="",  # 'bfloat16', 'float16', 'float32'; '' picks as train.py does
 )
 
 
@@ -61,7 +62,8 @@ def main(argv):
     if prompt.startswith("FILE:"):
         with open(prompt[5:], encoding="utf-8") as f:
             prompt = f.read()
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.startswith("cuda") else nullcontext()
+    from train import precision  # late: train.py imports this module
+    _, autocast = precision(cfg["dtype"], device)
     for _ in range(cfg["num_samples"]):
         print(generate_text(model, prompt, cfg["max_new_tokens"], device, autocast, cfg["temperature"], cfg["top_k"]))
         print("---------------")

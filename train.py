@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import configurator
+import hellaswag
 import tokendata
 from model import GPT, GPTConfig, model_config_fields, unwrap_state_dict
 
@@ -37,6 +38,9 @@ DEFAULTS = dict(
     log_interval=10,
     save_checkpoint=True,
     sample_tokens=0,  # >0: print a sample of this many tokens at the end of the run
+    hellaswag_interval=0,  # >0: HellaSwag accuracy at evaluations on multiples of this and at the end
+    hellaswag_limit=0,  # the first N validation examples only (0: all 10,042)
+    hellaswag_input="",  # a local hellaswag_val.jsonl; '' downloads it once into data/hellaswag/
     # data
     dataset="shakespeare",
     data_dir="",  # default: data/<dataset> next to this file
@@ -113,16 +117,25 @@ def setup_distributed(cfg):
                 device=device, master=rank == 0)
 
 
-def resolve_dtype(cfg, device):
-    if cfg["dtype"]:
-        if cfg["dtype"] == "float16" and not device.startswith("cuda"):
-            raise configurator.ConfigError("dtype='float16' needs a GPU; use bfloat16 or float32 on CPU")
-        return cfg["dtype"]
-    if device.startswith("cuda"):
-        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
-    # bf16 matmuls run ~2.8x faster than fp32 on CPUs with AVX512-BF16/AMX, and are emulated
-    # (slowly) elsewhere.
-    return "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
+DTYPES = ("bfloat16", "float16", "float32")
+
+
+def precision(dtype, device):
+    """The autocast dtype to use ('' picks the best supported one) and its autocast context.
+    Used by every script that runs a model, so training and evaluation compute alike."""
+    if dtype and dtype not in DTYPES:
+        raise configurator.ConfigError(f"dtype={dtype!r}: use one of {DTYPES} or '' (automatic)")
+    if dtype == "float16" and not device.startswith("cuda"):
+        raise configurator.ConfigError("dtype='float16' needs a GPU; use bfloat16 or float32 on CPU")
+    if not dtype and device.startswith("cuda"):
+        dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    elif not dtype:
+        # bf16 matmuls run ~2.8x faster than fp32 on CPUs with AVX512-BF16/AMX, and are emulated
+        # (slowly) elsewhere.
+        dtype = "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
+    if dtype == "float32":
+        return dtype, nullcontext()
+    return dtype, torch.autocast(device_type=device.split(":")[0], dtype=getattr(torch, dtype))
 
 
 def data_dir_of(cfg):
@@ -157,6 +170,9 @@ def validate(cfg, world_size):
     if cfg["init_from"] not in ("scratch", "resume") and not os.path.isdir(cfg["init_from"]):
         raise err(f"init_from={cfg['init_from']!r} is neither 'scratch', 'resume' nor a directory "
                   f"holding a Hugging Face GPT-2 checkpoint")
+    if cfg["hellaswag_interval"] and cfg["vocab_size"] < tokendata.GPT2_VOCAB_SIZE:
+        raise err(f"HellaSwag is tokenized with GPT-2's BPE, which needs vocab_size >= {tokendata.GPT2_VOCAB_SIZE}, "
+                  f"not {cfg['vocab_size']}: set hellaswag_interval=0")
     if cfg["init_from"] == "resume" and not os.path.exists(os.path.join(cfg["out_dir"], "ckpt.pt")):
         raise err(f"init_from='resume' but {cfg['out_dir']}/ckpt.pt does not exist")
 
@@ -447,6 +463,21 @@ def startup_checklist(cfg, env, model, counts, data_dir, dtype, tokens_per_iter,
     }
 
 
+def load_hellaswag(cfg, env):
+    """The examples, loaded at start-up so a missing file fails before training; the master
+    downloads first so ranks do not all fetch the file at once."""
+    if not cfg["hellaswag_interval"]:
+        return None
+    source = cfg["hellaswag_input"] or "val"
+    if env["master"]:
+        examples = hellaswag.load_examples(source, limit=cfg["hellaswag_limit"] or None)
+    if env["ddp"]:
+        dist.barrier()
+    if not env["master"]:
+        examples = hellaswag.load_examples(source, limit=cfg["hellaswag_limit"] or None)
+    return examples
+
+
 def budget_reached(cfg, iter_num, tokens_seen, train_time):
     if iter_num >= cfg["max_iters"]:
         return "max_iters"
@@ -470,9 +501,10 @@ def main(argv):
 def run(cfg, env):
     validate(cfg, env["world_size"])
     device = env["device"]
-    dtype = resolve_dtype(cfg, device)
+    dtype, autocast = precision(cfg["dtype"], device)
     data_dir, counts = check_data(cfg)
     checkpoint = load_checkpoint(cfg) if cfg["init_from"] == "resume" else None
+    hellaswag_examples = load_hellaswag(cfg, env)
 
     torch.manual_seed(cfg["seed"])  # identical initial weights on every rank
     model = build_model(cfg, checkpoint).to(device)
@@ -484,8 +516,6 @@ def run(cfg, env):
         cfg["optimizer"], cfg["learning_rate"], cfg["weight_decay"], (cfg["beta1"], cfg["beta2"]),
         cfg["momentum"], cfg["nesterov"], device_type=device.split(":")[0])
     scaler = torch.amp.GradScaler(device.split(":")[0], enabled=dtype == "float16")
-    autocast = (nullcontext() if dtype == "float32" else
-                torch.autocast(device_type=device.split(":")[0], dtype=getattr(torch, dtype)))
 
     grad_accum_local = cfg["gradient_accumulation_steps"] // env["world_size"]
     tokens_per_iter = cfg["tokens_per_iter"]
@@ -526,6 +556,12 @@ def run(cfg, env):
                            val_loss=losses["val"], val_ppl=math.exp(losses["val"]), best_val_loss=best_val)
             log.event("eval", f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
                       f"val ppl {metrics['val_ppl']:.2f}", **metrics)
+            if hellaswag_examples and (iter_num % cfg["hellaswag_interval"] == 0 or stop_reason):
+                # The uncompiled model: every batch has a different length and would recompile.
+                result = hellaswag.evaluate_hellaswag(raw_model, hellaswag_examples, device, autocast=autocast)
+                log.event("hellaswag", f"step {iter_num}: hellaswag acc {result['acc']:.4f}, acc_norm "
+                          f"{result['acc_norm']:.4f} ({result['n']} examples)", iter=iter_num, tokens=tokens_seen,
+                          **result)
             rng = gathered_rng_states(env)
             if cfg["save_checkpoint"] and env["master"] and iter_num > start_iter:
                 save_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"), dict(

@@ -2,7 +2,6 @@
 activation checkpointing, optimizer groups, state-dict prefixes, config checks, generation, FLOPs."""
 import itertools
 import json
-import math
 import shutil
 import subprocess
 import sys

@@ -196,6 +196,8 @@ def test_data_windows_are_fixed_and_shared_out_across_ranks():
     (["--log_act_norm_layers=[5]"], "log_act_norm_layers"),
     (["--init_from=resume"], "ckpt.pt does not exist"),
     (["--lr_schedule=linear"], "lr_schedule"),
+    (["--hellaswag_interval=10"], "vocab_size >= 50257"),
+    (["--dtype=float16"], "needs a GPU"),
     (["--gradient_accumulation_steps=0"], "set one"),
     (["--gradient_accumulation_steps=0", "--tokens_per_iter=100"], "not a multiple of batch_size"),
     (["--tokens_per_iter=256"], "disagree"),
@@ -266,3 +268,15 @@ def test_wandb_offline_run_is_written_without_an_api_key(data_dir, tmp_path, mon
     runs = list((out / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(runs) == 1 and runs[0].stat().st_size > 0
     assert events(str(out), "end")[0]["stop_reason"] == "max_iters"
+
+
+def test_hellaswag_runs_at_its_interval_and_at_the_end(data_dir, tmp_path):
+    from test_hellaswag import FIXTURE, write_jsonl
+    fixture = write_jsonl(tmp_path / "hellaswag_val.jsonl", FIXTURE)
+    out = str(tmp_path / "run")
+    train.main(tiny_args(data_dir, out, "--vocab_size=50304", "--max_iters=6", "--lr_decay_iters=6",
+                         "--hellaswag_interval=4", f"--hellaswag_input={fixture}", "--hellaswag_limit=4"))
+    results = events(out, "hellaswag")
+    assert [r["iter"] for r in results] == [0, 4, 6]
+    assert all(r["n"] == 4 and 0 <= r["acc"] <= 1 and 0 <= r["acc_norm"] <= 1 for r in results)
+    assert "step 6: hellaswag acc" in open(os.path.join(out, "log.txt")).read()

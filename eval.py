@@ -1,0 +1,100 @@
+"""Perplexity of a checkpoint on the start of a dataset's validation split.
+
+    python eval.py --out_dir=out-owt --dataset=openwebtext
+    python eval.py --init_from=/path/to/gpt2 --dataset=openwebtext --eval_tokens=1000000 --out_json=gpt2.json
+
+The first eval_tokens + 1 tokens of val.bin are cut into contiguous, non-overlapping windows of
+block_size inputs, each with its targets shifted by one, so every evaluated token is predicted
+exactly once. A last window shorter than block_size is dropped (it would predict with a different
+context length), so `tokens` is eval_tokens rounded down to a multiple of block_size. Unlike
+train.py's evaluate (spread windows, a few batches), this reads a fixed prefix: the number to
+compare checkpoints with the same block_size on.
+"""
+import json
+import math
+import os
+import sys
+from contextlib import nullcontext
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+import configurator
+import tokendata
+from sample import load_model
+from train import data_dir_of, get_batch, precision
+
+DEFAULTS = dict(
+    out_dir="out",
+    init_from="resume",  # 'resume' reads out_dir/ckpt.pt; otherwise a local HF GPT-2 directory
+    dataset="",  # reads data/<dataset>/val.bin
+    data_dir="",  # or this directory's val.bin
+    eval_tokens=0,  # tokens to predict from the start of val.bin; 0 means the whole split
+    block_size=0,  # window length; 0 means the model's block_size
+    batch_size=8,  # windows per forward pass
+    device="",
+    dtype="",  # 'bfloat16', 'float16', 'float32'; '' picks as train.py does
+    out_json="",  # also write the result to this file
+)
+
+
+@torch.no_grad()
+def evaluate_perplexity(model, data_dir, block_size, eval_tokens, device, batch_size=8, autocast=nullcontext()):
+    """dict(loss, ppl, tokens, windows, block_size): mean cross-entropy per token (nats) over the
+    windows described at the top of this file, and its exponential."""
+    predictable = tokendata.split_num_tokens(data_dir, "val") - 1  # the first token has no prediction
+    windows = min(eval_tokens or predictable, predictable) // block_size
+    if windows < 1:
+        raise ValueError(f"{data_dir}/val.bin: eval_tokens={eval_tokens} with {predictable + 1} tokens in the "
+                         f"split leaves no full window of block_size={block_size}")
+    was_training = model.training
+    model.eval()
+    total = 0.0  # a Python float: float64, whatever the number of tokens
+    starts = np.arange(windows) * block_size
+    for i in range(0, windows, batch_size):
+        x, y = get_batch(data_dir, "val", starts[i:i + batch_size], block_size, device)
+        with autocast:
+            logits, _ = model(x)
+        # Our own cross-entropy rather than the model's loss, which a model may extend (aux losses).
+        total += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum").item()
+    model.train(was_training)
+    tokens = windows * block_size
+    return dict(loss=total / tokens, ppl=math.exp(total / tokens), tokens=tokens, windows=windows,
+                block_size=block_size)
+
+
+def main(argv):
+    cfg = configurator.apply_config(DEFAULTS, argv)
+    if not (cfg["dataset"] or cfg["data_dir"]):
+        raise configurator.ConfigError("no data: pass --dataset=NAME (reads data/NAME) or --data_dir=PATH")
+    device = cfg["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype, autocast = precision(cfg["dtype"], device)
+    data_dir = data_dir_of(cfg)
+    if not os.path.exists(os.path.join(data_dir, "val.bin")):
+        raise FileNotFoundError(f"{data_dir}/val.bin not found: prepare the dataset first "
+                                f"(python data/{cfg['dataset'] or 'NAME'}/prepare.py) or fix --data_dir")
+    model = load_model(cfg, device)
+    if tokendata.read_meta(data_dir).get("vocab_size", 0) > model.config.vocab_size:
+        raise configurator.ConfigError(f"{data_dir} uses more token ids than the model's vocab_size "
+                                       f"{model.config.vocab_size}: evaluate on a dataset with the model's tokenizer")
+    block_size = cfg["block_size"] or model.config.block_size
+    if block_size > model.config.block_size:
+        raise configurator.ConfigError(f"block_size={block_size} exceeds the model's {model.config.block_size}")
+    result = evaluate_perplexity(model, data_dir, block_size, cfg["eval_tokens"], device, cfg["batch_size"], autocast)
+    source = cfg["out_dir"] if cfg["init_from"] == "resume" else cfg["init_from"]
+    result = dict(model=source, data_dir=data_dir, dtype=dtype, **result)
+    print(f"{source} on {data_dir}/val.bin: loss {result['loss']:.4f}, perplexity {result['ppl']:.2f} "
+          f"over {result['tokens']:,} tokens ({result['windows']} windows of {block_size})")
+    if cfg["out_json"]:
+        with open(cfg["out_json"], "w") as f:
+            json.dump(result, f, indent=2)
+    return result
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except (configurator.ConfigError, FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,203 @@
+"""HellaSwag, completion style: which of four endings does the model find most likely?
+
+    python hellaswag.py --out_dir=out-gpt2                       # a run's ckpt.pt
+    python hellaswag.py --init_from=/path/to/gpt2 --limit=1000   # a local HF GPT-2 directory
+    python hellaswag.py --out_dir=out-gpt2 --input=/path/to/hellaswag_val.jsonl  # no network
+    torchrun --standalone --nproc_per_node=8 hellaswag.py --out_dir=out-gpt2
+
+Each example becomes one row per ending, context tokens followed by the tokens of " " + ending.
+An ending's loss is the model's cross-entropy on the ending tokens only; acc picks the ending with
+the smallest summed loss, acc_norm the smallest mean loss per token (length-normalized), as in
+build-nanogpt. (lm-evaluation-harness normalizes by bytes instead, so its acc_norm differs a
+little.) GPT-2 124M reaches acc_norm ~0.295 on the 10,042 validation examples; chance is 0.25.
+Ties go to the lowest ending index.
+"""
+import json
+import os
+import sys
+import urllib.request
+from contextlib import nullcontext
+
+import torch
+import torch.distributed as dist
+from torch.nn import functional as F
+
+import configurator
+import tokendata
+
+REPO_DIR = os.path.dirname(os.path.abspath(__file__))
+DATA_DIR = os.path.join(REPO_DIR, "data", "hellaswag")
+URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_{}.jsonl"
+SPLITS = ("train", "val", "test")
+PAD_ID = 0  # any valid id: padding follows the scored tokens, and causal attention never looks ahead
+
+DEFAULTS = dict(
+    out_dir="out",
+    init_from="resume",  # 'resume' reads out_dir/ckpt.pt; otherwise a local HF GPT-2 directory
+    input="",  # a local hellaswag jsonl; '' downloads `split` once into data/hellaswag/
+    split="val",
+    limit=0,  # the first `limit` examples only; 0 means all
+    batch_size=8,  # examples per forward pass (one row per ending)
+    device="",
+    dtype="",  # 'bfloat16', 'float16', 'float32'; '' picks as train.py does
+    out_json="",  # also write the result to this file
+)
+
+
+# ----------------------------------------------------------------------------- data
+
+def download(split, data_dir=DATA_DIR):
+    """Path of hellaswag_<split>.jsonl in data_dir, fetched from the upstream repository once."""
+    path = os.path.join(data_dir, f"hellaswag_{split}.jsonl")
+    if os.path.exists(path):
+        return path
+    url = URL.format(split)
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            data = response.read()
+    except OSError as e:  # URLError, HTTPError and timeouts are all OSErrors
+        raise FileNotFoundError(f"could not download {url} ({e}): download it on a machine with network "
+                                f"access and pass --input=/path/to/hellaswag_{split}.jsonl") from e
+    os.makedirs(data_dir, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"  # per process: torchrun ranks may download at the same time
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)  # never leave a truncated file that looks cached
+    return path
+
+
+def load_examples(path_or_split, limit=None, data_dir=DATA_DIR):
+    """Examples from a hellaswag jsonl file (or a split name, downloaded on first use), each
+    dict(ctx, endings, label, ctx_ids, ending_ids) with GPT-2 token ids. An ending is encoded with
+    its leading space, the way it continues the context in running text."""
+    path = download(path_or_split, data_dir) if path_or_split in SPLITS else path_or_split
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not found: pass a hellaswag jsonl file or one of {SPLITS}")
+    enc = tokendata.gpt2_encoding()
+    examples = []
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if limit and len(examples) >= limit:
+                break
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if "label" not in row:
+                raise ValueError(f"{path}:{line_no} has no label (the test split's labels are not "
+                                 f"public): evaluate on the val split")
+            examples.append(dict(ctx=row["ctx"], endings=row["endings"], label=int(row["label"]),
+                                 ctx_ids=enc.encode_ordinary(row["ctx"]),
+                                 ending_ids=[enc.encode_ordinary(" " + e) for e in row["endings"]]))
+    return examples
+
+
+# ----------------------------------------------------------------------------- scoring
+
+@torch.no_grad()
+def ending_losses(model, examples, device, autocast=nullcontext()):
+    """Summed and mean cross-entropy over each ending's tokens given its context: two float64 CPU
+    tensors of shape (len(examples), endings per example), from one forward pass.
+
+    A row longer than block_size loses tokens from the left (the start of the context); an ending
+    token is scored only if the token before it is inside the window.
+    """
+    block_size, vocab_size = model.config.block_size, model.config.vocab_size
+    rows, n_scored = [], []
+    for ex in examples:
+        for ending in ex["ending_ids"]:
+            ids = (ex["ctx_ids"] + ending)[-block_size:]
+            rows.append(ids)
+            n_scored.append(min(len(ending), len(ids) - 1))
+    if min(n_scored) < 1:
+        raise ValueError("an ending has no token to score (empty ending, empty context or block_size 1)")
+    T = max(len(ids) for ids in rows)
+    tokens = torch.full((len(rows), T), PAD_ID, dtype=torch.long)
+    mask = torch.zeros(len(rows), T - 1, dtype=torch.bool)  # over targets tokens[:, 1:]
+    for r, (ids, n) in enumerate(zip(rows, n_scored)):
+        tokens[r, :len(ids)] = torch.tensor(ids)
+        mask[r, len(ids) - 1 - n:len(ids) - 1] = True
+    if tokens.max() >= vocab_size:  # on a GPU this would surface as an opaque device-side assert
+        raise ValueError(f"token id {tokens.max().item()} is outside the model's vocabulary of {vocab_size}")
+    with autocast:
+        logits, _ = model(tokens.to(device))
+    if logits.shape[:2] != tokens.shape:
+        # The mistake behind the old "23.0%" results: logits for the last position alone.
+        raise ValueError(f"model returned logits of shape {tuple(logits.shape)} for input {tuple(tokens.shape)}: "
+                         f"HellaSwag needs logits at every position")
+    losses = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten().to(device),
+                             reduction="none").view(len(rows), T - 1).cpu()
+    # Summing float32 losses in float64 makes equal per-token losses give exactly equal means, so
+    # ties (a model with uniform logits) go to the lowest index by argmin's rule, not by rounding.
+    sums = torch.where(mask, losses.double(), 0.0).sum(1)
+    means = sums / mask.sum(1)
+    return sums.view(len(examples), -1), means.view(len(examples), -1)
+
+
+@torch.no_grad()
+def evaluate_hellaswag(model, examples, device, batch_size=8, autocast=nullcontext(), limit=None):
+    """dict(acc, acc_norm, n) over examples[:limit] (None or 0: all), as from load_examples.
+
+    Under torchrun (an initialized process group) rank r scores the examples i with
+    i % world_size == r and the counts are summed with all_reduce: every rank must call this with
+    the same examples. The model's training mode is restored afterwards, so train.py can call it
+    between steps; pass the model before torch.compile, since rows change length every batch.
+    """
+    examples = examples[:limit] if limit else examples
+    if not examples:
+        raise ValueError("no HellaSwag examples to evaluate")
+    # DDP's forward may broadcast buffers, a collective that would hang when ranks run different
+    # numbers of batches; evaluation needs the wrapped module only.
+    model = getattr(model, "module", model)
+    distributed = dist.is_available() and dist.is_initialized()
+    world, rank = (dist.get_world_size(), dist.get_rank()) if distributed else (1, 0)
+    was_training = model.training
+    model.eval()
+    counts = torch.zeros(3, dtype=torch.long)  # examples, correct by summed loss, correct by mean loss
+    mine = examples[rank::world]
+    for start in range(0, len(mine), batch_size):
+        batch = mine[start:start + batch_size]
+        sums, means = ending_losses(model, batch, device, autocast)
+        labels = torch.tensor([ex["label"] for ex in batch])
+        counts += torch.stack([torch.tensor(len(batch)), (sums.argmin(1) == labels).sum(),
+                               (means.argmin(1) == labels).sum()])
+    model.train(was_training)
+    if distributed:
+        counts = counts.to(device)  # NCCL reduces GPU tensors only
+        dist.all_reduce(counts)
+    n, correct, correct_norm = counts.tolist()
+    return dict(acc=correct / n, acc_norm=correct_norm / n, n=n)
+
+
+# ----------------------------------------------------------------------------- command line
+
+def main(argv):
+    from sample import load_model
+    from train import precision, setup_distributed  # late: train.py imports this module
+
+    cfg = configurator.apply_config(DEFAULTS, argv)
+    env = setup_distributed(cfg)
+    try:
+        device = env["device"]
+        dtype, autocast = precision(cfg["dtype"], device)
+        model = load_model(cfg, device)
+        examples = load_examples(cfg["input"] or cfg["split"], limit=cfg["limit"])
+        result = evaluate_hellaswag(model, examples, device, cfg["batch_size"], autocast)
+        if env["master"]:
+            source = cfg["out_dir"] if cfg["init_from"] == "resume" else cfg["init_from"]
+            print(f"{source}: HellaSwag acc {result['acc']:.4f}, acc_norm {result['acc_norm']:.4f} "
+                  f"over {result['n']} examples")
+            if cfg["out_json"]:
+                with open(cfg["out_json"], "w") as f:
+                    json.dump(dict(model=source, input=cfg["input"] or cfg["split"], dtype=dtype, **result), f, indent=2)
+        return result
+    finally:
+        if env["ddp"]:
+            dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except (configurator.ConfigError, FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
