@@ -1,6 +1,7 @@
 """Token files: the offline GPT-2 BPE, writing train.bin/val.bin safely, and reading them back.
 
-Every prepare script writes uint16 token files through `write_split` and a `meta.json` through
+Every prepare script writes uint16 token files through `write_split` (one split at a time) or
+`SplitWriter` (several at once, for corpora routed document by document) and a `meta.json` through
 `write_meta`; train.py, eval and sampling read them through `open_split` and `read_meta`.
 """
 import json
@@ -44,6 +45,16 @@ def encode_document(enc, text):
     return ids
 
 
+def as_token_array(chunk, path):
+    """`chunk` as a uint16 array; ids outside [0, 2**16) raise instead of silently wrapping."""
+    if isinstance(chunk, np.ndarray) and chunk.dtype == TOKEN_DTYPE:
+        return chunk.ravel()  # already uint16, nothing can be out of range
+    arr = np.asarray(chunk, dtype=np.int64).ravel()
+    if arr.size and (arr.min() < 0 or arr.max() >= 2**16):
+        raise ValueError(f"token id out of uint16 range while writing {path}")
+    return arr.astype(TOKEN_DTYPE)
+
+
 def write_split(path, token_chunks):
     """Write an iterable of token-id chunks to `path` as uint16, atomically.
 
@@ -56,10 +67,8 @@ def write_split(path, token_chunks):
     try:
         with open(tmp, "wb") as f:
             for chunk in token_chunks:
-                arr = np.asarray(chunk, dtype=np.int64)
-                if arr.size and (arr.min() < 0 or arr.max() >= 2**16):
-                    raise ValueError(f"token id out of uint16 range while writing {path}")
-                f.write(arr.astype(TOKEN_DTYPE).tobytes())
+                arr = as_token_array(chunk, path)
+                f.write(arr.tobytes())
                 n_tokens += arr.size
             f.flush()
             os.fsync(f.fileno())
@@ -68,6 +77,65 @@ def write_split(path, token_chunks):
         raise
     os.replace(tmp, path)
     return n_tokens
+
+
+class SplitWriter:
+    """Write several splits at once (`<data_dir>/train.bin`, `val.bin` ...), all or nothing.
+
+    For corpora whose documents are routed to train or val on the fly while streaming, which
+    write_split's one-iterable-per-file cannot do in one pass. Same guarantees as write_split:
+    `writer.write(split, chunk)` appends to `<split>.bin.tmp` (memory stays bounded by one chunk);
+    a clean exit from the `with` block fsyncs every file and renames them into place, and any
+    exception (KeyboardInterrupt and sys.exit included) deletes the .tmp files instead, so an
+    interrupted run leaves the previous .bin files, or none, never a truncated one.
+
+        with SplitWriter(out_dir, ("train", "val")) as writer:
+            for split, ids in documents:
+                writer.write(split, ids)
+        writer.n_tokens  # {"train": ..., "val": ...}
+    """
+
+    def __init__(self, data_dir, splits=("train", "val")):
+        self.paths = {split: os.path.join(data_dir, f"{split}.bin") for split in splits}
+        self.n_tokens = dict.fromkeys(splits, 0)
+        self._files = {}
+
+    def __enter__(self):
+        try:
+            for split, path in self.paths.items():
+                self._files[split] = open(path + ".tmp", "wb")
+        except BaseException:
+            self._discard()
+            raise
+        return self
+
+    def write(self, split, chunk):
+        arr = as_token_array(chunk, self.paths[split])
+        self._files[split].write(arr.tobytes())
+        self.n_tokens[split] += arr.size
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self._discard()
+            return False
+        try:
+            for f in self._files.values():
+                f.flush()
+                os.fsync(f.fileno())
+                f.close()
+        except BaseException:
+            self._discard()
+            raise
+        # Renamed only once every split is complete on disk.
+        for split, path in self.paths.items():
+            os.replace(path + ".tmp", path)
+        return False
+
+    def _discard(self):
+        for split, f in self._files.items():
+            f.close()
+            os.remove(self.paths[split] + ".tmp")
+        self._files = {}
 
 
 def write_meta(data_dir, **fields):
