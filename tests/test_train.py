@@ -224,7 +224,7 @@ def test_ddp_two_ranks_match_one_process_with_same_accumulation(data_dir, tmp_pa
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                            "train.py", *args(ddp)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     checklist = events(ddp, "checklist")[0]
     assert checklist["world_size"] == 2 and checklist["grad_accum_per_rank"] == 2
     a, b = load_ckpt(single), load_ckpt(ddp)
