@@ -166,6 +166,10 @@ class GPT(nn.Module):
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
+    def metrics(self):
+        """Scalars the model wants logged with every evaluation (learned gates, sync counts ...)."""
+        return {}
+
     def get_num_params(self, non_embedding=True):
         """Parameters counted once (tied weights once); position embeddings excluded by default,
         as in the GPT-2 papers' counts."""
@@ -342,5 +346,5 @@ def unwrap_state_dict(state_dict):
     return clean
 
 
-def model_config_fields():
-    return [f.name for f in fields(GPTConfig)]
+def model_config_fields(config_cls=GPTConfig):
+    return [f.name for f in fields(config_cls)]

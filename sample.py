@@ -11,7 +11,8 @@ import torch
 
 import configurator
 import tokendata
-from model import GPT, GPTConfig, model_config_fields, unwrap_state_dict
+from model import GPT
+from train import build_model, precision
 
 DEFAULTS = dict(
     out_dir="out",
@@ -46,8 +47,7 @@ def load_model(cfg, device):
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path} not found: train first, or pass --init_from=<HF GPT-2 directory>")
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
-        model = GPT(GPTConfig(**{k: ckpt["config"][k] for k in model_config_fields()}))
-        model.load_state_dict(unwrap_state_dict(ckpt["model"]))
+        model = build_model(ckpt["config"], ckpt)
     else:
         model = GPT.from_pretrained(cfg["init_from"])
     return model.to(device)
@@ -62,7 +62,6 @@ def main(argv):
     if prompt.startswith("FILE:"):
         with open(prompt[5:], encoding="utf-8") as f:
             prompt = f.read()
-    from train import precision  # late: train.py imports this module
     _, autocast = precision(cfg["dtype"], device)
     for _ in range(cfg["num_samples"]):
         print(generate_text(model, prompt, cfg["max_new_tokens"], device, autocast, cfg["temperature"], cfg["top_k"]))

@@ -49,6 +49,7 @@ DEFAULTS = dict(
     gradient_accumulation_steps=40,  # micro-steps per optimizer step, summed over all processes
     tokens_per_iter=0,  # >0: the tokens per optimizer step; gradient_accumulation_steps=0 derives from it
     # model
+    model_type="gpt",  # a key of MODEL_TYPES
     n_layer=12,
     n_head=12,
     n_embd=768,
@@ -91,6 +92,9 @@ DEFAULTS = dict(
     wandb_mode="",  # 'online', 'offline', 'disabled'; '' is online with an API key, else offline
 )
 
+# model_type -> (model class, its config dataclass). Every field of a config dataclass is a key of
+# DEFAULTS, so each model's options are set like any other key.
+MODEL_TYPES = {"gpt": (GPT, GPTConfig)}
 LR_SCHEDULES = ("cosine", "constant", "wsd")
 EVAL_SEED = 20240229  # fixed: the evaluation windows never depend on the run's seed
 
@@ -145,7 +149,7 @@ def data_dir_of(cfg):
 def validate(cfg, world_size):
     """Every check that can fail before data or weights are loaded; errors name keys and fixes."""
     err = configurator.ConfigError
-    GPTConfig(**model_config(cfg))  # shape checks (n_embd divisible by n_head, ...)
+    model_config(cfg)  # shape checks (n_embd divisible by n_head, ...)
     positive = ("batch_size", "block_size", "max_iters", "eval_interval", "eval_iters", "log_interval")
     for key in positive:
         if cfg[key] < 1:
@@ -167,6 +171,8 @@ def validate(cfg, world_size):
     for layer in cfg["log_act_norm_layers"]:
         if not -cfg["n_layer"] <= layer < cfg["n_layer"]:
             raise err(f"log_act_norm_layers contains {layer}, but the model has {cfg['n_layer']} layers")
+    if cfg["init_from"] not in ("scratch", "resume") and cfg["model_type"] != "gpt":
+        raise err(f"init_from a Hugging Face GPT-2 needs model_type='gpt', not {cfg['model_type']!r}")
     if cfg["init_from"] not in ("scratch", "resume") and not os.path.isdir(cfg["init_from"]):
         raise err(f"init_from={cfg['init_from']!r} is neither 'scratch', 'resume' nor a directory "
                   f"holding a Hugging Face GPT-2 checkpoint")
@@ -240,17 +246,29 @@ def check_data(cfg):
     return data_dir, counts
 
 
+def model_classes(cfg):
+    model_type = cfg.get("model_type", "gpt")  # checkpoints written before model_type existed
+    if model_type not in MODEL_TYPES:
+        raise configurator.ConfigError(f"model_type={model_type!r}: use one of {tuple(MODEL_TYPES)}")
+    return MODEL_TYPES[model_type]
+
+
 def model_config(cfg):
-    return {k: cfg[k] for k in model_config_fields()}
+    """The model's config dataclass filled from a run config (or a checkpoint's)."""
+    _, config_cls = model_classes(cfg)
+    return config_cls(**{k: cfg[k] for k in model_config_fields(config_cls)})
 
 
-def build_model(cfg, checkpoint):
+def build_model(cfg, checkpoint=None):
+    """A fresh model, a checkpoint's (built from the checkpoint's own config), or HF GPT-2 weights."""
     if checkpoint is not None:
-        model = GPT(GPTConfig(**model_config(checkpoint["config"])))
-        model.load_state_dict(unwrap_state_dict(checkpoint["model"]))
+        cfg = checkpoint["config"]
+    if checkpoint is not None or cfg["init_from"] in ("scratch", "resume"):
+        model_cls, _ = model_classes(cfg)
+        model = model_cls(model_config(cfg))
+        if checkpoint is not None:
+            model.load_state_dict(unwrap_state_dict(checkpoint["model"]))
         return model
-    if cfg["init_from"] == "scratch":
-        return GPT(GPTConfig(**model_config(cfg)))
     return GPT.from_pretrained(cfg["init_from"], dropout=cfg["dropout"], attn_impl=cfg["attn_impl"],
                                activation_checkpointing=cfg["activation_checkpointing"])
 
@@ -258,7 +276,8 @@ def build_model(cfg, checkpoint):
 def load_checkpoint(cfg):
     ckpt = torch.load(os.path.join(cfg["out_dir"], "ckpt.pt"), map_location="cpu", weights_only=False)
     saved = ckpt["config"]
-    conflicts = {k: (saved[k], cfg[k]) for k in model_config_fields() if k != "dropout" and saved[k] != cfg[k]}
+    keys = ["model_type"] + model_config_fields(model_classes(saved)[1])
+    conflicts = {k: (saved.get(k, "gpt"), cfg[k]) for k in keys if k != "dropout" and saved.get(k, "gpt") != cfg[k]}
     if conflicts:
         details = ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in conflicts.items())
         raise configurator.ConfigError(f"resuming with a different model shape ({details}): "
@@ -509,7 +528,7 @@ def run(cfg, env):
     torch.manual_seed(cfg["seed"])  # identical initial weights on every rank
     model = build_model(cfg, checkpoint).to(device)
     if cfg["init_from"] not in ("scratch", "resume"):
-        cfg.update({k: getattr(model.config, k) for k in model_config_fields()})
+        cfg.update({k: getattr(model.config, k) for k in model_config_fields(GPTConfig)})
     raw_model = model
     act_norms = ActivationNorms(raw_model, cfg["log_act_norm_layers"])
     optimizer = raw_model.configure_optimizers(
@@ -553,7 +572,8 @@ def run(cfg, env):
             losses = evaluate(model, cfg, env, data_dir, counts, autocast)
             best_val = min(best_val, losses["val"])
             metrics = dict(iter=iter_num, tokens=tokens_seen, train_loss=losses["train"],
-                           val_loss=losses["val"], val_ppl=math.exp(losses["val"]), best_val_loss=best_val)
+                           val_loss=losses["val"], val_ppl=math.exp(losses["val"]), best_val_loss=best_val,
+                           **raw_model.metrics())
             log.event("eval", f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
                       f"val ppl {metrics['val_ppl']:.2f}", **metrics)
             if hellaswag_examples and (iter_num % cfg["hellaswag_interval"] == 0 or stop_reason):

@@ -118,7 +118,7 @@ def test_interrupted_save_keeps_previous_checkpoint(data_dir, tmp_path, monkeypa
         train.main(tiny_args(data_dir, out))
     ckpt = load_ckpt(out)
     assert ckpt["iter_num"] == 4
-    model = GPT(train.GPTConfig(**train.model_config(ckpt["config"])))
+    model = GPT(train.model_config(ckpt["config"]))
     model.load_state_dict(ckpt["model"])
     assert not os.path.exists(os.path.join(out, "ckpt.pt.tmp"))
 
@@ -229,7 +229,7 @@ def test_ddp_two_ranks_match_one_process_with_same_accumulation(data_dir, tmp_pa
     assert checklist["world_size"] == 2 and checklist["grad_accum_per_rank"] == 2
     a, b = load_ckpt(single), load_ckpt(ddp)
     torch.manual_seed(1337)
-    init = GPT(train.GPTConfig(**train.model_config(a["config"]))).state_dict()
+    init = GPT(train.model_config(a["config"])).state_dict()
     for key in a["model"]:
         assert torch.allclose(a["model"][key], b["model"][key], atol=1e-6, rtol=0), key
     assert any(not torch.equal(a["model"][k], init[k]) for k in init)  # the step did change the weights
