@@ -9,6 +9,7 @@ clamped or coerced silently. Later arguments win over earlier ones.
 """
 import ast
 import difflib
+import os
 import types
 
 
@@ -32,7 +33,9 @@ def apply_config(defaults, argv):
 
 
 def read_config_file(path):
-    namespace = {}
+    # __file__ lets a config build on another one next to it:
+    #   exec(open(os.path.join(os.path.dirname(__file__), "train_gpt2.py")).read())
+    namespace = {"__file__": os.path.abspath(path)}
     try:
         with open(path) as f:
             code = compile(f.read(), path, "exec")

@@ -29,12 +29,13 @@ class GPTConfig:
     activation_checkpointing: bool = False  # recompute each block in backward to save memory
     tie_weights: bool = True  # lm_head shares the token embedding matrix, as in GPT-2
 
+    attn_impls = ("sdpa", "manual")  # what this model offers; subclasses may add (not a field)
+
     def __post_init__(self):
         check_model_config(self)
 
 
 LN_PLACEMENTS = ("pre", "post")
-ATTN_IMPLS = ("sdpa", "manual")
 
 
 def check_model_config(cfg):
@@ -44,8 +45,9 @@ def check_model_config(cfg):
                          f"choose n_head among the divisors of n_embd")
     if cfg.ln_placement not in LN_PLACEMENTS:
         raise ValueError(f"ln_placement={cfg.ln_placement!r}: use one of {LN_PLACEMENTS}")
-    if cfg.attn_impl not in ATTN_IMPLS:
-        raise ValueError(f"attn_impl={cfg.attn_impl!r}: use one of {ATTN_IMPLS}")
+    if cfg.attn_impl not in cfg.attn_impls:
+        hint = "; 'triton' is the fused kernel of model_type='ra'" if cfg.attn_impl == "triton" else ""
+        raise ValueError(f"attn_impl={cfg.attn_impl!r}: use one of {cfg.attn_impls}{hint}")
     for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
         if getattr(cfg, name) < 1:
             raise ValueError(f"{name} must be a positive integer, got {getattr(cfg, name)}")
@@ -201,18 +203,22 @@ class GPT(nn.Module):
         logits = self.lm_head(x)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1),
-                                   ignore_index=-1)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.reshape(-1), ignore_index=-1)
         return logits, loss
 
-    def configure_optimizers(self, optimizer, learning_rate, weight_decay, betas=(0.9, 0.95),
-                             momentum=0.9, nesterov=False, device_type="cpu"):
+    def param_groups(self, weight_decay):
         """Weight decay on matrices (Linear weights, embeddings) only, never on biases or norms."""
         params = [p for p in self.parameters() if p.requires_grad]
-        groups = [
+        return [
             {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
         ]
+
+    def configure_optimizers(self, optimizer, learning_rate, weight_decay, betas=(0.9, 0.95),
+                             momentum=0.9, nesterov=False, device_type="cpu"):
+        """The built-in torch optimizers over `param_groups` (optim.py adds AdamW-SPAM on the same
+        groups)."""
+        groups = self.param_groups(weight_decay)
         if optimizer == "adamw":
             fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
             return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused or None)

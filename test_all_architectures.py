@@ -3,12 +3,19 @@ random tokens, and require a finite loss and a finite gradient for every paramet
 
     python test_all_architectures.py                 # all of them
     python test_all_architectures.py --only post     # names containing 'post'
+    python test_all_architectures.py --only comm --ranks 2   # reduced-sync models really on 2 gloo ranks
+
+Reduced-sync entries also require the counted all-reduces (forward and backward) to equal their
+schedule's, and every reduced-sync experiment config (REDUCED_SYNC_CONFIGS) must load, keep GPT-2
+124M's parameter count within 1% (counted on the meta device, reported) and promise in its name the
+syncs it schedules. With --ranks N they run sharded on N gloo ranks, compared with the simulation.
 
 A new architecture is one entry in ARCHITECTURES (and, for a new model family, one build function
 in BUILDERS). Exit code 1 when any architecture fails. tests/test_model.py runs this script.
 """
 import argparse
 import itertools
+import json
 import math
 import os
 import sys
@@ -17,6 +24,8 @@ import time
 import torch
 
 from model import GPT, GPTConfig
+from ra_model import RAConfig, RAGPT
+from reduced_sync_model import ReducedSyncConfig, ReducedSyncGPT, expected_syncs
 
 if "OMP_NUM_THREADS" not in os.environ:
     torch.set_num_threads(1)  # tiny models: thread start-up costs more than it saves
@@ -30,7 +39,8 @@ def build_gpt(**kwargs):
 
 
 # model family -> function(**GPTConfig kwargs) -> model
-BUILDERS = {"gpt2": build_gpt}
+BUILDERS = {"gpt2": build_gpt, "ra": lambda **kwargs: RAGPT(RAConfig(**kwargs)),
+            "reduced_sync": lambda **kwargs: ReducedSyncGPT(ReducedSyncConfig(**kwargs))}
 
 # name -> (family, kwargs on top of TINY)
 ARCHITECTURES = {
@@ -38,6 +48,71 @@ ARCHITECTURES = {
         ("gpt2", dict(ln_placement=ln, attn_impl=attn, activation_checkpointing=ckpt))
     for ln, attn, ckpt in itertools.product(("pre", "post"), ("sdpa", "manual"), (False, True))
 }
+# Reciprocal attention (ra_model.py): every pattern x mode, windows, learned alphas; MLA, RA+MLA.
+ARCHITECTURES.update({
+    f"ra-{pattern}-{mode}": ("ra", dict(ra_pattern=pattern, ra_mode=mode))
+    for pattern, mode in itertools.product(("early", "late", "all", "alternate"), ("swap", "mix", "gate"))
+})
+ARCHITECTURES.update({
+    "ra-none": ("ra", dict(ra_pattern="none")),
+    "ra-layers-mix": ("ra", dict(ra_pattern="layers", ra_layers=[1], ra_mode="mix")),
+    "ra-learned": ("ra", dict(ra_pattern="learned")),
+    "ra-learned-window": ("ra", dict(ra_pattern="learned", ra_window=8)),
+    "ra-learned-manual-ckpt": ("ra", dict(ra_pattern="learned", attn_impl="manual", activation_checkpointing=True)),
+    "ra-all-swap-window": ("ra", dict(ra_pattern="all", ra_mode="swap", ra_window=8)),
+    "ra-all-mix-window": ("ra", dict(ra_pattern="all", ra_mode="mix", ra_window=8)),
+    "ra-all-mix-window-manual": ("ra", dict(ra_pattern="all", ra_mode="mix", ra_window=8, attn_impl="manual")),
+    "ra-all-mix-alpha-layer": ("ra", dict(ra_pattern="all", ra_mode="mix", ra_alpha_learn="layer")),
+    "ra-all-mix-alpha-head-post": ("ra", dict(ra_pattern="all", ra_mode="mix", ra_alpha_learn="head",
+                                              ln_placement="post")),
+    "mla": ("ra", dict(mla=True, mla_latent_dim=8)),
+    "mla-shared-q-v": ("ra", dict(mla=True, mla_latent_dim=8, mla_per_head_q_latent=False,
+                                  mla_per_head_v_up=False)),
+    "ra-mla": ("ra", dict(mla=True, mla_latent_dim=8, ra_pattern="all", ra_mode="mix", ra_alpha=0.5)),
+    "ra-mla-window-manual": ("ra", dict(mla=True, mla_latent_dim=8, ra_pattern="all", ra_mode="mix",
+                                        ra_window=8, attn_impl="manual")),
+    "ra-mla-learned": ("ra", dict(mla=True, mla_latent_dim=8, ra_pattern="learned")),
+})
+
+# Reduced-synchronization experiments (reduced_sync_model.py): config file -> syncs its name promises.
+REPO_DIR = os.path.dirname(os.path.abspath(__file__))
+REDUCED_SYNC_CONFIGS = {
+    "train_gpt2_24comm": 24, "train_gpt2_18comm": 18, "train_gpt2_16comm": 16, "train_gpt2_12comm": 12,
+    "train_gpt2_8comm": 8, "train_gpt2_6comm": 6, "train_spd_12sync": 12, "train_grouped_6sync": 6,
+    "train_grouped_4sync": 4, "train_grouped_3sync": 3, "train_grouped_2sync": 2, "train_selective_9sync": 9,
+}
+SYNC_KEYS = ("block_pattern", "block_types", "tp_size", "sync_every", "sync_layers")
+
+
+def load_config(name):
+    import configurator
+    import train
+    return configurator.apply_config(train.DEFAULTS, [os.path.join(REPO_DIR, "config", f"{name}.py")])
+
+
+# Each config's block schedule on a tiny 12-layer model (its tp_size shards, simulated unless --ranks).
+ARCHITECTURES.update({
+    "rs-" + name.removeprefix("train_"): ("reduced_sync", dict(n_layer=12, **{k: load_config(name)[k] for k in SYNC_KEYS}))
+    for name in REDUCED_SYNC_CONFIGS
+})
+
+
+def check_config(name):
+    """The full-size config: it loads, its name's sync count is its schedule's, and its parameter
+    count stays within 1% of GPT-2 124M's (built on the meta device: no memory, no time)."""
+    import train
+    cfg = load_config(name)
+    with torch.device("meta"):
+        n = train.build_model(cfg).get_num_params()
+        baseline = GPT(GPTConfig(**{k: cfg[k] for k in ("n_layer", "n_head", "n_embd", "block_size",
+                                                         "vocab_size", "bias")})).get_num_params()
+    syncs = expected_syncs(train.model_config(cfg))
+    if syncs != REDUCED_SYNC_CONFIGS[name]:
+        raise AssertionError(f"schedules {syncs} syncs per forward pass, its name says {REDUCED_SYNC_CONFIGS[name]}")
+    if abs(n - 124e6) > 0.01 * 124e6 or abs(n - baseline) > 0.01 * baseline:
+        raise AssertionError(f"{n:,} parameters: more than 1% from 124M or the baseline's {baseline:,}")
+    return f"{n:,} params ({100 * (n - baseline) / baseline:+.2f}% vs GPT-2 baseline {baseline:,}, " \
+           f"{100 * (n - 124e6) / 124e6:+.2f}% vs 124M), {syncs} syncs per forward pass, tp_size {cfg['tp_size']}"
 
 
 def check(family, kwargs, batch_size=2, seed=0):
@@ -58,17 +133,79 @@ def check(family, kwargs, batch_size=2, seed=0):
             raise AssertionError(f"{name} got no gradient")
         if not torch.isfinite(p.grad).all():
             raise AssertionError(f"{name} has a non-finite gradient")
+    counts = model.metrics()
+    if "syncs_expected" in counts and not counts["syncs_forward"] == counts["syncs_backward"] == counts["syncs_expected"]:
+        raise AssertionError(f"counted {counts['syncs_forward']} all-reduces forward, {counts['syncs_backward']} "
+                             f"backward; the schedule has {counts['syncs_expected']}")
     return sum(p.numel() for p in model.parameters())
+
+
+def check_real(kwargs, world, seed=0):
+    """One reduced-sync model sharded on this process's gloo rank against its simulation: the same
+    logits, and every rank counts exactly the scheduled all-reduces."""
+    config = ReducedSyncConfig(**{**TINY, **kwargs, "tp_size": world, "n_head": max(TINY["n_head"], world)})
+    models = []
+    for group in (None, torch.distributed.group.WORLD):
+        torch.manual_seed(seed)
+        models.append(ReducedSyncGPT(config, tp_group=group))
+    idx = torch.randint(0, config.vocab_size, (2, config.block_size), generator=torch.Generator().manual_seed(seed))
+    (a, _), (b, loss) = models[0](idx), models[1](idx, idx)
+    loss.backward()
+    if not torch.allclose(a, b, atol=1e-5, rtol=0):
+        raise AssertionError(f"real and simulated logits differ by {(a - b).abs().max().item():.2e}")
+    counts, expected = models[1].metrics(), expected_syncs(config)
+    if not counts["syncs_forward"] == counts["syncs_backward"] == expected:
+        raise AssertionError(f"counted {counts['syncs_forward']} all-reduces forward, {counts['syncs_backward']} "
+                             f"backward on rank {torch.distributed.get_rank()}; the schedule has {expected}")
+    return expected
+
+
+def _rank_worker(rank, names, world, tmp):
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous", rank=rank, world_size=world)
+    results = {}
+    try:
+        for name in names:
+            start = time.perf_counter()
+            try:
+                syncs = check_real(ARCHITECTURES[name][1], world)
+                results[name] = f"PASS {name} (real on {world} ranks, {syncs} all-reduces forward and backward, " \
+                                f"{1000 * (time.perf_counter() - start):.0f} ms)"
+            except Exception as e:
+                results[name] = f"FAIL {name}: {type(e).__name__}: {e}"
+    finally:
+        torch.distributed.destroy_process_group()
+        with open(os.path.join(tmp, f"rank{rank}.json"), "w") as f:
+            json.dump(results, f)
+
+
+def main_ranks(names, world):
+    """The reduced-sync entries among `names`, sharded on `world` forked gloo ranks."""
+    import tempfile
+    import torch.multiprocessing as mp
+    names = [n for n in names if ARCHITECTURES[n][0] == "reduced_sync"]
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.start_processes(_rank_worker, args=(names, world, tmp), nprocs=world, start_method="fork")
+        results = [json.load(open(os.path.join(tmp, f"rank{r}.json"))) for r in range(world)]
+    failed = [n for n in names if any(not res[n].startswith("PASS") for res in results)]
+    for n in names:
+        print(next((res[n] for res in results if not res[n].startswith("PASS")), results[0][n]))
+    print(f"{len(names) - len(failed)}/{len(names)} reduced-sync architectures passed on {world} ranks"
+          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default="", help="run only architectures whose name contains this")
+    parser.add_argument("--ranks", type=int, default=0,
+                        help="run the reduced-sync entries sharded on this many gloo ranks (CPU processes)")
     args = parser.parse_args(argv)
     names = [name for name in ARCHITECTURES if args.only in name]
     if not names:
         print(f"no architecture name contains {args.only!r}; known: {', '.join(ARCHITECTURES)}")
         return 1
+    if args.ranks:
+        return main_ranks(names, args.ranks)
     failed = []
     for name in names:
         family, kwargs = ARCHITECTURES[name]
@@ -82,6 +219,13 @@ def main(argv=None):
             print(f"PASS {name} ({n_params:,} params, {1000 * (time.perf_counter() - start):.0f} ms)")
     print(f"{len(names) - len(failed)}/{len(names)} architectures passed"
           + (f"; failed: {', '.join(failed)}" if failed else ""))
+    for name in REDUCED_SYNC_CONFIGS:
+        if args.only in "rs-" + name.removeprefix("train_"):
+            try:
+                print(f"CONFIG config/{name}.py: {check_config(name)}")
+            except Exception as e:
+                failed.append(name)
+                print(f"FAIL config/{name}.py: {type(e).__name__}: {e}")
     return 1 if failed else 0
 
 

@@ -24,8 +24,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import configurator
 import hellaswag
+import optim
 import tokendata
 from model import GPT, GPTConfig, model_config_fields, unwrap_state_dict
+from ra_model import RAConfig, RAGPT
+from reduced_sync_model import ReducedSyncConfig, ReducedSyncGPT
 
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -60,8 +63,26 @@ DEFAULTS = dict(
     attn_impl="sdpa",
     activation_checkpointing=False,
     tie_weights=True,
+    # reciprocal attention and MLA (model_type='ra'; see ra_model.py for the meaning of each)
+    ra_pattern="none",  # 'none', 'early', 'late', 'all', 'alternate', 'learned', 'layers'
+    ra_layers=[],  # ra_pattern='layers': the reciprocal layers' indices
+    ra_mode="mix",  # 'swap', 'mix', 'gate'
+    ra_alpha=0.5,  # mix: weight of S^T (initial value when learned)
+    ra_alpha_learn="none",  # 'none', 'layer', 'head'
+    ra_gate_init=0.0,  # gate: initial logit of p
+    ra_window=0,  # >0: the reciprocal term only within this many positions
+    mla=False,  # multi-head latent attention in every layer
+    mla_latent_dim=128,
+    mla_per_head_q_latent=True,
+    mla_per_head_v_up=True,
+    # reduced-synchronization tensor parallelism (model_type='reduced_sync'; see reduced_sync_model.py)
+    block_pattern="tp",  # repeating unit of block types 'tp', 'spd', 'parallel', e.g. 'tp,spd' or 'spd,parallel,parallel'
+    block_types=[],  # one block type per layer; overrides block_pattern
+    tp_size=1,  # ranks per model replica under torchrun (world = tp_size x data-parallel replicas); one process simulates them
+    sync_every=0,  # >0: parallel runs also sync every this many layers (grouped)
+    sync_layers=[],  # parallel runs also sync after these layers (selective)
     # optimizer
-    optimizer="adamw",  # 'adamw', 'adam', 'sgd'
+    optimizer="adamw",  # 'adamw', 'adam', 'sgd', 'adamw_spam' (optim.py)
     learning_rate=6e-4,
     weight_decay=0.1,
     beta1=0.9,
@@ -69,6 +90,21 @@ DEFAULTS = dict(
     momentum=0.9,  # sgd only
     nesterov=False,  # sgd only
     grad_clip=1.0,  # 0 disables clipping; the gradient norm is logged either way
+    # optimizer extras and pruning (optim.py; formulas in ../shared/RESEARCH.md)
+    spam_theta=50.0,  # adamw_spam: clip gradient entries with g^2 > theta * v_hat
+    spam_spike_z=2.0,  # adamw_spam: a spike when the gradient norm's z-score exceeds this (m *= 0.5, v *= 0.9)
+    spam_window=100,  # adamw_spam: the z-score is against the last this many gradient norms
+    spam_interval=1000,  # adamw_spam: reset m and v every this many steps (0: never)
+    spam_warmup=1000,  # adamw_spam: after a reset the lr re-warms with a cosine over this many steps
+    pruning="none",  # 'none', 'magnitude', 'state' (scored by prune_score from Adam's states)
+    prune_score="bitter7",  # pruning='state': 'bitter0' ... 'bitter7'
+    target_sparsity=0.5,  # fraction of the pruned Linear weights that are zero at prune_ramp_end
+    prune_start=100,  # the sparsity ramp starts after this many steps
+    prune_ramp_end=0,  # ... and reaches target_sparsity here; 0 means the run's last iteration
+    prune_interval=50,  # masks are recomputed every this many steps
+    prune_ramp="cubic",  # 'cubic': s(t) = target * p^3, 'linear': target * p
+    prune_threshold="exact",  # 'exact' global k-th value, or 'sampled' (a quantile of prune_sample scores)
+    prune_sample=1_000_000,
     # learning-rate schedule
     lr_schedule="cosine",  # 'cosine', 'constant', 'wsd' (warmup-stable-decay)
     warmup_iters=2000,
@@ -94,7 +130,7 @@ DEFAULTS = dict(
 
 # model_type -> (model class, its config dataclass). Every field of a config dataclass is a key of
 # DEFAULTS, so each model's options are set like any other key.
-MODEL_TYPES = {"gpt": (GPT, GPTConfig)}
+MODEL_TYPES = {"gpt": (GPT, GPTConfig), "ra": (RAGPT, RAConfig), "reduced_sync": (ReducedSyncGPT, ReducedSyncConfig)}
 LR_SCHEDULES = ("cosine", "constant", "wsd")
 EVAL_SEED = 20240229  # fixed: the evaluation windows never depend on the run's seed
 
@@ -106,19 +142,41 @@ class TrainingDiverged(RuntimeError):
 # ----------------------------------------------------------------------------- setup
 
 def setup_distributed(cfg):
-    """World size, rank and device; under torchrun one process per device (or CPU rank)."""
+    """World size, rank and device; under torchrun one process per device (or CPU rank).
+
+    With tp_size > 1 the ranks form a (dp, tp) device mesh: tp_size consecutive ranks hold one model
+    replica (tp_group) and data parallelism runs across replicas (dp_group), e.g. 8 = DP 4 x TP 2.
+    Data, evaluation batches and dropout seeds follow dp_rank, so a replica's ranks see the same batch.
+    """
     ddp = int(os.environ.get("RANK", -1)) != -1
     device = cfg["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
     if not ddp:
-        return dict(ddp=False, rank=0, local_rank=0, world_size=1, device=device, master=True)
+        return dict(ddp=False, rank=0, local_rank=0, world_size=1, device=device, master=True,
+                    dp_rank=0, dp_size=1, tp_group=None, dp_group=None)
     local_rank = int(os.environ["LOCAL_RANK"])
     if device.startswith("cuda"):
         device = f"cuda:{local_rank}"
         torch.cuda.set_device(device)
     dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
-    rank = dist.get_rank()
-    return dict(ddp=True, rank=rank, local_rank=local_rank, world_size=dist.get_world_size(),
-                device=device, master=rank == 0)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    env = dict(ddp=True, rank=rank, local_rank=local_rank, world_size=world, device=device, master=rank == 0,
+               dp_rank=rank, dp_size=world, tp_group=None, dp_group=None)
+    tp = cfg["tp_size"] if cfg["model_type"] == "reduced_sync" else 1
+    if tp > 1:
+        if world % tp:
+            raise configurator.ConfigError(f"tp_size={tp} does not divide the world size {world}: launch a "
+                                           f"multiple of {tp} processes or change tp_size")
+        if cfg["hellaswag_interval"]:
+            raise configurator.ConfigError("HellaSwag shares examples by global rank, which tensor parallelism "
+                                           "cannot follow: set hellaswag_interval=0")
+        if cfg.get("pruning", "none") != "none":
+            raise configurator.ConfigError("pruning's global threshold would only see this rank's shards under "
+                                           "tensor parallelism: set pruning='none' or tp_size=1")
+        from torch.distributed.device_mesh import init_device_mesh
+        mesh = init_device_mesh(device.split(":")[0], (world // tp, tp), mesh_dim_names=("dp", "tp"))
+        env.update(dp_rank=mesh.get_local_rank("dp"), dp_size=world // tp, tp_group=mesh.get_group("tp"),
+                   dp_group=mesh.get_group("dp"))
+    return env
 
 
 DTYPES = ("bfloat16", "float16", "float32")
@@ -150,6 +208,8 @@ def validate(cfg, world_size):
     """Every check that can fail before data or weights are loaded; errors name keys and fixes."""
     err = configurator.ConfigError
     model_config(cfg)  # shape checks (n_embd divisible by n_head, ...)
+    if cfg["tp_size"] != 1 and cfg["model_type"] != "reduced_sync":
+        raise err(f"tp_size={cfg['tp_size']} needs model_type='reduced_sync'")
     positive = ("batch_size", "block_size", "max_iters", "eval_interval", "eval_iters", "log_interval")
     for key in positive:
         if cfg[key] < 1:
@@ -159,6 +219,7 @@ def validate(cfg, world_size):
         if cfg[key] < 0:
             raise err(f"{key} must be >= 0, got {cfg[key]}")
     resolve_batch(cfg, world_size)
+    optim.validate(cfg)
     if cfg["lr_schedule"] not in LR_SCHEDULES:
         raise err(f"lr_schedule={cfg['lr_schedule']!r}: use one of {LR_SCHEDULES}")
     if cfg["lr_schedule"] != "constant" and cfg["warmup_iters"] > decay_iters(cfg):
@@ -259,15 +320,16 @@ def model_config(cfg):
     return config_cls(**{k: cfg[k] for k in model_config_fields(config_cls)})
 
 
-def build_model(cfg, checkpoint=None):
-    """A fresh model, a checkpoint's (built from the checkpoint's own config), or HF GPT-2 weights."""
+def build_model(cfg, checkpoint=None, tp_group=None):
+    """A fresh model, a checkpoint's (built from the checkpoint's own config), or HF GPT-2 weights.
+    With a tp_group, a reduced_sync model keeps only this rank's shards (checkpoints hold full weights)."""
     if checkpoint is not None:
         cfg = checkpoint["config"]
     if checkpoint is not None or cfg["init_from"] in ("scratch", "resume"):
         model_cls, _ = model_classes(cfg)
-        model = model_cls(model_config(cfg))
+        model = model_cls(model_config(cfg), **({} if tp_group is None else dict(tp_group=tp_group)))
         if checkpoint is not None:
-            model.load_state_dict(unwrap_state_dict(checkpoint["model"]))
+            getattr(model, "load_full_state_dict", model.load_state_dict)(unwrap_state_dict(checkpoint["model"]))
         return model
     return GPT.from_pretrained(cfg["init_from"], dropout=cfg["dropout"], attn_impl=cfg["attn_impl"],
                                activation_checkpointing=cfg["activation_checkpointing"])
@@ -411,7 +473,7 @@ def evaluate(model, cfg, env, data_dir, counts, autocast):
     for split in ("train", "val"):
         total = torch.zeros(2, device=env["device"])  # loss sum, batch count
         for k, offsets in enumerate(eval_offsets(cfg, counts[split])):
-            if k % env["world_size"] != env["rank"]:
+            if k % env["dp_size"] != env["dp_rank"]:  # a replica's tensor-parallel ranks share each batch
                 continue
             x, y = get_batch(data_dir, split, offsets, cfg["block_size"], env["device"])
             with autocast:
@@ -436,6 +498,36 @@ def save_checkpoint(path, state):
         os.remove(tmp)
         raise
     os.replace(tmp, path)
+
+
+def model_and_optimizer_states(model, optimizer, env):
+    """What a checkpoint stores. A tensor-parallel model is gathered into its full (GPT-layout)
+    weights; the optimizer state stays sharded, a list with one state per tp rank (collective:
+    every rank calls this)."""
+    if env["tp_group"] is None:
+        return model.state_dict(), optimizer.state_dict()
+    group = env["tp_group"]
+    states = [None] * dist.get_world_size(group) if dist.get_rank(group) == 0 else None
+    dist.gather_object(optimizer.state_dict(), states, dst=dist.get_global_rank(group, 0), group=group)
+    return model.full_state_dict(), states
+
+
+def optimizer_state_of(checkpoint, env):
+    """This rank's optimizer state; a sharded (list) state resumes only on the same tp layout."""
+    state, tp_group = checkpoint["optimizer"], env["tp_group"]
+    if isinstance(state, list) != (tp_group is not None):
+        raise configurator.ConfigError(
+            "the checkpoint's optimizer state was written " + ("by tensor-parallel ranks" if isinstance(state, list)
+                                                                else "without tensor parallelism")
+            + ": resume with the same torchrun layout (world size and tp_size)")
+    return state[dist.get_rank(tp_group)] if tp_group is not None else state
+
+
+def clip_grad_norm(model, max_norm):
+    """The whole model's gradient norm, clipped; a tensor-parallel model sums its shards across ranks."""
+    if hasattr(model, "clip_grad_norm_"):
+        return model.clip_grad_norm_(max_norm)
+    return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
 
 
 def rng_state(device):
@@ -518,7 +610,7 @@ def main(argv):
 
 
 def run(cfg, env):
-    validate(cfg, env["world_size"])
+    validate(cfg, env["dp_size"])
     device = env["device"]
     dtype, autocast = precision(cfg["dtype"], device)
     data_dir, counts = check_data(cfg)
@@ -526,22 +618,23 @@ def run(cfg, env):
     hellaswag_examples = load_hellaswag(cfg, env)
 
     torch.manual_seed(cfg["seed"])  # identical initial weights on every rank
-    model = build_model(cfg, checkpoint).to(device)
+    model = build_model(cfg, checkpoint, env["tp_group"]).to(device)
     if cfg["init_from"] not in ("scratch", "resume"):
         cfg.update({k: getattr(model.config, k) for k in model_config_fields(GPTConfig)})
     raw_model = model
     act_norms = ActivationNorms(raw_model, cfg["log_act_norm_layers"])
-    optimizer = raw_model.configure_optimizers(
-        cfg["optimizer"], cfg["learning_rate"], cfg["weight_decay"], (cfg["beta1"], cfg["beta2"]),
-        cfg["momentum"], cfg["nesterov"], device_type=device.split(":")[0])
+    optimizer = optim.build_optimizer(raw_model, cfg, device_type=device.split(":")[0])
+    pruner = optim.Pruner(raw_model, optimizer, cfg) if cfg["pruning"] != "none" else None
     scaler = torch.amp.GradScaler(device.split(":")[0], enabled=dtype == "float16")
 
-    grad_accum_local = cfg["gradient_accumulation_steps"] // env["world_size"]
+    grad_accum_local = cfg["gradient_accumulation_steps"] // env["dp_size"]
     tokens_per_iter = cfg["tokens_per_iter"]
     iter_num, tokens_seen, train_time, best_val = 0, 0, 0.0, float("inf")
-    torch.manual_seed(cfg["seed"] + env["rank"])  # dropout masks differ across ranks
+    torch.manual_seed(cfg["seed"] + env["dp_rank"])  # dropout masks differ across replicas
     if checkpoint is not None:
-        optimizer.load_state_dict(checkpoint["optimizer"])
+        optimizer.load_state_dict(optimizer_state_of(checkpoint, env))
+        if pruner is not None and checkpoint.get("pruning"):  # a dense checkpoint starts with no masks
+            pruner.load_state_dict(checkpoint["pruning"])
         scaler.load_state_dict(checkpoint["scaler"])
         iter_num, tokens_seen = checkpoint["iter_num"], checkpoint["tokens_seen"]
         train_time, best_val = checkpoint["train_time"], checkpoint["best_val_loss"]
@@ -549,20 +642,27 @@ def run(cfg, env):
             set_rng_state(checkpoint["rng"][env["rank"]], device)
     del checkpoint
 
+    # reduced_sync: count one tiny step's all-reduces against the schedule (before DDP's hooks exist)
+    model_report = raw_model.startup_report(device) if hasattr(raw_model, "startup_report") else {}
     if cfg["compile"]:
         model = torch.compile(model)
     if env["ddp"]:
-        model = DDP(model, device_ids=[env["local_rank"]] if device.startswith("cuda") else None)
+        model = DDP(model, device_ids=[env["local_rank"]] if device.startswith("cuda") else None,
+                    process_group=env["dp_group"])
 
     log = RunLog(cfg, env["master"])
     if env["master"]:
         with open(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
             json.dump(cfg, f, indent=2)
     checklist = startup_checklist(cfg, env, raw_model, counts, data_dir, dtype, tokens_per_iter, grad_accum_local)
+    checklist.update(data_parallel_replicas=env["dp_size"], **model_report)
     log.event("checklist", "\n".join(f"{k:>26}: {v}" for k, v in checklist.items()), **checklist)
     log.say(f"tokens per iteration = batch_size {cfg['batch_size']} x block_size {cfg['block_size']} x "
             f"gradient_accumulation_steps {cfg['gradient_accumulation_steps']} "
-            f"({grad_accum_local} per rank x {env['world_size']} ranks) = {tokens_per_iter:,}")
+            f"({grad_accum_local} per rank x {env['dp_size']} data-parallel ranks) = {tokens_per_iter:,}")
+    if pruner is not None:
+        log.event("pruning", pruner.describe(), pruned=list(pruner.params), excluded=pruner.excluded)
+    weights_bytes = optim.weights_bytes(raw_model)
 
     start_iter = iter_num
     window = dict(time=0.0, iters=0)  # training steps since the last log line
@@ -573,7 +673,11 @@ def run(cfg, env):
             best_val = min(best_val, losses["val"])
             metrics = dict(iter=iter_num, tokens=tokens_seen, train_loss=losses["train"],
                            val_loss=losses["val"], val_ppl=math.exp(losses["val"]), best_val_loss=best_val,
-                           **raw_model.metrics())
+                           **raw_model.metrics(), **optim.optimizer_metrics(optimizer),
+                           **(pruner.metrics() if pruner is not None else {}),
+                           # the notes' "training memory / model weights"; None where no honest peak exists
+                           memory_ratio=peak_memory_mib(device) * 2**20 / weights_bytes
+                           if device.startswith("cuda") else None)
             log.event("eval", f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
                       f"val ppl {metrics['val_ppl']:.2f}", **metrics)
             if hellaswag_examples and (iter_num % cfg["hellaswag_interval"] == 0 or stop_reason):
@@ -583,11 +687,14 @@ def run(cfg, env):
                           f"{result['acc_norm']:.4f} ({result['n']} examples)", iter=iter_num, tokens=tokens_seen,
                           **result)
             rng = gathered_rng_states(env)
+            if cfg["save_checkpoint"] and iter_num > start_iter:
+                model_state, optimizer_state = model_and_optimizer_states(raw_model, optimizer, env)
             if cfg["save_checkpoint"] and env["master"] and iter_num > start_iter:
                 save_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"), dict(
-                    model=raw_model.state_dict(), optimizer=optimizer.state_dict(), scaler=scaler.state_dict(),
+                    model=model_state, optimizer=optimizer_state, scaler=scaler.state_dict(),
                     config=cfg, iter_num=iter_num, tokens_seen=tokens_seen, train_time=train_time,
-                    best_val_loss=best_val, rng=rng, metrics=metrics))
+                    best_val_loss=best_val, rng=rng, metrics=metrics,
+                    pruning=pruner.state_dict() if pruner is not None else None))
         if stop_reason:
             break
 
@@ -597,7 +704,7 @@ def run(cfg, env):
             group["lr"] = lr
         loss_sum = torch.zeros((), device=device)
         for micro in range(grad_accum_local):
-            offsets = train_offsets(cfg, counts["train"], iter_num, micro * env["world_size"] + env["rank"])
+            offsets = train_offsets(cfg, counts["train"], iter_num, micro * env["dp_size"] + env["dp_rank"])
             x, y = get_batch(data_dir, "train", offsets, cfg["block_size"], device)
             last = micro == grad_accum_local - 1
             # DDP would all-reduce after every backward; only the last micro-step needs it.
@@ -607,11 +714,15 @@ def run(cfg, env):
                     _, loss = model(x, y)
                 loss_sum += loss.detach().float()
                 scaler.scale(loss / grad_accum_local).backward()
+        if pruner is not None:
+            pruner.mask_grads()  # before clipping: pruned weights add nothing to the norm
         scaler.unscale_(optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg["grad_clip"] or float("inf"))
-        scaler.step(optimizer)
+        grad_norm = clip_grad_norm(raw_model, cfg["grad_clip"] or float("inf"))
+        scaler.step(optimizer, **optim.step_kwargs(optimizer, grad_norm))
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
+        if pruner is not None:
+            pruner.step(iter_num + 1)  # re-apply the masks; recompute them on the schedule
 
         # One small all-reduce gives every rank the same loss and the same clock, so all ranks
         # agree on when to stop (a disagreement would hang the next collective).

@@ -1,0 +1,179 @@
+"""Benchmark of reciprocal attention and MLA against the baseline: forward+backward time per step,
+tokens/s and peak memory of every variant, as ratios to the baseline measured in the same run.
+
+    python bench.py                                   # CPU, a small model (a few minutes on 2 cores)
+    python bench.py --preset=gpt2 --device=cuda --dtype=bfloat16 --batch_size=8   # GPT-2 124M, T=1024
+    python bench.py --variants=baseline,ra_late_mix,ralearn --steps=20
+
+Each variant runs in a fresh process, so one variant's allocations cannot raise another's peak.
+Peak memory on CUDA: torch.cuda.max_memory_allocated over the timed steps (weights, gradients,
+activations and temporaries). On CPU, where the allocator keeps no statistics (and tracemalloc
+cannot see torch's allocations): the peak of live tensor bytes (the same categories) over one
+forward+backward, counted by torch's MemTracker (torch.distributed._tools); if that private tool
+is missing, the growth of the process's peak RSS over the steps, which is much noisier. Step
+times on a shared CPU are noisy too: --repeats=3 cycles through all variants three times and keeps
+each variant's fastest median. Targets of issue 4 at GPT-2 124M width and T=1024:
+swap patterns within 1.05x of the baseline's step time, mix within 1.3x, RALEARN within 1.6x, every
+variant within 1.3x of the baseline's peak memory.
+"""
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+# name -> RAConfig overrides. The baseline is the same class with ra_pattern='none' (exactly GPT).
+VARIANTS = {
+    "baseline": dict(ra_pattern="none"),
+    **{f"ra_{pattern}_{mode}": dict(ra_pattern=pattern, ra_mode=mode)
+       for mode in ("swap", "mix") for pattern in ("early", "late", "all", "alternate")},
+    "ra_all_mix_window": dict(ra_pattern="all", ra_mode="mix", ra_window=-1),  # -1: --ra_window
+    "ralearn": dict(ra_pattern="learned"),
+    "mla": dict(mla=True),
+    "ra_mla": dict(mla=True, ra_pattern="all", ra_mode="mix", ra_alpha=0.5, ra_window=-1),
+}
+PRESETS = {
+    "small": dict(n_layer=4, n_head=4, n_embd=128, block_size=256, vocab_size=4096, batch_size=4),
+    "gpt2": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304, batch_size=8),
+}
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--preset", choices=PRESETS, default="small", help="model shape; flags below override it")
+    for key in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "batch_size"):
+        p.add_argument(f"--{key}", type=int, default=None)
+    p.add_argument("--mla_latent_dim", type=int, default=0, help="0: n_embd // 6 (128 at GPT-2 width)")
+    p.add_argument("--ra_window", type=int, default=64, help="window of the *_window and ra_mla variants")
+    p.add_argument("--attn_impl", default="sdpa", choices=("sdpa", "manual"))
+    p.add_argument("--device", default="", help="'' picks cuda when available")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--steps", type=int, default=5, help="timed forward+backward steps (median reported)")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=1, help="cycles through the variants; the fastest counts")
+    p.add_argument("--variants", default="", help="comma-separated subset (baseline is always run)")
+    p.add_argument("--json", default="", help="also write the results to this file")
+    p.add_argument("--in_process", action="store_true", help="no fresh process per variant (quicker, less isolated)")
+    p.add_argument("--child", default="", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    for key, value in PRESETS[args.preset].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.mla_latent_dim = args.mla_latent_dim or args.n_embd // 6
+    return args
+
+
+def measure(args):
+    """One variant in this process: a JSON line with its step time and peak memory."""
+    import torch
+    from ra_model import RAConfig, RAGPT
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    overrides = {k: (args.ra_window if k == "ra_window" else v) for k, v in VARIANTS[args.child].items()}
+    torch.manual_seed(0)
+    config = RAConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, block_size=args.block_size,
+                      vocab_size=args.vocab_size, attn_impl=args.attn_impl, mla_latent_dim=args.mla_latent_dim,
+                      **overrides)
+    model = RAGPT(config).to(device)
+    fwd_bwd = torch.compile(model) if args.compile else model
+    idx = torch.randint(0, args.vocab_size, (args.batch_size, args.block_size), device=device)
+    dtype = getattr(torch, args.dtype)
+    autocast = torch.autocast(device.split(":")[0], dtype=dtype, enabled=dtype != torch.float32)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+    def step():
+        with autocast:
+            _, loss = fwd_bwd(idx, idx)
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+        sync()
+
+    rss_model = current_rss_mib()  # after the weights were allocated, before any step
+    for _ in range(args.warmup):
+        step()
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats(device)
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    if device.startswith("cuda"):
+        peak, how = torch.cuda.max_memory_allocated(device) / 2**20, "CUDA max_memory_allocated"
+    else:
+        peak, how = cpu_peak_tensor_mib(model, step)
+        if peak is None:  # ru_maxrss: the process's peak, warmup included; its growth since the model
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10 - rss_model
+    step_time = statistics.median(times)
+    return dict(variant=args.child, step_ms=1000 * step_time,
+                tokens_per_s=args.batch_size * args.block_size / step_time, peak_mib=peak, memory=how,
+                params=model.get_num_params(), device=device)
+
+
+def cpu_peak_tensor_mib(model, step):
+    try:
+        from torch.distributed._tools.mem_tracker import MemTracker
+    except ImportError:
+        return None, "peak RSS growth over the steps (weights excluded)"
+    tracker = MemTracker()
+    tracker.track_external(model)
+    with tracker:
+        step()
+    peak = sum(by_device["Total"] for by_device in tracker.get_tracker_snapshot("peak").values())
+    return peak / 2**20, "peak live tensor bytes (MemTracker)"
+
+
+def current_rss_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def main(argv):
+    args = parse_args(argv)
+    if args.child:
+        print(json.dumps(measure(args)))
+        return 0
+    names = ["baseline"] + [n for n in (args.variants.split(",") if args.variants else VARIANTS) if n != "baseline"]
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        print(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
+        return 1
+    print(f"n_layer={args.n_layer} n_head={args.n_head} n_embd={args.n_embd} block_size={args.block_size} "
+          f"vocab_size={args.vocab_size} batch_size={args.batch_size} dtype={args.dtype} attn_impl={args.attn_impl} "
+          f"mla_latent_dim={args.mla_latent_dim} ra_window={args.ra_window} steps={args.steps} (median)")
+    runs = {name: [] for name in names}
+    for _ in range(args.repeats):
+        for name in names:
+            if args.in_process:
+                runs[name].append(measure(argparse.Namespace(**{**vars(args), "child": name})))
+                continue
+            proc = subprocess.run([sys.executable, os.path.abspath(__file__), *argv, f"--child={name}"],
+                                  capture_output=True, text=True)
+            if proc.returncode:
+                print(f"{name}: failed\n{proc.stderr[-2000:]}")
+                return 1
+            runs[name].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    results = []
+    for name in names:
+        r = min(runs[name], key=lambda run: run["step_ms"])  # the least disturbed repeat
+        r["peak_mib"] = max(run["peak_mib"] for run in runs[name])
+        results.append(r)
+    base = results[0]
+    print(f"device={base['device']}; memory = {base['memory']}; time = fastest of {args.repeats} repeat(s)")
+    print(f"{'variant':<20}{'params':>12}{'ms/step':>10}{'tok/s':>10}{'peak MiB':>10}{'time x':>8}{'mem x':>8}")
+    for r in results:
+        r["time_ratio"], r["memory_ratio"] = r["step_ms"] / base["step_ms"], r["peak_mib"] / base["peak_mib"]
+        print(f"{r['variant']:<20}{r['params']:>12,}{r['step_ms']:>10.1f}{r['tokens_per_s']:>10,.0f}"
+              f"{r['peak_mib']:>10.1f}{r['time_ratio']:>8.2f}{r['memory_ratio']:>8.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(args={k: v for k, v in vars(args).items() if k != "child"}, results=results), f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

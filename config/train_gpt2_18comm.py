@@ -1,0 +1,9 @@
+# 18 all-reduces per forward pass: [TP, SPD] x 6 = 6 x 2 + 6 x 1.
+# torchrun --standalone --nproc_per_node=8 train.py config/train_gpt2_18comm.py
+import os
+
+exec(open(os.path.join(os.path.dirname(__file__), "_reduced_sync_common.py")).read())
+
+block_pattern = "tp,spd"
+out_dir = "out-gpt2-124M-18comm"
+wandb_run_name = "gpt2-124M-18comm"

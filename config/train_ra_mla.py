@@ -1,0 +1,17 @@
+# RA+MLA: the MLA of train_mla.py plus the reciprocal term K_i.Q_j in every layer, logits
+# S + 0.5 * S^T with S^T kept within 64 positions (the notes' RA+MLA settings; their alpha=0.5 run
+# diverged with a reciprocal term that summed the wrong indices).
+# python train.py config/train_ra_mla.py   (recipe: _ra_common.py)
+import os
+
+exec(open(os.path.join(os.path.dirname(__file__), "_ra_common.py")).read())
+out_dir = "out-ra-mla"
+wandb_run_name = "ra-mla"
+mla = True
+mla_latent_dim = 128
+mla_per_head_q_latent = True
+mla_per_head_v_up = True
+ra_pattern = "all"
+ra_mode = "mix"
+ra_alpha = 0.5
+ra_window = 64

@@ -1,0 +1,375 @@
+"""Reciprocal attention (RA) and multi-head latent attention (MLA), built from model.py's pieces.
+
+Standard causal attention lets token i weigh v_j (j <= i) by softmax_j(S_ij), S_ij = q_i.k_j.
+Reciprocal attention uses the transposed scores S^T_ij = k_i.q_j over the same causal set j <= i,
+so it is causal: every term comes from positions <= i. Per reciprocal layer (`ra_mode`):
+
+    swap   softmax over S^T alone: sdpa(k, q, v). Alone this only relabels W_q and W_k (a control).
+    mix    softmax over S + alpha*S^T. One SDPA call with doubled head dimension:
+           [q_i, alpha*k_i] . [k_j, q_j] = q_i.k_j + alpha*k_i.q_j   (scale stays 1/sqrt(d)).
+    gate   (1-p)*attn(S) + p*attn(S^T), p = sigmoid(learned per-layer logit): two SDPA calls.
+
+`ra_window` = W > 0 keeps the reciprocal term only where 0 <= i-j < W. No SDPA path materializes
+a T x T score matrix: every call can run on the fused (flash) kernel, values being zero-padded
+where their head size differs from q's (see `sdpa`); the windowed variants pass a boolean band
+mask (T x T, or T x 2T for mix: one byte per entry, shared by the batch and heads).
+`attn_impl='manual'` is the readable reference that materializes the scores.
+
+MLA (`mla=True`, every layer): K and V come from one shared down-projection c = W_dkv x of size
+`mla_latent_dim` (what an inference cache would hold). With `mla_per_head_q_latent` each head
+projects its query into the latent and scores it against c directly (the key up-projection
+absorbed into the query); otherwise a per-head key up-projection brings c back to head size.
+`mla_per_head_v_up` gives each head its own value up-projection (else one shared by all heads).
+RA+MLA: the pattern's layers add the reciprocal term to the MLA scores, K_i.Q_j with the same
+per-head tensors (ra_alpha = 0.0 is pure MLA).
+
+An RA model with ra_pattern='none' is exactly model.GPT: same modules, same initial weights for
+the same seed; RA-only parameters (alpha, gate logits) are filled deterministically, so they
+draw nothing from the random stream that initializes the shared weights.
+"""
+import importlib
+import math
+import warnings
+from dataclasses import dataclass, field, fields
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+from model import GPT, Block, CausalSelfAttention, GPTConfig, causal_attention
+
+RA_PATTERNS = ("none", "early", "late", "all", "alternate", "learned", "layers")
+RA_MODES = ("swap", "mix", "gate")
+RA_ALPHA_LEARN = ("none", "layer", "head")
+
+
+@dataclass
+class RAConfig(GPTConfig):
+    # which layers are reciprocal: 'none', 'early' (first half), 'late' (second half), 'all',
+    # 'alternate' (layers 1, 3, 5, ...), 'learned' (every layer, gated: the notes' RALEARN; ra_mode
+    # is not used), or 'layers' (the indices in ra_layers)
+    ra_pattern: str = "none"
+    ra_layers: list = field(default_factory=list)
+    ra_mode: str = "mix"  # 'swap', 'mix', 'gate' (see the module docstring)
+    ra_alpha: float = 0.5  # mix: weight of S^T (the initial value when learned)
+    ra_alpha_learn: str = "none"  # mix: 'none' (fixed), 'layer' or 'head' (one learned alpha each)
+    ra_gate_init: float = 0.0  # gate: initial logit of p (0.0: p = 0.5)
+    ra_window: int = 0  # >0: the reciprocal term only where 0 <= i - j < ra_window
+    mla: bool = False  # multi-head latent attention in every layer
+    mla_latent_dim: int = 128
+    mla_per_head_q_latent: bool = True
+    mla_per_head_v_up: bool = True
+
+    attn_impls = ("sdpa", "manual", "triton")  # triton: the fused kernels of kernels/ra_attention.py
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_ra_config(self)
+
+    def reciprocal_layers(self):
+        n = self.n_layer
+        return {
+            "none": [], "early": list(range(n // 2)), "late": list(range(n // 2, n)),
+            "all": list(range(n)), "alternate": list(range(1, n, 2)), "learned": list(range(n)),
+            "layers": sorted(self.ra_layers),
+        }[self.ra_pattern]
+
+    def layer_mode(self, layer_idx):
+        """The reciprocal mode of one layer, None for standard attention."""
+        if layer_idx not in self.reciprocal_layers():
+            return None
+        return "gate" if self.ra_pattern == "learned" else self.ra_mode
+
+
+def check_ra_config(cfg):
+    if cfg.ra_pattern not in RA_PATTERNS:
+        raise ValueError(f"ra_pattern={cfg.ra_pattern!r}: use one of {RA_PATTERNS}")
+    if cfg.ra_mode not in RA_MODES:
+        raise ValueError(f"ra_mode={cfg.ra_mode!r}: use one of {RA_MODES}")
+    if cfg.ra_alpha_learn not in RA_ALPHA_LEARN:
+        raise ValueError(f"ra_alpha_learn={cfg.ra_alpha_learn!r}: use one of {RA_ALPHA_LEARN}")
+    if cfg.ra_alpha_learn != "none" and (cfg.ra_mode != "mix" or cfg.ra_pattern == "learned"):
+        raise ValueError(f"ra_alpha_learn={cfg.ra_alpha_learn!r} applies to ra_mode='mix' only "
+                         f"(ra_mode={cfg.ra_mode!r}, ra_pattern={cfg.ra_pattern!r}): set ra_alpha_learn='none'")
+    if cfg.ra_pattern == "layers" and not cfg.ra_layers:
+        raise ValueError("ra_pattern='layers' needs the layer indices in ra_layers, e.g. ra_layers=[6, 7]")
+    if cfg.ra_layers and cfg.ra_pattern != "layers":
+        raise ValueError(f"ra_layers={cfg.ra_layers} is only used with ra_pattern='layers' "
+                         f"(ra_pattern={cfg.ra_pattern!r}): set one or clear the other")
+    for i in cfg.ra_layers:
+        if type(i) is not int or not 0 <= i < cfg.n_layer:
+            raise ValueError(f"ra_layers contains {i!r}: use layer indices 0..{cfg.n_layer - 1}")
+    if len(set(cfg.ra_layers)) != len(cfg.ra_layers):
+        raise ValueError(f"ra_layers={cfg.ra_layers} lists a layer twice")
+    if cfg.ra_window < 0:
+        raise ValueError(f"ra_window must be >= 0 (0: no window), got {cfg.ra_window}")
+    if cfg.mla_latent_dim < 1:
+        raise ValueError(f"mla_latent_dim must be a positive integer, got {cfg.mla_latent_dim}")
+
+
+# ----------------------------------------------------------------------------- the mixing step
+
+def band(T, window, device):
+    """(T, T) bool, True where 0 <= i - j < window: the causal band of the reciprocal term."""
+    i = torch.arange(T, device=device)
+    dist = i[:, None] - i[None, :]
+    return (dist >= 0) & (dist < window)
+
+
+def sdpa(q, k, v, **kwargs):
+    """F.scaled_dot_product_attention, with zero padding when the value head size differs from the
+    query/key head size (mix doubles q and k; MLA scores in the latent): the fused kernels (flash,
+    on CPU and CUDA) need one head size and PyTorch would otherwise fall back to the math kernel,
+    which materializes the T x T scores. Zero columns change neither q.k nor the weighted values."""
+    dqk, dv = q.size(-1), v.size(-1)
+    if dqk == dv:
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
+    if dv < dqk:
+        return F.scaled_dot_product_attention(q, k, F.pad(v, (0, dqk - dv)), **kwargs)[..., :dv]
+    kwargs.setdefault("scale", 1.0 / math.sqrt(dqk))  # the scale of the unpadded q.k
+    return F.scaled_dot_product_attention(F.pad(q, (0, dv - dqk)), F.pad(k, (0, dv - dqk)), v, **kwargs)
+
+
+def reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p):
+    """The RA variants through F.scaled_dot_product_attention; no T x T scores in memory."""
+    T, d = q.size(-2), q.size(-1)
+    near = band(T, window, q.device) if 0 < window < T else None  # None: the whole causal set
+
+    def recip(q, k, v):  # softmax_j(k_i . q_j): SDPA with the roles of query and key swapped
+        if near is None:
+            return sdpa(k, q, v, dropout_p=dropout_p, is_causal=True)
+        return sdpa(k, q, v, attn_mask=near, dropout_p=dropout_p)
+
+    if mode == "swap":
+        return recip(q, k, v)
+    if mode == "gate":
+        y = sdpa(q, k, v, dropout_p=dropout_p, is_causal=True)
+        return torch.lerp(y, recip(q, k, v), p.to(y.dtype))  # (1-p)*y + p*y_recip
+    # mix. SDPA would scale by 1/sqrt(2d), the head size of the doubled vectors: pass 1/sqrt(d).
+    # alpha may be a learned fp32 parameter: cast back so autocast's bf16 operands stay one dtype.
+    q2 = torch.cat([q, (alpha * k).to(q.dtype)], dim=-1)
+    if near is None:
+        k2 = torch.cat([k, q], dim=-1)
+        return sdpa(q2, k2, v, dropout_p=dropout_p, is_causal=True, scale=1.0 / math.sqrt(d))
+    # Windowed mix: each key appears twice, once as [k_j, q_j] (allowed inside the band, so its
+    # logit gets alpha*k_i.q_j) and once as [k_j, 0] (allowed outside it: S_ij alone). Every causal
+    # pair is allowed exactly once, so one softmax over the 2T keys is exact.
+    k2 = torch.cat([torch.cat([k, q], dim=-1), torch.cat([k, torch.zeros_like(q)], dim=-1)], dim=-2)
+    v2 = torch.cat([v, v], dim=-2)
+    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    mask = torch.cat([near, causal & ~near], dim=-1)  # (T, 2T) bool
+    return sdpa(q2, k2, v2, attn_mask=mask, dropout_p=dropout_p, scale=1.0 / math.sqrt(d))
+
+
+def reciprocal_manual(q, k, v, mode, alpha, p, window, dropout_p):
+    """The readable reference: materializes S and S^T (B, H, T, T)."""
+    T, d = q.size(-2), q.size(-1)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(d)  # S_ij = q_i.k_j, not yet masked
+    # S^T from the UNMASKED scores, masked afterwards. The notes' bug transposed an already masked
+    # S: its -inf moved to the past and the scores S_ji of future tokens j > i into row i.
+    recip = scores.transpose(-2, -1)  # k_i.q_j
+    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    near = band(T, window, q.device) if window > 0 else causal
+
+    def attend(logits, allowed):
+        weights = F.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
+        return F.dropout(weights, p=dropout_p) @ v
+
+    if mode == "swap":
+        return attend(recip, near)
+    if mode == "gate":
+        return (1 - p) * attend(scores, causal) + p * attend(recip, near)
+    return attend(scores + alpha * recip.masked_fill(~near, 0.0), causal)
+
+
+def fused_kernels():
+    """kernels/ra_attention.py, imported on first use: importing Triton takes seconds and binds its
+    interpreter mode (TRITON_INTERPRET) for the life of the process."""
+    return importlib.import_module("kernels.ra_attention")
+
+
+def reciprocal_triton(q, k, v, mode, alpha, gate_logit, window, dropout_p):
+    """The fused Triton kernel (kernels/ra_attention.py) where it can run, else the SDPA path."""
+    ra_attention = fused_kernels()
+    why = None
+    if not ra_attention.triton_available(q):
+        why = "Triton or a GPU is unavailable (TRITON_INTERPRET=1 runs the kernel on CPU)"
+    elif dropout_p > 0:
+        why = "the fused kernel has no attention dropout"
+    elif not q.shape == k.shape == v.shape:
+        why = "the fused kernel needs one head size for q, k and v (MLA scores in the latent)"
+    if why is not None:
+        warn_once(f"attn_impl='triton': {why}; running the PyTorch SDPA path instead")
+        p = torch.sigmoid(gate_logit) if gate_logit is not None else None
+        return reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p)
+    return ra_attention.reciprocal_attention(q, k, v, mode, alpha=alpha if mode == "mix" else None,
+                                             gate_logit=gate_logit.view(()) if mode == "gate" else None,
+                                             window=window)
+
+
+_warned = set()
+
+
+def warn_once(message):
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, stacklevel=3)
+
+
+class ReciprocalMixing:
+    """Mixin for an attention module: adds the RA parameters and the reciprocal `attend`."""
+
+    def setup_reciprocal(self, config, mode):
+        self.ra_mode = mode  # None: standard attention
+        self.ra_window = config.ra_window
+        self.ra_alpha_value = config.ra_alpha
+        self.attn_impl, self.dropout = config.attn_impl, config.dropout
+        # Filled deterministically (no random draws): the shared weights' init is untouched.
+        if mode == "mix" and config.ra_alpha_learn != "none":
+            n = config.n_head if config.ra_alpha_learn == "head" else 1
+            self.ra_alpha = nn.Parameter(torch.full((n,), float(config.ra_alpha)))
+        if mode == "gate":
+            self.ra_gate_logit = nn.Parameter(torch.full((1,), float(config.ra_gate_init)))
+
+    def alpha(self):
+        if hasattr(self, "ra_alpha"):
+            return self.ra_alpha.view(1, -1, 1, 1)  # (1, 1 or H, 1, 1) broadcasts over heads
+        return self.ra_alpha_value
+
+    def attend(self, q, k, v):
+        dropout_p = self.dropout if self.training else 0.0
+        alpha = self.alpha()
+        if self.ra_mode is None or (self.ra_mode == "mix" and isinstance(alpha, float) and alpha == 0.0):
+            if self.attn_impl in ("sdpa", "triton"):  # the baseline's call (sdpa pads MLA's values only)
+                return sdpa(q, k, v, dropout_p=dropout_p, is_causal=True)
+            return causal_attention(q, k, v, self.attn_impl, dropout_p)
+        if self.attn_impl == "triton":
+            gate_logit = self.ra_gate_logit if self.ra_mode == "gate" else None
+            return reciprocal_triton(q, k, v, self.ra_mode, alpha, gate_logit, self.ra_window, dropout_p)
+        p = torch.sigmoid(self.ra_gate_logit) if self.ra_mode == "gate" else None
+        fn = reciprocal_sdpa if self.attn_impl == "sdpa" else reciprocal_manual
+        return fn(q, k, v, self.ra_mode, alpha, p, self.ra_window, dropout_p)
+
+    def ra_metrics(self, layer_idx):
+        out = {}
+        if hasattr(self, "ra_gate_logit"):
+            out[f"ra_gate_layer{layer_idx}"] = torch.sigmoid(self.ra_gate_logit).item()
+        if hasattr(self, "ra_alpha"):
+            values = self.ra_alpha.detach().tolist()
+            if len(values) == 1:
+                out[f"ra_alpha_layer{layer_idx}"] = values[0]
+            else:
+                out.update({f"ra_alpha_layer{layer_idx}_head{h}": a for h, a in enumerate(values)})
+        return out
+
+
+class RAAttention(ReciprocalMixing, CausalSelfAttention):
+    """model.CausalSelfAttention (same projections, same init) with a reciprocal mixing step."""
+
+    def __init__(self, config, mode):
+        super().__init__(config)
+        self.setup_reciprocal(config, mode)
+
+
+class MLAttention(ReciprocalMixing, nn.Module):
+    """Multi-head latent attention: K and V from one shared latent c = c_kv(x)."""
+
+    def __init__(self, config, mode=None):
+        super().__init__()
+        C, H, L = config.n_embd, config.n_head, config.mla_latent_dim
+        self.n_head, self.latent = H, L
+        self.per_head_q_latent, self.per_head_v_up = config.mla_per_head_q_latent, config.mla_per_head_v_up
+        self.c_kv = nn.Linear(C, L, bias=config.bias)
+        if self.per_head_q_latent:
+            self.c_q = nn.Linear(C, H * L, bias=config.bias)  # each head's query lives in the latent
+        else:
+            self.c_q = nn.Linear(C, C, bias=config.bias)
+            self.k_up = nn.Linear(L, C, bias=config.bias)  # per-head keys from the latent
+        self.v_up = nn.Linear(L, C if self.per_head_v_up else C // H, bias=config.bias)
+        self.c_proj = nn.Linear(C, C, bias=config.bias)
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.setup_reciprocal(config, mode)
+
+    def heads(self, x, size):
+        B, T, _ = x.shape
+        return x.view(B, T, -1, size).transpose(1, 2).expand(B, self.n_head, T, size)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        hd = C // self.n_head
+        c = self.c_kv(x)  # (B, T, L)
+        if self.per_head_q_latent:
+            q, k = self.heads(self.c_q(x), self.latent), self.heads(c, self.latent)  # k: shared by heads
+        else:
+            q, k = self.heads(self.c_q(x), hd), self.heads(self.k_up(c), hd)
+        v = self.heads(self.v_up(c), hd)  # one shared value head is broadcast when not per head
+        y = self.attend(q, k, v)  # the reciprocal term, if any, is K_i.Q_j with these same tensors
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+def mla_attention_params(config):
+    """Parameters of one MLAttention, by formula (tests check the module against it)."""
+    C, H, L, b = config.n_embd, config.n_head, config.mla_latent_dim, int(config.bias)
+    n = C * L + b * L + C * C + b * C  # c_kv, c_proj
+    n += C * H * L + b * H * L if config.mla_per_head_q_latent else (C * C + b * C) + (L * C + b * C)
+    v_out = C if config.mla_per_head_v_up else C // H
+    return n + L * v_out + b * v_out
+
+
+# ----------------------------------------------------------------------------- the model
+
+class RAGPT(GPT):
+    def __init__(self, config):
+        rng = torch.get_rng_state()
+        super().__init__(config)
+        if config.mla:
+            self.copy_baseline_init(config, rng)
+
+    def make_block(self, layer_idx):
+        mode = self.config.layer_mode(layer_idx)
+        if self.config.mla:
+            return Block(self.config, attn=MLAttention(self.config, mode))
+        if mode is None:
+            return Block(self.config)
+        return Block(self.config, attn=RAAttention(self.config, mode))
+
+    def copy_baseline_init(self, config, rng):
+        """MLA's projections have other shapes than c_attn, so they consume a different number of
+        random draws and would shift the init of every later weight. Re-draw the baseline GPT from
+        the same random state and copy every weight the two models share (embeddings, norms, MLPs,
+        attention c_proj): MLA and baseline then differ only in the attention projections."""
+        torch.set_rng_state(rng)
+        base = GPT(GPTConfig(**{f.name: getattr(config, f.name) for f in fields(GPTConfig)}))
+        own = dict(self.named_parameters())
+        with torch.no_grad():
+            for name, p in base.named_parameters():
+                if name in own and own[name].shape == p.shape:
+                    own[name].copy_(p)
+
+    def flops_per_token(self):
+        """6N plus each layer's attention matmuls as they run: GPT's 12*C*T splits into 6*T*(score
+        width) for q.k and 6*T*C for the weighted values. mix doubles the score width (and, with a
+        window, also the keys), gate runs both attentions, MLA scores in the latent."""
+        cfg = self.config
+        T, C, H = cfg.block_size, cfg.n_embd, cfg.n_head
+        qk = H * cfg.mla_latent_dim if cfg.mla and cfg.mla_per_head_q_latent else C
+        total = 6 * self.get_num_params()
+        for i in range(cfg.n_layer):
+            mode, keys = cfg.layer_mode(i), T
+            windowed = 0 < cfg.ra_window < T
+            if mode == "mix" and cfg.ra_alpha == 0.0 and cfg.ra_alpha_learn == "none":
+                mode = None  # a fixed alpha of 0 skips the reciprocal term (pure MLA)
+            width = 2 * qk if mode == "mix" else qk
+            if mode == "mix" and windowed:
+                keys = 2 * T
+            total += (2 if mode == "gate" else 1) * 6 * keys * (width + C)
+        return total
+
+    def metrics(self):
+        """Learned gates p and alphas per layer, logged with every evaluation."""
+        out = {}
+        for i, block in enumerate(self.transformer.h):
+            if isinstance(block.attn, ReciprocalMixing):
+                out.update(block.attn.ra_metrics(i))
+        return out

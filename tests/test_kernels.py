@@ -1,0 +1,268 @@
+"""The fused RA kernels (kernels/ra_attention.py) against their PyTorch reference.
+
+The kernels run on CPU under Triton's interpreter. TRITON_INTERPRET must be set when triton is
+imported and the kernels decorated, so this module loads a private copy of kernels/ra_attention.py
+with it set (load_interpreted_ra), and sets it again only while its own tests run: other test
+modules (and the subprocesses they start) keep the ordinary import. The interpreter runs a tile of 16 (ra_attention.INTERPRET_BLOCK), so
+T = 37 spans three blocks with a ragged tail. Each interpreted call takes ~0.05-0.4 s here.
+"""
+
+import importlib.util
+import math
+import os
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels", "ra_attention.py")
+
+
+def load_interpreted_ra():
+    """A private copy of kernels/ra_attention.py whose kernels run under Triton's interpreter.
+
+    Triton reads TRITON_INTERPRET when it is imported (its own tl.sum, tl.max ... are jit
+    functions) and when kernels are decorated; so triton is (re)imported with it set. A triton
+    imported earlier without it is dropped from sys.modules first (modules that already hold it
+    keep their reference). The variable is restored afterwards.
+    """
+    old = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        if "triton" in sys.modules and type(sys.modules["triton"].language.standard.cdiv).__name__ == "JITFunction":
+            for name in [n for n in sys.modules if n == "triton" or n.startswith("triton.")]:
+                del sys.modules[name]
+        pytest.importorskip("triton", reason="triton is not installed (pip install -r requirements-dev.txt)")
+        spec = importlib.util.spec_from_file_location("ra_attention_interpreted", _PATH)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        _restore(old)
+    assert module.INTERPRET
+    return module
+
+
+def _restore(old):
+    if old is None:
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        os.environ["TRITON_INTERPRET"] = old
+
+
+ra = load_interpreted_ra()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _interpreter_env():
+    """Triton's runtime also reads TRITON_INTERPRET lazily (first launch imports more of it)."""
+    old = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    yield
+    _restore(old)
+
+
+MODES = ra.MODES
+# tolerances against a float64 reference, as (atol, rtol), for outputs and gradients
+TOL = {torch.float32: (2e-5, 1e-4), torch.float16: (1e-2, 1e-2), torch.bfloat16: (6e-2, 5e-2),
+       torch.float64: (1e-6, 1e-6)}
+
+
+def _inputs(shape, dtype, mode, per_head, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(shape, generator=g, dtype=torch.float64).to(dtype) for _ in range(3))
+    H = shape[1]
+    extra = {}
+    if mode == "mix":
+        extra["alpha"] = torch.linspace(-0.7, 0.9, H, dtype=torch.float64) if per_head else torch.tensor(0.6)
+    if mode == "gate":
+        extra["gate_logit"] = torch.linspace(-1.0, 1.5, H, dtype=torch.float64) if per_head else torch.tensor(0.3)
+    return q, k, v, {name: t.float() for name, t in extra.items()}
+
+
+def _run(fn, q, k, v, mode, extra, window, do):
+    """Output and the gradients of (o * do).sum() with respect to q, k, v and alpha / gate_logit."""
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    params = {name: t.detach().clone().requires_grad_() for name, t in extra.items()}
+    out = fn(*leaves, mode, window=window, **params)
+    grads = torch.autograd.grad((out.double() * do).sum(), leaves + list(params.values()))
+    return out, grads
+
+
+def _assert_close(actual, expected, dtype, what):
+    atol, rtol = TOL[dtype]
+    err = (actual.double() - expected.double()).abs().max().item()
+    torch.testing.assert_close(actual.double(), expected.double(), atol=atol, rtol=rtol,
+                               msg=lambda m: f"{what}: max abs err {err:.3g}\n{m}")
+
+
+# (dtype, (B, H, T, D), window, per_head). T = 37 and 20 are not multiples of the tile; T = 1 is
+# a single query; D = 16, 32, 64 and one D = 24 that is not a power of two (masked head lanes).
+# Windows 2 and 18 put the band's edge one key past a tile boundary, where skipping whole tiles
+# outside the band (swap) would go wrong first.
+CASES = [
+    (torch.float32, (2, 2, 37, 16), 0, True),
+    (torch.float32, (1, 3, 20, 64), 2, False),
+    (torch.float32, (1, 2, 1, 32), 0, True),
+    (torch.float16, (1, 2, 37, 32), 18, True),
+    (torch.bfloat16, (1, 2, 37, 24), 0, False),
+]
+
+
+@pytest.mark.parametrize("dtype,shape,window,per_head", CASES, ids=lambda c: str(c).replace("torch.", ""))
+@pytest.mark.parametrize("mode", MODES)
+def test_kernel_matches_reference(mode, dtype, shape, window, per_head):
+    q, k, v, extra = _inputs(shape, dtype, mode, per_head)
+    do = torch.randn(shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    out, grads = _run(ra.reciprocal_attention, q, k, v, mode, extra, window, do)
+    ref_extra = {name: t.double() for name, t in extra.items()}
+    ref, ref_grads = _run(ra.reference_attention, q.double(), k.double(), v.double(), mode, ref_extra, window, do)
+    assert out.dtype == dtype and out.shape == shape
+    _assert_close(out, ref, dtype, "output")
+    names = ["dq", "dk", "dv"] + ["d" + name for name in extra]
+    for name, grad, ref_grad in zip(names, grads, ref_grads):
+        _assert_close(grad, ref_grad, dtype, name)
+
+
+@pytest.mark.parametrize("mode,window", [("standard", 0), ("swap", 4), ("mix", 0), ("gate", 3)])
+def test_kernel_is_causal(mode, window):
+    q, k, v, extra = _inputs((1, 2, 37, 16), torch.float32, mode, per_head=True)
+    out = ra.reciprocal_attention(q, k, v, mode, window=window, **extra)
+    t0 = 21  # perturb every position from t0 on: rows before t0 must not move at all
+    q2, k2, v2 = (t.clone() for t in (q, k, v))
+    for t in (q2, k2, v2):
+        t[:, :, t0:] += 10 * torch.randn_like(t[:, :, t0:])
+    out2 = ra.reciprocal_attention(q2, k2, v2, mode, window=window, **extra)
+    assert torch.equal(out[:, :, :t0], out2[:, :, :t0])
+    assert not torch.allclose(out[:, :, t0:], out2[:, :, t0:])
+
+
+@pytest.mark.parametrize("mode,window", [("standard", 0), ("swap", 2), ("mix", 2), ("gate", 0)])
+def test_kernel_gradcheck_float64(mode, window):
+    """Full gradcheck inside one block (T = 3), fast-mode gradcheck across two blocks (T = 20).
+    Per-head alpha / gate_logit need two heads; the other modes check one (each full gradcheck
+    input costs two interpreted forward passes)."""
+    H = 2 if mode in ("mix", "gate") else 1
+    for T, D, fast in ((3, 2, False), (20, 4, True)):
+        q, k, v, extra = _inputs((1, H, T, D), torch.float64, mode, per_head=True)
+        params = [t.double().requires_grad_() for t in extra.values()]
+        names = list(extra)
+        leaves = [t.requires_grad_() for t in (q, k, v)]
+
+        def f(q, k, v, *params):
+            return ra.reciprocal_attention(q, k, v, mode, window=window, **dict(zip(names, params)))
+
+        # atol: the kernel folds scale * log2(e) into a float32 scalar (a ~1e-8 relative error)
+        assert torch.autograd.gradcheck(f, leaves + params, atol=1e-5, rtol=1e-4, fast_mode=fast)
+
+
+def test_strided_views_and_scalar_parameters():
+    """The model passes (B, T, H, D).transpose(1, 2) views; alpha may be a plain float or a view."""
+    x = torch.randn(2, 19, 3, 16)
+    q, k, v = (x + i for i in range(3))  # three distinct (B, T, H, D) tensors
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    assert not q.is_contiguous()
+    out = ra.reciprocal_attention(q, k, v, "mix", alpha=0.5, window=4)
+    ref = ra.reference_attention(q, k, v, "mix", alpha=0.5, window=4)
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
+    # ra_model's parameter shapes: alpha viewed as (1, H, 1, 1), a gate logit of shape (1,)
+    alpha = torch.tensor([0.2, -0.4, 0.7], requires_grad=True)
+    logit = torch.tensor([0.3], requires_grad=True)
+    for mode, extra, param in (("mix", {"alpha": alpha.view(1, -1, 1, 1)}, alpha),
+                               ("gate", {"gate_logit": logit}, logit)):
+        grads = [torch.autograd.grad(fn(q, k, v, mode, **extra).sum(), param)[0]
+                 for fn in (ra.reciprocal_attention, ra.reference_attention)]
+        assert grads[0].shape == param.shape
+        torch.testing.assert_close(grads[0], grads[1], atol=1e-4, rtol=1e-4)
+
+
+# The reference itself, without the interpreter: the identities from the research notes.
+
+def test_reference_identities():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 11, 8, dtype=torch.float64) for _ in range(3))
+    sdpa = F.scaled_dot_product_attention
+    ref = ra.reference_attention
+    torch.testing.assert_close(ref(q, k, v, "standard"), sdpa(q, k, v, is_causal=True))
+    torch.testing.assert_close(ref(q, k, v, "swap"), sdpa(k, q, v, is_causal=True))
+    # S + a S^T under the causal mask is one attention with doubled head size: [q, a k] . [k, q]
+    a = 0.5
+    doubled = sdpa(torch.cat([q, a * k], -1), torch.cat([k, q], -1), v, is_causal=True, scale=1 / math.sqrt(8))
+    torch.testing.assert_close(ref(q, k, v, "mix", alpha=a), doubled)
+    gate = ref(q, k, v, "gate", gate_logit=torch.tensor(0.0))
+    torch.testing.assert_close(gate, 0.5 * (ref(q, k, v, "standard") + ref(q, k, v, "swap")))
+    # a window as wide as the sequence is no window; window 1 leaves swap with the diagonal only
+    torch.testing.assert_close(ref(q, k, v, "mix", alpha=a, window=11), ref(q, k, v, "mix", alpha=a))
+    torch.testing.assert_close(ref(q, k, v, "swap", window=1), v)
+
+
+def test_fallback_warns_once(monkeypatch):
+    monkeypatch.setattr(ra, "INTERPRET", False)
+    monkeypatch.setattr(ra, "_warned", False)
+    q, k, v = (torch.randn(1, 2, 5, 8) for _ in range(3))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = ra.reciprocal_attention(q, k, v, "gate", gate_logit=0.2)
+        ra.reciprocal_attention(q, k, v, "swap")
+    assert len(caught) == 1 and "PyTorch reference" in str(caught[0].message)
+    torch.testing.assert_close(out, ra.reference_attention(q, k, v, "gate", gate_logit=0.2))
+
+
+def test_bad_arguments_are_named():
+    q = torch.randn(1, 1, 4, 8)
+    with pytest.raises(ValueError, match="mode="):
+        ra.reciprocal_attention(q, q, q, "transpose")
+    with pytest.raises(ValueError, match="alpha"):
+        ra.reciprocal_attention(q, q, q, "mix")
+    with pytest.raises(ValueError, match="gate_logit"):
+        ra.reciprocal_attention(q, q, q, "gate")
+    with pytest.raises(ValueError, match="one value per head"):
+        ra.reciprocal_attention(q, q, q, "mix", alpha=torch.ones(3))
+    with pytest.raises(ValueError, match="window"):
+        ra.reciprocal_attention(q, q, q, "swap", window=-1)
+
+
+@pytest.mark.parametrize("pattern,mode", [("late", "mix"), ("learned", "gate"), ("all", "swap")])
+def test_model_trains_with_the_fused_kernel_like_the_pytorch_path(pattern, mode, monkeypatch):
+    """attn_impl='triton' (the kernel, interpreted) and attn_impl='sdpa' give the same losses over
+    a few AdamW steps of a tiny RA model from the same initial weights."""
+    import ra_model
+
+    monkeypatch.setattr(ra_model, "fused_kernels", lambda: ra)
+    losses = {}
+    for impl in ("sdpa", "triton"):
+        torch.manual_seed(0)
+        cfg = ra_model.RAConfig(n_layer=2, n_head=2, n_embd=32, block_size=20, vocab_size=64, ra_pattern=pattern,
+                                ra_mode=mode, ra_alpha_learn="layer" if mode == "mix" else "none", attn_impl=impl)
+        model = ra_model.RAGPT(cfg)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        data = torch.randint(0, 64, (2, 21), generator=torch.Generator().manual_seed(1))
+        losses[impl] = []
+        for _ in range(3):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # a fallback to the PyTorch path would warn
+                _, loss = model(data[:, :-1], data[:, 1:])
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses[impl].append(loss.item())
+    assert losses["triton"] == pytest.approx(losses["sdpa"], rel=1e-4, abs=1e-5)
+    assert losses["sdpa"][-1] < losses["sdpa"][0]
+
+
+def test_triton_falls_back_to_sdpa_without_a_gpu_or_interpreter(monkeypatch):
+    import ra_model
+
+    monkeypatch.setattr(ra_model.fused_kernels(), "triton_available", lambda x: False)
+    monkeypatch.setattr(ra_model, "_warned", set())
+    torch.manual_seed(0)
+    model = ra_model.RAGPT(ra_model.RAConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32,
+                                             ra_pattern="all", attn_impl="triton"))
+    idx = torch.randint(0, 32, (1, 8))
+    with pytest.warns(UserWarning, match="running the PyTorch SDPA path"):
+        logits, _ = model(idx)
+    model.config.attn_impl = "sdpa"
+    for block in model.transformer.h:
+        block.attn.attn_impl = "sdpa"
+    assert torch.equal(logits, model(idx)[0])

@@ -1,0 +1,318 @@
+"""Reduced-synchronization tensor parallelism: real execution on gloo ranks equals the simulation,
+tp blocks equal GPT-2, f and g have the right backward rules, and every config counts its syncs."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import configurator
+import tokendata
+import train
+from model import GPT, GPTConfig
+from reduced_sync_model import (ReducedSyncConfig, ReducedSyncGPT, _SumBackward, _SumForward, expected_syncs,
+                                new_record, schedule, shard_tensor)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = dict(block_size=8, vocab_size=32, n_layer=6, n_head=4, n_embd=16)
+
+# pattern name -> (ReducedSyncConfig kwargs, syncs per forward pass at n_layer=6)
+PATTERNS = {
+    "tp": (dict(block_pattern="tp"), 12),
+    "spd": (dict(block_pattern="spd"), 6),
+    "parallel": (dict(block_pattern="parallel"), 1),
+    "tp,spd": (dict(block_pattern="tp,spd"), 9),
+    "tp,spd,spd": (dict(block_pattern="tp,spd,spd"), 8),
+    "spd,parallel (lone parallel blocks between syncs)": (dict(block_pattern="spd,parallel"), 6),
+    "spd,parallel,parallel": (dict(block_pattern="spd,parallel,parallel"), 4),
+    "grouped sync_every=2": (dict(block_pattern="parallel", sync_every=2), 3),
+    "selective": (dict(block_pattern="parallel", sync_layers=[0, 3]), 3),
+    "mixed, no bias": (dict(block_types=["parallel", "tp", "parallel", "spd", "parallel", "parallel"],
+                            bias=False), 6),
+}
+
+
+def rs_config(tp_size, **kwargs):
+    return ReducedSyncConfig(**{**TINY, **kwargs}, tp_size=tp_size)
+
+
+def make(config, seed=0, tp_group=None):
+    torch.manual_seed(seed)
+    return ReducedSyncGPT(config, tp_group=tp_group).double()
+
+
+def batch(seed=1, B=2):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, TINY["vocab_size"], (B, TINY["block_size"]), generator=g)
+
+
+def run_ranks(fn, world, tmp_path, *args):
+    """fn(rank, world, *args) on `world` forked gloo ranks; an assertion in any rank fails the test."""
+    mp.start_processes(_worker, args=(fn, world, str(tmp_path), args), nprocs=world, start_method="fork")
+
+
+def _worker(rank, fn, world, tmp, args):
+    dist.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous", rank=rank, world_size=world)
+    try:
+        fn(rank, world, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+# ----------------------------------------------------------------------------- one process
+
+@pytest.mark.parametrize("name", PATTERNS)
+def test_schedule_and_simulated_counts(name):
+    kwargs, syncs = PATTERNS[name]
+    config = rs_config(2, **kwargs)
+    assert expected_syncs(config) == syncs
+    model = make(config)
+    _, loss = model(batch(), batch(2))
+    loss.backward()
+    assert model.metrics()["syncs_forward"] == model.metrics()["syncs_backward"] == syncs
+
+
+def test_lone_parallel_block_costs_one_sync_and_runs_break_where_asked():
+    assert schedule(rs_config(2, block_pattern="spd,parallel")) == [("run", [i]) for i in range(6)]
+    assert schedule(rs_config(2, block_pattern="parallel", sync_every=3)) == [("run", [0, 1, 2]), ("run", [3, 4, 5])]
+    assert schedule(rs_config(2, block_types=["parallel", "parallel", "tp", "parallel", "spd", "parallel"])) == [
+        ("run", [0, 1]), ("tp", [2]), ("run", [3]), ("run", [4]), ("run", [5])]
+
+
+def test_the_notes_alternating_parallel_patterns_cost_what_they_really_merge():
+    # seeds/002 counted parallel blocks as free: [SPD, P] x 6 as 8 syncs, [SPD, P, P] x 4 as 6. Each
+    # parallel run still needs its merge, so they cost 12 and 8 (train_gpt2_8comm/6comm use others).
+    twelve = dict(TINY, n_layer=12)
+    assert expected_syncs(ReducedSyncConfig(**twelve, block_pattern="spd,parallel")) == 12
+    assert expected_syncs(ReducedSyncConfig(**twelve, block_pattern="spd,parallel,parallel")) == 8
+    assert expected_syncs(ReducedSyncConfig(**twelve, block_pattern="spd,parallel,parallel,parallel")) == 6
+
+
+@pytest.mark.parametrize("tp_size", [1, 2, 4])
+def test_tp_blocks_equal_gpt_with_the_same_weights(tp_size):
+    torch.manual_seed(0)
+    gpt = GPT(GPTConfig(**TINY)).double()
+    model = make(rs_config(tp_size, block_pattern="tp"))
+    model.load_state_dict(gpt.state_dict())
+    idx, targets = batch(), batch(2)
+    (a, loss_a), (b, loss_b) = gpt(idx, targets), model(idx, targets)
+    assert torch.allclose(a, b, atol=1e-12, rtol=0)
+    loss_a.backward()
+    loss_b.backward()
+    for (name, p), q in zip(gpt.named_parameters(), model.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=1e-12, rtol=0), name
+
+
+def test_same_seed_gives_gpt_weights_and_spd_differs_from_gpt():
+    torch.manual_seed(0)
+    gpt = GPT(GPTConfig(**TINY)).double()
+    spd = make(rs_config(2, block_pattern="spd"))
+    assert all(torch.equal(a, b) for a, b in zip(gpt.state_dict().values(), spd.state_dict().values()))
+    assert not torch.allclose(gpt(batch())[0], spd(batch())[0], atol=1e-6)  # an approximation, not TP
+    # With one shard there is nothing to approximate: every block type is GPT-2.
+    one = make(rs_config(1, block_pattern="spd,parallel,parallel"))
+    assert torch.allclose(gpt(batch())[0], one(batch())[0], atol=1e-12, rtol=0)
+
+
+def test_spd_block_is_a_one_block_parallel_run_and_follows_the_formula():
+    spd = make(rs_config(2, block_pattern="spd"))
+    grouped = make(rs_config(2, block_pattern="parallel", sync_every=1))
+    assert torch.equal(spd(batch())[0], grouped(batch())[0])
+    # The formula of RESEARCH.md by hand for block 0 (two shards: heads 0-1 | 2-3, MLP columns halves).
+    b, x = spd.transformer.h[0], torch.randn(2, 8, 16, dtype=torch.float64)
+    spd.record = new_record()
+    a = [spd.attn_partial(b, i, b.ln_1(x)) for i in range(2)]
+    z = [spd.mlp_partial(b, i, b.ln_2(x + a[i] + b.attn.c_proj.bias)) + a[i] for i in range(2)]
+    expected = x + z[0] + z[1] + b.attn.c_proj.bias + b.mlp.c_proj.bias
+    assert torch.allclose(spd.local_run([b], x), expected, atol=1e-12, rtol=0)
+
+
+def test_clip_grad_norm_matches_torch_in_simulation():
+    model = make(rs_config(2, block_pattern="tp,spd"))
+    model(batch(), batch(2))[1].backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    norm = model.clip_grad_norm_(0.01)
+    for p, g in zip(model.parameters(), grads):
+        p.grad = g
+    assert norm.item() == pytest.approx(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01).item(), rel=1e-6)
+
+
+# ----------------------------------------------------------------------------- real ranks
+
+def _real_equals_simulated(rank, world):
+    group = dist.group.WORLD
+    for name, (kwargs, syncs) in PATTERNS.items():
+        config = rs_config(world, **kwargs)
+        sim, real = make(config), make(config, tp_group=group)
+        assert sum(p.numel() for p in real.parameters()) < sum(p.numel() for p in sim.parameters())
+        assert real.get_num_params() == sim.get_num_params()
+        idx, targets = batch(), batch(2)
+        (ls, loss_s), (lr, loss_r) = sim(idx, targets), real(idx, targets)
+        assert torch.allclose(ls, lr, atol=1e-10, rtol=0), name
+        loss_s.backward()
+        loss_r.backward()
+        sim_grads = dict(sim.named_parameters())
+        for pname, p in real.named_parameters():
+            expected = shard_tensor(pname, sim_grads[pname].grad, rank, world)
+            assert torch.allclose(p.grad, expected, atol=1e-10, rtol=0), (name, pname)
+        m = real.metrics()
+        assert (m["syncs_forward"], m["syncs_backward"]) == (syncs, syncs), (name, m)
+        assert m["allreduce_mib_forward"] == sim.metrics()["allreduce_mib_forward"]
+        # Gathered shards are the simulated (GPT-layout) weights; the gradient norm is the whole model's.
+        full = real.full_state_dict()
+        assert all(torch.equal(full[k], v) for k, v in sim.state_dict().items()), name
+        assert torch.allclose(real.clip_grad_norm_(1e9), sim.clip_grad_norm_(1e9), rtol=1e-6), name
+
+
+def test_real_tp_on_two_ranks_equals_simulation_for_every_pattern(tmp_path):
+    run_ranks(_real_equals_simulated, 2, tmp_path)
+
+
+def _real_tp_equals_gpt(rank, world):
+    torch.manual_seed(0)
+    gpt = GPT(GPTConfig(**TINY)).double()
+    real = make(rs_config(world, block_pattern="tp"), tp_group=dist.group.WORLD)
+    real.load_full_state_dict(gpt.state_dict())
+    idx, targets = batch(), batch(2)
+    (a, loss_a), (b, loss_b) = gpt(idx, targets), real(idx, targets)
+    assert torch.allclose(a, b, atol=1e-10, rtol=0)
+    loss_a.backward()
+    loss_b.backward()
+    grads = dict(gpt.named_parameters())
+    for name, p in real.named_parameters():
+        assert torch.allclose(p.grad, shard_tensor(name, grads[name].grad, rank, world), atol=1e-10, rtol=0), name
+
+
+def test_real_tp_blocks_equal_unsharded_gpt(tmp_path):
+    run_ranks(_real_tp_equals_gpt, 2, tmp_path)
+
+
+def _f_and_g_backward_rules(rank, world):
+    group, record = dist.group.WORLD, new_record()
+    # g: y = sum_r x_r. dL/dx_r = dL/dy, not world * dL/dy (the functional collectives' trap).
+    x = torch.full((3,), float(rank + 1), dtype=torch.float64, requires_grad=True)
+    y = _SumForward.apply(x, group, record)
+    assert torch.equal(y, torch.full((3,), 3.0, dtype=torch.float64))
+    w = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    (y * w).sum().backward()
+    assert torch.equal(x.grad, w)
+    # f: x replicated, each rank's loss uses its copy; dL/dx is the sum of the ranks' terms, once.
+    x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    (h,) = _SumBackward.apply(group, record, x)
+    (h * (rank + 1)).sum().backward()
+    assert torch.equal(x.grad, torch.full((3,), 3.0, dtype=torch.float64))
+    assert (record["forward"], record["backward"]) == (1, 1)
+
+
+def test_f_and_g_do_not_scale_gradients_by_world_size(tmp_path):
+    run_ranks(_f_and_g_backward_rules, 2, tmp_path)
+
+
+# ----------------------------------------------------------------------------- train.py, TP x DP
+
+VOCAB = 64
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("toy")
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 20000), ("val", 4000)):
+        tokens = (np.arange(n) + (rng.random(n) < 0.1) * rng.integers(0, VOCAB, n)) % VOCAB
+        tokendata.write_split(str(d / f"{split}.bin"), [tokens])
+    return str(d)
+
+
+def tp_args(data_dir, out_dir, *extra):
+    return [f"--data_dir={data_dir}", f"--out_dir={out_dir}", "--dataset=toy", f"--vocab_size={VOCAB}",
+            "--model_type=reduced_sync", "--tp_size=2", "--block_pattern=tp,spd,parallel,parallel",
+            "--n_layer=4", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=2",
+            "--gradient_accumulation_steps=4", "--dtype=float32", "--eval_iters=2", "--eval_interval=2",
+            "--log_interval=1", "--warmup_iters=1", "--learning_rate=1e-2", "--min_lr=1e-3", "--grad_clip=0.5",
+            "--max_iters=4", "--lr_decay_iters=4", *extra]
+
+
+def events(out_dir, kind):
+    with open(os.path.join(out_dir, "log.jsonl")) as f:
+        return [r for r in map(json.loads, f) if r["event"] == kind]
+
+
+def torchrun(nproc, args):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+                           "train.py", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc
+
+
+def test_tp2_x_dp2_trains_like_one_simulated_replica_and_resumes(data_dir, tmp_path):
+    single, split = str(tmp_path / "single"), str(tmp_path / "tpdp")
+    train.main(tp_args(data_dir, single))  # one process: the 2 shards simulated, 4 micro-steps
+    torchrun(4, tp_args(data_dir, split, "--max_iters=2"))  # 2 replicas x 2 tp ranks, then resume
+    torchrun(4, tp_args(data_dir, split, "--init_from=resume"))
+    checklist = events(split, "checklist")[0]
+    assert checklist["world_size"] == 4 and checklist["data_parallel_replicas"] == 2
+    assert checklist["grad_accum_per_rank"] == 2 and checklist["tp_execution"].startswith("real")
+    assert checklist["syncs_per_forward"].startswith("4 measured / 4 expected")
+    losses = lambda out: {r["iter"]: r["loss"] for r in events(out, "train")}
+    a, b = losses(single), losses(split)
+    assert list(a) == list(b) == [1, 2, 3, 4]
+    assert all(b[i] == pytest.approx(a[i], rel=1e-5) for i in a), (a, b)
+    evals = lambda out: {e["iter"]: e["val_loss"] for e in events(out, "eval")}
+    assert list(evals(split)) == list(evals(single)) == [0, 2, 4]  # the resumed run re-evaluates step 2
+    assert all(evals(split)[i] == pytest.approx(evals(single)[i], rel=1e-5) for i in (0, 2, 4))
+    assert all(e["syncs_forward"] == e["syncs_backward"] == 4 for e in events(split, "eval"))
+    ckpt_a = torch.load(os.path.join(single, "ckpt.pt"), weights_only=False)
+    ckpt_b = torch.load(os.path.join(split, "ckpt.pt"), weights_only=False)
+    assert len(ckpt_b["optimizer"]) == 2  # one optimizer state per tp rank
+    for key, value in ckpt_a["model"].items():
+        assert torch.allclose(value, ckpt_b["model"][key], atol=1e-5, rtol=0), key
+
+
+# ----------------------------------------------------------------------------- the experiment configs
+
+COMM_CONFIGS = {  # config file -> syncs per forward pass that its name promises
+    "train_gpt2_24comm": 24, "train_gpt2_18comm": 18, "train_gpt2_16comm": 16, "train_gpt2_12comm": 12,
+    "train_gpt2_8comm": 8, "train_gpt2_6comm": 6, "train_spd_12sync": 12, "train_grouped_6sync": 6,
+    "train_grouped_4sync": 4, "train_grouped_3sync": 3, "train_grouped_2sync": 2, "train_selective_9sync": 9,
+}
+
+
+@pytest.mark.parametrize("name", COMM_CONFIGS)
+def test_comm_configs_promise_what_they_count(name):
+    for variant in ("", "_shakespeare"):
+        cfg = configurator.apply_config(train.DEFAULTS, [os.path.join(REPO, "config", f"{name}{variant}.py")])
+        config = train.model_config(cfg)
+        assert cfg["model_type"] == "reduced_sync" and expected_syncs(config) == COMM_CONFIGS[name]
+        if not variant:
+            assert (cfg["n_layer"], cfg["n_embd"], cfg["max_iters"], cfg["dataset"]) == (12, 768, 20000, "openwebtext")
+            assert cfg["wandb_run_name"].startswith("gpt2-124M-") and cfg["tp_size"] == 2
+        else:
+            assert cfg["tp_size"] == 2 and cfg["dataset"] == "shakespeare"
+
+
+def test_architecture_script_counts_syncs_on_two_real_ranks(capsys):
+    import test_all_architectures as script
+    assert script.main(["--only", "rs-", "--ranks", "2"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("PASS ")]
+    assert len(lines) == len(COMM_CONFIGS)
+    for name, syncs in COMM_CONFIGS.items():
+        line = next(l for l in lines if l.split()[1] == "rs-" + name.removeprefix("train_"))
+        assert f"real on 2 ranks, {syncs} all-reduces forward and backward" in line
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--model_type=gpt", "--tp_size=2"], "needs model_type='reduced_sync'"),
+    (["--block_pattern=tp,spd,spd"], "does not divide n_layer"),
+    (["--block_pattern=tp,ring"], "unknown block types"),
+    (["--tp_size=4"], "must divide n_head"),
+    (["--sync_layers=[7]"], "sync_layers contains 7"),
+])
+def test_impossible_reduced_sync_configs_fail_at_startup(data_dir, tmp_path, extra, message):
+    with pytest.raises((configurator.ConfigError, ValueError), match=message):
+        train.main(tp_args(data_dir, str(tmp_path / "run"), *extra))

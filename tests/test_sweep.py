@@ -1,0 +1,119 @@
+"""sweep.py: grid expansion, constant tokens per step, skipping finished runs, the summary table."""
+import csv
+import json
+import os
+
+import pytest
+
+import configurator
+import sweep
+import train
+from test_train import data_dir, events, tiny_args  # noqa: F401 (data_dir is a fixture)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Finished:
+    def __init__(self, code):
+        self.returncode = code
+
+    def poll(self):
+        return self.returncode
+
+
+def in_process(calls, fail=()):
+    """A launcher that runs train.main here (no subprocess start-up) and records what it ran."""
+    def launch(argv, gpu, log_path):
+        out_dir = configurator.apply_config(train.DEFAULTS, argv)["out_dir"]
+        calls.append(os.path.basename(out_dir))
+        if calls[-1] in fail:
+            train.RunLog(dict(train.DEFAULTS, out_dir=out_dir), True).event("checklist", "crashed")
+            return Finished(1)
+        train.main(argv)
+        return Finished(0)
+    return launch
+
+
+def toy_args(data_dir, *extra):
+    return [a for a in tiny_args(data_dir, "unused", "--max_iters=4", "--lr_decay_iters=4", *extra)
+            if not a.startswith(("--out_dir=", "--learning_rate=", "--batch_size="))]  # the sweep sets these
+
+
+GRID = '--grid=learning_rate=[1e-2, 3e-3] batch_size=[2,4]'
+
+
+def test_grid_expands_to_distinct_runs(data_dir, tmp_path):
+    runs = sweep.main([GRID, f"--sweep_dir={tmp_path}/s", "--tokens_per_iter=128", "--dry_run=True",
+                       *toy_args(data_dir)])
+    names = [name for name, _, _ in runs]
+    assert names == ["learning_rate-0.01_batch_size-2", "learning_rate-0.01_batch_size-4",
+                     "learning_rate-0.003_batch_size-2", "learning_rate-0.003_batch_size-4"]
+    cfgs = [configurator.apply_config(train.DEFAULTS, argv) for _, _, argv in runs]
+    assert {(c["learning_rate"], c["batch_size"]) for c in cfgs} == {(1e-2, 2), (1e-2, 4), (3e-3, 2), (3e-3, 4)}
+    assert len({c["out_dir"] for c in cfgs}) == len({c["wandb_run_name"] for c in cfgs}) == 4
+    assert all(c["tokens_per_iter"] == 128 and c["gradient_accumulation_steps"] == 0 for c in cfgs)
+    assert not os.path.exists(tmp_path / "s")
+    # A list of grids is their union (each optimizer with rates of its own regime).
+    assert sweep.expand({"a": [1, 2], "b": ["x"]}) == [{"a": 1, "b": "x"}, {"a": 2, "b": "x"}]
+    assert sweep.parse_grid("optimizer=[sgd, adamw] lr=[1e-3]") == {"optimizer": ["sgd", "adamw"], "lr": [1e-3]}
+    with pytest.raises(configurator.ConfigError, match="both swept and fixed"):
+        sweep.main([GRID, "--batch_size=8", "--dry_run=True", *toy_args(data_dir)])
+    with pytest.raises(configurator.ConfigError, match="set --sweep_dir"):
+        sweep.main([GRID, "--out_dir=elsewhere", "--dry_run=True", *toy_args(data_dir)])
+    with pytest.raises(configurator.ConfigError, match="not a multiple of batch_size"):  # 96 / (4 x 16)
+        sweep.main([GRID, "--tokens_per_iter=96", "--dry_run=True", *toy_args(data_dir)])
+
+
+def test_sweep_runs_keeps_tokens_per_step_skips_finished_and_writes_the_table(data_dir, tmp_path):
+    sweep_dir = str(tmp_path / "s")
+    args = [GRID, f"--sweep_dir={sweep_dir}", "--tokens_per_iter=128", *toy_args(data_dir)]
+    calls = []
+    with pytest.raises(RuntimeError, match="1 runs failed: learning_rate-0.003_batch_size-4"):
+        sweep.main(args, launch=in_process(calls, fail=("learning_rate-0.003_batch_size-4",)))
+    assert len(calls) == 4
+    for name in calls[:3]:
+        checklist = events(os.path.join(sweep_dir, name), "checklist")[0]
+        batch = 2 if name.endswith("-2") else 4
+        assert (checklist["tokens_per_iter"], checklist["grad_accum_steps"]) == (128, 128 // (16 * batch))
+    rows = list(csv.DictReader(open(os.path.join(sweep_dir, "summary.csv"))))
+    assert [r["status"] for r in rows] == ["finished", "finished", "finished", "failed"]
+    for row in rows[:3]:
+        evals = events(os.path.join(sweep_dir, row["run"]), "eval")
+        assert float(row["best_val_loss"]) == min(e["val_loss"] for e in evals)
+        assert row["iters"] == "4" and row["learning_rate"] in ("0.01", "0.003")
+    # Again: the finished runs are skipped, the failed one runs.
+    calls.clear()
+    sweep.main(args, launch=in_process(calls))
+    assert calls == ["learning_rate-0.003_batch_size-4"]
+    table = open(os.path.join(sweep_dir, "summary.md")).read().splitlines()
+    assert table[0].startswith("| run | batch_size | learning_rate | status | iters |") and len(table) == 6
+    assert all("| finished |" in line for line in table[2:])
+    calls.clear()
+    sweep.main(args, launch=in_process(calls))
+    assert calls == []
+    # A run without its `end` event (killed after its last checkpoint) resumes from the checkpoint.
+    log = os.path.join(sweep_dir, "learning_rate-0.01_batch_size-2", "log.jsonl")
+    lines = open(log).read().splitlines(keepends=True)
+    open(log, "w").writelines(line for line in lines if '"event": "end"' not in line)
+    sweep.main(args, launch=in_process(calls))
+    assert calls == ["learning_rate-0.01_batch_size-2"]
+    assert [e["iter"] for e in events(os.path.dirname(log), "end")] == [4]
+    assert len(events(os.path.dirname(log), "checklist")) == 2 and len(events(os.path.dirname(log), "train")) == 4
+
+
+def test_sweep_file_and_overlay_run_as_subprocesses(data_dir, tmp_path):
+    """The real launcher (train.py subprocesses), with a sweep file whose grid takes config files."""
+    for name, lr in (("a", 1e-2), ("b", 3e-3)):
+        (tmp_path / f"train_{name}.py").write_text(f"learning_rate = {lr}\n")
+    (tmp_path / "sweep_two.py").write_text(
+        "import os\n_here = os.path.dirname(__file__)\n"
+        "grid = {'config': [os.path.join(_here, 'train_a.py'), os.path.join(_here, 'train_b.py')]}\n"
+        f"sweep_dir = {str(tmp_path / 'out-sweep-two')!r}\n")
+    (tmp_path / "overlay.py").write_text("beta2 = 0.9\n")
+    sweep.main([str(tmp_path / "sweep_two.py"), str(tmp_path / "overlay.py"), "--gpus=0", *toy_args(data_dir)])
+    sweep_dir = tmp_path / "out-sweep-two-overlay"  # an overlay gets its own directory
+    rows = list(csv.DictReader(open(sweep_dir / "summary.csv")))
+    assert [(r["run"], r["status"], r["iters"]) for r in rows] == [("a", "finished", "4"), ("b", "finished", "4")]
+    config = json.load(open(sweep_dir / "b" / "config.json"))
+    assert (config["learning_rate"], config["beta2"], config["wandb_run_name"]) == (3e-3, 0.9, "sweep-two-overlay-b")
+    assert "step 4: train loss" in open(sweep_dir / "b" / "console.txt").read()
