@@ -156,7 +156,7 @@ def main():
         dist.all_reduce = meter.original
     if master:
         report(results, args, device)
-    dist.destroy_process_group()
+    train.shutdown_distributed()
 
 
 def report(results, args, device):

@@ -172,27 +172,25 @@ def evaluate_hellaswag(model, examples, device, batch_size=8, autocast=nullconte
 
 def main(argv):
     from sample import load_model
-    from train import precision, setup_distributed  # late: train.py imports this module
+    from train import precision, setup_distributed, shutdown_distributed  # late: train.py imports this module
 
     cfg = configurator.apply_config(DEFAULTS, argv)
     env = setup_distributed(cfg)
-    try:
-        device = env["device"]
-        dtype, autocast = precision(cfg["dtype"], device)
-        model = load_model(cfg, device)
-        examples = load_examples(cfg["input"] or cfg["split"], limit=cfg["limit"])
-        result = evaluate_hellaswag(model, examples, device, cfg["batch_size"], autocast)
-        if env["master"]:
-            source = cfg["out_dir"] if cfg["init_from"] == "resume" else cfg["init_from"]
-            print(f"{source}: HellaSwag acc {result['acc']:.4f}, acc_norm {result['acc_norm']:.4f} "
-                  f"over {result['n']} examples")
-            if cfg["out_json"]:
-                with open(cfg["out_json"], "w") as f:
-                    json.dump(dict(model=source, input=cfg["input"] or cfg["split"], dtype=dtype, **result), f, indent=2)
-        return result
-    finally:
-        if env["ddp"]:
-            dist.destroy_process_group()
+    device = env["device"]
+    dtype, autocast = precision(cfg["dtype"], device)
+    model = load_model(cfg, device)
+    examples = load_examples(cfg["input"] or cfg["split"], limit=cfg["limit"])
+    result = evaluate_hellaswag(model, examples, device, cfg["batch_size"], autocast)
+    if env["master"]:
+        source = cfg["out_dir"] if cfg["init_from"] == "resume" else cfg["init_from"]
+        print(f"{source}: HellaSwag acc {result['acc']:.4f}, acc_norm {result['acc_norm']:.4f} "
+              f"over {result['n']} examples")
+        if cfg["out_json"]:
+            with open(cfg["out_json"], "w") as f:
+                json.dump(dict(model=source, input=cfg["input"] or cfg["split"], dtype=dtype, **result), f, indent=2)
+    if env["ddp"]:
+        shutdown_distributed()
+    return result
 
 
 if __name__ == "__main__":

@@ -172,6 +172,7 @@ def _rank_worker(rank, names, world, tmp):
                                 f"{1000 * (time.perf_counter() - start):.0f} ms)"
             except Exception as e:
                 results[name] = f"FAIL {name}: {type(e).__name__}: {e}"
+        torch.distributed.barrier()  # no rank closes its connections while another still uses them
     finally:
         torch.distributed.destroy_process_group()
         with open(os.path.join(tmp, f"rank{rank}.json"), "w") as f:

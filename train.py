@@ -602,11 +602,18 @@ def budget_reached(cfg, iter_num, tokens_seen, train_time):
 def main(argv):
     cfg = configurator.apply_config(DEFAULTS, argv)
     env = setup_distributed(cfg)
-    try:
-        run(cfg, env)
-    finally:
-        if env["ddp"]:
-            dist.destroy_process_group()
+    run(cfg, env)
+    if env["ddp"]:
+        shutdown_distributed()
+
+
+def shutdown_distributed():
+    """Tear the process group down once every rank is done. Without the barrier a rank that
+    finishes first (rank 0 may still be writing a checkpoint) closes its gloo connections under
+    the others' feet, which can abort a process at exit. Call it on success only: after an error
+    the other ranks may never reach the barrier."""
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def run(cfg, env):

@@ -12,3 +12,22 @@ except ImportError:
     pass
 else:
     torch.set_num_threads(1)  # the suite should stay fast on 2 CPU cores
+
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import tokendata  # noqa: E402
+
+VOCAB = 64  # the toy corpus's ids; tests/test_train.py's tiny_args sets vocab_size to it
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory):
+    """A learnable toy corpus for train.py runs: noisy counting sequences over 64 ids."""
+    d = tmp_path_factory.mktemp("toy")
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 20000), ("val", 4000)):
+        tokens = (np.arange(n) + (rng.random(n) < 0.1) * rng.integers(0, VOCAB, n)) % VOCAB
+        tokendata.write_split(str(d / f"{split}.bin"), [tokens])
+    return str(d)

@@ -10,7 +10,7 @@ import configurator
 import optim
 import train
 from model import GPT, GPTConfig
-from test_train import data_dir, events, load_ckpt, tiny_args  # noqa: F401 (data_dir is a fixture)
+from test_train import events, load_ckpt, tiny_args
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

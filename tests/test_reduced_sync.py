@@ -60,6 +60,7 @@ def _worker(rank, fn, world, tmp, args):
     dist.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous", rank=rank, world_size=world)
     try:
         fn(rank, world, *args)
+        dist.barrier()  # no rank closes its connections while another still uses them
     finally:
         dist.destroy_process_group()
 

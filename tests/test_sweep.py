@@ -8,7 +8,7 @@ import pytest
 import configurator
 import sweep
 import train
-from test_train import data_dir, events, tiny_args  # noqa: F401 (data_dir is a fixture)
+from test_train import events, tiny_args
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

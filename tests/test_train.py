@@ -10,23 +10,11 @@ import pytest
 import torch
 
 import configurator
-import tokendata
 import train
 from model import GPT
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VOCAB = 64
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    """A learnable toy corpus: noisy counting sequences over 64 ids."""
-    d = tmp_path_factory.mktemp("toy")
-    rng = np.random.default_rng(0)
-    for split, n in (("train", 20000), ("val", 4000)):
-        tokens = (np.arange(n) + (rng.random(n) < 0.1) * rng.integers(0, VOCAB, n)) % VOCAB
-        tokendata.write_split(str(d / f"{split}.bin"), [tokens])
-    return str(d)
+from conftest import VOCAB
 
 
 def tiny_args(data_dir, out_dir, *extra):
