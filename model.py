@@ -186,16 +186,24 @@ class GPT(nn.Module):
         last_only=True returns logits for the final position alone (B, 1, vocab): what generation
         needs, and much cheaper. Evaluation and HellaSwag need the default.
         """
-        B, T = idx.shape
-        if T > self.config.block_size:
-            raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
-        pos = torch.arange(T, dtype=torch.long, device=idx.device)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        x = self.embed(idx)
         for block in self.transformer.h:
             if self.config.activation_checkpointing and self.training and torch.is_grad_enabled():
                 x = checkpoint(block, x, use_reentrant=False)
             else:
                 x = block(x)
+        return self.head(x, targets, last_only)
+
+    def embed(self, idx):
+        """Token plus position embeddings: the residual stream entering the first block."""
+        T = idx.size(1)
+        if T > self.config.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
+        pos = torch.arange(T, dtype=torch.long, device=idx.device)
+        return self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+
+    def head(self, x, targets=None, last_only=False):
+        """Final norm, logits and loss from the residual stream after the last block."""
         if "ln_f" in self.transformer:
             x = self.transformer.ln_f(x)
         if last_only:

@@ -365,25 +365,14 @@ class ReducedSyncGPT(GPT):
 
     def forward(self, idx, targets=None, last_only=False):
         """As GPT.forward, with the blocks executed segment by segment between sync points."""
-        B, T = idx.shape
-        if T > self.config.block_size:
-            raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
+        x = self.embed(idx)
         self.record = self.last_record = new_record()
         if self.training and torch.is_grad_enabled():
             self.train_record = self.record
-        pos = torch.arange(T, dtype=torch.long, device=idx.device)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         h = self.transformer.h
         for kind, layers in self.segments:
             x = self.tp_block(h[layers[0]], x) if kind == "tp" else self.local_run([h[i] for i in layers], x)
-        x = self.transformer.ln_f(x)
-        if last_only:
-            x = x[:, -1:, :]
-        logits = self.lm_head(x)
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1)
-        return logits, loss
+        return self.head(x, targets, last_only)
 
     # -------------------------------------------------------------- reporting
 

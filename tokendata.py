@@ -4,6 +4,7 @@ Every prepare script writes uint16 token files through `write_split` (one split 
 `SplitWriter` (several at once, for corpora routed document by document) and a `meta.json` through
 `write_meta`; train.py, eval and sampling read them through `open_split` and `read_meta`.
 """
+import contextlib
 import json
 import os
 
@@ -62,21 +63,31 @@ def write_split(path, token_chunks):
     the file is renamed into place only when complete, so an interrupted run never leaves a
     `train.bin` that looks finished. Returns the number of tokens written.
     """
-    tmp = path + ".tmp"
     n_tokens = 0
+    with atomic_write(path) as f:
+        for chunk in token_chunks:
+            arr = as_token_array(chunk, path)
+            f.write(arr.tobytes())
+            n_tokens += arr.size
+    return n_tokens
+
+
+@contextlib.contextmanager
+def atomic_write(path, mode="wb"):
+    """A file opened as `path + '.tmp'`, fsynced and renamed over `path` when the block ends
+    cleanly and deleted on any error (KeyboardInterrupt included): readers never see a
+    half-written file, and a crash leaves the previous one intact. Checkpoints use it too."""
+    tmp = path + ".tmp"
     try:
-        with open(tmp, "wb") as f:
-            for chunk in token_chunks:
-                arr = as_token_array(chunk, path)
-                f.write(arr.tobytes())
-                n_tokens += arr.size
+        with open(tmp, mode) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
     except BaseException:
-        os.remove(tmp)
+        if os.path.exists(tmp):
+            os.remove(tmp)
         raise
     os.replace(tmp, path)
-    return n_tokens
 
 
 class SplitWriter:
@@ -141,10 +152,8 @@ class SplitWriter:
 def write_meta(data_dir, **fields):
     meta = dict(tokenizer="gpt2", vocab_size=GPT2_VOCAB_SIZE, eot_token=EOT_TOKEN,
                 dtype=np.dtype(TOKEN_DTYPE).name, **fields)
-    tmp = os.path.join(data_dir, "meta.json.tmp")
-    with open(tmp, "w") as f:
+    with atomic_write(os.path.join(data_dir, "meta.json"), "w") as f:
         json.dump(meta, f, indent=2)
-    os.replace(tmp, os.path.join(data_dir, "meta.json"))
     return meta
 
 

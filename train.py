@@ -169,9 +169,6 @@ def setup_distributed(cfg):
         if cfg["hellaswag_interval"]:
             raise configurator.ConfigError("HellaSwag shares examples by global rank, which tensor parallelism "
                                            "cannot follow: set hellaswag_interval=0")
-        if cfg.get("pruning", "none") != "none":
-            raise configurator.ConfigError("pruning's global threshold would only see this rank's shards under "
-                                           "tensor parallelism: set pruning='none' or tp_size=1")
         from torch.distributed.device_mesh import init_device_mesh
         mesh = init_device_mesh(device.split(":")[0], (world // tp, tp), mesh_dim_names=("dp", "tp"))
         env.update(dp_rank=mesh.get_local_rank("dp"), dp_size=world // tp, tp_group=mesh.get_group("tp"),
@@ -487,17 +484,9 @@ def evaluate(model, cfg, env, data_dir, counts, autocast):
 
 
 def save_checkpoint(path, state):
-    """torch.save to a temporary file, fsync, then rename: a crash mid-save keeps the old file."""
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
-        os.remove(tmp)
-        raise
-    os.replace(tmp, path)
+    """torch.save through a temporary file and a rename: a crash mid-save keeps the old file."""
+    with tokendata.atomic_write(path) as f:
+        torch.save(state, f)
 
 
 def model_and_optimizer_states(model, optimizer, env):

@@ -5,14 +5,12 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import configurator
-import tokendata
 import train
 from model import GPT, GPTConfig
 from reduced_sync_model import (ReducedSyncConfig, ReducedSyncGPT, _SumBackward, _SumForward, expected_syncs,
@@ -216,17 +214,7 @@ def test_f_and_g_do_not_scale_gradients_by_world_size(tmp_path):
 
 # ----------------------------------------------------------------------------- train.py, TP x DP
 
-VOCAB = 64
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("toy")
-    rng = np.random.default_rng(0)
-    for split, n in (("train", 20000), ("val", 4000)):
-        tokens = (np.arange(n) + (rng.random(n) < 0.1) * rng.integers(0, VOCAB, n)) % VOCAB
-        tokendata.write_split(str(d / f"{split}.bin"), [tokens])
-    return str(d)
+from conftest import VOCAB
 
 
 def tp_args(data_dir, out_dir, *extra):
