@@ -314,7 +314,10 @@ def model_classes(cfg):
 def model_config(cfg):
     """The model's config dataclass filled from a run config (or a checkpoint's)."""
     _, config_cls = model_classes(cfg)
-    return config_cls(**{k: cfg[k] for k in model_config_fields(config_cls)})
+    try:
+        return config_cls(**{k: cfg[k] for k in model_config_fields(config_cls)})
+    except ValueError as e:  # the config's own checks: report them like every other config error
+        raise configurator.ConfigError(str(e)) from None
 
 
 def build_model(cfg, checkpoint=None, tp_group=None):
