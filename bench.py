@@ -33,7 +33,10 @@ VARIANTS = {
     "ra_all_mix_window": dict(ra_pattern="all", ra_mode="mix", ra_window=-1),  # -1: --ra_window
     "ralearn": dict(ra_pattern="learned"),
     "mla": dict(mla=True),
-    "ra_mla": dict(mla=True, ra_pattern="all", ra_mode="mix", ra_alpha=0.5, ra_window=-1),
+    # config/train_ra_mla.py: the windowed mix keeps doubled and duplicated operands for backward,
+    # which attn_recompute drops; the second row shows what that saves and costs.
+    "ra_mla": dict(mla=True, ra_pattern="all", ra_mode="mix", ra_alpha=0.5, ra_window=-1, attn_recompute=True),
+    "ra_mla_no_recompute": dict(mla=True, ra_pattern="all", ra_mode="mix", ra_alpha=0.5, ra_window=-1),
 }
 PRESETS = {
     "small": dict(n_layer=4, n_head=4, n_embd=128, block_size=256, vocab_size=4096, batch_size=4),

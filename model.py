@@ -27,6 +27,7 @@ class GPTConfig:
     ln_placement: str = "pre"  # 'pre' (GPT-2) or 'post' (original Transformer, no final LN)
     attn_impl: str = "sdpa"  # 'sdpa' (fused kernels) or 'manual' (readable, materializes T x T)
     activation_checkpointing: bool = False  # recompute each block in backward to save memory
+    attn_recompute: bool = False  # recompute only the attention core in backward (see attention_core)
     tie_weights: bool = True  # lm_head shares the token embedding matrix, as in GPT-2
 
     attn_impls = ("sdpa", "manual")  # what this model offers; subclasses may add (not a field)
@@ -53,6 +54,9 @@ def check_model_config(cfg):
             raise ValueError(f"{name} must be a positive integer, got {getattr(cfg, name)}")
     if not 0.0 <= cfg.dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {cfg.dropout}")
+    if cfg.activation_checkpointing and cfg.attn_recompute:
+        raise ValueError("activation_checkpointing already recomputes the attention core with the rest of "
+                         "each block: set attn_recompute=False (or activation_checkpointing=False)")
 
 
 class LayerNorm(nn.Module):
@@ -78,6 +82,16 @@ def causal_attention(q, k, v, attn_impl, dropout_p):
     return F.dropout(weights, p=dropout_p) @ v
 
 
+def attention_core(attend, q, k, v, recompute):
+    """attend(q, k, v). With recompute, what attend keeps for backward (softmax statistics, the
+    output, and the doubled, duplicated or padded operands of the reciprocal variants) is dropped
+    and attend runs again in backward: Megatron's selective recomputation, one more attention
+    forward per layer for the memory of its activations. Dropout masks are replayed exactly."""
+    if recompute and torch.is_grad_enabled():
+        return checkpoint(attend, q, k, v, use_reentrant=False)
+    return attend(q, k, v)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -87,6 +101,7 @@ class CausalSelfAttention(nn.Module):
         self.n_head = config.n_head
         self.dropout = config.dropout
         self.attn_impl = config.attn_impl
+        self.recompute = config.attn_recompute
 
     def split_heads(self, x):
         B, T, C = x.shape
@@ -95,7 +110,7 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x):
         B, T, C = x.shape
         q, k, v = (self.split_heads(t) for t in self.c_attn(x).split(C, dim=2))
-        y = self.attend(q, k, v)
+        y = attention_core(self.attend, q, k, v, self.recompute and self.training)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
@@ -270,7 +285,7 @@ class GPT(nn.Module):
         """Load a Hugging Face GPT-2 checkpoint from a local directory, without network access.
 
         The directory holds config.json and model.safetensors (or pytorch_model.bin), as written by
-        `GPT2LMHeadModel.save_pretrained`. `overrides` may set dropout or attn_impl.
+        `GPT2LMHeadModel.save_pretrained`. `overrides` may set dropout, attn_impl or the recomputation keys.
         """
         with open(os.path.join(path, "config.json")) as f:
             hf = json.load(f)

@@ -36,7 +36,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from model import GPT, Block, CausalSelfAttention, GPTConfig, causal_attention
+from model import GPT, Block, CausalSelfAttention, GPTConfig, attention_core, causal_attention
 
 RA_PATTERNS = ("none", "early", "late", "all", "alternate", "learned", "layers")
 RA_MODES = ("swap", "mix", "gate")
@@ -223,7 +223,7 @@ class ReciprocalMixing:
         self.ra_mode = mode  # None: standard attention
         self.ra_window = config.ra_window
         self.ra_alpha_value = config.ra_alpha
-        self.attn_impl, self.dropout = config.attn_impl, config.dropout
+        self.attn_impl, self.dropout, self.recompute = config.attn_impl, config.dropout, config.attn_recompute
         # Filled deterministically (no random draws): the shared weights' init is untouched.
         if mode == "mix" and config.ra_alpha_learn != "none":
             n = config.n_head if config.ra_alpha_learn == "head" else 1
@@ -303,7 +303,8 @@ class MLAttention(ReciprocalMixing, nn.Module):
         else:
             q, k = self.heads(self.c_q(x), hd), self.heads(self.k_up(c), hd)
         v = self.heads(self.v_up(c), hd)  # one shared value head is broadcast when not per head
-        y = self.attend(q, k, v)  # the reciprocal term, if any, is K_i.Q_j with these same tensors
+        # the reciprocal term, if any, is K_i.Q_j with these same tensors
+        y = attention_core(self.attend, q, k, v, self.recompute and self.training)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
 

@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from model import GPT, GPTConfig, causal_attention
+from model import GPT, GPTConfig, attention_core, causal_attention
 
 BLOCK_TYPES = ("tp", "spd", "parallel")
 
@@ -308,7 +308,9 @@ class ReducedSyncGPT(GPT):
         heads = self.config.n_head // self.config.tp_size
         q, k, v = (t.view(B, T, heads, width // heads).transpose(1, 2) for t in qkv.split(width, dim=2))
         dropout = self.config.dropout if self.training else 0.0
-        y = causal_attention(q, k, v, self.config.attn_impl, dropout).transpose(1, 2).reshape(B, T, width)
+        attend = lambda q, k, v: causal_attention(q, k, v, self.config.attn_impl, dropout)
+        y = attention_core(attend, q, k, v, self.config.attn_recompute and self.training)
+        y = y.transpose(1, 2).reshape(B, T, width)
         return F.linear(y, block.attn.c_proj.weight[:, r * width:(r + 1) * width])
 
     def mlp_partial(self, block, r, h):

@@ -48,6 +48,7 @@ ARCHITECTURES = {
         ("gpt2", dict(ln_placement=ln, attn_impl=attn, activation_checkpointing=ckpt))
     for ln, attn, ckpt in itertools.product(("pre", "post"), ("sdpa", "manual"), (False, True))
 }
+ARCHITECTURES["gpt2-pre-sdpa-attn-recompute"] = ("gpt2", dict(attn_recompute=True))
 # Reciprocal attention (ra_model.py): every pattern x mode, windows, learned alphas; MLA, RA+MLA.
 ARCHITECTURES.update({
     f"ra-{pattern}-{mode}": ("ra", dict(ra_pattern=pattern, ra_mode=mode))
@@ -72,6 +73,8 @@ ARCHITECTURES.update({
     "ra-mla-window-manual": ("ra", dict(mla=True, mla_latent_dim=8, ra_pattern="all", ra_mode="mix",
                                         ra_window=8, attn_impl="manual")),
     "ra-mla-learned": ("ra", dict(mla=True, mla_latent_dim=8, ra_pattern="learned")),
+    "ra-mla-window-recompute": ("ra", dict(mla=True, mla_latent_dim=8, ra_pattern="all", ra_mode="mix",
+                                           ra_window=8, attn_recompute=True)),
 })
 
 # Reduced-synchronization experiments (reduced_sync_model.py): config file -> syncs its name promises.

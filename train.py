@@ -62,6 +62,7 @@ DEFAULTS = dict(
     ln_placement="pre",
     attn_impl="sdpa",
     activation_checkpointing=False,
+    attn_recompute=False,  # recompute only the attention core in backward (model.attention_core)
     tie_weights=True,
     # reciprocal attention and MLA (model_type='ra'; see ra_model.py for the meaning of each)
     ra_pattern="none",  # 'none', 'early', 'late', 'all', 'alternate', 'learned', 'layers'
@@ -332,18 +333,26 @@ def build_model(cfg, checkpoint=None, tp_group=None):
             getattr(model, "load_full_state_dict", model.load_state_dict)(unwrap_state_dict(checkpoint["model"]))
         return model
     return GPT.from_pretrained(cfg["init_from"], dropout=cfg["dropout"], attn_impl=cfg["attn_impl"],
-                               activation_checkpointing=cfg["activation_checkpointing"])
+                               activation_checkpointing=cfg["activation_checkpointing"],
+                               attn_recompute=cfg["attn_recompute"])
+
+
+# Model keys that change how the weights are trained, not what they are: a resumed run may change
+# them (e.g. turn recomputation on after running out of memory) and the model is built with the new ones.
+RESUMABLE_MODEL_KEYS = ("dropout", "activation_checkpointing", "attn_recompute")
 
 
 def load_checkpoint(cfg):
     ckpt = torch.load(os.path.join(cfg["out_dir"], "ckpt.pt"), map_location="cpu", weights_only=False)
     saved = ckpt["config"]
     keys = ["model_type"] + model_config_fields(model_classes(saved)[1])
-    conflicts = {k: (saved.get(k, "gpt"), cfg[k]) for k in keys if k != "dropout" and saved.get(k, "gpt") != cfg[k]}
+    conflicts = {k: (saved.get(k, "gpt"), cfg[k]) for k in keys
+                 if k not in RESUMABLE_MODEL_KEYS and saved.get(k, "gpt") != cfg[k]}
     if conflicts:
         details = ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in conflicts.items())
         raise configurator.ConfigError(f"resuming with a different model shape ({details}): "
                                        f"use the run's own config or a new out_dir")
+    ckpt["config"] = {**saved, **{k: cfg[k] for k in RESUMABLE_MODEL_KEYS}}
     return ckpt
 
 

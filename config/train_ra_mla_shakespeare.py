@@ -9,3 +9,4 @@ ra_pattern = "all"
 ra_mode = "mix"
 ra_alpha = 0.5
 ra_window = 64
+attn_recompute = True  # as in train_ra_mla.py

@@ -179,6 +179,34 @@ def test_activation_checkpointing_same_loss_and_grads(ln_placement, attn_impl, d
     assert_same_grads(ckpt, plain, atol=1e-6)
 
 
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_attention_recompute_same_loss_and_grads_and_runs_attention_again(dropout):
+    plain = tiny_gpt(dropout=dropout)
+    recompute = tiny_gpt(seed=9, dropout=dropout, attn_recompute=True)
+    recompute.load_state_dict(plain.state_dict())
+    calls = []
+    for block in recompute.transformer.h:
+        block.attn.attend = lambda q, k, v, attend=block.attn.attend: calls.append(1) or attend(q, k, v)
+    idx, targets = tokens((2, 16)), tokens((2, 16), seed=2)
+    torch.manual_seed(123)
+    _, loss_plain = forward_backward(plain, idx, targets)
+    torch.manual_seed(123)
+    _, loss_recompute = forward_backward(recompute, idx, targets)
+    assert len(calls) == 2 * TINY["n_layer"]  # the attention core ran again in backward
+    assert torch.equal(loss_recompute, loss_plain)
+    assert_same_grads(recompute, plain, atol=0)
+    recompute.eval()
+    calls.clear()
+    with torch.no_grad():
+        recompute(idx)
+    assert len(calls) == TINY["n_layer"]  # nothing to recompute without a backward
+
+
+def test_attention_recompute_inside_checkpointed_blocks_is_refused():
+    with pytest.raises(ValueError, match="attn_recompute=False"):
+        GPTConfig(activation_checkpointing=True, attn_recompute=True)
+
+
 # ---------------------------------------------------------------- weights and parameters
 
 def test_weight_tying():

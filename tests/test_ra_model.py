@@ -297,6 +297,35 @@ def test_alpha_and_gate_parameters_are_not_weight_decayed():
         assert not any(p is q for p in learned for q in decay["params"])
 
 
+def peak_tensor_bytes(model, idx):
+    """Peak of live tensor bytes over one forward+backward (torch's MemTracker: exact, deterministic)."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+    tracker = MemTracker()
+    tracker.track_external(model)
+    with tracker:
+        _, loss = model(idx, idx)
+        loss.backward()
+    return sum(by_device["Total"] for by_device in tracker.get_tracker_snapshot("peak").values())
+
+
+@pytest.mark.parametrize("name", ["all-mix-window", "ra-mla", "learned"])
+def test_attention_recompute_same_gradients_less_memory(name):
+    """attn_recompute drops the doubled, duplicated and padded operands the reciprocal variants keep
+    for backward (what put the windowed RA+MLA over the memory target) and changes no number."""
+    shape = dict(block_size=64, n_embd=32, **({"mla_latent_dim": 16} if "mla" in name else {}))
+    plain = ra_model(**{**VARIANTS[name], **shape})
+    recompute = ra_model(**{**VARIANTS[name], **shape}, attn_recompute=True)
+    idx = tokens((4, 64))
+    for model in (plain, recompute):
+        _, loss = model(idx, idx)
+        loss.backward()
+    expected = grads(plain)
+    for param, grad in grads(recompute).items():
+        assert torch.equal(grad, expected[param]), param
+    saved = 1 - peak_tensor_bytes(recompute, idx) / peak_tensor_bytes(plain, idx)
+    assert saved > {"learned": 0.05}.get(name, 0.2), saved
+
+
 @pytest.mark.parametrize("name", ["all-mix-alpha-head", "learned", "ra-mla"])
 def test_bf16_autocast_keeps_one_dtype(name):
     """Learned fp32 alphas and gates must not promote bf16 activations (SDPA needs one dtype)."""
@@ -433,7 +462,9 @@ def test_config_rejects_bad_values(overrides, key):
 
 GPT2_CONFIGS = ["train_ra_baseline", "train_ra_early", "train_ra_late", "train_ra_all", "train_ra_learn",
                 "train_mla", "train_ra_mla"]
-RA_KEYS = ("out_dir", "wandb_run_name") + tuple(f.name for f in fields(RAConfig) if f.name.startswith(("ra_", "mla")))
+# attn_recompute changes memory and time, never a number (test_attention_recompute_same_gradients_less_memory)
+RA_KEYS = ("out_dir", "wandb_run_name", "attn_recompute") + tuple(
+    f.name for f in fields(RAConfig) if f.name.startswith(("ra_", "mla")))
 
 
 def load_config(name):
@@ -509,6 +540,14 @@ def test_train_logs_learned_gates_into_log_jsonl(tmp_path):
 
 
 # ---------------------------------------------------------------- bench.py
+
+def test_bench_measures_what_the_ra_mla_config_runs():
+    import bench
+    cfg = load_config("train_ra_mla")
+    assert cfg["ra_window"] == bench.parse_args([]).ra_window  # what the variant's -1 stands for
+    assert all(cfg[k] == v for k, v in bench.VARIANTS["ra_mla"].items() if k != "ra_window")
+    assert bench.parse_args(["--preset=gpt2"]).mla_latent_dim == cfg["mla_latent_dim"]
+
 
 def test_bench_reports_ratios_to_the_baseline(tmp_path, capsys):
     import bench

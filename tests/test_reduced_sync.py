@@ -76,6 +76,20 @@ def test_schedule_and_simulated_counts(name):
     assert model.metrics()["syncs_forward"] == model.metrics()["syncs_backward"] == syncs
 
 
+def test_attention_recompute_repeats_no_sync_and_changes_no_gradient():
+    """Unlike activation_checkpointing (refused: it would run the blocks' all-reduces again), the
+    recomputed attention core sits between f and g and holds no collective."""
+    plain = make(rs_config(2, block_pattern="tp,spd,parallel"))
+    recompute = make(rs_config(2, block_pattern="tp,spd,parallel", attn_recompute=True))
+    for model in (plain, recompute):
+        _, loss = model(batch(), batch(2))
+        loss.backward()
+    counts = recompute.metrics()
+    assert counts["syncs_forward"] == counts["syncs_backward"] == expected_syncs(recompute.config)
+    for (name, p), q in zip(plain.named_parameters(), recompute.parameters()):
+        assert torch.equal(p.grad, q.grad), name
+
+
 def test_lone_parallel_block_costs_one_sync_and_runs_break_where_asked():
     assert schedule(rs_config(2, block_pattern="spd,parallel")) == [("run", [i]) for i in range(6)]
     assert schedule(rs_config(2, block_pattern="parallel", sync_every=3)) == [("run", [0, 1, 2]), ("run", [3, 4, 5])]
