@@ -183,6 +183,15 @@ class GPT(nn.Module):
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
+    def residual_layer(self, layer):
+        """The first layer at or after `layer` whose output is the whole residual stream (here every
+        layer's; a model that keeps per-shard streams between sync points answers otherwise)."""
+        return layer
+
+    def residual_module(self, layer):
+        """The module whose output is the residual stream after `layer` (a residual_layer)."""
+        return self.transformer.h[layer]
+
     def metrics(self):
         """Scalars the model wants logged with every evaluation (learned gates, sync counts ...)."""
         return {}

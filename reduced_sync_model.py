@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
+import torch.nn as nn
 import torch.nn.functional as F
 
 from model import GPT, GPTConfig, attention_core, causal_attention
@@ -204,6 +205,9 @@ class ReducedSyncGPT(GPT):
         super().__init__(config)
         self.tp_group = tp_group
         self.segments = schedule(config)
+        # The whole residual stream exists only after each segment's sync: an Identity there gives
+        # forward hooks (activation norms) a module to watch; no parameters, the state_dict is GPT's.
+        self.sync_points = nn.ModuleDict({str(layers[-1]): nn.Identity() for _, layers in self.segments})
         self._full_params = sum(p.numel() for p in self.parameters())
         self.last_record = self.train_record = new_record()
         if tp_group is None:
@@ -374,7 +378,15 @@ class ReducedSyncGPT(GPT):
         h = self.transformer.h
         for kind, layers in self.segments:
             x = self.tp_block(h[layers[0]], x) if kind == "tp" else self.local_run([h[i] for i in layers], x)
+            x = self.sync_points[str(layers[-1])](x)
         return self.head(x, targets, last_only)
+
+    def residual_layer(self, layer):
+        """Inside a parallel run each shard has its own stream: the run's last layer, after its sync."""
+        return next(layers[-1] for _, layers in self.segments if layer in layers)
+
+    def residual_module(self, layer):
+        return self.sync_points[str(layer)]
 
     # -------------------------------------------------------------- reporting
 

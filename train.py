@@ -411,13 +411,16 @@ def peak_memory_mib(device):
 
 
 class ActivationNorms:
-    """Forward hooks that keep the RMS of chosen blocks' outputs from the latest micro-step."""
+    """Forward hooks that keep the RMS of the residual stream after chosen layers, from the latest
+    micro-step. A reduced_sync model has the whole stream only at its sync points: a layer inside a
+    parallel run is measured after the run's last layer (the start-up checklist lists them)."""
 
     def __init__(self, model, layers):
         self.latest = {}
         n = len(model.transformer.h)
-        for layer in sorted({l % n for l in layers}):
-            model.transformer.h[layer].register_forward_hook(self.hook(layer))
+        self.layers = sorted({model.residual_layer(l % n) for l in layers})
+        for layer in self.layers:
+            model.residual_module(layer).register_forward_hook(self.hook(layer))
 
     def hook(self, layer):
         def record(module, inputs, output):
@@ -663,7 +666,8 @@ def run(cfg, env):
         with open(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
             json.dump(cfg, f, indent=2)
     checklist = startup_checklist(cfg, env, raw_model, counts, data_dir, dtype, tokens_per_iter, grad_accum_local)
-    checklist.update(data_parallel_replicas=env["dp_size"], **model_report)
+    checklist.update(data_parallel_replicas=env["dp_size"], **model_report,
+                     act_rms_after_layers=", ".join(map(str, act_norms.layers)))
     log.event("checklist", "\n".join(f"{k:>26}: {v}" for k, v in checklist.items()), **checklist)
     log.say(f"tokens per iteration = batch_size {cfg['batch_size']} x block_size {cfg['block_size']} x "
             f"gradient_accumulation_steps {cfg['gradient_accumulation_steps']} "

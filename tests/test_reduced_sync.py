@@ -90,6 +90,20 @@ def test_attention_recompute_repeats_no_sync_and_changes_no_gradient():
         assert torch.equal(p.grad, q.grad), name
 
 
+def test_activation_norms_watch_the_whole_residual_stream_at_sync_points():
+    torch.manual_seed(0)
+    gpt = GPT(GPTConfig(**TINY)).double()
+    tp = make(rs_config(2, block_pattern="tp"))
+    tp.load_state_dict(gpt.state_dict())
+    norms = {name: train.ActivationNorms(model, range(TINY["n_layer"])) for name, model in (("gpt", gpt), ("tp", tp))}
+    gpt(batch()), tp(batch())
+    assert norms["tp"].layers == list(range(TINY["n_layer"]))
+    assert norms["tp"].read() == pytest.approx(norms["gpt"].read(), rel=1e-12)  # TP blocks are GPT-2
+    runs = make(rs_config(2, block_types=["parallel", "parallel", "tp", "parallel", "spd", "parallel"]))
+    assert train.ActivationNorms(runs, [0, 1, 2, 3, 4, -1]).layers == [1, 2, 3, 4, 5]
+    assert len(runs.state_dict()) == len(gpt.state_dict())  # the sync points hold no weights
+
+
 def test_lone_parallel_block_costs_one_sync_and_runs_break_where_asked():
     assert schedule(rs_config(2, block_pattern="spd,parallel")) == [("run", [i]) for i in range(6)]
     assert schedule(rs_config(2, block_pattern="parallel", sync_every=3)) == [("run", [0, 1, 2]), ("run", [3, 4, 5])]
@@ -262,6 +276,9 @@ def test_tp2_x_dp2_trains_like_one_simulated_replica_and_resumes(data_dir, tmp_p
     assert checklist["world_size"] == 4 and checklist["data_parallel_replicas"] == 2
     assert checklist["grad_accum_per_rank"] == 2 and checklist["tp_execution"].startswith("real")
     assert checklist["syncs_per_forward"].startswith("4 measured / 4 expected")
+    assert checklist["act_rms_after_layers"] == "0, 3"
+    # the latest micro-step's RMS: a different micro-batch here than in the single process
+    assert all(r["act_rms_layer0"] > 0 and r["act_rms_layer3"] > 0 for r in events(split, "train"))
     losses = lambda out: {r["iter"]: r["loss"] for r in events(out, "train")}
     a, b = losses(single), losses(split)
     assert list(a) == list(b) == [1, 2, 3, 4]
