@@ -134,13 +134,16 @@ def ending_losses(model, examples, device, autocast=nullcontext()):
 
 
 @torch.no_grad()
-def evaluate_hellaswag(model, examples, device, batch_size=8, autocast=nullcontext(), limit=None):
+def evaluate_hellaswag(model, examples, device, batch_size=8, autocast=nullcontext(), limit=None, replica=None):
     """dict(acc, acc_norm, n) over examples[:limit] (None or 0: all), as from load_examples.
 
     Under torchrun (an initialized process group) rank r scores the examples i with
     i % world_size == r and the counts are summed with all_reduce: every rank must call this with
-    the same examples. The model's training mode is restored afterwards, so train.py can call it
-    between steps; pass the model before torch.compile, since rows change length every batch.
+    the same examples. A tensor-parallel model spans several ranks, which must score the same
+    examples together: pass replica=(dp_rank, dp_size, dp_group) and the examples are shared out
+    by replica, the counts summed across replicas only. The model's training mode is restored
+    afterwards, so train.py can call it between steps; pass the model before torch.compile, since
+    rows change length every batch.
     """
     examples = examples[:limit] if limit else examples
     if not examples:
@@ -149,11 +152,13 @@ def evaluate_hellaswag(model, examples, device, batch_size=8, autocast=nullconte
     # numbers of batches; evaluation needs the wrapped module only.
     model = getattr(model, "module", model)
     distributed = dist.is_available() and dist.is_initialized()
-    world, rank = (dist.get_world_size(), dist.get_rank()) if distributed else (1, 0)
+    if replica is None:
+        replica = (dist.get_rank(), dist.get_world_size(), None) if distributed else (0, 1, None)
+    index, n_replicas, group = replica
     was_training = model.training
     model.eval()
     counts = torch.zeros(3, dtype=torch.long)  # examples, correct by summed loss, correct by mean loss
-    mine = examples[rank::world]
+    mine = examples[index::n_replicas]
     for start in range(0, len(mine), batch_size):
         batch = mine[start:start + batch_size]
         sums, means = ending_losses(model, batch, device, autocast)
@@ -163,7 +168,7 @@ def evaluate_hellaswag(model, examples, device, batch_size=8, autocast=nullconte
     model.train(was_training)
     if distributed:
         counts = counts.to(device)  # NCCL reduces GPU tensors only
-        dist.all_reduce(counts)
+        dist.all_reduce(counts, group=group)
     n, correct, correct_norm = counts.tolist()
     return dict(acc=correct / n, acc_norm=correct_norm / n, n=n)
 

@@ -167,9 +167,6 @@ def setup_distributed(cfg):
         if world % tp:
             raise configurator.ConfigError(f"tp_size={tp} does not divide the world size {world}: launch a "
                                            f"multiple of {tp} processes or change tp_size")
-        if cfg["hellaswag_interval"]:
-            raise configurator.ConfigError("HellaSwag shares examples by global rank, which tensor parallelism "
-                                           "cannot follow: set hellaswag_interval=0")
         from torch.distributed.device_mesh import init_device_mesh
         mesh = init_device_mesh(device.split(":")[0], (world // tp, tp), mesh_dim_names=("dp", "tp"))
         env.update(dp_rank=mesh.get_local_rank("dp"), dp_size=world // tp, tp_group=mesh.get_group("tp"),
@@ -694,7 +691,8 @@ def run(cfg, env):
                       f"val ppl {metrics['val_ppl']:.2f}", **metrics)
             if hellaswag_examples and (iter_num % cfg["hellaswag_interval"] == 0 or stop_reason):
                 # The uncompiled model: every batch has a different length and would recompile.
-                result = hellaswag.evaluate_hellaswag(raw_model, hellaswag_examples, device, autocast=autocast)
+                result = hellaswag.evaluate_hellaswag(raw_model, hellaswag_examples, device, autocast=autocast,
+                                                      replica=(env["dp_rank"], env["dp_size"], env["dp_group"]))
                 log.event("hellaswag", f"step {iter_num}: hellaswag acc {result['acc']:.4f}, acc_norm "
                           f"{result['acc_norm']:.4f} ({result['n']} examples)", iter=iter_num, tokens=tokens_seen,
                           **result)

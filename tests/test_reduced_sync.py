@@ -294,6 +294,46 @@ def test_tp2_x_dp2_trains_like_one_simulated_replica_and_resumes(data_dir, tmp_p
         assert torch.allclose(value, ckpt_b["model"][key], atol=1e-5, rtol=0), key
 
 
+def hellaswag_model(tp_group=None):
+    """A reduced-sync model over GPT-2's vocabulary (the fixture's ids), the same weights whether
+    its shards are simulated or real; embeddings spread so that no two endings nearly tie."""
+    config = ReducedSyncConfig(**{**TINY, "vocab_size": 50304, "block_size": 32}, tp_size=2,
+                               block_pattern="tp,spd,parallel")
+    torch.manual_seed(0)
+    full = ReducedSyncGPT(config)
+    with torch.no_grad():
+        full.transformer.wte.weight.mul_(25)
+    if tp_group is None:
+        return full
+    model = ReducedSyncGPT(config, tp_group=tp_group)
+    model.load_full_state_dict(full.state_dict())
+    return model
+
+
+def _hellaswag_tp_x_dp(rank, world, fixture, out):
+    import hellaswag
+    from torch.distributed.device_mesh import init_device_mesh
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    model = hellaswag_model(mesh.get_group("tp"))
+    result = hellaswag.evaluate_hellaswag(model, hellaswag.load_examples(fixture), "cpu", batch_size=1,
+                                          replica=(mesh.get_local_rank("dp"), 2, mesh.get_group("dp")))
+    with open(f"{out}/rank{rank}.json", "w") as f:
+        json.dump(result, f)
+
+
+def test_hellaswag_on_tp2_x_dp2_ranks_equals_the_simulated_model(tmp_path):
+    """The two ranks of a replica score the same examples (a TP forward needs both); replicas share
+    the examples out and their counts are summed once, not once per TP rank."""
+    import hellaswag
+    from test_hellaswag import FIXTURE, write_jsonl
+    fixture = write_jsonl(tmp_path / "hellaswag_val.jsonl", FIXTURE)
+    expected = hellaswag.evaluate_hellaswag(hellaswag_model(), hellaswag.load_examples(fixture), "cpu")
+    assert expected["n"] == len(FIXTURE) and 0 < expected["acc"] < 1  # not a degenerate model
+    run_ranks(_hellaswag_tp_x_dp, 4, tmp_path, fixture, str(tmp_path))
+    for rank in range(4):
+        assert json.loads((tmp_path / f"rank{rank}.json").read_text()) == expected
+
+
 # ----------------------------------------------------------------------------- the experiment configs
 
 COMM_CONFIGS = {  # config file -> syncs per forward pass that its name promises
