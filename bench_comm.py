@@ -156,7 +156,7 @@ def main():
         dist.all_reduce = meter.original
     if master:
         report(results, args, device)
-    train.shutdown_distributed()
+    train.exit_distributed()
 
 
 def report(results, args, device):

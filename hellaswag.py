@@ -177,7 +177,7 @@ def evaluate_hellaswag(model, examples, device, batch_size=8, autocast=nullconte
 
 def main(argv):
     from sample import load_model
-    from train import precision, setup_distributed, shutdown_distributed  # late: train.py imports this module
+    from train import exit_distributed, precision, setup_distributed  # late: train.py imports this module
 
     cfg = configurator.apply_config(DEFAULTS, argv)
     env = setup_distributed(cfg)
@@ -194,7 +194,7 @@ def main(argv):
             with open(cfg["out_json"], "w") as f:
                 json.dump(dict(model=source, input=cfg["input"] or cfg["split"], dtype=dtype, **result), f, indent=2)
     if env["ddp"]:
-        shutdown_distributed()
+        exit_distributed()
     return result
 
 
