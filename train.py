@@ -572,6 +572,8 @@ def startup_checklist(cfg, env, model, counts, data_dir, dtype, tokens_per_iter,
         "max_iters": cfg["max_iters"], "max_time": cfg["max_time"], "max_tokens": cfg["max_tokens"],
         "dtype": dtype, "compile": cfg["compile"], "attn_impl": cfg["attn_impl"],
         "ln_placement": cfg["ln_placement"], "optimizer": cfg["optimizer"], "device": env["device"],
+        "recompute_in_backward": "whole blocks" if cfg["activation_checkpointing"]
+        else "attention core" if cfg["attn_recompute"] else "nothing",
     }
 
 

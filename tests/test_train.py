@@ -79,6 +79,7 @@ def test_resume_reproduces_uninterrupted_run(data_dir, tmp_path):
     assert losses(split) == losses(straight)  # exact equality, every iteration
     a, b = load_ckpt(straight), load_ckpt(split)
     assert b["config"]["attn_recompute"] and not a["config"]["attn_recompute"]
+    assert [c["recompute_in_backward"] for c in events(split, "checklist")] == ["nothing", "attention core"]
     assert a["iter_num"] == b["iter_num"] == 8 and a["tokens_seen"] == b["tokens_seen"]
     for key in a["model"]:
         assert torch.equal(a["model"][key], b["model"][key]), key
