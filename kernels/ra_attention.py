@@ -134,6 +134,18 @@ if triton is not None:
         tl.store(L + bh * T + offs_m, m + tl.log2(l_safe), mask=offs_m < T)
 
     @triton.jit
+    def _load_tile(X, in_off, offs_t, offs_d, stride_t, T, D, DOT: tl.constexpr):
+        """Rows offs_t of one head of q, k or v (a strided view); zero outside the sequence and head."""
+        mask = (offs_t[:, None] < T) & (offs_d[None, :] < D)
+        return tl.load(X + in_off + offs_t[:, None] * stride_t + offs_d[None, :], mask=mask, other=0.0).to(DOT)
+
+    @triton.jit
+    def _allowed(offs_m, offs_n, T, W):
+        """Query rows x key columns: the causal set (j <= i, both in the sequence) and its band i - j < W."""
+        causal = (offs_m[:, None] >= offs_n[None, :]) & (offs_n[None, :] < T) & (offs_m[:, None] < T)
+        return causal, causal & (offs_m[:, None] - offs_n[None, :] < W)
+
+    @triton.jit
     def _ra_fwd_kernel(Q, K, V, Alpha, O1, O2, L1, L2,
                        stride_b, stride_h, stride_t, H, T, D, W, scale,
                        HAS1: tl.constexpr, MIX: tl.constexpr, HAS2: tl.constexpr,
@@ -148,10 +160,8 @@ if triton is not None:
 
         offs_m = start_m + tl.arange(0, BLOCK_M)
         offs_d = tl.arange(0, BLOCK_D)
-        mask_md = (offs_m[:, None] < T) & (offs_d[None, :] < D)
-        tile_m = in_off + offs_m[:, None] * stride_t + offs_d[None, :]
-        q_i = tl.load(Q + tile_m, mask=mask_md, other=0.0).to(DOT)
-        k_i = tl.load(K + tile_m, mask=mask_md, other=0.0).to(DOT)
+        q_i = _load_tile(Q, in_off, offs_m, offs_d, stride_t, T, D, DOT)
+        k_i = _load_tile(K, in_off, offs_m, offs_d, stride_t, T, D, DOT)
 
         m1 = tl.full([BLOCK_M], float("-inf"), ACC)
         l1 = tl.zeros([BLOCK_M], ACC)
@@ -166,13 +176,10 @@ if triton is not None:
             lo = tl.maximum(start_m - W + 1, 0) // BLOCK_N * BLOCK_N
         for start_n in range(lo, hi, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
-            mask_nd = (offs_n[:, None] < T) & (offs_d[None, :] < D)
-            tile_n = in_off + offs_n[:, None] * stride_t + offs_d[None, :]
-            k_j = tl.load(K + tile_n, mask=mask_nd, other=0.0).to(DOT)
-            q_j = tl.load(Q + tile_n, mask=mask_nd, other=0.0).to(DOT)
-            v_j = tl.load(V + tile_n, mask=mask_nd, other=0.0).to(DOT)
-            causal = (offs_m[:, None] >= offs_n[None, :]) & (offs_n[None, :] < T) & (offs_m[:, None] < T)
-            band = causal & (offs_m[:, None] - offs_n[None, :] < W)
+            k_j = _load_tile(K, in_off, offs_n, offs_d, stride_t, T, D, DOT)
+            q_j = _load_tile(Q, in_off, offs_n, offs_d, stride_t, T, D, DOT)
+            v_j = _load_tile(V, in_off, offs_n, offs_d, stride_t, T, D, DOT)
+            causal, band = _allowed(offs_m, offs_n, T, W)
             if HAS1:
                 s = tl.dot(q_i, tl.trans(k_j), out_dtype=ACC)
                 if MIX:
@@ -222,11 +229,9 @@ if triton is not None:
 
         offs_n = start_n + tl.arange(0, BLOCK_N)
         offs_d = tl.arange(0, BLOCK_D)
-        mask_nd = (offs_n[:, None] < T) & (offs_d[None, :] < D)
-        tile_n = in_off + offs_n[:, None] * stride_t + offs_d[None, :]
-        k_j = tl.load(K + tile_n, mask=mask_nd, other=0.0).to(DOT)
-        q_j = tl.load(Q + tile_n, mask=mask_nd, other=0.0).to(DOT)
-        v_j = tl.load(V + tile_n, mask=mask_nd, other=0.0).to(DOT)
+        k_j = _load_tile(K, in_off, offs_n, offs_d, stride_t, T, D, DOT)
+        q_j = _load_tile(Q, in_off, offs_n, offs_d, stride_t, T, D, DOT)
+        v_j = _load_tile(V, in_off, offs_n, offs_d, stride_t, T, D, DOT)
         dv = tl.zeros([BLOCK_N, BLOCK_D], ACC)
         dk = tl.zeros([BLOCK_N, BLOCK_D], ACC)
         dq = tl.zeros([BLOCK_N, BLOCK_D], ACC)
@@ -238,12 +243,9 @@ if triton is not None:
             hi = tl.minimum(start_n + BLOCK_N + W - 1, T)
         for start_m in range(lo, hi, BLOCK_M):
             offs_m = start_m + tl.arange(0, BLOCK_M)
-            mask_md = (offs_m[:, None] < T) & (offs_d[None, :] < D)
-            tile_m = in_off + offs_m[:, None] * stride_t + offs_d[None, :]
-            q_i = tl.load(Q + tile_m, mask=mask_md, other=0.0).to(DOT)
-            k_i = tl.load(K + tile_m, mask=mask_md, other=0.0).to(DOT)
-            causal = (offs_m[:, None] >= offs_n[None, :]) & (offs_n[None, :] < T) & (offs_m[:, None] < T)
-            band = causal & (offs_m[:, None] - offs_n[None, :] < W)
+            q_i = _load_tile(Q, in_off, offs_m, offs_d, stride_t, T, D, DOT)
+            k_i = _load_tile(K, in_off, offs_m, offs_d, stride_t, T, D, DOT)
+            causal, band = _allowed(offs_m, offs_n, T, W)
             if HAS1:
                 do, lse, delta = _load_rows(DO1, L1, Delta1, out_off, bh, offs_m, offs_d, T, D, DOT)
                 s = tl.dot(q_i, tl.trans(k_j), out_dtype=ACC)
@@ -264,6 +266,7 @@ if triton is not None:
                 dv += tl.dot(tl.trans(p2.to(DOT)), do2, out_dtype=ACC)
                 dq += tl.dot(tl.trans(g2.to(DOT)), k_i, out_dtype=ACC)
         out_tile = out_off + offs_n[:, None] * D + offs_d[None, :]
+        mask_nd = (offs_n[:, None] < T) & (offs_d[None, :] < D)
         tl.store(DV + out_tile, dv, mask=mask_nd)
         tl.store(DK + out_tile, dk * scale, mask=mask_nd)
         tl.store(DQ + out_tile, dq * scale, mask=mask_nd)
@@ -286,10 +289,8 @@ if triton is not None:
 
         offs_m = start_m + tl.arange(0, BLOCK_M)
         offs_d = tl.arange(0, BLOCK_D)
-        mask_md = (offs_m[:, None] < T) & (offs_d[None, :] < D)
-        tile_m = in_off + offs_m[:, None] * stride_t + offs_d[None, :]
-        q_i = tl.load(Q + tile_m, mask=mask_md, other=0.0).to(DOT)
-        k_i = tl.load(K + tile_m, mask=mask_md, other=0.0).to(DOT)
+        q_i = _load_tile(Q, in_off, offs_m, offs_d, stride_t, T, D, DOT)
+        k_i = _load_tile(K, in_off, offs_m, offs_d, stride_t, T, D, DOT)
         if HAS1:
             do, lse, delta = _load_rows(DO1, L1, Delta1, out_off, bh, offs_m, offs_d, T, D, DOT)
         if HAS2:
@@ -303,13 +304,10 @@ if triton is not None:
             lo = tl.maximum(start_m - W + 1, 0) // BLOCK_N * BLOCK_N
         for start_n in range(lo, hi, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
-            mask_nd = (offs_n[:, None] < T) & (offs_d[None, :] < D)
-            tile_n = in_off + offs_n[:, None] * stride_t + offs_d[None, :]
-            k_j = tl.load(K + tile_n, mask=mask_nd, other=0.0).to(DOT)
-            q_j = tl.load(Q + tile_n, mask=mask_nd, other=0.0).to(DOT)
-            v_j = tl.load(V + tile_n, mask=mask_nd, other=0.0).to(DOT)
-            causal = (offs_m[:, None] >= offs_n[None, :]) & (offs_n[None, :] < T) & (offs_m[:, None] < T)
-            band = causal & (offs_m[:, None] - offs_n[None, :] < W)
+            k_j = _load_tile(K, in_off, offs_n, offs_d, stride_t, T, D, DOT)
+            q_j = _load_tile(Q, in_off, offs_n, offs_d, stride_t, T, D, DOT)
+            v_j = _load_tile(V, in_off, offs_n, offs_d, stride_t, T, D, DOT)
+            causal, band = _allowed(offs_m, offs_n, T, W)
             if HAS1:
                 s = tl.dot(q_i, tl.trans(k_j), out_dtype=ACC)
                 if MIX:
@@ -324,6 +322,7 @@ if triton is not None:
                 p2, g2 = _score_grad(r2 * qk_scale, lse2, delta2, band, do2, v_j, DOT, ACC)
                 dk += tl.dot(g2.to(DOT), q_j, out_dtype=ACC)
         out_tile = out_off + offs_m[:, None] * D + offs_d[None, :]
+        mask_md = (offs_m[:, None] < T) & (offs_d[None, :] < D)
         dq_col = tl.load(DQ + out_tile, mask=mask_md, other=0.0)  # the column kernel's halves
         dk_col = tl.load(DK + out_tile, mask=mask_md, other=0.0)
         tl.store(DQ + out_tile, dq * scale + dq_col, mask=mask_md)
