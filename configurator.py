@@ -10,11 +10,22 @@ clamped or coerced silently. Later arguments win over earlier ones.
 import ast
 import difflib
 import os
+import sys
 import types
 
 
 class ConfigError(ValueError):
     pass
+
+
+def run_script(main, *user_errors):
+    """main(sys.argv[1:]) for a script's __main__: a ConfigError or one of `user_errors` (a mistake
+    in the input, not a bug) ends the process with its one-line message instead of a traceback."""
+    try:
+        main(sys.argv[1:])
+    except (ConfigError, *user_errors) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
 
 
 def apply_config(defaults, argv):

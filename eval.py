@@ -13,7 +13,6 @@ compare checkpoints with the same block_size on.
 import json
 import math
 import os
-import sys
 from contextlib import nullcontext
 
 import numpy as np
@@ -93,8 +92,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except (configurator.ConfigError, FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    configurator.run_script(main, FileNotFoundError, ValueError)

@@ -14,7 +14,6 @@ Ties go to the lowest ending index.
 """
 import json
 import os
-import sys
 import urllib.request
 from contextlib import nullcontext
 
@@ -199,8 +198,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except (configurator.ConfigError, FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    configurator.run_script(main, FileNotFoundError, ValueError)

@@ -4,7 +4,6 @@
     python sample.py --init_from=/path/to/gpt2 --start="FILE:prompt.txt"
 """
 import os
-import sys
 from contextlib import nullcontext
 
 import torch
@@ -69,8 +68,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except (configurator.ConfigError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    configurator.run_script(main, FileNotFoundError)

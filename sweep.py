@@ -265,8 +265,4 @@ def main(argv, launch=launch_subprocess):
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except (configurator.ConfigError, RuntimeError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    configurator.run_script(main, RuntimeError)

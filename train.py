@@ -789,8 +789,4 @@ def run(cfg, env):
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except (configurator.ConfigError, FileNotFoundError, TrainingDiverged) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    configurator.run_script(main, FileNotFoundError, TrainingDiverged)

@@ -1,6 +1,7 @@
 """configurator.apply_config: config files, --key=value literals, type checks and helpful errors."""
 import pytest
 
+import configurator
 from configurator import ConfigError, apply_config
 
 DEFAULTS = dict(
@@ -127,3 +128,19 @@ def test_later_arguments_win(tmp_path):
     assert config["batch_size"] == 8 and config["dataset"] == "owt"
     config = apply_config(DEFAULTS, ["--batch_size=8", path])
     assert config["batch_size"] == 4
+
+
+def test_scripts_report_input_mistakes_in_one_line_and_let_bugs_raise(capsys, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["script.py", "--x=1"])
+    seen = []
+
+    def mistaken(argv):
+        seen.append(argv)
+        raise FileNotFoundError("data/x/train.bin is missing: run python data/x/prepare.py")
+
+    with pytest.raises(SystemExit) as exit_info:
+        configurator.run_script(mistaken, FileNotFoundError)
+    assert exit_info.value.code == 1 and seen == [["--x=1"]]
+    assert capsys.readouterr().err == "error: data/x/train.bin is missing: run python data/x/prepare.py\n"
+    with pytest.raises(KeyError):  # not a listed user error: the traceback stays
+        configurator.run_script(lambda argv: {}["bug"], FileNotFoundError)
