@@ -268,10 +268,14 @@ def torchrun(nproc, args):
 
 
 def test_tp2_x_dp2_trains_like_one_simulated_replica_and_resumes(data_dir, tmp_path):
+    # SGD with momentum: its update is linear in the gradient, so weights compared after a step
+    # compare gradients (Adam's ~lr * sign(g) turns reduction-order rounding into 2 * lr jumps), and
+    # the momentum buffers are sharded optimizer state that the resume must restore per tp rank.
+    sgd = "--optimizer=sgd"
     single, split = str(tmp_path / "single"), str(tmp_path / "tpdp")
-    train.main(tp_args(data_dir, single))  # one process: the 2 shards simulated, 4 micro-steps
-    torchrun(4, tp_args(data_dir, split, "--max_iters=2"))  # 2 replicas x 2 tp ranks, then resume
-    torchrun(4, tp_args(data_dir, split, "--init_from=resume"))
+    train.main(tp_args(data_dir, single, sgd))  # one process: the 2 shards simulated, 4 micro-steps
+    torchrun(4, tp_args(data_dir, split, sgd, "--max_iters=2"))  # 2 replicas x 2 tp ranks, then resume
+    torchrun(4, tp_args(data_dir, split, sgd, "--init_from=resume"))
     checklist = events(split, "checklist")[0]
     assert checklist["world_size"] == 4 and checklist["data_parallel_replicas"] == 2
     assert checklist["grad_accum_per_rank"] == 2 and checklist["tp_execution"].startswith("real")
