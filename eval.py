@@ -21,8 +21,7 @@ from torch.nn import functional as F
 
 import configurator
 import tokendata
-from sample import load_model
-from train import data_dir_of, get_batch, precision
+from runtime import data_dir_of, get_batch, load_model, precision
 
 DEFAULTS = dict(
     out_dir="out",
