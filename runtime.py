@@ -26,36 +26,36 @@ REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 # --key=value overrides set them (configurator.py); sweep.py expands them over grids.
 DEFAULTS = dict(
     # run directory, evaluation and checkpoints
-    out_dir="out",
+    out_dir="out",  # the run directory: config.json, log.jsonl, log.txt, ckpt.pt
     init_from="scratch",  # 'scratch', 'resume' (from out_dir/ckpt.pt), or a local HF GPT-2 directory
     eval_interval=500,  # also where checkpoints are written
     eval_iters=20,  # fixed batches per split per evaluation: the same windows in every run
-    log_interval=10,
-    save_checkpoint=True,
+    log_interval=10,  # a train log line every this many iterations
+    save_checkpoint=True,  # write out_dir/ckpt.pt at evaluations
     sample_tokens=0,  # >0: print a sample of this many tokens at the end of the run
     hellaswag_interval=0,  # >0: HellaSwag accuracy at evaluations on multiples of this and at the end
     hellaswag_limit=0,  # the first N validation examples only (0: all 10,042)
     hellaswag_input="",  # a local hellaswag_val.jsonl; '' downloads it once into data/hellaswag/
     # data
-    dataset="shakespeare",
+    dataset="shakespeare",  # reads data/<dataset>/train.bin and val.bin
     data_dir="",  # default: data/<dataset> next to this file
     batch_size=12,  # micro-batch per process, in sequences
-    block_size=1024,
+    block_size=1024,  # context length in tokens
     gradient_accumulation_steps=40,  # micro-steps per optimizer step, summed over all processes
     tokens_per_iter=0,  # >0: the tokens per optimizer step; gradient_accumulation_steps=0 derives from it
     # model
-    model_type="gpt",  # a key of MODEL_TYPES
-    n_layer=12,
-    n_head=12,
-    n_embd=768,
-    vocab_size=50304,
-    dropout=0.0,
-    bias=True,
-    ln_placement="pre",
-    attn_impl="sdpa",
-    activation_checkpointing=False,
+    model_type="gpt",  # 'gpt', 'ra', 'reduced_sync' (MODEL_TYPES)
+    n_layer=12,  # transformer blocks
+    n_head=12,  # attention heads per block
+    n_embd=768,  # width of the residual stream
+    vocab_size=50304,  # GPT-2's 50257 padded to a multiple of 64
+    dropout=0.0,  # on embeddings, attention weights and residual branches (0: off)
+    bias=True,  # biases in Linear layers and LayerNorms
+    ln_placement="pre",  # 'pre' (GPT-2) or 'post' (original Transformer)
+    attn_impl="sdpa",  # 'sdpa', 'manual' (materializes the scores), 'triton' (model_type='ra')
+    activation_checkpointing=False,  # recompute each whole block in backward
     attn_recompute=False,  # recompute only the attention core in backward (model.attention_core)
-    tie_weights=True,
+    tie_weights=True,  # the head shares the token embedding matrix, as in GPT-2
     # reciprocal attention and MLA (model_type='ra'; see ra_model.py for the meaning of each)
     ra_pattern="none",  # 'none', 'early', 'late', 'all', 'alternate', 'learned', 'layers'
     ra_layers=[],  # ra_pattern='layers': the reciprocal layers' indices
@@ -65,9 +65,9 @@ DEFAULTS = dict(
     ra_gate_init=0.0,  # gate: initial logit of p
     ra_window=0,  # >0: the reciprocal term only within this many positions
     mla=False,  # multi-head latent attention in every layer
-    mla_latent_dim=128,
-    mla_per_head_q_latent=True,
-    mla_per_head_v_up=True,
+    mla_latent_dim=128,  # size of the shared K/V latent
+    mla_per_head_q_latent=True,  # each head scores its query in the latent (else a key up-projection)
+    mla_per_head_v_up=True,  # one value up-projection per head (else one shared)
     # reduced-synchronization tensor parallelism (model_type='reduced_sync'; see reduced_sync_model.py)
     block_pattern="tp",  # repeating unit of block types 'tp', 'spd', 'parallel', e.g. 'tp,spd' or 'spd,parallel,parallel'
     block_types=[],  # one block type per layer; overrides block_pattern
@@ -76,10 +76,10 @@ DEFAULTS = dict(
     sync_layers=[],  # parallel runs also sync after these layers (selective)
     # optimizer
     optimizer="adamw",  # 'adamw', 'adam', 'sgd', 'adamw_spam' (optim.py)
-    learning_rate=6e-4,
-    weight_decay=0.1,
-    beta1=0.9,
-    beta2=0.95,
+    learning_rate=6e-4,  # peak learning rate
+    weight_decay=0.1,  # never on biases or norms
+    beta1=0.9,  # adam, adamw, adamw_spam
+    beta2=0.95,  # adam, adamw, adamw_spam
     momentum=0.9,  # sgd only
     nesterov=False,  # sgd only
     grad_clip=1.0,  # 0 disables clipping; the gradient norm is logged either way
@@ -97,26 +97,26 @@ DEFAULTS = dict(
     prune_interval=50,  # masks are recomputed every this many steps
     prune_ramp="cubic",  # 'cubic': s(t) = target * p^3, 'linear': target * p
     prune_threshold="exact",  # 'exact' global k-th value, or 'sampled' (a quantile of prune_sample scores)
-    prune_sample=1_000_000,
+    prune_sample=1_000_000,  # prune_threshold='sampled': scores drawn for the quantile
     # learning-rate schedule
     lr_schedule="cosine",  # 'cosine', 'constant', 'wsd' (warmup-stable-decay)
-    warmup_iters=2000,
+    warmup_iters=2000,  # linear warmup from 0 to learning_rate
     lr_decay_iters=0,  # where cosine reaches min_lr; 0 means max_iters
-    min_lr=6e-5,
+    min_lr=6e-5,  # the learning rate at the end of the decay
     wsd_decay_frac=0.2,  # wsd: the last fraction of lr_decay_iters decays linearly to min_lr
     # budgets: the run ends at whichever comes first (0 disables max_time / max_tokens)
-    max_iters=600000,
+    max_iters=600000,  # optimizer steps
     max_time=0.0,  # seconds spent in training steps (evaluation and checkpointing excluded)
-    max_tokens=0,
+    max_tokens=0,  # training tokens (a whole number of tokens_per_iter)
     # system
     device="",  # '' picks cuda when available, else cpu
     dtype="",  # 'bfloat16', 'float16', 'float32'; '' picks bfloat16 where supported
-    compile=False,
-    seed=1337,
+    compile=False,  # torch.compile the model (a cold compile takes 20-35 s)
+    seed=1337,  # initial weights, training batches and dropout
     # logging
     log_act_norm_layers=[0, -1],  # blocks whose output RMS is logged (negative counts from the end)
-    wandb_log=False,
-    wandb_project="gpt2-ablations",
+    wandb_log=False,  # also log to Weights & Biases
+    wandb_project="gpt2-ablations",  # the W&B project
     wandb_run_name="",  # default: the name of out_dir
     wandb_mode="",  # 'online', 'offline', 'disabled'; '' is online with an API key, else offline
 )

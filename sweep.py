@@ -43,6 +43,8 @@ def parse_args(argv):
     """(sweep spec, options): the spec merges the sweep files, command-line configs and overrides."""
     spec = dict(base=[], grid=[], configs=[], overrides={}, sweep_dir="")
     options = dict(OPTIONS)
+    if any(arg in configurator.HELP_FLAGS for arg in argv):
+        raise configurator.HelpRequested(OPTIONS)  # the keys of each run: python train.py --help
     for arg in argv:
         if arg.startswith("--"):
             key, sep, raw = arg[2:].partition("=")
