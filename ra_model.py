@@ -339,9 +339,10 @@ class RAGPT(GPT):
         """MLA's projections have other shapes than c_attn, so they consume a different number of
         random draws and would shift the init of every later weight. Re-draw the baseline GPT from
         the same random state and copy every weight the two models share (embeddings, norms, MLPs,
-        attention c_proj): MLA and baseline then differ only in the attention projections."""
+        attention c_proj): MLA and baseline then differ only in the attention projections. The
+        initial weights do not depend on attn_impl, and 'triton' is RA's own: the baseline uses sdpa."""
         torch.set_rng_state(rng)
-        base = GPT(GPTConfig(**{f.name: getattr(config, f.name) for f in fields(GPTConfig)}))
+        base = GPT(GPTConfig(**{**{f.name: getattr(config, f.name) for f in fields(GPTConfig)}, "attn_impl": "sdpa"}))
         own = dict(self.named_parameters())
         with torch.no_grad():
             for name, p in base.named_parameters():

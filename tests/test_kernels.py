@@ -223,11 +223,14 @@ def test_bad_arguments_are_named():
         ra.reciprocal_attention(q, q, q, "swap", window=-1)
 
 
-@pytest.mark.parametrize("pattern,mode", [("late", "mix"), ("learned", "gate"), ("all", "swap")])
-def test_model_trains_with_the_fused_kernel_like_the_pytorch_path(pattern, mode, monkeypatch):
+@pytest.mark.parametrize("pattern,mode,mla", [("late", "mix", {}), ("learned", "gate", {}), ("all", "swap", {}),
+                                              ("all", "mix", dict(mla=True, mla_latent_dim=8,
+                                                                  mla_per_head_q_latent=False))])
+def test_model_trains_with_the_fused_kernel_like_the_pytorch_path(pattern, mode, mla, monkeypatch):
     """attn_impl='triton' (the kernel, interpreted) and attn_impl='sdpa' give the same losses over
     a few SGD steps of a tiny RA model from the same initial weights (SGD's update is linear in the
-    gradient; Adam's ~lr * sign(g) would turn the kernel's rounding on near-zero entries into jumps)."""
+    gradient; Adam's ~lr * sign(g) would turn the kernel's rounding on near-zero entries into jumps).
+    RA+MLA runs the kernel when its heads do not score in the latent (q, k, v of one head size)."""
     import ra_model
 
     monkeypatch.setattr(ra_model, "fused_kernels", lambda: ra)
@@ -235,7 +238,8 @@ def test_model_trains_with_the_fused_kernel_like_the_pytorch_path(pattern, mode,
     for impl in ("sdpa", "triton"):
         torch.manual_seed(0)
         cfg = ra_model.RAConfig(n_layer=2, n_head=2, n_embd=32, block_size=20, vocab_size=64, ra_pattern=pattern,
-                                ra_mode=mode, ra_alpha_learn="layer" if mode == "mix" else "none", attn_impl=impl)
+                                ra_mode=mode, ra_alpha_learn="layer" if mode == "mix" else "none", attn_impl=impl,
+                                **mla)
         model = ra_model.RAGPT(cfg)
         opt = torch.optim.SGD(model.parameters(), lr=0.3, momentum=0.9)
         data = torch.randint(0, 64, (2, 21), generator=torch.Generator().manual_seed(1))

@@ -540,6 +540,23 @@ def test_train_logs_learned_gates_into_log_jsonl(tmp_path):
     assert model.metrics()["ra_gate_layer0"] == pytest.approx(evals[-1]["ra_gate_layer0"])
 
 
+@pytest.mark.parametrize("q_latent", [True, False])
+def test_ra_mla_config_with_the_triton_kernel_builds_and_trains(data_dir, tmp_path, q_latent, monkeypatch):
+    """The documented command `python train.py config/train_ra_mla.py --attn_impl=triton`, shrunk: it
+    builds (MLA's baseline init once rebuilt a GPTConfig with attn_impl='triton') and trains a step;
+    on a CPU without the interpreter both head layouts take the SDPA path, and say so."""
+    import ra_model
+    from test_train import events, tiny_args
+    monkeypatch.setattr(ra_model, "_warned", set())
+    out = str(tmp_path / "run")
+    with pytest.warns(UserWarning, match="running the PyTorch SDPA path"):
+        train.main([os.path.join(REPO, "config", "train_ra_mla_shakespeare.py"),
+                    *tiny_args(data_dir, out, "--attn_impl=triton", "--mla_latent_dim=8", "--max_iters=1",
+                               "--lr_decay_iters=1", "--warmup_iters=0", f"--mla_per_head_q_latent={q_latent}")])
+    assert [e["iter"] for e in events(out, "eval")] == [0, 1]
+    assert events(out, "checklist")[0]["attn_impl"] == "triton"
+
+
 # ---------------------------------------------------------------- bench.py
 
 def test_bench_measures_what_the_ra_mla_config_runs():
