@@ -108,11 +108,14 @@ class CausalSelfAttention(nn.Module):
         return x.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
 
     def forward(self, x):
+        return self.resid_dropout(self.c_proj(self.heads_output(x)))
+
+    def heads_output(self, x):
+        """The heads' outputs side by side, (B, T, C), before the output projection."""
         B, T, C = x.shape
         q, k, v = (self.split_heads(t) for t in self.c_attn(x).split(C, dim=2))
         y = attention_core(self.attend, q, k, v, self.recompute and self.training)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.resid_dropout(self.c_proj(y))
+        return y.transpose(1, 2).contiguous().view(B, T, C)
 
     def attend(self, q, k, v):
         """The mixing step alone; attention variants override this and keep the projections."""

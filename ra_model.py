@@ -23,6 +23,12 @@ absorbed into the query); otherwise a per-head key up-projection brings c back t
 RA+MLA: the pattern's layers add the reciprocal term to the MLA scores, K_i.Q_j with the same
 per-head tensors (ra_alpha = 0.0 is pure MLA).
 
+Gated attention (`attn_gate=True`, every layer, with any of the above; Qiu et al. 2025,
+arXiv 2505.06708, their best variant): each head's output is multiplied elementwise by
+sigmoid(W_g x + b_g) before the output projection, x being the attention's input (the block input
+after ln_1), so a head can switch itself off per token (see GatedOutput). It adds n_embd^2 (+ n_embd)
+parameters per layer; the other weights keep the baseline's initial values.
+
 An RA model with ra_pattern='none' is exactly model.GPT: same modules, same initial weights for
 the same seed; RA-only parameters (alpha, gate logits) are filled deterministically, so they
 draw nothing from the random stream that initializes the shared weights.
@@ -59,6 +65,7 @@ class RAConfig(GPTConfig):
     mla_latent_dim: int = 128
     mla_per_head_q_latent: bool = True
     mla_per_head_v_up: bool = True
+    attn_gate: bool = False  # a sigmoid gate on each head's output, from the block input (GatedOutput)
 
     attn_impls = ("sdpa", "manual", "triton")  # triton: the fused kernels of kernels/ra_attention.py
 
@@ -263,15 +270,34 @@ class ReciprocalMixing:
         return out
 
 
-class RAAttention(ReciprocalMixing, CausalSelfAttention):
-    """model.CausalSelfAttention (same projections, same init) with a reciprocal mixing step."""
+class GatedOutput:
+    """Mixin for an attention module with heads_output, c_proj and resid_dropout: gated attention.
+    y = heads_output(x) * sigmoid(c_gate(x)), elementwise and so per head and channel, then c_proj.
+    The gate reads the same x as the queries; sigmoid keeps it in (0, 1), a sparse, input-dependent
+    scaling that the paper credits for removing attention sinks and loss spikes."""
+
+    def setup_gate(self, config):
+        if config.attn_gate:
+            self.c_gate = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+
+    def forward(self, x):
+        y = self.heads_output(x)
+        if hasattr(self, "c_gate"):
+            y = y * torch.sigmoid(self.c_gate(x))
+        return self.resid_dropout(self.c_proj(y))
+
+
+class RAAttention(GatedOutput, ReciprocalMixing, CausalSelfAttention):
+    """model.CausalSelfAttention (same projections, same init) with a reciprocal mixing step
+    (mode None: standard attention) and the optional output gate."""
 
     def __init__(self, config, mode):
         super().__init__(config)
         self.setup_reciprocal(config, mode)
+        self.setup_gate(config)
 
 
-class MLAttention(ReciprocalMixing, nn.Module):
+class MLAttention(GatedOutput, ReciprocalMixing, nn.Module):
     """Multi-head latent attention: K and V from one shared latent c = c_kv(x)."""
 
     def __init__(self, config, mode=None):
@@ -289,12 +315,13 @@ class MLAttention(ReciprocalMixing, nn.Module):
         self.c_proj = nn.Linear(C, C, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.setup_reciprocal(config, mode)
+        self.setup_gate(config)
 
     def heads(self, x, size):
         B, T, _ = x.shape
         return x.view(B, T, -1, size).transpose(1, 2).expand(B, self.n_head, T, size)
 
-    def forward(self, x):
+    def heads_output(self, x):
         B, T, C = x.shape
         hd = C // self.n_head
         c = self.c_kv(x)  # (B, T, L)
@@ -305,8 +332,7 @@ class MLAttention(ReciprocalMixing, nn.Module):
         v = self.heads(self.v_up(c), hd)  # one shared value head is broadcast when not per head
         # the reciprocal term, if any, is K_i.Q_j with these same tensors
         y = attention_core(self.attend, q, k, v, self.recompute and self.training)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.resid_dropout(self.c_proj(y))
+        return y.transpose(1, 2).contiguous().view(B, T, C)
 
 
 def mla_attention_params(config):
@@ -324,20 +350,20 @@ class RAGPT(GPT):
     def __init__(self, config):
         rng = torch.get_rng_state()
         super().__init__(config)
-        if config.mla:
+        if config.mla or config.attn_gate:
             self.copy_baseline_init(config, rng)
 
     def make_block(self, layer_idx):
         mode = self.config.layer_mode(layer_idx)
         if self.config.mla:
             return Block(self.config, attn=MLAttention(self.config, mode))
-        if mode is None:
+        if mode is None and not self.config.attn_gate:
             return Block(self.config)
         return Block(self.config, attn=RAAttention(self.config, mode))
 
     def copy_baseline_init(self, config, rng):
-        """MLA's projections have other shapes than c_attn, so they consume a different number of
-        random draws and would shift the init of every later weight. Re-draw the baseline GPT from
+        """MLA's projections have other shapes than c_attn, and the output gate is an extra weight, so
+        they consume a different number of random draws and would shift the init of every later weight. Re-draw the baseline GPT from
         the same random state and copy every weight the two models share (embeddings, norms, MLPs,
         attention c_proj): MLA and baseline then differ only in the attention projections. The
         initial weights do not depend on attn_impl, and 'triton' is RA's own: the baseline uses sdpa."""

@@ -68,6 +68,7 @@ DEFAULTS = dict(
     mla_latent_dim=128,  # size of the shared K/V latent
     mla_per_head_q_latent=True,  # each head scores its query in the latent (else a key up-projection)
     mla_per_head_v_up=True,  # one value up-projection per head (else one shared)
+    attn_gate=False,  # gated attention: sigmoid(W x) scales each head's output (arXiv 2505.06708)
     # reduced-synchronization tensor parallelism (model_type='reduced_sync'; see reduced_sync_model.py)
     block_pattern="tp",  # repeating unit of block types 'tp', 'spd', 'parallel', e.g. 'tp,spd' or 'spd,parallel,parallel'
     block_types=[],  # one block type per layer; overrides block_pattern
@@ -298,8 +299,8 @@ def model_classes(cfg):
 def model_config(cfg):
     """The model's config dataclass filled from a run config (or a checkpoint's)."""
     _, config_cls = model_classes(cfg)
-    try:
-        return config_cls(**{k: cfg[k] for k in model_config_fields(config_cls)})
+    try:  # a checkpoint written before a field existed gets its default
+        return config_cls(**{k: cfg[k] for k in model_config_fields(config_cls) if k in cfg})
     except ValueError as e:  # the config's own checks: report them like every other config error
         raise configurator.ConfigError(str(e)) from None
 
@@ -329,8 +330,8 @@ def load_checkpoint(cfg):
     ckpt = torch.load(os.path.join(cfg["out_dir"], "ckpt.pt"), map_location="cpu", weights_only=False)
     saved = ckpt["config"]
     keys = ["model_type"] + model_config_fields(model_classes(saved)[1])
-    conflicts = {k: (saved.get(k, "gpt"), cfg[k]) for k in keys
-                 if k not in RESUMABLE_MODEL_KEYS and saved.get(k, "gpt") != cfg[k]}
+    conflicts = {k: (saved.get(k, DEFAULTS[k]), cfg[k]) for k in keys
+                 if k not in RESUMABLE_MODEL_KEYS and saved.get(k, DEFAULTS[k]) != cfg[k]}
     if conflicts:
         details = ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in conflicts.items())
         raise configurator.ConfigError(f"resuming with a different model shape ({details}): "
