@@ -169,7 +169,9 @@ def reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p):
 
 
 def reciprocal_manual(q, k, v, mode, alpha, p, window, dropout_p):
-    """The readable reference: materializes S and S^T (B, H, T, T)."""
+    """The readable reference: materializes S and S^T (B, H, T, T). alpha and p are floats or
+    tensors that broadcast over (B, H, T, T), e.g. one value per head as (1, H, 1, 1). The fused
+    kernels (kernels/ra_attention.py) are tested against it."""
     T, d = q.size(-2), q.size(-1)
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(d)  # S_ij = q_i.k_j, not yet masked
     # S^T from the UNMASKED scores, masked afterwards. The notes' bug transposed an already masked
@@ -198,13 +200,7 @@ def fused_kernels():
 def reciprocal_triton(q, k, v, mode, alpha, gate_logit, window, dropout_p):
     """The fused Triton kernel (kernels/ra_attention.py) where it can run, else the SDPA path."""
     ra_attention = fused_kernels()
-    why = None
-    if not ra_attention.triton_available(q):
-        why = "Triton or a GPU is unavailable (TRITON_INTERPRET=1 runs the kernel on CPU)"
-    elif dropout_p > 0:
-        why = "the fused kernel has no attention dropout"
-    elif not q.shape == k.shape == v.shape:
-        why = "the fused kernel needs one head size for q, k and v (MLA scores in the latent)"
+    why = "the fused kernel has no attention dropout" if dropout_p > 0 else ra_attention.why_not_fused(q, k, v)
     if why is not None:
         warn_once(f"attn_impl='triton': {why}; running the PyTorch SDPA path instead")
         p = torch.sigmoid(gate_logit) if gate_logit is not None else None

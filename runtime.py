@@ -222,7 +222,7 @@ def validate(cfg, world_size):
         if cfg[key] < 0:
             raise err(f"{key} must be >= 0, got {cfg[key]}")
     resolve_batch(cfg, world_size)
-    optim.validate(cfg)
+    optim.validate(cfg, last_iter(cfg))
     if cfg["lr_schedule"] not in LR_SCHEDULES:
         raise err(f"lr_schedule={cfg['lr_schedule']!r}: use one of {LR_SCHEDULES}")
     if cfg["lr_schedule"] != "constant" and cfg["warmup_iters"] > decay_iters(cfg):
@@ -277,13 +277,18 @@ def resolve_batch(cfg, world_size):
                   f"{cfg['tokens_per_iter']}: use {whole} or {whole + cfg['tokens_per_iter']}")
 
 
-def decay_iters(cfg):
-    """Where the schedule reaches min_lr: lr_decay_iters, else the end of the iteration or token budget."""
-    if cfg["lr_decay_iters"]:
-        return cfg["lr_decay_iters"]
+def last_iter(cfg):
+    """The run's last iteration: max_iters, or earlier where max_tokens ends the run (tokens_per_iter
+    settled by resolve_batch). Everything that ends with the run asks here: the learning-rate decay,
+    the pruning ramp, the start-up checklist's token budget. (max_time ends a run unpredictably.)"""
     if cfg["max_tokens"]:
-        return min(cfg["max_iters"], cfg["max_tokens"] // (cfg["tokens_per_iter"] or 1))
+        return min(cfg["max_iters"], cfg["max_tokens"] // cfg["tokens_per_iter"])
     return cfg["max_iters"]
+
+
+def decay_iters(cfg):
+    """Where the schedule reaches min_lr: lr_decay_iters, else the run's last iteration."""
+    return cfg["lr_decay_iters"] or last_iter(cfg)
 
 
 

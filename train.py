@@ -27,8 +27,8 @@ import hellaswag
 import optim
 import tokendata
 from model import GPTConfig, model_config_fields
-from runtime import (DEFAULTS, build_model, data_dir_of, decay_iters, exit_distributed, get_batch, load_checkpoint,
-                     precision, setup_distributed, validate)
+from runtime import (DEFAULTS, build_model, data_dir_of, decay_iters, exit_distributed, get_batch, last_iter,
+                     load_checkpoint, precision, setup_distributed, validate)
 
 EVAL_SEED = 20240229  # fixed: the evaluation windows never depend on the run's seed
 
@@ -256,9 +256,7 @@ def gathered_rng_states(env):
 # ----------------------------------------------------------------------------- the run
 
 def startup_checklist(cfg, env, model, counts, data_dir, dtype, tokens_per_iter, grad_accum_local):
-    budget = cfg["max_iters"] * tokens_per_iter
-    if cfg["max_tokens"]:
-        budget = min(budget, cfg["max_tokens"])
+    budget = last_iter(cfg) * tokens_per_iter
     return {
         "dataset": cfg["dataset"], "data_dir": data_dir,
         "train_tokens": counts["train"], "val_tokens": counts["val"],
@@ -325,7 +323,7 @@ def run(cfg, env):
     raw_model = model
     act_norms = ActivationNorms(raw_model, cfg["log_act_norm_layers"])
     optimizer = optim.build_optimizer(raw_model, cfg, device_type=device.split(":")[0])
-    pruner = optim.Pruner(raw_model, optimizer, cfg) if cfg["pruning"] != "none" else None
+    pruner = optim.Pruner(raw_model, optimizer, cfg, last_iter(cfg)) if cfg["pruning"] != "none" else None
     scaler = torch.amp.GradScaler(device.split(":")[0], enabled=dtype == "float16")
 
     grad_accum_local = cfg["gradient_accumulation_steps"] // env["dp_size"]
