@@ -42,6 +42,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
+from configurator import ConfigError
 from model import GPT, Block, CausalSelfAttention, GPTConfig, attention_core, causal_attention
 
 RA_PATTERNS = ("none", "early", "late", "all", "alternate", "learned", "layers")
@@ -90,28 +91,28 @@ class RAConfig(GPTConfig):
 
 def check_ra_config(cfg):
     if cfg.ra_pattern not in RA_PATTERNS:
-        raise ValueError(f"ra_pattern={cfg.ra_pattern!r}: use one of {RA_PATTERNS}")
+        raise ConfigError(f"ra_pattern={cfg.ra_pattern!r}: use one of {RA_PATTERNS}")
     if cfg.ra_mode not in RA_MODES:
-        raise ValueError(f"ra_mode={cfg.ra_mode!r}: use one of {RA_MODES}")
+        raise ConfigError(f"ra_mode={cfg.ra_mode!r}: use one of {RA_MODES}")
     if cfg.ra_alpha_learn not in RA_ALPHA_LEARN:
-        raise ValueError(f"ra_alpha_learn={cfg.ra_alpha_learn!r}: use one of {RA_ALPHA_LEARN}")
+        raise ConfigError(f"ra_alpha_learn={cfg.ra_alpha_learn!r}: use one of {RA_ALPHA_LEARN}")
     if cfg.ra_alpha_learn != "none" and (cfg.ra_mode != "mix" or cfg.ra_pattern == "learned"):
-        raise ValueError(f"ra_alpha_learn={cfg.ra_alpha_learn!r} applies to ra_mode='mix' only "
+        raise ConfigError(f"ra_alpha_learn={cfg.ra_alpha_learn!r} applies to ra_mode='mix' only "
                          f"(ra_mode={cfg.ra_mode!r}, ra_pattern={cfg.ra_pattern!r}): set ra_alpha_learn='none'")
     if cfg.ra_pattern == "layers" and not cfg.ra_layers:
-        raise ValueError("ra_pattern='layers' needs the layer indices in ra_layers, e.g. ra_layers=[6, 7]")
+        raise ConfigError("ra_pattern='layers' needs the layer indices in ra_layers, e.g. ra_layers=[6, 7]")
     if cfg.ra_layers and cfg.ra_pattern != "layers":
-        raise ValueError(f"ra_layers={cfg.ra_layers} is only used with ra_pattern='layers' "
+        raise ConfigError(f"ra_layers={cfg.ra_layers} is only used with ra_pattern='layers' "
                          f"(ra_pattern={cfg.ra_pattern!r}): set one or clear the other")
     for i in cfg.ra_layers:
         if type(i) is not int or not 0 <= i < cfg.n_layer:
-            raise ValueError(f"ra_layers contains {i!r}: use layer indices 0..{cfg.n_layer - 1}")
+            raise ConfigError(f"ra_layers contains {i!r}: use layer indices 0..{cfg.n_layer - 1}")
     if len(set(cfg.ra_layers)) != len(cfg.ra_layers):
-        raise ValueError(f"ra_layers={cfg.ra_layers} lists a layer twice")
+        raise ConfigError(f"ra_layers={cfg.ra_layers} lists a layer twice")
     if cfg.ra_window < 0:
-        raise ValueError(f"ra_window must be >= 0 (0: no window), got {cfg.ra_window}")
+        raise ConfigError(f"ra_window must be >= 0 (0: no window), got {cfg.ra_window}")
     if cfg.mla_latent_dim < 1:
-        raise ValueError(f"mla_latent_dim must be a positive integer, got {cfg.mla_latent_dim}")
+        raise ConfigError(f"mla_latent_dim must be a positive integer, got {cfg.mla_latent_dim}")
 
 
 # ----------------------------------------------------------------------------- the mixing step

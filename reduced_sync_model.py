@@ -48,6 +48,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from configurator import ConfigError
 from model import GPT, GPTConfig, attention_core, causal_attention
 
 BLOCK_TYPES = ("tp", "spd", "parallel")
@@ -78,23 +79,23 @@ def check_reduced_sync_config(cfg):
     types = layer_types(cfg)
     bad = sorted(set(types) - set(BLOCK_TYPES))
     if bad:
-        raise ValueError(f"block_pattern/block_types name unknown block types {bad}: use {BLOCK_TYPES}")
+        raise ConfigError(f"block_pattern/block_types name unknown block types {bad}: use {BLOCK_TYPES}")
     if len(types) != cfg.n_layer:
-        raise ValueError(f"block_types has {len(types)} entries but n_layer={cfg.n_layer}")
+        raise ConfigError(f"block_types has {len(types)} entries but n_layer={cfg.n_layer}")
     if not cfg.block_types and cfg.n_layer % len(cfg.block_pattern.split(",")):
-        raise ValueError(f"block_pattern={cfg.block_pattern!r} does not divide n_layer={cfg.n_layer} evenly: "
+        raise ConfigError(f"block_pattern={cfg.block_pattern!r} does not divide n_layer={cfg.n_layer} evenly: "
                          f"list every layer in block_types instead")
     if cfg.tp_size < 1 or cfg.n_head % cfg.tp_size:
-        raise ValueError(f"tp_size={cfg.tp_size} must divide n_head={cfg.n_head} (each rank owns whole heads)")
+        raise ConfigError(f"tp_size={cfg.tp_size} must divide n_head={cfg.n_head} (each rank owns whole heads)")
     if cfg.sync_every < 0:
-        raise ValueError(f"sync_every must be >= 0, got {cfg.sync_every}")
+        raise ConfigError(f"sync_every must be >= 0, got {cfg.sync_every}")
     for layer in cfg.sync_layers:
         if not 0 <= layer < cfg.n_layer:
-            raise ValueError(f"sync_layers contains {layer}, but the model has {cfg.n_layer} layers")
+            raise ConfigError(f"sync_layers contains {layer}, but the model has {cfg.n_layer} layers")
     if cfg.ln_placement != "pre":
-        raise ValueError("reduced_sync models are pre-LN (the SPD formula needs it): set ln_placement='pre'")
+        raise ConfigError("reduced_sync models are pre-LN (the SPD formula needs it): set ln_placement='pre'")
     if cfg.activation_checkpointing:
-        raise ValueError("activation_checkpointing would repeat the all-reduces in backward: set it False "
+        raise ConfigError("activation_checkpointing would repeat the all-reduces in backward: set it False "
                          "for reduced_sync models")
 
 

@@ -151,10 +151,7 @@ def setup_distributed(device="", tp_size=1):
     rank, world = dist.get_rank(), dist.get_world_size()
     env = dict(ddp=True, rank=rank, local_rank=local_rank, world_size=world, device=device, master=rank == 0,
                dp_rank=rank, dp_size=world, tp_group=None, dp_group=None)
-    if tp_size > 1:
-        if world % tp_size:
-            raise configurator.ConfigError(f"tp_size={tp_size} does not divide the world size {world}: launch a "
-                                           f"multiple of {tp_size} processes or change tp_size")
+    if tp_size > 1:  # parallel_layout checked it against the world size
         from torch.distributed.device_mesh import init_device_mesh
         mesh = init_device_mesh(device.split(":")[0], (world // tp_size, tp_size), mesh_dim_names=("dp", "tp"))
         env.update(dp_rank=mesh.get_local_rank("dp"), dp_size=world // tp_size, tp_group=mesh.get_group("tp"),
@@ -208,11 +205,11 @@ def data_dir_of(cfg):
 # ----------------------------------------------------------------------------- the run configuration
 
 def validate(cfg, world_size):
-    """Every check that can fail before data or weights are loaded; errors name keys and fixes."""
+    """Every check that can fail before a process group, data or weights exist, for a launch of
+    world_size processes (sweep.py checks its runs with 1); errors name keys and fixes."""
     err = configurator.ConfigError
     model_config(cfg)  # shape checks (n_embd divisible by n_head, ...)
-    if cfg["tp_size"] != 1 and cfg["model_type"] != "reduced_sync":
-        raise err(f"tp_size={cfg['tp_size']} needs model_type='reduced_sync'")
+    _, dp_size = parallel_layout(cfg, world_size)
     positive = ("batch_size", "block_size", "max_iters", "eval_interval", "eval_iters", "log_interval")
     for key in positive:
         if cfg[key] < 1:
@@ -221,7 +218,7 @@ def validate(cfg, world_size):
                 "learning_rate", "min_lr", "weight_decay", "grad_clip"):
         if cfg[key] < 0:
             raise err(f"{key} must be >= 0, got {cfg[key]}")
-    resolve_batch(cfg, world_size)
+    resolve_batch(cfg, dp_size)
     optim.validate(cfg, last_iter(cfg))
     if cfg["lr_schedule"] not in LR_SCHEDULES:
         raise err(f"lr_schedule={cfg['lr_schedule']!r}: use one of {LR_SCHEDULES}")
@@ -245,6 +242,21 @@ def validate(cfg, world_size):
                   f"not {cfg['vocab_size']}: set hellaswag_interval=0")
     if cfg["init_from"] == "resume" and not os.path.exists(os.path.join(cfg["out_dir"], "ckpt.pt")):
         raise err(f"init_from='resume' but {cfg['out_dir']}/ckpt.pt does not exist")
+
+
+def parallel_layout(cfg, world_size):
+    """(ranks per model replica, data-parallel replicas) for a launch of world_size processes: the
+    one place where tp_size meets the model type and the launch. A single process simulates all
+    tp_size shards (ReducedSyncConfig checks that they divide the heads)."""
+    tp = cfg["tp_size"]
+    if tp != 1 and cfg["model_type"] != "reduced_sync":
+        raise configurator.ConfigError(f"tp_size={tp} needs model_type='reduced_sync'")
+    if world_size == 1:
+        return 1, 1
+    if world_size % tp:
+        raise configurator.ConfigError(f"tp_size={tp} does not divide the world size {world_size}: launch a "
+                                       f"multiple of {tp} processes or change tp_size")
+    return tp, world_size // tp
 
 
 def resolve_batch(cfg, world_size):
@@ -304,10 +316,9 @@ def model_classes(cfg):
 def model_config(cfg):
     """The model's config dataclass filled from a run config (or a checkpoint's)."""
     _, config_cls = model_classes(cfg)
-    try:  # a checkpoint written before a field existed gets its default
-        return config_cls(**{k: cfg[k] for k in model_config_fields(config_cls) if k in cfg})
-    except ValueError as e:  # the config's own checks: report them like every other config error
-        raise configurator.ConfigError(str(e)) from None
+    # A checkpoint written before a field existed gets its default. The dataclass checks itself
+    # and raises ConfigError, like every other key's check.
+    return config_cls(**{k: cfg[k] for k in model_config_fields(config_cls) if k in cfg})
 
 
 def build_model(cfg, checkpoint=None, tp_group=None):

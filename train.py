@@ -28,7 +28,7 @@ import optim
 import tokendata
 from model import GPTConfig, model_config_fields
 from runtime import (DEFAULTS, build_model, data_dir_of, decay_iters, exit_distributed, get_batch, last_iter,
-                     load_checkpoint, precision, setup_distributed, validate)
+                     load_checkpoint, parallel_layout, precision, setup_distributed, validate)
 
 EVAL_SEED = 20240229  # fixed: the evaluation windows never depend on the run's seed
 
@@ -301,7 +301,9 @@ def budget_reached(cfg, iter_num, tokens_seen, train_time):
 
 def main(argv):
     cfg = configurator.apply_config(DEFAULTS, argv)
-    env = setup_distributed(cfg["device"], cfg["tp_size"] if cfg["model_type"] == "reduced_sync" else 1)
+    world_size = int(os.environ.get("WORLD_SIZE", 1))  # torchrun's; the process group comes later
+    validate(cfg, world_size)  # before a process group, data or weights exist
+    env = setup_distributed(cfg["device"], parallel_layout(cfg, world_size)[0])
     run(cfg, env)
     if env["ddp"]:
         exit_distributed()
@@ -309,7 +311,7 @@ def main(argv):
 
 
 def run(cfg, env):
-    validate(cfg, env["dp_size"])
+    """Train with a validated cfg (main calls validate) on the ranks of env (setup_distributed)."""
     device = env["device"]
     dtype, autocast = precision(cfg["dtype"], device)
     data_dir, counts = check_data(cfg)

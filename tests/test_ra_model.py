@@ -509,7 +509,7 @@ def test_patterns_choose_layers_and_modes():
     (dict(n_embd=15), "n_embd"),  # the base checks still run
 ])
 def test_config_rejects_bad_values(overrides, key):
-    with pytest.raises(ValueError, match=key):
+    with pytest.raises(configurator.ConfigError, match=key):
         RAConfig(**{**TINY, **overrides})
 
 
