@@ -25,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import configurator
 import hellaswag
 import optim
+import runrecord
 import tokendata
 from model import GPT, GPTConfig, model_config_fields, unwrap_state_dict
 from ra_model import RAConfig, RAGPT
@@ -126,6 +127,7 @@ DEFAULTS = dict(
     wandb_log=False,
     wandb_project="gpt2-ablations",
     wandb_run_name="",  # default: the name of out_dir
+    wandb_group="",  # runs of one ablation suite share a group (sweep.py sets it)
     wandb_mode="",  # 'online', 'offline', 'disabled'; '' is online with an API key, else offline
 )
 
@@ -443,7 +445,8 @@ class RunLog:
             import wandb
             mode = cfg["wandb_mode"] or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
             self.wandb = wandb.init(project=cfg["wandb_project"], config=cfg, mode=mode, dir=cfg["out_dir"],
-                                    name=cfg["wandb_run_name"] or os.path.basename(os.path.abspath(cfg["out_dir"])))
+                                    name=cfg["wandb_run_name"] or os.path.basename(os.path.abspath(cfg["out_dir"])),
+                                    group=cfg["wandb_group"] or None)
 
     def event(self, kind, line, **fields):
         if not self.master:
@@ -577,6 +580,25 @@ def startup_checklist(cfg, env, model, counts, data_dir, dtype, tokens_per_iter,
     }
 
 
+def run_facts(cfg, env, model, optimizer, data_dir, counts, dtype):
+    """What was measured at the start of a fresh run, for comparing runs (runrecord.py): the data,
+    the evaluation windows, the data order of the first steps and every initial weight (a real
+    tensor-parallel model gathers its shards: every rank calls this)."""
+    weights = model.full_state_dict() if env["tp_group"] is not None else model.state_dict()
+    accum = cfg["gradient_accumulation_steps"]
+    order = [train_offsets(cfg, counts["train"], it, micro)
+             for it in range(runrecord.DATA_ORDER_ITERS) for micro in range(accum)]
+    meta = tokendata.read_meta(data_dir)
+    dataset = runrecord.dataset_fingerprint(data_dir)
+    return dict(dataset_fingerprint=dataset, tokenizer=meta.get("tokenizer"),
+                eval_windows=runrecord.digest(dataset, *(runrecord.offsets_digest(eval_offsets(cfg, counts[s]))
+                                                         for s in ("train", "val"))),
+                data_order=runrecord.offsets_digest(order), init_weights=runrecord.weights_digests(weights),
+                model_class=type(model).__name__, optimizer=type(optimizer).__name__, dtype=dtype,
+                device_type=env["device"].split(":")[0], torch_version=torch.__version__,
+                world_size=env["world_size"], tokens_per_iter=cfg["tokens_per_iter"])
+
+
 def load_hellaswag(cfg, env):
     """The examples, loaded at start-up so a missing file fails before training; the master
     downloads first so ranks do not all fetch the file at once."""
@@ -605,7 +627,7 @@ def budget_reached(cfg, iter_num, tokens_seen, train_time):
 def main(argv):
     cfg = configurator.apply_config(DEFAULTS, argv)
     env = setup_distributed(cfg)
-    run(cfg, env)
+    run(cfg, env, command=["train.py", *argv])
     if env["ddp"]:
         exit_distributed()
 
@@ -627,12 +649,13 @@ def exit_distributed():
     os._exit(0)
 
 
-def run(cfg, env):
+def run(cfg, env, command=("train.py",)):
     validate(cfg, env["dp_size"])
     device = env["device"]
     dtype, autocast = precision(cfg["dtype"], device)
     data_dir, counts = check_data(cfg)
     checkpoint = load_checkpoint(cfg) if cfg["init_from"] == "resume" else None
+    resumed = checkpoint is not None
     hellaswag_examples = load_hellaswag(cfg, env)
 
     torch.manual_seed(cfg["seed"])  # identical initial weights on every rank
@@ -669,9 +692,12 @@ def run(cfg, env):
                     process_group=env["dp_group"])
 
     log = RunLog(cfg, env["master"])
+    facts = None if resumed else run_facts(cfg, env, raw_model, optimizer, data_dir, counts, dtype)
     if env["master"]:
         with open(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
             json.dump(cfg, f, indent=2)
+        start = runrecord.provenance(REPO_DIR, list(command), device, env["world_size"])
+        runrecord.write_run_info(cfg["out_dir"], REPO_DIR, start, facts, resumed)
     checklist = startup_checklist(cfg, env, raw_model, counts, data_dir, dtype, tokens_per_iter, grad_accum_local)
     checklist.update(data_parallel_replicas=env["dp_size"], **model_report,
                      act_rms_after_layers=", ".join(map(str, act_norms.layers)))
