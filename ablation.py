@@ -197,6 +197,7 @@ def compare(suite, runs):
     reference = next((r for r in base_runs.values() if r["config"] is not None), None)
     report = dict(suite=suite["name"], metric=metric, goal=goal, baseline=baseline, compared_at_tokens=tokens,
                   allowed=sorted(suite["allowed"]), allowed_declared=suite.get("allowed_declared", True),
+                  heatmap=suite.get("heatmap") or [],
                   final_tokens={f"{v}-seed{s}": (r["events"][-1].get("tokens") if r["events"] else None)
                                 for (v, s), r in runs.items()},
                   noise_floor=float(np.std(list(base_values.values()), ddof=1)) if len(base_values) > 1 else None,
@@ -414,8 +415,8 @@ def make_plots(report, runs, out_dir):
 
 
 def heatmap_axes(report, runs):
-    """When the variants differ in exactly two numeric keys (e.g. learning rate x batch size):
-    ((key, values), (key, values), grid of the variants' means), else None."""
+    """Over the suite's `heatmap` keys, or else when the variants differ in exactly two numeric keys
+    (e.g. learning rate x batch size): ((key, values), (key, values), grid of the variants' means)."""
     configs = {}
     for (name, _), r in runs.items():
         if r["config"] is not None:
@@ -423,6 +424,7 @@ def heatmap_axes(report, runs):
     keys = [k for k in report["allowed"]
             if len({json.dumps(c.get(k)) for c in configs.values()}) > 1
             and all(isinstance(c.get(k), (int, float)) and not isinstance(c.get(k), bool) for c in configs.values())]
+    keys = report["heatmap"] or keys
     if len(keys) != 2 or len(configs) < 4:
         return None
     kx, ky = keys
@@ -442,7 +444,7 @@ def load_suite_dir(suite_dir):
     """(suite, runs) of a directory written by sweep.py: suite.json names each run's variant and seed."""
     with open(os.path.join(suite_dir, "suite.json")) as f:
         declared = json.load(f)
-    suite = {k: declared[k] for k in ("name", "metric", "baseline", "allowed")}
+    suite = {k: declared.get(k) for k in ("name", "metric", "baseline", "allowed", "heatmap")}
     suite["variants"], runs = {}, {}
     for run_name, (variant, seed) in declared["runs"].items():
         suite["variants"].setdefault(variant, []).append(seed)

@@ -10,7 +10,8 @@ train.py runs; run them; tabulate a grid, report a suite.
 Arguments: sweep files (Python, defining `grid` and optionally `base`, `overrides`, `sweep_dir`),
 train config files, `--key=value` overrides for every run, and the sweep's own options:
 --grid (added to the file's grid), --sweep_dir, --gpus ('' = every visible GPU when there are
-several, else one run at a time; or '0,1,3'), --dry_run=True (print the runs only).
+several, else one run at a time; or '0,1,3'), --cpu_runs=N (on a CPU: N runs at once, each with
+its share of the cores), --allow_confounds=True (see below), --dry_run=True (print the runs only).
 
 `grid` is a dict {key: [values]} (the product of all values), or a list of such dicts (their
 union, e.g. each optimizer with learning rates of its own regime). The grid key `config` takes
@@ -50,7 +51,7 @@ import runrecord
 import train
 
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))
-OPTIONS = dict(grid="", sweep_dir="", gpus="", dry_run=False, allow_confounds=False)
+OPTIONS = dict(grid="", sweep_dir="", gpus="", dry_run=False, allow_confounds=False, cpu_runs=1)
 SUITE_KEYS = ("variants", "baseline", "seeds", "metric", "allowed")
 
 
@@ -104,18 +105,20 @@ def read_sweep_file(path, spec):
     exec(compile(open(path).read(), path, "exec"), namespace)
     stem = os.path.splitext(os.path.basename(path))[0]
     if "variants" in namespace:
-        spec["suite"] = read_suite(namespace, stem)
+        spec["suite"] = read_suite(namespace, stem, os.path.dirname(os.path.abspath(path)))  # base too: relative to it
     else:
         grid = namespace["grid"]
         spec["grid"].extend(grid if isinstance(grid, list) else [grid])
-    spec["base"].extend(namespace.get("base", []))
+    here = os.path.dirname(os.path.abspath(path))
+    spec["base"].extend(os.path.normpath(os.path.join(here, b)) if spec["suite"] else b for b in namespace.get("base", []))
     spec["overrides"].update(namespace.get("overrides", {}))
     default_dir = f"out-suite-{stem}" if spec["suite"] else "out-sweep-" + stem.removeprefix("sweep_")
     spec["sweep_dir"] = namespace.get("suite_dir", namespace.get("sweep_dir", "")) or spec["sweep_dir"] or default_dir
 
 
-def read_suite(namespace, name):
-    """A suite's declaration, checked: each mistake is one line that says what to write."""
+def read_suite(namespace, name, here):
+    """A suite's declaration, checked: each mistake is one line that says what to write. A variant's
+    config files are relative to the suite file's directory."""
     err = configurator.ConfigError
     missing = [k for k in SUITE_KEYS if k not in namespace]
     if missing:
@@ -137,11 +140,16 @@ def read_suite(namespace, name):
         unknown = set(body) - {"config"} - set(train.DEFAULTS)
         if unknown:
             raise err(f"variant {variant!r} sets unknown keys {sorted(unknown)}")
+        configs = body.get("config", [])
+        body["config"] = [os.path.normpath(os.path.join(here, c)) for c in ([configs] if isinstance(configs, str) else configs)]
     nproc = namespace.get("nproc", 1)
     if not isinstance(nproc, int) or nproc < 1:
         raise err(f"nproc={nproc!r}: the ranks per run, an integer >= 1")
+    heatmap = list(namespace.get("heatmap", []))
+    if heatmap and (len(heatmap) != 2 or not set(heatmap) <= set(namespace["allowed"])):
+        raise err(f"heatmap={heatmap!r}: name two of the allowed keys (x, y)")
     return dict(name=name, variants=variants, baseline=namespace["baseline"], seeds=list(seeds),
-                metric=namespace["metric"], allowed=list(namespace["allowed"]), nproc=nproc)
+                metric=namespace["metric"], allowed=list(namespace["allowed"]), nproc=nproc, heatmap=heatmap)
 
 
 def parse_grid(text):
@@ -255,7 +263,9 @@ def launch_subprocess(argv, gpus, log_path, nproc=1):
     """Start one run of train.py (under torchrun with nproc > 1) on the GPUs of its slot; its
     console output goes to log_path."""
     env = dict(os.environ)
-    if gpus is not None:
+    if str(gpus).startswith("cpu"):  # one of several CPU slots: its share of the cores
+        env["OMP_NUM_THREADS"] = gpus.split(":")[1].split("#")[0]
+    elif gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpus)
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] \
         if nproc > 1 else [sys.executable]
@@ -264,8 +274,12 @@ def launch_subprocess(argv, gpus, log_path, nproc=1):
                             stdout=out, stderr=subprocess.STDOUT, cwd=REPO_DIR)
 
 
-def default_gpus(option, nproc=1):
-    """Run slots: groups of nproc GPUs ('0,1'), one run per slot at a time; [None] on a CPU or one GPU."""
+def default_gpus(option, nproc=1, cpu_runs=1):
+    """Run slots: groups of nproc GPUs ('0,1'), one run per slot at a time; on a CPU machine
+    cpu_runs slots that share the cores ('cpu:<threads>#<slot>'), else [None] (one run, all cores)."""
+    if cpu_runs > 1:
+        threads = max(1, (os.cpu_count() or 1) // (cpu_runs * nproc))
+        return [f"cpu:{threads}#{i}" for i in range(cpu_runs)]
     if option:
         gpus = [g.strip() for g in str(option).split(",") if g.strip()]
     else:
@@ -295,7 +309,9 @@ def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
             if slot not in active and todo:
                 name, argv = todo.pop(0)
                 os.makedirs(os.path.join(sweep_dir, name), exist_ok=True)
-                print(f"start {name}" + (f" on GPU {slot}" if slot is not None else ""), flush=True)
+                where = "" if slot is None else f" on GPU {slot}" if not slot.startswith("cpu") \
+                    else f" ({slot.split('#')[0].removeprefix('cpu:')} threads)"
+                print(f"start {name}{where}", flush=True)
                 active[slot] = (name, launch(argv, slot, os.path.join(sweep_dir, name, "console.txt")))
         for slot, (name, proc) in list(active.items()):
             if proc.poll() is not None:
@@ -379,7 +395,7 @@ def main(argv, launch=launch_subprocess):
         freeze_suite(suite, runs, sweep_dir)
     if launch is launch_subprocess:
         launch = functools.partial(launch_subprocess, nproc=nproc)
-    codes = run_all(runs, sweep_dir, default_gpus(options["gpus"], nproc), launch)
+    codes = run_all(runs, sweep_dir, default_gpus(options["gpus"], nproc, options["cpu_runs"]), launch)
     if suite:
         print(open(ablation.report_suite_dir(sweep_dir)).read())
     else:
