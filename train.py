@@ -25,11 +25,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import configurator
 import hellaswag
 import optim
+import runrecord
 import tokendata
 from model import GPTConfig, model_config_fields
 from runtime import (DEFAULTS, build_model, data_dir_of, decay_iters, exit_distributed, get_batch, last_iter,
                      load_checkpoint, parallel_layout, precision, setup_distributed, validate)
 
+REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 EVAL_SEED = 20240229  # fixed: the evaluation windows never depend on the run's seed
 
 
@@ -142,7 +144,8 @@ class RunLog:
             import wandb
             mode = cfg["wandb_mode"] or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
             self.wandb = wandb.init(project=cfg["wandb_project"], config=cfg, mode=mode, dir=cfg["out_dir"],
-                                    name=cfg["wandb_run_name"] or os.path.basename(os.path.abspath(cfg["out_dir"])))
+                                    name=cfg["wandb_run_name"] or os.path.basename(os.path.abspath(cfg["out_dir"])),
+                                    group=cfg["wandb_group"] or None)
 
     def event(self, kind, line, **fields):
         if not self.master:
@@ -274,6 +277,25 @@ def startup_checklist(cfg, env, model, counts, data_dir, dtype, tokens_per_iter,
     }
 
 
+def run_facts(cfg, env, model, optimizer, data_dir, counts, dtype):
+    """What was measured at the start of a fresh run, for comparing runs (runrecord.py): the data,
+    the evaluation windows, the data order of the first steps and every initial weight (a real
+    tensor-parallel model gathers its shards: every rank calls this)."""
+    weights = model.full_state_dict() if env["tp_group"] is not None else model.state_dict()
+    accum = cfg["gradient_accumulation_steps"]
+    order = [train_offsets(cfg, counts["train"], it, micro)
+             for it in range(runrecord.DATA_ORDER_ITERS) for micro in range(accum)]
+    meta = tokendata.read_meta(data_dir)
+    dataset = runrecord.dataset_fingerprint(data_dir)
+    return dict(dataset_fingerprint=dataset, tokenizer=meta.get("tokenizer"),
+                eval_windows=runrecord.digest(dataset, *(runrecord.offsets_digest(eval_offsets(cfg, counts[s]))
+                                                         for s in ("train", "val"))),
+                data_order=runrecord.offsets_digest(order), init_weights=runrecord.weights_digests(weights),
+                model_class=type(model).__name__, optimizer=type(optimizer).__name__, dtype=dtype,
+                device_type=env["device"].split(":")[0], torch_version=torch.__version__,
+                world_size=env["world_size"], tokens_per_iter=cfg["tokens_per_iter"])
+
+
 def load_hellaswag(cfg, env):
     """The examples, loaded at start-up so a missing file fails before training; the master
     downloads first so ranks do not all fetch the file at once."""
@@ -304,18 +326,19 @@ def main(argv):
     world_size = int(os.environ.get("WORLD_SIZE", 1))  # torchrun's; the process group comes later
     validate(cfg, world_size)  # before a process group, data or weights exist
     env = setup_distributed(cfg["device"], parallel_layout(cfg, world_size)[0])
-    run(cfg, env)
+    run(cfg, env, command=["train.py", *argv])
     if env["ddp"]:
         exit_distributed()
 
 
 
-def run(cfg, env):
+def run(cfg, env, command=("train.py",)):
     """Train with a validated cfg (main calls validate) on the ranks of env (setup_distributed)."""
     device = env["device"]
     dtype, autocast = precision(cfg["dtype"], device)
     data_dir, counts = check_data(cfg)
     checkpoint = load_checkpoint(cfg) if cfg["init_from"] == "resume" else None
+    resumed = checkpoint is not None
     hellaswag_examples = load_hellaswag(cfg, env)
 
     torch.manual_seed(cfg["seed"])  # identical initial weights on every rank
@@ -352,9 +375,12 @@ def run(cfg, env):
                     process_group=env["dp_group"])
 
     log = RunLog(cfg, env["master"])
+    facts = None if resumed else run_facts(cfg, env, raw_model, optimizer, data_dir, counts, dtype)
     if env["master"]:
         with open(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
             json.dump(cfg, f, indent=2)
+        start = runrecord.provenance(REPO_DIR, list(command), device, env["world_size"])
+        runrecord.write_run_info(cfg["out_dir"], REPO_DIR, start, facts, resumed)
     checklist = startup_checklist(cfg, env, raw_model, counts, data_dir, dtype, tokens_per_iter, grad_accum_local)
     checklist.update(data_parallel_replicas=env["dp_size"], **model_report,
                      act_rms_after_layers=", ".join(map(str, act_norms.layers)))
