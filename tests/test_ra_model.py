@@ -537,8 +537,9 @@ def test_every_ra_config_loads_and_builds_its_model_config():
 
 
 def test_ra_ablation_configs_differ_only_in_ra_keys():
-    """Identical optimizer, batch, schedule and budget across the set, and the trunk's GPT-2 recipe."""
-    for suffix, base_file in (("", "train_gpt2"), ("_shakespeare", "train_shakespeare")):
+    """Identical optimizer, batch, schedule and budget across the set, and the trunk's recipe: GPT-2's
+    for the full-size set, the character-level twin's own (_ra_shakespeare.py) for the CPU set."""
+    for suffix, base_file in (("", "train_gpt2"), ("_shakespeare", "_ra_shakespeare")):
         configs = {name: load_config(name + suffix) for name in GPT2_CONFIGS}
         reference = configs["train_ra_baseline"]
         for name, cfg in configs.items():
