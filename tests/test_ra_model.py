@@ -396,6 +396,17 @@ def test_an_open_gate_is_exactly_the_baseline_and_the_gate_learns():
     assert torch.equal(gated(idx)[0], base(idx)[0])
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--attn_gate=True"], "attn_gate=True applies to model_type='ra' only, not 'gpt'"),
+    (["--model_type=reduced_sync", "--mla=True"], "mla=True applies to model_type='ra' only"),
+    (["--model_type=ra", "--sync_every=2"], "sync_every=2 applies to model_type='reduced_sync' only"),
+])
+def test_a_model_key_of_another_model_type_is_refused(argv, message):
+    """Silently ignored, attn_gate=True on the baseline GPT would make the positive control a null."""
+    with pytest.raises(configurator.ConfigError, match=message):
+        runtime.validate(configurator.apply_config(runtime.DEFAULTS, argv), 1)
+
+
 def test_gated_attention_configs_differ_from_the_ra_baseline_in_the_gate_only():
     for suffix in ("", "_shakespeare"):
         gated, base = load_config("train_gated_attn" + suffix), load_config("train_ra_baseline" + suffix)
