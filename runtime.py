@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 import configurator
 import optim
+import sharding
 import tokendata
 from model import GPT, GPTConfig, model_config_fields, unwrap_state_dict
 from ra_model import RAConfig, RAGPT
@@ -75,6 +76,10 @@ DEFAULTS = dict(
     tp_size=1,  # ranks per model replica under torchrun (world = tp_size x data-parallel replicas); one process simulates them
     sync_every=0,  # >0: parallel runs also sync every this many layers (grouped)
     sync_layers=[],  # parallel runs also sync after these layers (selective)
+    # data parallelism across ranks (sharding.py)
+    data_parallel="ddp",  # 'ddp' (replicate), 'fsdp' (shard everything, FSDP2), 'hsdp' (shard within a node, replicate across)
+    hsdp_shard_size=0,  # hsdp: ranks per shard group; 0 means one node's (torchrun's LOCAL_WORLD_SIZE)
+    fsdp_reduce_dtype="float32",  # fsdp/hsdp: gradient reductions in 'float32' or 'bfloat16' (weights follow dtype)
     # optimizer
     optimizer="adamw",  # 'adamw', 'adam', 'sgd', 'adamw_spam' (optim.py)
     learning_rate=6e-4,  # peak learning rate
@@ -215,6 +220,7 @@ def validate(cfg, world_size):
     model_config(cfg)  # shape checks (n_embd divisible by n_head, ...)
     _, dp_size = parallel_layout(cfg, world_size)
     check_model_keys_apply(cfg)
+    sharding.check(cfg, world_size)
     positive = ("batch_size", "block_size", "max_iters", "eval_interval", "eval_iters", "log_interval")
     for key in positive:
         if cfg[key] < 1:
@@ -245,8 +251,12 @@ def validate(cfg, world_size):
     if cfg["hellaswag_interval"] and cfg["vocab_size"] < tokendata.GPT2_VOCAB_SIZE:
         raise err(f"HellaSwag is tokenized with GPT-2's BPE, which needs vocab_size >= {tokendata.GPT2_VOCAB_SIZE}, "
                   f"not {cfg['vocab_size']}: set hellaswag_interval=0")
-    if cfg["init_from"] == "resume" and not os.path.exists(os.path.join(cfg["out_dir"], "ckpt.pt")):
+    if cfg["init_from"] == "resume" and cfg["data_parallel"] == "ddp" and not os.path.exists(
+            os.path.join(cfg["out_dir"], "ckpt.pt")):
         raise err(f"init_from='resume' but {cfg['out_dir']}/ckpt.pt does not exist")
+    if cfg["init_from"] == "resume" and cfg["data_parallel"] != "ddp" and not sharding.latest_checkpoint(cfg["out_dir"]):
+        raise err(f"init_from='resume' with data_parallel={cfg['data_parallel']!r} but {cfg['out_dir']}/dcp/latest "
+                  f"does not exist (an ordinary ckpt.pt resumes with data_parallel='ddp')")
 
 
 def check_model_keys_apply(cfg):
@@ -346,7 +356,7 @@ def build_model(cfg, checkpoint=None, tp_group=None):
     if checkpoint is not None or cfg["init_from"] in ("scratch", "resume"):
         model_cls, _ = model_classes(cfg)
         model = model_cls(model_config(cfg), **({} if tp_group is None else dict(tp_group=tp_group)))
-        if checkpoint is not None:
+        if checkpoint is not None and "model" in checkpoint:  # a sharded checkpoint's weights come later (sharding.load)
             getattr(model, "load_full_state_dict", model.load_state_dict)(unwrap_state_dict(checkpoint["model"]))
         return model
     return GPT.from_pretrained(cfg["init_from"], dropout=cfg["dropout"], attn_impl=cfg["attn_impl"],
@@ -360,7 +370,13 @@ RESUMABLE_MODEL_KEYS = ("dropout", "activation_checkpointing", "attn_recompute")
 
 
 def load_checkpoint(cfg):
-    ckpt = torch.load(os.path.join(cfg["out_dir"], "ckpt.pt"), map_location="cpu", weights_only=False)
+    """out_dir/ckpt.pt, or under data_parallel 'fsdp'/'hsdp' the newest sharded checkpoint's meta.pt
+    (its weights and optimizer state are read once the model is sharded: sharding.load)."""
+    if cfg["data_parallel"] != "ddp":
+        path = sharding.latest_checkpoint(cfg["out_dir"])
+        ckpt = dict(sharding.read_meta(path), sharded_path=path)
+    else:
+        ckpt = torch.load(os.path.join(cfg["out_dir"], "ckpt.pt"), map_location="cpu", weights_only=False)
     saved = ckpt["config"]
     keys = ["model_type"] + model_config_fields(model_classes(saved)[1])
     conflicts = {k: (saved.get(k, DEFAULTS[k]), cfg[k]) for k in keys
@@ -378,6 +394,9 @@ def load_model(cfg, device):
     checkpoint's own config), else a local Hugging Face GPT-2 directory."""
     if cfg["init_from"] == "resume":
         path = os.path.join(cfg["out_dir"], "ckpt.pt")
+        if not os.path.exists(path) and sharding.latest_checkpoint(cfg["out_dir"]):
+            raise FileNotFoundError(f"{path} not found but {cfg['out_dir']}/dcp holds a sharded checkpoint: write "
+                                    f"one file first with `python export_checkpoint.py --out_dir={cfg['out_dir']}`")
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path} not found: train first, or pass --init_from=<HF GPT-2 directory>")
         ckpt = torch.load(path, map_location="cpu", weights_only=False)

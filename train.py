@@ -8,7 +8,8 @@
 Every key of runtime.DEFAULTS can be set by a config file or a --key=value override (see
 configurator.py).
 A run directory (out_dir) receives config.json, log.jsonl (one JSON object per event), log.txt
-(the same, for people) and ckpt.pt (everything needed to continue exactly where it stopped).
+(the same, for people) and ckpt.pt (everything needed to continue exactly where it stopped), or
+with data_parallel='fsdp' / 'hsdp' the sharded checkpoint directory dcp/ (sharding.py).
 """
 import json
 import math
@@ -26,6 +27,7 @@ import configurator
 import hellaswag
 import optim
 import runrecord
+import sharding
 import tokendata
 from model import GPTConfig, model_config_fields
 from runtime import (DEFAULTS, build_model, data_dir_of, decay_iters, exit_distributed, get_batch, last_iter,
@@ -183,13 +185,18 @@ def evaluate(model, cfg, env, data_dir, counts, autocast):
     losses = {}
     for split in ("train", "val"):
         total = torch.zeros(2, device=env["device"])  # loss sum, batch count
-        for k, offsets in enumerate(eval_offsets(cfg, counts[split])):
-            if k % env["dp_size"] != env["dp_rank"]:  # a replica's tensor-parallel ranks share each batch
+        batches = eval_offsets(cfg, counts[split])
+        for first in range(0, len(batches), env["dp_size"]):
+            k = first + env["dp_rank"]  # a replica's tensor-parallel ranks share each batch
+            counted = k < len(batches)
+            # A sharded model all-gathers in every forward, so every rank must run as many: a rank with
+            # no batch left in the last round recomputes batch 0 without counting it.
+            if not counted and env["mesh"] is None:
                 continue
-            x, y = get_batch(data_dir, split, offsets, cfg["block_size"], env["device"])
+            x, y = get_batch(data_dir, split, batches[k if counted else 0], cfg["block_size"], env["device"])
             with autocast:
                 _, loss = model(x, y)
-            total += torch.stack([loss.float(), torch.ones((), device=env["device"])])
+            total += float(counted) * torch.stack([loss.float(), torch.ones((), device=env["device"])])
         if env["ddp"]:
             dist.all_reduce(total)
         losses[split] = (total[0] / total[1]).item()
@@ -226,8 +233,10 @@ def optimizer_state_of(checkpoint, env):
     return state[dist.get_rank(tp_group)] if tp_group is not None else state
 
 
-def clip_grad_norm(model, max_norm):
-    """The whole model's gradient norm, clipped; a tensor-parallel model sums its shards across ranks."""
+def clip_grad_norm(model, max_norm, sharded):
+    """The whole model's gradient norm, clipped; a tensor-parallel or FSDP model sums its shards across ranks."""
+    if sharded:
+        return sharding.clip_grad_norm(model, max_norm)
     if hasattr(model, "clip_grad_norm_"):
         return model.clip_grad_norm_(max_norm)
     return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
@@ -277,11 +286,12 @@ def startup_checklist(cfg, env, model, counts, data_dir, dtype, tokens_per_iter,
     }
 
 
-def run_facts(cfg, env, model, optimizer, data_dir, counts, dtype):
+def run_facts(cfg, env, model, optimizer, data_dir, counts, dtype, sharded):
     """What was measured at the start of a fresh run, for comparing runs (runrecord.py): the data,
     the evaluation windows, the data order of the first steps and every initial weight (a real
     tensor-parallel model gathers its shards: every rank calls this)."""
-    weights = model.full_state_dict() if env["tp_group"] is not None else model.state_dict()
+    weights = (sharding.full_model_state(model) if sharded else model.full_state_dict()
+               if env["tp_group"] is not None else model.state_dict())
     accum = cfg["gradient_accumulation_steps"]
     order = [train_offsets(cfg, counts["train"], it, micro)
              for it in range(runrecord.DATA_ORDER_ITERS) for micro in range(accum)]
@@ -346,6 +356,15 @@ def run(cfg, env, command=("train.py",)):
     if cfg["init_from"] not in ("scratch", "resume"):
         cfg.update({k: getattr(model.config, k) for k in model_config_fields(GPTConfig)})
     raw_model = model
+    weights_bytes = optim.weights_bytes(raw_model)
+    # reduced_sync: count one tiny step's all-reduces against the schedule (before DDP's or FSDP's
+    # hooks exist; it forks the RNG and clears its gradients)
+    model_report = raw_model.startup_report(device) if hasattr(raw_model, "startup_report") else {}
+    # FSDP shards a single process's model too little to matter: it trains as usual, with sharded checkpoints
+    sharded = env["ddp"] and cfg["data_parallel"] != "ddp"
+    env["mesh"] = sharding.device_mesh(cfg, device, env["world_size"]) if sharded else None
+    if sharded:  # before the optimizer, which must hold the sharded parameters
+        sharding.shard_model(raw_model, env["mesh"], dtype, cfg["fsdp_reduce_dtype"], cfg["compile"])
     act_norms = ActivationNorms(raw_model, cfg["log_act_norm_layers"])
     optimizer = optim.build_optimizer(raw_model, cfg, device_type=device.split(":")[0])
     pruner = optim.Pruner(raw_model, optimizer, cfg, last_iter(cfg)) if cfg["pruning"] != "none" else None
@@ -355,8 +374,11 @@ def run(cfg, env, command=("train.py",)):
     tokens_per_iter = cfg["tokens_per_iter"]
     iter_num, tokens_seen, train_time, best_val = 0, 0, 0.0, float("inf")
     torch.manual_seed(cfg["seed"] + env["dp_rank"])  # dropout masks differ across replicas
-    if checkpoint is not None:
+    if checkpoint is not None and "sharded_path" in checkpoint:  # written by any number of ranks
+        sharding.load(checkpoint["sharded_path"], raw_model, optimizer)
+    elif checkpoint is not None:
         optimizer.load_state_dict(optimizer_state_of(checkpoint, env))
+    if checkpoint is not None:
         if pruner is not None and checkpoint.get("pruning"):  # a dense checkpoint starts with no masks
             pruner.load_state_dict(checkpoint["pruning"])
         scaler.load_state_dict(checkpoint["scaler"])
@@ -366,23 +388,24 @@ def run(cfg, env, command=("train.py",)):
             set_rng_state(checkpoint["rng"][env["rank"]], device)
     del checkpoint
 
-    # reduced_sync: count one tiny step's all-reduces against the schedule (before DDP's hooks exist)
-    model_report = raw_model.startup_report(device) if hasattr(raw_model, "startup_report") else {}
-    if cfg["compile"]:
+    if cfg["compile"] and not sharded:  # shard_model compiled the blocks one by one
         model = torch.compile(model)
-    if env["ddp"]:
+    if env["ddp"] and not sharded:
         model = DDP(model, device_ids=[env["local_rank"]] if device.startswith("cuda") else None,
                     process_group=env["dp_group"])
 
     log = RunLog(cfg, env["master"])
-    facts = None if resumed else run_facts(cfg, env, raw_model, optimizer, data_dir, counts, dtype)
+    facts = None if resumed else run_facts(cfg, env, raw_model, optimizer, data_dir, counts, dtype, sharded)
     if env["master"]:
         with open(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
             json.dump(cfg, f, indent=2)
         start = runrecord.provenance(REPO_DIR, list(command), device, env["world_size"])
         runrecord.write_run_info(cfg["out_dir"], REPO_DIR, start, facts, resumed)
     checklist = startup_checklist(cfg, env, raw_model, counts, data_dir, dtype, tokens_per_iter, grad_accum_local)
-    checklist.update(data_parallel_replicas=env["dp_size"], **model_report,
+    memory = sharding.memory_estimate(cfg, raw_model.get_num_params(non_embedding=False), env["world_size"], dtype)
+    checklist.update(data_parallel_replicas=env["dp_size"], data_parallel=cfg["data_parallel"] if env["ddp"] else "none",
+                     memory_per_gpu_estimate=sharding.describe_memory(memory),
+                     **{f"memory_estimate_{k}": v for k, v in memory.items()}, **model_report,
                      act_rms_after_layers=", ".join(map(str, act_norms.layers)))
     log.event("checklist", "\n".join(f"{k:>26}: {v}" for k, v in checklist.items()), **checklist)
     log.say(f"tokens per iteration = batch_size {cfg['batch_size']} x block_size {cfg['block_size']} x "
@@ -390,7 +413,6 @@ def run(cfg, env, command=("train.py",)):
             f"({grad_accum_local} per rank x {env['dp_size']} data-parallel ranks) = {tokens_per_iter:,}")
     if pruner is not None:
         log.event("pruning", pruner.describe(), pruned=list(pruner.params), excluded=pruner.excluded)
-    weights_bytes = optim.weights_bytes(raw_model)
 
     start_iter = iter_num
     window = dict(time=0.0, iters=0)  # training steps since the last log line
@@ -416,14 +438,16 @@ def run(cfg, env, command=("train.py",)):
                           f"{result['acc_norm']:.4f} ({result['n']} examples)", iter=iter_num, tokens=tokens_seen,
                           **result)
             rng = gathered_rng_states(env)
-            if cfg["save_checkpoint"] and iter_num > start_iter:
+            meta = dict(scaler=scaler.state_dict(), config=cfg, iter_num=iter_num, tokens_seen=tokens_seen,
+                        train_time=train_time, best_val_loss=best_val, rng=rng, metrics=metrics,
+                        pruning=pruner.state_dict() if pruner is not None else None)
+            if cfg["save_checkpoint"] and iter_num > start_iter and cfg["data_parallel"] != "ddp":
+                sharding.save(cfg["out_dir"], iter_num, raw_model, optimizer, meta, env["master"])
+            elif cfg["save_checkpoint"] and iter_num > start_iter:
                 model_state, optimizer_state = model_and_optimizer_states(raw_model, optimizer, env)
-            if cfg["save_checkpoint"] and env["master"] and iter_num > start_iter:
-                save_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"), dict(
-                    model=model_state, optimizer=optimizer_state, scaler=scaler.state_dict(),
-                    config=cfg, iter_num=iter_num, tokens_seen=tokens_seen, train_time=train_time,
-                    best_val_loss=best_val, rng=rng, metrics=metrics,
-                    pruning=pruner.state_dict() if pruner is not None else None))
+                if env["master"]:
+                    save_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"),
+                                    dict(model=model_state, optimizer=optimizer_state, **meta))
         if stop_reason:
             break
 
@@ -436,8 +460,11 @@ def run(cfg, env, command=("train.py",)):
             offsets = train_offsets(cfg, counts["train"], iter_num, micro * env["dp_size"] + env["dp_rank"])
             x, y = get_batch(data_dir, "train", offsets, cfg["block_size"], device)
             last = micro == grad_accum_local - 1
-            # DDP would all-reduce after every backward; only the last micro-step needs it.
-            sync = model.no_sync() if env["ddp"] and not last else nullcontext()
+            # DDP would all-reduce after every backward, FSDP reduce-scatter: only the last micro-step
+            # needs it (FSDP accumulates the unsharded gradients in fp32 until then).
+            if sharded:
+                raw_model.set_requires_gradient_sync(last)
+            sync = model.no_sync() if env["ddp"] and not sharded and not last else nullcontext()
             with sync:
                 with autocast:
                     _, loss = model(x, y)
@@ -446,7 +473,7 @@ def run(cfg, env, command=("train.py",)):
         if pruner is not None:
             pruner.mask_grads()  # before clipping: pruned weights add nothing to the norm
         scaler.unscale_(optimizer)
-        grad_norm = clip_grad_norm(raw_model, cfg["grad_clip"] or float("inf"))
+        grad_norm = clip_grad_norm(raw_model, cfg["grad_clip"] or float("inf"), sharded)
         scaler.step(optimizer, **optim.step_kwargs(optimizer, grad_norm))
         scaler.update()
         optimizer.zero_grad(set_to_none=True)

@@ -1,0 +1,213 @@
+"""Beyond one GPU's memory, with PyTorch's own engine: FSDP2 sharding (data_parallel='fsdp' or
+'hsdp'), sharded checkpoints through torch.distributed.checkpoint (DCP), and an estimate of the
+memory a layout needs per GPU.
+
+- fsdp: every rank holds 1/world of each parameter, gradient and optimizer state; a block's full
+  weights exist only while it runs (all-gathered before, resharded after).
+- hsdp: shard within a group of hsdp_shard_size ranks (one node by default), replicate across the
+  groups: all-gathers stay on the node's fast links, only the gradient all-reduce crosses nodes.
+
+A sharded checkpoint is a directory out_dir/dcp/iter_NNNNNNN/ written by every rank at once (its
+own shards) plus meta.pt (config, counters, RNG states); out_dir/dcp/latest names the newest
+complete one and is replaced atomically only after every rank has finished writing, so a crash
+mid-save leaves the previous checkpoint in charge. DCP reshards on load: a run may resume on a
+different number of ranks. export_checkpoint.py turns one into an ordinary ckpt.pt.
+"""
+import os
+import shutil
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
+                                                     set_state_dict)
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+import configurator
+import tokendata
+
+DATA_PARALLEL = ("ddp", "fsdp", "hsdp")
+REDUCE_DTYPES = ("float32", "bfloat16")
+
+
+def check(cfg, world_size):
+    """data_parallel, hsdp_shard_size and fsdp_reduce_dtype against the rest of the run (called by
+    runtime.validate before any process group exists)."""
+    err = configurator.ConfigError
+    mode = cfg["data_parallel"]
+    if mode not in DATA_PARALLEL:
+        raise err(f"data_parallel={mode!r}: use one of {DATA_PARALLEL}")
+    if cfg["fsdp_reduce_dtype"] not in REDUCE_DTYPES:
+        raise err(f"fsdp_reduce_dtype={cfg['fsdp_reduce_dtype']!r}: use one of {REDUCE_DTYPES}")
+    if mode == "ddp":
+        return
+    # Ideas whose state lives outside the sharded engine's reach are refused rather than half-sharded.
+    refusals = {
+        "tp_size": (cfg["tp_size"] != 1, "our tensor-parallel blocks keep plain local shards that FSDP would "
+                                         "shard again (no 3-D layout yet): use data_parallel='ddp' with tp_size, "
+                                         "or tp_size=1"),
+        "pruning": (cfg["pruning"] != "none", "the pruning masks cover whole weights: use data_parallel='ddp'"),
+        "optimizer": (cfg["optimizer"] == "adamw_spam", "AdamW-SPAM's per-parameter statistics are not "
+                                                        "shard-aware: use adamw, adam or sgd"),
+        "dtype": (cfg["dtype"] == "float16", "float16 needs loss scaling, which is not shard-aware here: use "
+                                             "bfloat16 or float32"),
+        "hellaswag_interval": (cfg["hellaswag_interval"] > 0, "export the checkpoint (export_checkpoint.py) and "
+                                                              "run hellaswag.py on it"),
+        "sample_tokens": (cfg["sample_tokens"] > 0, "export the checkpoint (export_checkpoint.py) and run "
+                                                    "sample.py on it"),
+    }
+    for key, (refused, fix) in refusals.items():
+        if refused:
+            raise err(f"{key}={cfg[key]!r} does not combine with data_parallel={mode!r}: {fix}")
+    if mode == "hsdp" and world_size > 1:
+        shard = shard_size(cfg, world_size)
+        if shard < 1 or world_size % shard:
+            raise err(f"hsdp_shard_size={shard} does not divide the world size {world_size}: launch a multiple "
+                      f"of it or change hsdp_shard_size (0: the ranks of one node)")
+
+
+def shard_size(cfg, world_size):
+    """Ranks per shard group: the whole world for fsdp; hsdp_shard_size or one node's ranks for hsdp."""
+    if cfg["data_parallel"] == "fsdp":
+        return world_size
+    return cfg["hsdp_shard_size"] or int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+
+
+def device_mesh(cfg, device, world_size):
+    """The data-parallel mesh: 1-D for fsdp, (replicate, shard) for hsdp."""
+    from torch.distributed.device_mesh import init_device_mesh
+    device_type = device.split(":")[0]
+    if cfg["data_parallel"] == "fsdp":
+        return init_device_mesh(device_type, (world_size,), mesh_dim_names=("shard",))
+    shard = shard_size(cfg, world_size)
+    return init_device_mesh(device_type, (world_size // shard, shard), mesh_dim_names=("replicate", "shard"))
+
+
+def shard_model(model, mesh, dtype, reduce_dtype, compile_blocks):
+    """fully_shard each transformer block, then the root (embeddings, final norm, head). Parameters
+    are all-gathered in the run's dtype (autocast's choice, so bf16 weights feed bf16 matmuls) and
+    gradients reduced in reduce_dtype; the sharded master weights and optimizer states stay float32.
+    Blocks are compiled one by one: FSDP's hooks sit between them, where a whole-model graph would break."""
+    policy = MixedPrecisionPolicy(param_dtype=None if dtype == "float32" else getattr(torch, dtype),
+                                  reduce_dtype=getattr(torch, reduce_dtype))
+    for block in model.transformer.h:
+        if compile_blocks:
+            block.compile()
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    return model
+
+
+def full_model_state(model):
+    """Every weight as a full tensor on every rank (collective), as model.state_dict() gives unsharded."""
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+
+
+def clip_grad_norm(model, max_norm):
+    """The norm of the whole (sharded) gradient, clipped: the norm of the local shards' DTensors is a
+    partial sum that full_tensor() completes across ranks."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm(grads)
+    if isinstance(norm, torch.distributed.tensor.DTensor):
+        norm = norm.full_tensor()
+    # torch.nn.utils.clip_grads_with_norm_ left DTensor gradients unscaled here (torch 2.13, CPU,
+    # found by the FSDP == DDP test): scale each rank's shard in place instead.
+    coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+    for g in grads:
+        g.to_local().mul_(coef)
+    return norm
+
+
+# ----------------------------------------------------------------------------- distributed checkpoints
+
+def checkpoint_root(out_dir):
+    return os.path.join(out_dir, "dcp")
+
+
+def latest_checkpoint(out_dir):
+    """The newest complete sharded checkpoint's directory, or None."""
+    pointer = os.path.join(checkpoint_root(out_dir), "latest")
+    if not os.path.exists(pointer):
+        return None
+    with open(pointer) as f:
+        return os.path.join(checkpoint_root(out_dir), f.read().strip())
+
+
+def read_meta(path):
+    return torch.load(os.path.join(path, "meta.pt"), map_location="cpu", weights_only=False)
+
+
+def save(out_dir, iter_num, model, optimizer, meta, master):
+    """Every rank writes its shards into a fresh directory; then the master writes meta.pt and
+    points `latest` at it (atomic rename), and removes the older ones. Collective."""
+    name = f"iter_{iter_num:07d}"
+    path = os.path.join(checkpoint_root(out_dir), name)
+    if master and os.path.exists(path):  # a save of this iteration that crashed earlier
+        shutil.rmtree(path)
+    barrier()
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=path)
+    barrier()  # every rank's shards are on disk
+    if master:
+        with tokendata.atomic_write(os.path.join(path, "meta.pt")) as f:
+            torch.save(meta, f)
+        with tokendata.atomic_write(os.path.join(checkpoint_root(out_dir), "latest"), "w") as f:
+            f.write(name)
+        for old in os.listdir(checkpoint_root(out_dir)):
+            if old.startswith("iter_") and old != name:
+                shutil.rmtree(os.path.join(checkpoint_root(out_dir), old))
+    barrier()
+
+
+def barrier():
+    if dist.is_initialized():  # a single process writes a sharded checkpoint too (one shard)
+        dist.barrier()
+
+
+def load(path, model, optimizer):
+    """Fill the model and optimizer from a checkpoint written by any number of ranks: sharded ones
+    on every rank of a run, or plain ones in a single process (export_checkpoint.py)."""
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optimizer": optimizer_state}
+    dcp.load(state, checkpoint_id=path)
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+
+
+# ----------------------------------------------------------------------------- memory per GPU
+
+def memory_estimate(cfg, n_params, world_size, dtype):
+    """Bytes per GPU of the parameters, gradients, optimizer states and activations for the run's
+    layout, at the peak (the end of a micro-step's backward).
+
+    Master weights, gradients and Adam's two moments are float32 (4 bytes each); DDP replicates
+    them, FSDP divides them by the shard group and adds the all-gathered weights of two blocks in
+    the compute dtype (the running block and the prefetched next one). Gradient accumulation
+    without sync keeps a full-size float32 gradient until the last micro-step. Activations follow
+    Korthikanti et al. (2022), flash/SDPA attention (no T x T scores kept): per layer and token
+    about 34 x n_embd bytes at 2-byte precision, double at float32; with activation_checkpointing
+    only each block's input is kept plus one block's activations in the recomputation. The head
+    keeps logits and their gradient (2 x vocab_size values per token).
+    """
+    bytes_ = 2 if dtype in ("bfloat16", "float16") else 4
+    tokens = cfg["batch_size"] * cfg["block_size"]
+    n_layer, width, vocab = cfg["n_layer"], cfg["n_embd"], cfg["vocab_size"]
+    states = {"sgd": 1 if cfg["momentum"] else 0}.get(cfg["optimizer"], 2)
+    shards = 1 if cfg["data_parallel"] == "ddp" else shard_size(cfg, world_size) if world_size > 1 else 1
+    accum_local = max(1, cfg["gradient_accumulation_steps"] // max(1, world_size))
+    block_params = 12 * width * width + 13 * width  # attention (4 C^2) + MLP (8 C^2) + biases and norms
+    params = 4 * n_params / shards
+    if shards > 1:
+        params += 2 * block_params * bytes_
+    grads = 4 * n_params / shards + (4 * n_params if shards > 1 and accum_local > 1 else 0)
+    optimizer = 4 * states * n_params / shards
+    per_layer = 34 * width * tokens * bytes_ // 2
+    layers = (n_layer * width * tokens * bytes_ + per_layer if cfg["activation_checkpointing"]
+              else n_layer * per_layer)
+    activations = layers + 2 * vocab * tokens * 4
+    estimate = dict(params=params, grads=grads, optimizer=optimizer, activations=activations)
+    return {k: int(v) for k, v in estimate.items()} | {"total": int(sum(estimate.values()))}
+
+
+def describe_memory(estimate):
+    unit, size = ("GiB", 2**30) if estimate["total"] >= 2**30 else ("MiB", 2**20)
+    return ", ".join(f"{k} {v / size:.2f}" for k, v in estimate.items()) + f" {unit} per GPU"
