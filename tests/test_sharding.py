@@ -1,0 +1,189 @@
+"""FSDP2 and HSDP (data_parallel='fsdp'/'hsdp') against DDP, sharded checkpoints (exact resume,
+resume on another world size, a crash mid-save, export to one file), the memory estimate against a
+measured peak, and the GPT-2 Medium/Large/XL configs."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import configurator
+import export_checkpoint
+import runtime
+import sample
+import sharding
+import train
+from test_train import REPO, events, load_ckpt, tiny_args
+
+# SGD (see test_ddp_two_ranks_match_one_process_with_same_accumulation), clipping active (grad norms
+# ~1 here), 8 micro-steps per step (accumulation on every layout), a vocabulary GPT-2's BPE prompt fits.
+COMMON = ("--optimizer=sgd", "--gradient_accumulation_steps=8", "--warmup_iters=0", "--max_iters=4",
+          "--lr_decay_iters=4", "--eval_interval=2", "--eval_iters=3", "--grad_clip=0.5", "--vocab_size=256")
+
+
+def torchrun(nproc, args):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+                           "train.py", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+
+
+def losses(out, kind="train"):
+    return {r["iter"]: r["loss" if kind == "train" else "val_loss"] for r in events(out, kind)}
+
+
+@pytest.fixture(scope="module")
+def two_rank_runs(data_dir, tmp_path_factory):
+    """DDP and FSDP on 2 ranks with dropout (the RNG matters on resume), and FSDP stopped at
+    iteration 2 (its checkpoint is copied aside before anything resumes from it)."""
+    root = tmp_path_factory.mktemp("sharded")
+    runs = {name: str(root / name) for name in ("ddp", "fsdp", "split", "at2")}
+    args = lambda out, *extra: tiny_args(data_dir, out, *COMMON, "--dropout=0.1", *extra)
+    torchrun(2, args(runs["ddp"]))
+    torchrun(2, args(runs["fsdp"], "--data_parallel=fsdp"))
+    torchrun(2, args(runs["split"], "--data_parallel=fsdp", "--max_iters=2"))
+    shutil.copytree(runs["split"], runs["at2"])
+    torchrun(2, args(runs["split"], "--data_parallel=fsdp", "--init_from=resume"))
+    return runs
+
+
+def test_fsdp_on_two_ranks_equals_ddp_and_exports_one_file(two_rank_runs, tmp_path, capsys):
+    ddp, fsdp = two_rank_runs["ddp"], two_rank_runs["fsdp"]
+    assert events(fsdp, "checklist")[0]["data_parallel"] == "fsdp"
+    assert events(fsdp, "checklist")[0]["grad_accum_per_rank"] == 4
+    for kind in ("train", "eval"):
+        a, b = losses(ddp, kind), losses(fsdp, kind)
+        assert a.keys() == b.keys() and all(b[i] == pytest.approx(a[i], rel=1e-6) for i in a), kind
+    assert sorted(os.listdir(os.path.join(fsdp, "dcp"))) == ["iter_0000004", "latest"]  # iteration 2's removed
+    export_checkpoint.main([f"--out_dir={fsdp}"])
+    exported, reference = load_ckpt(fsdp), load_ckpt(ddp)
+    assert exported["iter_num"] == 4
+    for key, value in reference["model"].items():
+        assert torch.allclose(exported["model"][key], value, atol=1e-6, rtol=0), key
+    for k, state in reference["optimizer"]["state"].items():  # the momentum buffers, in DDP's own layout
+        assert torch.allclose(exported["optimizer"]["state"][k]["momentum_buffer"], state["momentum_buffer"],
+                              atol=1e-6, rtol=0), k
+    sample.main([f"--out_dir={fsdp}", "--num_samples=1", "--max_new_tokens=4", "--dtype=float32", "--device=cpu"])
+    assert capsys.readouterr().out.count("---------------") == 1
+
+
+def test_fsdp_resume_equals_the_uninterrupted_run_exactly(two_rank_runs):
+    split, straight = two_rank_runs["split"], two_rank_runs["fsdp"]
+    assert min(losses(split)) == 1 and losses(split) == losses(straight)  # every iteration, bit for bit
+    assert losses(split, "eval") == losses(straight, "eval")
+
+
+def test_fsdp_checkpoint_resumes_on_another_world_size(two_rank_runs, data_dir):
+    """Written by 2 ranks, read by 1 process (DCP reshards): the weights arrive intact (the resumed
+    run's first evaluation equals the writer's at that iteration) and training goes on."""
+    out = two_rank_runs["at2"]
+    train.main(tiny_args(data_dir, out, *COMMON, "--dropout=0.1", "--data_parallel=fsdp", "--init_from=resume"))
+    resumed = [e for e in events(out, "eval") if e["iter"] == 2]
+    assert len(resumed) == 2 and resumed[1]["val_loss"] == pytest.approx(resumed[0]["val_loss"], rel=1e-6)
+    assert events(out, "checklist")[-1]["world_size"] == 1 and events(out, "end")[-1]["iter"] == 4
+    assert sharding.latest_checkpoint(out).endswith("iter_0000004")
+
+
+def test_hsdp_on_four_ranks_equals_one_process(data_dir, tmp_path):
+    """2 shard groups x 2 replicas, 2 micro-steps per rank, against 8 micro-steps in one process
+    (which DDP equals: tests/test_train.py); no dropout, whose masks follow the rank count."""
+    single, hsdp = str(tmp_path / "single"), str(tmp_path / "hsdp")
+    train.main(tiny_args(data_dir, single, *COMMON))
+    torchrun(4, tiny_args(data_dir, hsdp, *COMMON, "--data_parallel=hsdp", "--hsdp_shard_size=2"))
+    for kind in ("train", "eval"):
+        a, b = losses(single, kind), losses(hsdp, kind)
+        assert a.keys() == b.keys() and all(b[i] == pytest.approx(a[i], rel=1e-6) for i in a), kind
+    export_checkpoint.main([f"--out_dir={hsdp}"])
+    for key, value in load_ckpt(single)["model"].items():
+        assert torch.allclose(load_ckpt(hsdp)["model"][key], value, atol=1e-6, rtol=0), key
+
+
+def test_a_crash_during_a_save_leaves_the_previous_checkpoint_in_charge(data_dir, tmp_path, monkeypatch):
+    out = str(tmp_path / "run")
+    args = lambda *extra: tiny_args(data_dir, out, *COMMON, "--data_parallel=fsdp", *extra)
+    train.main(args("--max_iters=2"))
+    real_save = sharding.dcp.save
+
+    def crash_after_writing_shards(state, checkpoint_id):
+        real_save(state, checkpoint_id=checkpoint_id)
+        raise KeyboardInterrupt("killed mid-save")
+
+    monkeypatch.setattr(sharding.dcp, "save", crash_after_writing_shards)
+    with pytest.raises(KeyboardInterrupt):
+        train.main(args("--init_from=resume"))
+    assert sharding.latest_checkpoint(out).endswith("iter_0000002")
+    assert os.path.isdir(os.path.join(out, "dcp", "iter_0000004"))  # the torn one, never pointed at
+    monkeypatch.setattr(sharding.dcp, "save", real_save)
+    train.main(args("--init_from=resume"))
+    at2 = [e["val_loss"] for e in events(out, "eval") if e["iter"] == 2]
+    assert len(at2) == 3 and at2[0] == at2[1] == at2[2]  # each resume read iteration 2's weights
+    assert sorted(os.listdir(os.path.join(out, "dcp"))) == ["iter_0000004", "latest"]
+    assert os.path.exists(os.path.join(out, "dcp", "iter_0000004", "meta.pt"))
+
+
+@pytest.mark.parametrize("extra, message", [
+    (dict(data_parallel="zero"), "data_parallel='zero'"),
+    (dict(data_parallel="fsdp", model_type="reduced_sync", tp_size=2), "no 3-D layout"),
+    (dict(data_parallel="fsdp", optimizer="adamw_spam"), "AdamW-SPAM"),
+    (dict(data_parallel="hsdp", hsdp_shard_size=3), "hsdp_shard_size=3 does not divide the world size 4"),
+    (dict(data_parallel="fsdp", sample_tokens=10), "export_checkpoint.py"),
+])
+def test_impossible_layouts_fail_before_any_work(extra, message):
+    cfg = dict(runtime.DEFAULTS, **extra)
+    with pytest.raises(configurator.ConfigError, match=message.replace("(", r"\(")):
+        runtime.validate(cfg, 4)
+
+
+def measured_peak_bytes(cfg):
+    """Allocated CPU bytes at the peak of the second training step (Adam's states exist), from the
+    profiler's allocation records, plus what lives across steps (weights and optimizer states)."""
+    from torch.profiler import ProfilerActivity, profile
+    import optim
+    torch.manual_seed(0)
+    model = runtime.build_model(cfg)
+    optimizer = optim.build_optimizer(model, cfg, "cpu")
+    x = torch.randint(0, cfg["vocab_size"], (cfg["batch_size"], cfg["block_size"]))
+
+    def step():
+        model(x, x)[1].backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    live = peak = 0
+    for event in sorted(prof.events(), key=lambda e: e.time_range.start):  # an op's own allocations, and frees
+        live += event.cpu_memory_usage if event.name == "[memory]" else event.self_cpu_memory_usage
+        peak = max(peak, live)
+    steady = sum(p.numel() * 4 for p in model.parameters()) + \
+        sum(t.numel() * 4 for s in optimizer.state.values() for t in s.values() if t.dim())
+    return steady + peak
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_memory_estimate_is_within_25_percent_of_the_measured_peak(checkpointing):
+    cfg = dict(runtime.DEFAULTS, n_layer=4, n_head=4, n_embd=128, vocab_size=512, block_size=128, batch_size=8,
+               gradient_accumulation_steps=1, activation_checkpointing=checkpointing, dtype="float32")
+    n_params = runtime.build_model(cfg).get_num_params(non_embedding=False)
+    estimate = sharding.memory_estimate(cfg, n_params, 1, "float32")["total"]
+    assert estimate == pytest.approx(measured_peak_bytes(cfg), rel=0.25)
+
+
+def test_memory_estimate_shards_the_states_under_fsdp():
+    cfg = dict(runtime.DEFAULTS, data_parallel="ddp", gradient_accumulation_steps=8)
+    ddp = sharding.memory_estimate(cfg, 10**9, 8, "bfloat16")
+    fsdp = sharding.memory_estimate(dict(cfg, data_parallel="fsdp"), 10**9, 8, "bfloat16")
+    assert fsdp["optimizer"] == ddp["optimizer"] // 8 and fsdp["activations"] == ddp["activations"]
+    assert fsdp["total"] < ddp["total"] / 2
+
+
+@pytest.mark.parametrize("name, published", [("350m", 355e6), ("774m", 774e6), ("1558m", 1558e6)])
+def test_gpt2_size_configs_match_the_published_parameter_counts(name, published):
+    cfg = configurator.apply_config(runtime.DEFAULTS, [os.path.join(REPO, "config", f"train_gpt2_{name}.py")])
+    runtime.validate(cfg, 8)
+    with torch.device("meta"):  # no memory, no time
+        n = runtime.build_model(dict(cfg, vocab_size=50257)).get_num_params(non_embedding=False)
+    assert abs(n - published) < 0.005 * published, n
