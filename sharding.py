@@ -146,7 +146,7 @@ def save(out_dir, iter_num, model, optimizer, meta, master):
         shutil.rmtree(path)
     barrier()
     model_state, optimizer_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=path)
+    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=path, no_dist=not dist.is_initialized())
     barrier()  # every rank's shards are on disk
     if master:
         with tokendata.atomic_write(os.path.join(path, "meta.pt")) as f:
@@ -169,7 +169,7 @@ def load(path, model, optimizer):
     on every rank of a run, or plain ones in a single process (export_checkpoint.py)."""
     model_state, optimizer_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optimizer": optimizer_state}
-    dcp.load(state, checkpoint_id=path)
+    dcp.load(state, checkpoint_id=path, no_dist=not dist.is_initialized())
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
 
 

@@ -106,8 +106,8 @@ def test_a_crash_during_a_save_leaves_the_previous_checkpoint_in_charge(data_dir
     train.main(args("--max_iters=2"))
     real_save = sharding.dcp.save
 
-    def crash_after_writing_shards(state, checkpoint_id):
-        real_save(state, checkpoint_id=checkpoint_id)
+    def crash_after_writing_shards(state, **kwargs):
+        real_save(state, **kwargs)
         raise KeyboardInterrupt("killed mid-save")
 
     monkeypatch.setattr(sharding.dcp, "save", crash_after_writing_shards)
