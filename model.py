@@ -154,6 +154,9 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
+    # forward calls each block as a module, so FSDP can gather one block's weights at a time (sharding.py)
+    blocks_run_as_modules = True
+
     def __init__(self, config):
         super().__init__()
         self.config = config

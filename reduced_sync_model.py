@@ -236,6 +236,9 @@ class ReducedSyncGPT(GPT):
     are slices of the simulated model's weights.
     """
 
+    # tp_block and local_run read the blocks' weights directly: FSDP shards the model as one unit
+    blocks_run_as_modules = False
+
     def __init__(self, config, tp_group=None):
         super().__init__(config)
         self.tp_group = tp_group

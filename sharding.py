@@ -46,6 +46,8 @@ def check(cfg, world_size):
         "tp_size": (cfg["tp_size"] != 1, "our tensor-parallel blocks keep plain local shards that FSDP would "
                                          "shard again (no 3-D layout yet): use data_parallel='ddp' with tp_size, "
                                          "or tp_size=1"),
+        "compile": (cfg["compile"] and cfg["model_type"] == "reduced_sync", "a reduced-sync model is sharded as one "
+                                                                           "unit, which is not compiled: compile=False"),
         "pruning": (cfg["pruning"] != "none", "the pruning masks cover whole weights: use data_parallel='ddp'"),
         "optimizer": (cfg["optimizer"] == "adamw_spam", "AdamW-SPAM's per-parameter statistics are not "
                                                         "shard-aware: use adamw, adam or sgd"),
@@ -84,13 +86,15 @@ def device_mesh(cfg, device, world_size):
 
 
 def shard_model(model, mesh, dtype, reduce_dtype, compile_blocks):
-    """fully_shard each transformer block, then the root (embeddings, final norm, head). Parameters
+    """fully_shard each transformer block, then the root (embeddings, final norm, head); a model that
+    reads its blocks' weights without calling them (reduced_sync) is one unit, gathered whole in
+    forward and backward but with its weights, gradients and optimizer states sharded at rest. Parameters
     are all-gathered in the run's dtype (autocast's choice, so bf16 weights feed bf16 matmuls) and
     gradients reduced in reduce_dtype; the sharded master weights and optimizer states stay float32.
     Blocks are compiled one by one: FSDP's hooks sit between them, where a whole-model graph would break."""
     policy = MixedPrecisionPolicy(param_dtype=None if dtype == "float32" else getattr(torch, dtype),
                                   reduce_dtype=getattr(torch, reduce_dtype))
-    for block in model.transformer.h:
+    for block in model.transformer.h if model.blocks_run_as_modules else ():
         if compile_blocks:
             block.compile()
         fully_shard(block, mesh=mesh, mp_policy=policy)

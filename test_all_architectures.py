@@ -4,11 +4,17 @@ random tokens, and require a finite loss and a finite gradient for every paramet
     python test_all_architectures.py                 # all of them
     python test_all_architectures.py --only post     # names containing 'post'
     python test_all_architectures.py --only comm --ranks 2   # reduced-sync models really on 2 gloo ranks
+    python test_all_architectures.py --only fsdp             # the FSDP/HSDP layouts alone
 
 Reduced-sync entries also require the counted all-reduces (forward and backward) to equal their
 schedule's, and every reduced-sync experiment config (REDUCED_SYNC_CONFIGS) must load, keep GPT-2
 124M's parameter count within 1% (counted on the meta device, reported) and promise in its name the
 syncs it schedules. With --ranks N they run sharded on N gloo ranks, compared with the simulation.
+The GPT-2 Medium/Large/XL configs must keep the published parameter counts within 0.5%.
+
+FSDP_LAYOUTS run a model family under sharding.shard_model (FSDP2) on forked gloo ranks, each rank
+with its own batch, against the unsharded model on every rank's batch: the same losses and the same
+averaged gradient for every parameter (FSDP on 2 ranks, HSDP on 2 x 2).
 
 A new architecture is one entry in ARCHITECTURES (and, for a new model family, one build function
 in BUILDERS). Exit code 1 when any architecture fails. tests/test_model.py runs this script.
@@ -84,6 +90,19 @@ ARCHITECTURES.update({
     "gated-attn-post-recompute": ("ra", dict(attn_gate=True, ln_placement="post", attn_recompute=True)),
 })
 
+# name -> (family, kwargs on top of TINY, data_parallel, ranks)
+FSDP_LAYOUTS = {
+    "fsdp-gpt2-pre-sdpa": ("gpt2", {}, "fsdp", 2),
+    "fsdp-gpt2-postln-manual-ckpt": ("gpt2", dict(ln_placement="post", attn_impl="manual", activation_checkpointing=True),
+                                   "fsdp", 2),
+    "fsdp-ra-learned": ("ra", dict(ra_pattern="learned"), "fsdp", 2),
+    "fsdp-ra-mla-gated": ("ra", dict(mla=True, mla_latent_dim=8, ra_pattern="all", attn_gate=True), "fsdp", 2),
+    "fsdp-rs-tp-spd-parallel": ("reduced_sync", dict(n_layer=3, block_pattern="tp,spd,parallel"), "fsdp", 2),
+    "hsdp-gpt2-pre-sdpa-2x2": ("gpt2", {}, "hsdp", 4),
+}
+# GPT-2 Medium, Large and XL: config file -> the published parameter count
+GPT2_SIZE_CONFIGS = {"train_gpt2_350m": 355e6, "train_gpt2_774m": 774e6, "train_gpt2_1558m": 1558e6}
+
 # Reduced-synchronization experiments (reduced_sync_model.REDUCED_SYNC_CONFIGS): each config's schedule.
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -114,6 +133,49 @@ def check_config(name):
         raise AssertionError(f"{n:,} parameters: more than 1% from 124M or the baseline's {baseline:,}")
     return f"{n:,} params ({100 * (n - baseline) / baseline:+.2f}% vs GPT-2 baseline {baseline:,}, " \
            f"{100 * (n - 124e6) / 124e6:+.2f}% vs 124M), {syncs} syncs per forward pass, tp_size {cfg['tp_size']}"
+
+
+def check_size_config(name):
+    """GPT-2's published count includes position embeddings and the 50257-token vocabulary."""
+    cfg = load_config(name)
+    with torch.device("meta"):
+        n = runtime.build_model(dict(cfg, vocab_size=50257)).get_num_params(non_embedding=False)
+    published = GPT2_SIZE_CONFIGS[name]
+    if abs(n - published) > 0.005 * published:
+        raise AssertionError(f"{n:,} parameters: more than 0.5% from the published {published / 1e6:.0f}M")
+    return f"{n:,} params ({100 * (n - published) / published:+.2f}% vs the published {published / 1e6:.0f}M), " \
+           f"data_parallel={cfg['data_parallel']!r}"
+
+
+def check_sharded(family, kwargs, data_parallel, world, seed=0):
+    """On this gloo rank: the sharded model's loss on this rank's batch and its averaged gradients
+    against the unsharded model run on every rank's batch. Returns the largest gradient difference."""
+    import sharding
+    from torch.distributed.tensor import DTensor
+    rank = torch.distributed.get_rank()
+    models = []
+    for _ in range(2):
+        torch.manual_seed(seed)
+        models.append(BUILDERS[family](**{**TINY, **kwargs}).train())
+    reference, model = models
+    cfg = dict(data_parallel=data_parallel, hsdp_shard_size=2)
+    sharding.shard_model(model, sharding.device_mesh(cfg, "cpu", world), "float32", "float32", compile_blocks=False)
+    batches = torch.randint(0, TINY["vocab_size"], (world, 2, 2, TINY["block_size"]),
+                            generator=torch.Generator().manual_seed(seed))  # (rank, idx/targets, batch, time)
+    _, loss = model(batches[rank][0], batches[rank][1])
+    loss.backward()
+    for idx, targets in batches:
+        (reference(idx, targets)[1] / world).backward()
+    _, own_loss = reference(batches[rank][0], batches[rank][1])
+    if not torch.allclose(loss, own_loss, atol=1e-6, rtol=0):
+        raise AssertionError(f"loss {loss.item()} sharded, {own_loss.item()} unsharded")
+    worst = 0.0
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        grad = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
+        worst = max(worst, (grad - q.grad).abs().max().item())
+        if not torch.allclose(grad, q.grad, atol=1e-5, rtol=1e-4):
+            raise AssertionError(f"{name}: gradients differ by {(grad - q.grad).abs().max().item():.2e}")
+    return worst
 
 
 def check(family, kwargs, batch_size=2, seed=0):
@@ -168,6 +230,12 @@ def _rank_worker(rank, names, world, tmp):
         for name in names:
             start = time.perf_counter()
             try:
+                if name in FSDP_LAYOUTS:
+                    family, kwargs, data_parallel, _ = FSDP_LAYOUTS[name]
+                    worst = check_sharded(family, kwargs, data_parallel, world)
+                    results[name] = f"PASS {name} ({data_parallel} on {world} ranks, gradients within {worst:.1e} " \
+                                    f"of the unsharded model's, {1000 * (time.perf_counter() - start):.0f} ms)"
+                    continue
                 syncs = check_real(ARCHITECTURES[name][1], world)
                 results[name] = f"PASS {name} (real on {world} ranks, {syncs} all-reduces forward and backward, " \
                                 f"{1000 * (time.perf_counter() - start):.0f} ms)"
@@ -180,18 +248,19 @@ def _rank_worker(rank, names, world, tmp):
             json.dump(results, f)
 
 
-def main_ranks(names, world):
-    """The reduced-sync entries among `names`, sharded on `world` forked gloo ranks."""
+def main_ranks(names, world, what="reduced-sync architectures"):
+    """The reduced-sync entries (or FSDP layouts) among `names`, on `world` forked gloo ranks."""
     import tempfile
     import torch.multiprocessing as mp
-    names = [n for n in names if ARCHITECTURES[n][0] == "reduced_sync"]
+    names = [n for n in names if n in FSDP_LAYOUTS or ARCHITECTURES[n][0] == "reduced_sync"]
+    sys.stdout.flush()  # forked ranks would print the parent's buffered lines again
     with tempfile.TemporaryDirectory() as tmp:
         mp.start_processes(_rank_worker, args=(names, world, tmp), nprocs=world, start_method="fork")
         results = [json.load(open(os.path.join(tmp, f"rank{r}.json"))) for r in range(world)]
     failed = [n for n in names if any(not res[n].startswith("PASS") for res in results)]
     for n in names:
         print(next((res[n] for res in results if not res[n].startswith("PASS")), results[0][n]))
-    print(f"{len(names) - len(failed)}/{len(names)} reduced-sync architectures passed on {world} ranks"
+    print(f"{len(names) - len(failed)}/{len(names)} {what} passed on {world} ranks"
           + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
 
@@ -203,8 +272,9 @@ def main(argv=None):
                         help="run the reduced-sync entries sharded on this many gloo ranks (CPU processes)")
     args = parser.parse_args(argv)
     names = [name for name in ARCHITECTURES if args.only in name]
-    if not names:
-        print(f"no architecture name contains {args.only!r}; known: {', '.join(ARCHITECTURES)}")
+    layouts = [name for name in FSDP_LAYOUTS if args.only in name]
+    if not names and not layouts:
+        print(f"no architecture name contains {args.only!r}; known: {', '.join([*ARCHITECTURES, *FSDP_LAYOUTS])}")
         return 1
     if args.ranks:
         return main_ranks(names, args.ranks)
@@ -228,6 +298,17 @@ def main(argv=None):
             except Exception as e:
                 failed.append(name)
                 print(f"FAIL config/{name}.py: {type(e).__name__}: {e}")
+    for name in GPT2_SIZE_CONFIGS:
+        if args.only in name:
+            try:
+                print(f"CONFIG config/{name}.py: {check_size_config(name)}")
+            except Exception as e:
+                failed.append(name)
+                print(f"FAIL config/{name}.py: {type(e).__name__}: {e}")
+    for world in sorted({FSDP_LAYOUTS[name][3] for name in layouts}):
+        group = [name for name in layouts if FSDP_LAYOUTS[name][3] == world]
+        if main_ranks(group, world, what="FSDP layouts"):
+            failed += group
     return 1 if failed else 0
 
 

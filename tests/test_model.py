@@ -354,7 +354,8 @@ def test_all_architectures_script_passes():
                             capture_output=True, text=True, cwd=REPO, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     passed = {line.split()[1] for line in result.stdout.splitlines() if line.startswith("PASS ")}
-    assert passed == set(script.ARCHITECTURES), result.stdout
+    assert passed == set(script.ARCHITECTURES) | set(script.FSDP_LAYOUTS), result.stdout
+    assert all(f"CONFIG config/{name}.py" in result.stdout for name in script.GPT2_SIZE_CONFIGS)
     assert "FAIL" not in result.stdout
 
 

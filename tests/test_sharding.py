@@ -87,11 +87,12 @@ def test_fsdp_checkpoint_resumes_on_another_world_size(two_rank_runs, data_dir):
 
 
 def test_hsdp_on_four_ranks_equals_one_process(data_dir, tmp_path):
-    """2 shard groups x 2 replicas, 2 micro-steps per rank, against 8 micro-steps in one process
+    """2 replicas x shard groups of 2, 2 micro-steps per rank, against 8 micro-steps in one process
     (which DDP equals: tests/test_train.py); no dropout, whose masks follow the rank count."""
     single, hsdp = str(tmp_path / "single"), str(tmp_path / "hsdp")
     train.main(tiny_args(data_dir, single, *COMMON))
-    torchrun(4, tiny_args(data_dir, hsdp, *COMMON, "--data_parallel=hsdp", "--hsdp_shard_size=2"))
+    torchrun(4, tiny_args(data_dir, hsdp, *COMMON, "--data_parallel=hsdp", "--hsdp_shard_size=2",
+                          "--activation_checkpointing=True"))  # recomputation inside FSDP's units changes nothing
     for kind in ("train", "eval"):
         a, b = losses(single, kind), losses(hsdp, kind)
         assert a.keys() == b.keys() and all(b[i] == pytest.approx(a[i], rel=1e-6) for i in a), kind
@@ -102,7 +103,8 @@ def test_hsdp_on_four_ranks_equals_one_process(data_dir, tmp_path):
 
 def test_a_crash_during_a_save_leaves_the_previous_checkpoint_in_charge(data_dir, tmp_path, monkeypatch):
     out = str(tmp_path / "run")
-    args = lambda *extra: tiny_args(data_dir, out, *COMMON, "--data_parallel=fsdp", *extra)
+    args = lambda *extra: tiny_args(data_dir, out, *COMMON, "--data_parallel=fsdp", "--model_type=ra",
+                                    "--ra_pattern=learned", *extra)
     train.main(args("--max_iters=2"))
     real_save = sharding.dcp.save
 
@@ -180,10 +182,11 @@ def test_memory_estimate_shards_the_states_under_fsdp():
     assert fsdp["total"] < ddp["total"] / 2
 
 
-@pytest.mark.parametrize("name, published", [("350m", 355e6), ("774m", 774e6), ("1558m", 1558e6)])
-def test_gpt2_size_configs_match_the_published_parameter_counts(name, published):
-    cfg = configurator.apply_config(runtime.DEFAULTS, [os.path.join(REPO, "config", f"train_gpt2_{name}.py")])
-    runtime.validate(cfg, 8)
-    with torch.device("meta"):  # no memory, no time
-        n = runtime.build_model(dict(cfg, vocab_size=50257)).get_num_params(non_embedding=False)
-    assert abs(n - published) < 0.005 * published, n
+@pytest.mark.parametrize("name", ["350m", "774m", "1558m"])
+def test_gpt2_size_configs_start_on_one_or_several_nodes(name):
+    """Their parameter counts are test_all_architectures.py's (GPT2_SIZE_CONFIGS)."""
+    path = os.path.join(REPO, "config", f"train_gpt2_{name}.py")
+    for world, layout in ((8, []), (16, ["--data_parallel=hsdp"])):
+        cfg = configurator.apply_config(runtime.DEFAULTS, [path, *layout])
+        runtime.validate(cfg, world)
+        assert cfg["tokens_per_iter"] == 128 * 1024
