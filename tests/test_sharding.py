@@ -186,7 +186,8 @@ def test_memory_estimate_shards_the_states_under_fsdp():
 def test_gpt2_size_configs_start_on_one_or_several_nodes(name):
     """Their parameter counts are test_all_architectures.py's (GPT2_SIZE_CONFIGS)."""
     path = os.path.join(REPO, "config", f"train_gpt2_{name}.py")
-    for world, layout in ((8, []), (16, ["--data_parallel=hsdp"])):
+    two_nodes = ["--data_parallel=hsdp", "--batch_size=8", "--gradient_accumulation_steps=16"]  # README's example
+    for world, layout in ((8, []), (16, two_nodes)):
         cfg = configurator.apply_config(runtime.DEFAULTS, [path, *layout])
         runtime.validate(cfg, world)
         assert cfg["tokens_per_iter"] == 128 * 1024
