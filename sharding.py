@@ -94,10 +94,14 @@ def shard_model(model, mesh, dtype, reduce_dtype, compile_blocks):
     Blocks are compiled one by one: FSDP's hooks sit between them, where a whole-model graph would break."""
     policy = MixedPrecisionPolicy(param_dtype=None if dtype == "float32" else getattr(torch, dtype),
                                   reduce_dtype=getattr(torch, reduce_dtype))
-    for block in model.transformer.h if model.blocks_run_as_modules else ():
+    blocks = list(model.transformer.h) if model.blocks_run_as_modules else []
+    for block in blocks:
         if compile_blocks:
             block.compile()
-        fully_shard(block, mesh=mesh, mp_policy=policy)
+        # The last block's weights are the first that backward needs: no reshard and re-gather
+        # between them (the root's are kept gathered by FSDP itself). Between micro-steps of gradient
+        # accumulation every unit reshards: the memory is the point of sharding.
+        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=block is not blocks[-1])
     fully_shard(model, mesh=mesh, mp_policy=policy)
     return model
 

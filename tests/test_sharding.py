@@ -1,6 +1,7 @@
 """FSDP2 and HSDP (data_parallel='fsdp'/'hsdp') against DDP, sharded checkpoints (exact resume,
 resume on another world size, a crash mid-save, export to one file), the memory estimate against a
 measured peak, and the GPT-2 Medium/Large/XL configs."""
+import json
 import os
 import shutil
 import subprocess
@@ -50,9 +51,12 @@ def two_rank_runs(data_dir, tmp_path_factory):
 
 
 def test_fsdp_on_two_ranks_equals_ddp_and_exports_one_file(two_rank_runs, tmp_path, capsys):
+    """eval_iters=3 on 2 ranks: one rank runs an uncounted forward in the last round (FSDP all-gathers)."""
     ddp, fsdp = two_rank_runs["ddp"], two_rank_runs["fsdp"]
     assert events(fsdp, "checklist")[0]["data_parallel"] == "fsdp"
     assert events(fsdp, "checklist")[0]["grad_accum_per_rank"] == 4
+    facts = lambda out: json.load(open(os.path.join(out, "run_info.json")))["facts"]
+    assert facts(fsdp)["init_weights"] == facts(ddp)["init_weights"]  # gathered whole, not one rank's shards
     for kind in ("train", "eval"):
         a, b = losses(ddp, kind), losses(fsdp, kind)
         assert a.keys() == b.keys() and all(b[i] == pytest.approx(a[i], rel=1e-6) for i in a), kind
