@@ -77,7 +77,7 @@ DEFAULTS = dict(
     sync_every=0,  # >0: parallel runs also sync every this many layers (grouped)
     sync_layers=[],  # parallel runs also sync after these layers (selective)
     # data parallelism across ranks (sharding.py)
-    data_parallel="ddp",  # 'ddp' (replicate), 'fsdp' (shard everything, FSDP2), 'hsdp' (shard within a node, replicate across)
+    data_parallel="ddp",  # 'ddp' (replicate), 'fsdp' (shard all, FSDP2), 'hsdp' (shard in a node, replicate across)
     hsdp_shard_size=0,  # hsdp: ranks per shard group; 0 means one node's (torchrun's LOCAL_WORLD_SIZE)
     fsdp_reduce_dtype="float32",  # fsdp/hsdp: gradient reductions in 'float32' or 'bfloat16' (weights follow dtype)
     # optimizer
@@ -254,7 +254,8 @@ def validate(cfg, world_size):
     if cfg["init_from"] == "resume" and cfg["data_parallel"] == "ddp" and not os.path.exists(
             os.path.join(cfg["out_dir"], "ckpt.pt")):
         raise err(f"init_from='resume' but {cfg['out_dir']}/ckpt.pt does not exist")
-    if cfg["init_from"] == "resume" and cfg["data_parallel"] != "ddp" and not sharding.latest_checkpoint(cfg["out_dir"]):
+    if (cfg["init_from"] == "resume" and cfg["data_parallel"] != "ddp"
+            and not sharding.latest_checkpoint(cfg["out_dir"])):
         raise err(f"init_from='resume' with data_parallel={cfg['data_parallel']!r} but {cfg['out_dir']}/dcp/latest "
                   f"does not exist (an ordinary ckpt.pt resumes with data_parallel='ddp')")
 
@@ -356,7 +357,8 @@ def build_model(cfg, checkpoint=None, tp_group=None):
     if checkpoint is not None or cfg["init_from"] in ("scratch", "resume"):
         model_cls, _ = model_classes(cfg)
         model = model_cls(model_config(cfg), **({} if tp_group is None else dict(tp_group=tp_group)))
-        if checkpoint is not None and "model" in checkpoint:  # a sharded checkpoint's weights come later (sharding.load)
+        # a sharded checkpoint's weights are read once the model is sharded (sharding.load)
+        if checkpoint is not None and "model" in checkpoint:
             getattr(model, "load_full_state_dict", model.load_state_dict)(unwrap_state_dict(checkpoint["model"]))
         return model
     return GPT.from_pretrained(cfg["init_from"], dropout=cfg["dropout"], attn_impl=cfg["attn_impl"],

@@ -46,8 +46,8 @@ def check(cfg, world_size):
         "tp_size": (cfg["tp_size"] != 1, "our tensor-parallel blocks keep plain local shards that FSDP would "
                                          "shard again (no 3-D layout yet): use data_parallel='ddp' with tp_size, "
                                          "or tp_size=1"),
-        "compile": (cfg["compile"] and cfg["model_type"] == "reduced_sync", "a reduced-sync model is sharded as one "
-                                                                           "unit, which is not compiled: compile=False"),
+        "compile": (cfg["compile"] and cfg["model_type"] == "reduced_sync",
+                    "a reduced-sync model is sharded as one unit, which is not compiled: compile=False"),
         "pruning": (cfg["pruning"] != "none", "the pruning masks cover whole weights: use data_parallel='ddp'"),
         "optimizer": (cfg["optimizer"] == "adamw_spam", "AdamW-SPAM's per-parameter statistics are not "
                                                         "shard-aware: use adamw, adam or sgd"),
@@ -154,7 +154,8 @@ def save(out_dir, iter_num, model, optimizer, meta, master):
         shutil.rmtree(path)
     barrier()
     model_state, optimizer_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=path, no_dist=not dist.is_initialized())
+    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=path,
+             no_dist=not dist.is_initialized())
     barrier()  # every rank's shards are on disk
     if master:
         with tokendata.atomic_write(os.path.join(path, "meta.pt")) as f:

@@ -403,7 +403,8 @@ def run(cfg, env, command=("train.py",)):
         runrecord.write_run_info(cfg["out_dir"], REPO_DIR, start, facts, resumed)
     checklist = startup_checklist(cfg, env, raw_model, counts, data_dir, dtype, tokens_per_iter, grad_accum_local)
     memory = sharding.memory_estimate(cfg, raw_model.get_num_params(non_embedding=False), env["world_size"], dtype)
-    checklist.update(data_parallel_replicas=env["dp_size"], data_parallel=cfg["data_parallel"] if env["ddp"] else "none",
+    checklist.update(data_parallel_replicas=env["dp_size"],
+                     data_parallel=cfg["data_parallel"] if env["ddp"] else "none (one process)",
                      memory_per_gpu_estimate=sharding.describe_memory(memory),
                      **{f"memory_estimate_{k}": v for k, v in memory.items()}, **model_report,
                      act_rms_after_layers=", ".join(map(str, act_norms.layers)))

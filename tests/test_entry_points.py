@@ -18,7 +18,7 @@ from test_hellaswag import FIXTURE, write_jsonl
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Scripts whose keys are a DEFAULTS dict read by configurator.py, and scripts that use argparse.
-CONFIG_SCRIPTS = ("train", "sample", "eval", "hellaswag", "sweep", "report")
+CONFIG_SCRIPTS = ("train", "sample", "eval", "hellaswag", "sweep", "report", "export_checkpoint")
 ARGPARSE_SCRIPTS = ("bench", "bench_comm", "test_all_architectures", "kernels.bench_ra",
                     "data.shakespeare.prepare", "data.openwebtext.prepare", "data.finewebedu.prepare",
                     "data.wikitext2.prepare")
