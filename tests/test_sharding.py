@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import configurator
+import eval as eval_script
 import export_checkpoint
 import runtime
 import sample
@@ -127,6 +128,13 @@ def test_a_crash_during_a_save_leaves_the_previous_checkpoint_in_charge(data_dir
     assert len(at2) == 3 and at2[0] == at2[1] == at2[2]  # each resume read iteration 2's weights
     assert sorted(os.listdir(os.path.join(out, "dcp"))) == ["iter_0000004", "latest"]
     assert os.path.exists(os.path.join(out, "dcp", "iter_0000004", "meta.pt"))
+    with pytest.raises(FileNotFoundError, match="python export_checkpoint.py"):  # the evaluators say what to do
+        eval_script.main([f"--out_dir={out}", f"--data_dir={data_dir}"])
+    export_checkpoint.main([f"--out_dir={out}"])
+    result = str(tmp_path / "eval.json")
+    eval_script.main([f"--out_dir={out}", f"--data_dir={data_dir}", "--eval_tokens=320", "--dtype=float32",
+                      f"--out_json={result}"])
+    assert 0 < json.load(open(result))["loss"] < 6
 
 
 @pytest.mark.parametrize("extra, message", [
