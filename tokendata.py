@@ -59,7 +59,7 @@ def as_token_array(chunk, path):
 def write_split(path, token_chunks):
     """Write an iterable of token-id chunks to `path` as uint16, atomically.
 
-    Chunks are appended to `path + '.tmp'` one at a time (memory stays bounded by one chunk) and
+    Chunks are appended to a temporary file next to `path` one at a time (memory stays bounded by one chunk) and
     the file is renamed into place only when complete, so an interrupted run never leaves a
     `train.bin` that looks finished. Returns the number of tokens written.
     """
@@ -74,10 +74,10 @@ def write_split(path, token_chunks):
 
 @contextlib.contextmanager
 def atomic_write(path, mode="wb"):
-    """A file opened as `path + '.tmp'`, fsynced and renamed over `path` when the block ends
+    """A file opened as `path.<pid>.tmp`, fsynced and renamed over `path` when the block ends
     cleanly and deleted on any error (KeyboardInterrupt included): readers never see a
     half-written file, and a crash leaves the previous one intact. Checkpoints use it too."""
-    tmp = path + ".tmp"
+    tmp = f"{path}.{os.getpid()}.tmp"  # unique: two processes never write into each other's file
     try:
         with open(tmp, mode) as f:
             yield f
@@ -163,6 +163,32 @@ def read_meta(data_dir):
         return {}
     with open(path) as f:
         return json.load(f)
+
+
+def max_token_id(data_dir, splits=("train", "val")):
+    """The largest token id in each split's .bin, scanned once and kept in meta.json (keyed by
+    the file's size and modification time, so a rewritten file is scanned again). A read-only
+    data directory is scanned every time instead."""
+    meta = read_meta(data_dir)
+    cache = meta.get("max_token_id", {})
+    result, changed = {}, False
+    for split in splits:
+        stat = os.stat(os.path.join(data_dir, f"{split}.bin"))
+        key = [stat.st_size, stat.st_mtime_ns]
+        if cache.get(split, {}).get("file") != key:
+            data = open_split(data_dir, split)
+            chunk = 1 << 26  # 128 MiB at a time: bounded memory on a multi-GB split
+            top = max((int(data[i:i + chunk].max()) for i in range(0, len(data), chunk)), default=-1)
+            cache[split] = dict(file=key, max=top)
+            changed = True
+        result[split] = cache[split]["max"]
+    if changed:
+        try:
+            with atomic_write(os.path.join(data_dir, "meta.json"), "w") as f:
+                json.dump(dict(meta, max_token_id=cache), f, indent=2)
+        except OSError:
+            pass  # a read-only dataset: correct, only slower next time
+    return result
 
 
 def open_split(data_dir, split):
