@@ -21,8 +21,7 @@ from torch.nn import functional as F
 
 import configurator
 import tokendata
-from sample import load_model
-from train import data_dir_of, get_batch, precision
+from runtime import data_dir_of, get_batch, load_model, pick_device, precision
 
 DEFAULTS = dict(
     out_dir="out",
@@ -67,7 +66,7 @@ def main(argv):
     cfg = configurator.apply_config(DEFAULTS, argv)
     if not (cfg["dataset"] or cfg["data_dir"]):
         raise configurator.ConfigError("no data: pass --dataset=NAME (reads data/NAME) or --data_dir=PATH")
-    device = cfg["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = pick_device(cfg["device"])
     dtype, autocast = precision(cfg["dtype"], device)
     data_dir = data_dir_of(cfg)
     if not os.path.exists(os.path.join(data_dir, "val.bin")):

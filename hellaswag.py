@@ -23,6 +23,7 @@ from torch.nn import functional as F
 
 import configurator
 import tokendata
+from runtime import exit_distributed, load_model, precision, setup_distributed
 
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 DATA_DIR = os.path.join(REPO_DIR, "data", "hellaswag")
@@ -175,11 +176,8 @@ def evaluate_hellaswag(model, examples, device, batch_size=8, autocast=nullconte
 # ----------------------------------------------------------------------------- command line
 
 def main(argv):
-    from sample import load_model
-    from train import exit_distributed, precision, setup_distributed  # late: train.py imports this module
-
     cfg = configurator.apply_config(DEFAULTS, argv)
-    env = setup_distributed(cfg)
+    env = setup_distributed(cfg["device"])
     device = env["device"]
     dtype, autocast = precision(cfg["dtype"], device)
     model = load_model(cfg, device)

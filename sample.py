@@ -3,15 +3,13 @@
     python sample.py --out_dir=out-shakespeare --start="ROMEO:" --num_samples=2
     python sample.py --init_from=/path/to/gpt2 --start="FILE:prompt.txt"
 """
-import os
 from contextlib import nullcontext
 
 import torch
 
 import configurator
 import tokendata
-from model import GPT
-from train import build_model, precision
+from runtime import load_model, pick_device, precision
 
 DEFAULTS = dict(
     out_dir="out",
@@ -40,21 +38,9 @@ def generate_text(model, prompt, max_new_tokens, device, autocast=nullcontext(),
     return enc.decode([t for t in out[0].tolist() if t < tokendata.GPT2_VOCAB_SIZE])
 
 
-def load_model(cfg, device):
-    if cfg["init_from"] == "resume":
-        path = os.path.join(cfg["out_dir"], "ckpt.pt")
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"{path} not found: train first, or pass --init_from=<HF GPT-2 directory>")
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-        model = build_model(ckpt["config"], ckpt)
-    else:
-        model = GPT.from_pretrained(cfg["init_from"])
-    return model.to(device)
-
-
 def main(argv):
     cfg = configurator.apply_config(DEFAULTS, argv)
-    device = cfg["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = pick_device(cfg["device"])
     torch.manual_seed(cfg["seed"])
     model = load_model(cfg, device)
     prompt = cfg["start"]

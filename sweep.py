@@ -33,7 +33,7 @@ import sys
 import time
 
 import configurator
-import train
+import runtime
 
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 OPTIONS = dict(grid="", sweep_dir="", gpus="", dry_run=False)
@@ -142,8 +142,8 @@ def plan(spec):
                 *(f"--{k}={v!r}" for k, v in overrides.items()),
                 *(f"--{k}={v!r}" for k, v in point.items() if k != "config"),
                 f"--out_dir={out_dir}", f"--wandb_run_name={sweep}-{name}"]
-        cfg = configurator.apply_config(train.DEFAULTS, argv)
-        train.validate(dict(cfg, init_from="scratch"), 1)  # a bad point fails before any run starts
+        cfg = configurator.apply_config(runtime.DEFAULTS, argv)
+        runtime.validate(dict(cfg, init_from="scratch"), 1)  # a bad point fails before any run starts
         runs.append((name, point, argv))
     return runs
 

@@ -10,6 +10,7 @@ import torch
 from torch.nn import functional as F
 
 import configurator
+import runtime
 import train
 from model import GPT, GPTConfig
 from ra_model import (MLAttention, RAConfig, RAGPT, mla_attention_params, reciprocal_manual,
@@ -423,11 +424,11 @@ def test_ra_mla_layer_equals_per_head_reference(q_latent, v_up, attn_impl):
 # ---------------------------------------------------------------- config
 
 def test_every_config_field_is_a_train_default_with_the_same_default():
-    assert train.MODEL_TYPES["ra"] == (RAGPT, RAConfig)
+    assert runtime.MODEL_TYPES["ra"] == (RAGPT, RAConfig)
     for f in fields(RAConfig):
         default = f.default if f.default is not MISSING else f.default_factory()
-        assert f.name in train.DEFAULTS, f.name
-        assert train.DEFAULTS[f.name] == default and type(train.DEFAULTS[f.name]) is type(default), f.name
+        assert f.name in runtime.DEFAULTS, f.name
+        assert runtime.DEFAULTS[f.name] == default and type(runtime.DEFAULTS[f.name]) is type(default), f.name
 
 
 def test_patterns_choose_layers_and_modes():
@@ -468,7 +469,7 @@ RA_KEYS = ("out_dir", "wandb_run_name", "attn_recompute") + tuple(
 
 
 def load_config(name):
-    return configurator.apply_config(train.DEFAULTS, [os.path.join(REPO, "config", name + ".py")])
+    return configurator.apply_config(runtime.DEFAULTS, [os.path.join(REPO, "config", name + ".py")])
 
 
 def test_every_ra_config_loads_and_builds_its_model_config():
@@ -478,8 +479,8 @@ def test_every_ra_config_loads_and_builds_its_model_config():
     for name in names:
         cfg = load_config(name)
         assert cfg["model_type"] == "ra", name
-        train.validate(dict(cfg), world_size=1)
-        model_cfg = train.model_config(cfg)
+        runtime.validate(dict(cfg), world_size=1)
+        model_cfg = runtime.model_config(cfg)
         assert isinstance(model_cfg, RAConfig)
 
 
@@ -496,10 +497,10 @@ def test_ra_ablation_configs_differ_only_in_ra_keys():
         diff = {k for k in reference if reference[k] != trunk[k]}
         assert diff <= {"model_type", "out_dir", "wandb_run_name", "wandb_project", "sample_tokens",
                         "mla_latent_dim"}, diff
-    late = train.model_config(load_config("train_ra_late"))
+    late = runtime.model_config(load_config("train_ra_late"))
     assert [late.layer_mode(i) for i in range(12)] == [None] * 6 + ["mix"] * 6
-    assert train.model_config(load_config("train_ra_learn")).layer_mode(0) == "gate"
-    mla = train.model_config(load_config("train_ra_mla"))
+    assert runtime.model_config(load_config("train_ra_learn")).layer_mode(0) == "gate"
+    mla = runtime.model_config(load_config("train_ra_mla"))
     assert mla.mla and mla.mla_latent_dim == 128 and mla.ra_alpha == 0.5 and mla.ra_window == 64
 
 
@@ -508,7 +509,7 @@ def test_config_files_can_include_a_neighbour_from_any_directory(tmp_path, monke
     (tmp_path / "child.py").write_text(
         "import os\nexec(open(os.path.join(os.path.dirname(__file__), 'base.py')).read())\nout_dir = 'child'\n")
     monkeypatch.chdir(REPO)  # a different directory from the config's
-    cfg = configurator.apply_config(train.DEFAULTS, [str(tmp_path / "child.py")])
+    cfg = configurator.apply_config(runtime.DEFAULTS, [str(tmp_path / "child.py")])
     assert cfg["batch_size"] == 7 and cfg["out_dir"] == "child"
 
 
@@ -534,7 +535,7 @@ def test_train_logs_learned_gates_into_log_jsonl(tmp_path):
     assert events(out, "checklist")[0]["model_class"] == "RAGPT"
     ckpt = torch.load(os.path.join(out, "ckpt.pt"), map_location="cpu", weights_only=False)
     assert ckpt["metrics"]["ra_gate_layer1"] == evals[-1]["ra_gate_layer1"]
-    model = RAGPT(train.model_config(ckpt["config"]))
+    model = RAGPT(runtime.model_config(ckpt["config"]))
     model.load_state_dict(ckpt["model"])
     assert model.metrics()["ra_gate_layer0"] == pytest.approx(evals[-1]["ra_gate_layer0"])
 

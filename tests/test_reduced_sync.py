@@ -11,6 +11,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import configurator
+import runtime
 import train
 from model import GPT, GPTConfig
 from reduced_sync_model import (ReducedSyncConfig, ReducedSyncGPT, _SumBackward, _SumForward, expected_syncs,
@@ -350,8 +351,8 @@ COMM_CONFIGS = {  # config file -> syncs per forward pass that its name promises
 @pytest.mark.parametrize("name", COMM_CONFIGS)
 def test_comm_configs_promise_what_they_count(name):
     for variant in ("", "_shakespeare"):
-        cfg = configurator.apply_config(train.DEFAULTS, [os.path.join(REPO, "config", f"{name}{variant}.py")])
-        config = train.model_config(cfg)
+        cfg = configurator.apply_config(runtime.DEFAULTS, [os.path.join(REPO, "config", f"{name}{variant}.py")])
+        config = runtime.model_config(cfg)
         assert cfg["model_type"] == "reduced_sync" and expected_syncs(config) == COMM_CONFIGS[name]
         if not variant:
             assert (cfg["n_layer"], cfg["n_embd"], cfg["max_iters"], cfg["dataset"]) == (12, 768, 20000, "openwebtext")
