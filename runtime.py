@@ -8,6 +8,8 @@ imports only the models, the optimizer's checks and the data helpers, never an e
 import datetime
 import os
 import sys
+import threading
+import time
 from contextlib import nullcontext
 
 import numpy as np
@@ -153,6 +155,7 @@ def setup_distributed(device="", tp_size=1, timeout=600.0):
     dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo",
                             timeout=datetime.timedelta(seconds=timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
+    start_heartbeat(rank)
     env = dict(ddp=True, rank=rank, local_rank=local_rank, world_size=world, device=device, master=rank == 0,
                dp_rank=rank, dp_size=world, tp_group=None, dp_group=None)
     if tp_size > 1:
@@ -164,6 +167,50 @@ def setup_distributed(device="", tp_size=1, timeout=600.0):
         env.update(dp_rank=mesh.get_local_rank("dp"), dp_size=world // tp_size, tp_group=mesh.get_group("tp"),
                    dp_group=mesh.get_group("dp"))
     return env
+
+
+HEARTBEAT_SECONDS = 1.0
+
+
+class RankStalled(RuntimeError):
+    pass
+
+
+def job_store():
+    """A client of the job's key-value store (under torchrun, the launcher's own: it outlives any rank)."""
+    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                         timeout=datetime.timedelta(seconds=5))
+
+
+def start_heartbeat(rank):
+    """A thread that stamps this rank's clock into the job store every second. A rank waiting in a
+    collective keeps beating (the wait releases the GIL); a frozen process (SIGSTOP, a swapped-out
+    or wedged node) does not, and that is how name_stalled_ranks tells who to blame."""
+    def beat():
+        try:
+            store = job_store()
+            while True:
+                store.set(f"heartbeat/{rank}", repr(time.time()))
+                time.sleep(HEARTBEAT_SECONDS)
+        except Exception:  # the store went away: the job is ending
+            return
+    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+
+
+def name_stalled_ranks(error, rank, world_size, timeout):
+    """Raise RankStalled naming the ranks whose heartbeat stopped, when `error` (a failed or timed
+    out collective) is explained by them; return quietly otherwise, for the caller to re-raise."""
+    try:
+        store, now = job_store(), time.time()
+        silent = {r: now - float(store.get(f"heartbeat/{r}")) for r in range(world_size)}
+    except Exception:
+        return
+    stalled = {r: age for r, age in silent.items() if age > 5 * HEARTBEAT_SECONDS}
+    if stalled:
+        names = ", ".join(f"rank {r} (silent for {age:.0f} s)" for r, age in sorted(stalled.items()))
+        raise RankStalled(f"{names} stopped responding, frozen or stuck outside Python; rank {rank} waited "
+                          f"dist_timeout={timeout:g} s in a collective and ended the job "
+                          f"({str(error).splitlines()[0].rsplit('] ', 1)[-1][:120]})") from None
 
 
 def pick_device(device):

@@ -30,8 +30,9 @@ import optim
 import rundir
 import tokendata
 from model import GPTConfig, model_config_fields
-from runtime import (DEFAULTS, build_model, data_dir_of, decay_iters, exit_distributed, get_batch, load_checkpoint,
-                     model_classes, model_config, precision, setup_distributed, validate)
+from runtime import (DEFAULTS, RankStalled, build_model, data_dir_of, decay_iters, exit_distributed, get_batch,
+                     load_checkpoint, model_classes, model_config, name_stalled_ranks, precision, setup_distributed,
+                     validate)
 
 EVAL_SEED = 20240229  # fixed: the evaluation windows never depend on the run's seed
 
@@ -415,7 +416,12 @@ def main(argv):
     cfg = configurator.apply_config(DEFAULTS, argv)
     env = setup_distributed(cfg["device"], cfg["tp_size"] if cfg["model_type"] == "reduced_sync" else 1,
                             timeout=cfg["dist_timeout"])
-    stop_reason = run(cfg, env)
+    try:
+        stop_reason = run(cfg, env)
+    except RuntimeError as e:
+        if env["ddp"]:
+            name_stalled_ranks(e, env["rank"], env["world_size"], cfg["dist_timeout"])
+        raise
     code = EXIT_STOPPED_BY_SIGNAL if stop_reason == "signal" else 0
     if env["ddp"]:
         exit_distributed(code)
@@ -610,4 +616,4 @@ def fit(cfg, env, signals):
 
 
 if __name__ == "__main__":
-    configurator.run_script(main, FileNotFoundError, TrainingDiverged, Interrupted, rundir.RunDirError)
+    configurator.run_script(main, FileNotFoundError, TrainingDiverged, Interrupted, rundir.RunDirError, RankStalled)
