@@ -142,3 +142,8 @@ def read_events(out_dir):
             if isinstance(record, dict) and "event" in record:
                 events.append(record)
     return events
+
+
+def finished(events):
+    """The end events of a run that reached its budget; one stopped by a signal is only paused."""
+    return [e for e in events if e["event"] == "end" and e.get("stop_reason") != "signal"]

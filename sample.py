@@ -38,8 +38,20 @@ def generate_text(model, prompt, max_new_tokens, device, autocast=nullcontext(),
     return enc.decode([t for t in out[0].tolist() if t < tokendata.GPT2_VOCAB_SIZE])
 
 
+def validate(cfg):
+    err = configurator.ConfigError
+    for key in ("num_samples", "max_new_tokens", "top_k"):
+        if cfg[key] < 1:
+            raise err(f"{key} must be >= 1, got {cfg[key]}")
+    if not cfg["temperature"] >= 0:
+        raise err(f"temperature must be >= 0 (0 picks the likeliest token), got {cfg['temperature']}")
+    if not cfg["start"]:
+        raise err("start is empty: give a prompt (--start=TEXT or --start=FILE:path)")
+
+
 def main(argv):
     cfg = configurator.apply_config(DEFAULTS, argv)
+    validate(cfg)
     device = pick_device(cfg["device"])
     torch.manual_seed(cfg["seed"])
     model = load_model(cfg, device)

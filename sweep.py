@@ -23,16 +23,18 @@ whose log has an `end` event is skipped, an unfinished one with a checkpoint res
 """
 import ast
 import csv
+import ctypes
 import itertools
-import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 
 import configurator
+import rundir
 import runtime
 
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -148,16 +150,8 @@ def plan(spec):
     return runs
 
 
-def read_events(out_dir):
-    path = os.path.join(out_dir, "log.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def is_finished(out_dir):
-    return any(e["event"] == "end" for e in read_events(out_dir))
+    return bool(rundir.finished(rundir.read_events(out_dir)))
 
 
 def launch_subprocess(argv, gpu, log_path):
@@ -167,7 +161,18 @@ def launch_subprocess(argv, gpu, log_path):
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     out = open(log_path, "a")
     return subprocess.Popen([sys.executable, os.path.join(REPO_DIR, "train.py"), *argv], env=env,
-                            stdout=out, stderr=subprocess.STDOUT, cwd=REPO_DIR)
+                            stdout=out, stderr=subprocess.STDOUT, cwd=REPO_DIR, preexec_fn=die_with_parent)
+
+
+def die_with_parent():
+    """In a training process before it starts: the kernel sends it SIGTERM when the sweep dies,
+    even by kill -9, so a dead sweep leaves no orphan run holding a GPU (train.py then saves a
+    checkpoint and stops, and the next sweep resumes it). Linux only; elsewhere a no-op."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 def default_gpus(option):
@@ -217,9 +222,9 @@ def summarize(runs, sweep_dir):
     keys = sorted({k for _, point, _ in runs for k in point})
     rows = []
     for name, point, _ in runs:
-        events = read_events(os.path.join(sweep_dir, name))
+        events = rundir.read_events(os.path.join(sweep_dir, name))
         evals = [e for e in events if e["event"] == "eval"]
-        end = [e for e in events if e["event"] == "end"]
+        end = rundir.finished(events)
         best = min((e["val_loss"] for e in evals), default=None)
         values = {k: os.path.basename(v) if k == "config" else v for k, v in point.items()}
         row = {"run": name, **{k: values.get(k, "") for k in keys},
