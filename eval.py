@@ -20,6 +20,7 @@ import torch
 from torch.nn import functional as F
 
 import configurator
+import rundir
 import tokendata
 from runtime import data_dir_of, get_batch, load_model, pick_device, precision
 
@@ -92,4 +93,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    configurator.run_script(main, FileNotFoundError, ValueError)
+    configurator.run_script(main, FileNotFoundError, ValueError, rundir.RunDirError)

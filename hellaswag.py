@@ -22,6 +22,7 @@ import torch.distributed as dist
 from torch.nn import functional as F
 
 import configurator
+import rundir
 import tokendata
 from runtime import exit_distributed, load_model, precision, setup_distributed
 
@@ -222,4 +223,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    configurator.run_script(main, FileNotFoundError, ValueError)
+    configurator.run_script(main, FileNotFoundError, ValueError, rundir.RunDirError)

@@ -205,7 +205,8 @@ def name_stalled_ranks(error, rank, world_size, timeout):
         silent = {r: now - float(store.get(f"heartbeat/{r}")) for r in range(world_size)}
     except Exception:
         return
-    stalled = {r: age for r, age in silent.items() if age > 5 * HEARTBEAT_SECONDS}
+    # A frozen rank has been silent about as long as the collective waited; a live one, a beat or two.
+    stalled = {r: age for r, age in silent.items() if age > max(3 * HEARTBEAT_SECONDS, timeout / 2)}
     if stalled:
         names = ", ".join(f"rank {r} (silent for {age:.0f} s)" for r, age in sorted(stalled.items()))
         raise RankStalled(f"{names} stopped responding, frozen or stuck outside Python; rank {rank} waited "

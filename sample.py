@@ -8,6 +8,7 @@ from contextlib import nullcontext
 import torch
 
 import configurator
+import rundir
 import tokendata
 from runtime import load_model, pick_device, precision
 
@@ -66,4 +67,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    configurator.run_script(main, FileNotFoundError)
+    configurator.run_script(main, FileNotFoundError, rundir.RunDirError)

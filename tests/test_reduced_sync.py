@@ -292,8 +292,8 @@ def test_tp2_x_dp2_trains_like_one_simulated_replica_and_resumes(data_dir, tmp_p
     assert list(evals(split)) == list(evals(single)) == [0, 2, 4]  # the resumed run re-evaluates step 2
     assert all(evals(split)[i] == pytest.approx(evals(single)[i], rel=1e-5) for i in (0, 2, 4))
     assert all(e["syncs_forward"] == e["syncs_backward"] == 4 for e in events(split, "eval"))
-    ckpt_a = torch.load(os.path.join(single, "ckpt.pt"), weights_only=False)
-    ckpt_b = torch.load(os.path.join(split, "ckpt.pt"), weights_only=False)
+    ckpt_a = torch.load(os.path.join(single, "ckpt.pt"), weights_only=True)
+    ckpt_b = torch.load(os.path.join(split, "ckpt.pt"), weights_only=True)
     assert len(ckpt_b["optimizer"]) == 2  # one optimizer state per tp rank
     for key, value in ckpt_a["model"].items():
         assert torch.allclose(value, ckpt_b["model"][key], atol=1e-5, rtol=0), key

@@ -36,7 +36,7 @@ def events(out_dir, kind):
 
 
 def load_ckpt(out_dir):
-    return torch.load(os.path.join(out_dir, "ckpt.pt"), map_location="cpu", weights_only=False)
+    return torch.load(os.path.join(out_dir, "ckpt.pt"), map_location="cpu", weights_only=True)
 
 
 def test_logs_every_metric_and_learns(data_dir, tmp_path):
