@@ -1,8 +1,9 @@
 """A run directory (out_dir) that survives faults: one process at a time, checkpoints that cannot
-run code, write errors said in one line, and a log.jsonl whose torn last line never spoils a read.
+run code, write errors said in one line, and a log.jsonl whose torn last line is cut off before
+the next record is appended (readers skip it: runrecord.read_events).
 
-train.py locks out_dir, writes ckpt.pt and log.jsonl through here; sample.py, eval.py and
-hellaswag.py read checkpoints, and sweep.py reads logs, through here too.
+train.py locks out_dir and writes ckpt.pt and log.jsonl through here; every script that loads a
+checkpoint (runtime.load_checkpoint, runtime.load_model) reads it through here.
 """
 import contextlib
 import errno
@@ -125,23 +126,6 @@ def repair_torn_line(path):
         keep = data.rfind(b"\n") + 1
         f.truncate(keep)
     return data[keep:].decode("utf-8", errors="replace")
-
-
-def read_events(out_dir):
-    """Every whole record of out_dir/log.jsonl, in order; a torn or garbled line is skipped."""
-    path = os.path.join(out_dir, "log.jsonl")
-    if not os.path.exists(path):
-        return []
-    events = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict) and "event" in record:
-                events.append(record)
-    return events
 
 
 def finished(events):

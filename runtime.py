@@ -123,6 +123,7 @@ DEFAULTS = dict(
     wandb_log=False,
     wandb_project="gpt2-ablations",
     wandb_run_name="",  # default: the name of out_dir
+    wandb_group="",  # runs of one ablation suite share a group (sweep.py sets it)
     wandb_mode="",  # 'online', 'offline', 'disabled'; '' is online with an API key, else offline
 )
 

@@ -28,9 +28,10 @@ import configurator
 import hellaswag
 import optim
 import rundir
+import runrecord
 import tokendata
 from model import GPTConfig, model_config_fields
-from runtime import (DEFAULTS, RankStalled, build_model, data_dir_of, decay_iters, exit_distributed, get_batch,
+from runtime import (DEFAULTS, REPO_DIR, RankStalled, build_model, data_dir_of, decay_iters, exit_distributed, get_batch,
                      load_checkpoint, model_classes, model_config, name_stalled_ranks, precision, setup_distributed,
                      validate)
 
@@ -180,7 +181,8 @@ class RunLog:
             import wandb
             mode = cfg["wandb_mode"] or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
             self.wandb = wandb.init(project=cfg["wandb_project"], config=cfg, mode=mode, dir=cfg["out_dir"],
-                                    name=cfg["wandb_run_name"] or os.path.basename(os.path.abspath(cfg["out_dir"])))
+                                    name=cfg["wandb_run_name"] or os.path.basename(os.path.abspath(cfg["out_dir"])),
+                                    group=cfg["wandb_group"] or None)
 
     def event(self, kind, line, **fields):
         if not self.master:
@@ -317,6 +319,25 @@ def startup_checklist(cfg, env, model, counts, data_dir, dtype, tokens_per_iter,
     }
 
 
+def run_facts(cfg, env, model, optimizer, data_dir, counts, dtype):
+    """What was measured at the start of a fresh run, for comparing runs (runrecord.py): the data,
+    the evaluation windows, the data order of the first steps and every initial weight (a real
+    tensor-parallel model gathers its shards: every rank calls this)."""
+    weights = model.full_state_dict() if env["tp_group"] is not None else model.state_dict()
+    accum = cfg["gradient_accumulation_steps"]
+    order = [train_offsets(cfg, counts["train"], it, micro)
+             for it in range(runrecord.DATA_ORDER_ITERS) for micro in range(accum)]
+    meta = tokendata.read_meta(data_dir)
+    dataset = runrecord.dataset_fingerprint(data_dir)
+    return dict(dataset_fingerprint=dataset, tokenizer=meta.get("tokenizer"),
+                eval_windows=runrecord.digest(dataset, *(runrecord.offsets_digest(eval_offsets(cfg, counts[s]))
+                                                         for s in ("train", "val"))),
+                data_order=runrecord.offsets_digest(order), init_weights=runrecord.weights_digests(weights),
+                model_class=type(model).__name__, optimizer=type(optimizer).__name__, dtype=dtype,
+                device_type=env["device"].split(":")[0], torch_version=torch.__version__,
+                world_size=env["world_size"], tokens_per_iter=cfg["tokens_per_iter"])
+
+
 def load_hellaswag(cfg, env):
     """The examples, loaded at start-up so a missing file fails before training; the master
     downloads first so ranks do not all fetch the file at once."""
@@ -417,7 +438,7 @@ def main(argv):
     env = setup_distributed(cfg["device"], cfg["tp_size"] if cfg["model_type"] == "reduced_sync" else 1,
                             timeout=cfg["dist_timeout"])
     try:
-        stop_reason = run(cfg, env)
+        stop_reason = run(cfg, env, command=["train.py", *argv])
     except RuntimeError as e:
         if env["ddp"]:
             name_stalled_ranks(e, env["rank"], env["world_size"], cfg["dist_timeout"])
@@ -430,11 +451,11 @@ def main(argv):
 
 
 
-def run(cfg, env):
+def run(cfg, env, command=("train.py",)):
     """Check the config, take out_dir for this run alone, and train; returns the stop reason."""
     validate(cfg, env["dp_size"])
     with rundir.out_dir_lock(cfg["out_dir"]) if env["master"] else nullcontext(), StopSignals(cfg["out_dir"]) as signals:
-        return fit(cfg, env, signals)
+        return fit(cfg, env, signals, command)
 
 
 def diverged(log, cfg, iter_num, what, **fields):
@@ -444,12 +465,13 @@ def diverged(log, cfg, iter_num, what, **fields):
     raise TrainingDiverged(f"{what} at iteration {iter_num}")
 
 
-def fit(cfg, env, signals):
+def fit(cfg, env, signals, command):
     device = env["device"]
     dtype, autocast = precision(cfg["dtype"], device)
     check_memory(cfg, env, dtype)
     data_dir, counts = check_data(cfg)
     checkpoint = load_checkpoint(cfg) if cfg["init_from"] == "resume" else None
+    resumed = checkpoint is not None
     hellaswag_examples = load_hellaswag(cfg, env)
 
     torch.manual_seed(cfg["seed"])  # identical initial weights on every rank
@@ -486,9 +508,12 @@ def fit(cfg, env, signals):
                     process_group=env["dp_group"])
 
     log = RunLog(cfg, env["master"])
+    facts = None if resumed else run_facts(cfg, env, raw_model, optimizer, data_dir, counts, dtype)
     if env["master"]:
         with tokendata.atomic_write(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
             json.dump(cfg, f, indent=2, allow_nan=False)
+        start = runrecord.provenance(REPO_DIR, list(command), device, env["world_size"])
+        runrecord.write_run_info(cfg["out_dir"], REPO_DIR, start, facts, resumed)
     checklist = startup_checklist(cfg, env, raw_model, counts, data_dir, dtype, tokens_per_iter, grad_accum_local)
     checklist.update(data_parallel_replicas=env["dp_size"], **model_report,
                      act_rms_after_layers=", ".join(map(str, act_norms.layers)))

@@ -15,6 +15,7 @@ import torch
 import configurator
 import hellaswag
 import rundir
+import runrecord
 import runtime
 import sample
 import tokendata
@@ -37,7 +38,7 @@ def wait_for_training(out_dir, proc, min_iter=1, timeout=120):
     deadline = time.time() + timeout
     while time.time() < deadline:
         assert proc.poll() is None, proc.communicate()[1][-2000:]
-        if any(e["event"] == "train" and e["iter"] >= min_iter for e in rundir.read_events(out_dir)):
+        if any(e["event"] == "train" and e["iter"] >= min_iter for e in runrecord.read_events(out_dir)):
             return
         time.sleep(0.1)
     raise TimeoutError(f"{out_dir} never reached iteration {min_iter}")
@@ -141,7 +142,7 @@ def test_sigterm_stops_after_the_step_with_a_checkpoint_and_resume_matches(data_
     train.main(tiny_args(data_dir, straight, "--dropout=0.1", *LONG, f"--max_iters={resumed_end}"))
     losses = lambda d: {r["iter"]: r["loss"] for r in events(d, "train")}
     assert losses(out) == losses(straight) and max(losses(out)) == resumed_end
-    assert rundir.finished(rundir.read_events(out))[-1]["stop_reason"] == "max_iters"
+    assert rundir.finished(runrecord.read_events(out))[-1]["stop_reason"] == "max_iters"
 
 
 def test_second_sigint_stops_at_once_and_keeps_the_checkpoint(data_dir, tmp_path):
@@ -230,7 +231,7 @@ def test_write_errors_name_their_cause_and_lose_nothing(data_dir, tmp_path):
         f"checkpoint (resume with --init_from=resume once there is room)")
     raw = open(os.path.join(out, "log.jsonl"), "rb").read()
     assert not raw.endswith(b"\n") and len(raw) == log_size + 300
-    whole = rundir.read_events(out)  # ... which readers skip
+    whole = runrecord.read_events(out)  # ... which readers skip
     assert len(whole) == raw.count(b"\n")
     # ... and a resume cuts off before appending: every line is a record, none glued to the fragment.
     train.main(tiny_args(data_dir, out, "--init_from=resume"))
@@ -244,7 +245,7 @@ def test_write_errors_name_their_cause_and_lose_nothing(data_dir, tmp_path):
 def test_readers_skip_a_torn_or_garbled_line(tmp_path):
     (tmp_path / "log.jsonl").write_text('{"event": "eval", "iter": 0}\n{"event": "tr\n'
                                         '{"event": "end", "iter": 4, "stop_reason": "max_iters"}\n{"event": "tra')
-    assert [e["event"] for e in rundir.read_events(str(tmp_path))] == ["eval", "end"]
+    assert [e["event"] for e in runrecord.read_events(str(tmp_path))] == ["eval", "end"]
     assert rundir.repair_torn_line(str(tmp_path / "log.jsonl")) == '{"event": "tra'
     assert open(tmp_path / "log.jsonl").read().endswith('"max_iters"}\n')
 
