@@ -65,6 +65,16 @@ def describe_write_error(error, path, consequence):
     return f"{cause} while writing {path}; {consequence}"
 
 
+@contextlib.contextmanager
+def write_errors_named(path, consequence):
+    """An OSError inside the block (a full disk, a quota, a file-size limit) becomes a RunDirError
+    whose one line names the cause, the file and what it means for the run."""
+    try:
+        yield
+    except OSError as e:
+        raise RunDirError(describe_write_error(e, path, consequence)) from None
+
+
 def save_checkpoint(path, state):
     """torch.save through a uniquely named temporary file and a rename, so a crash, a signal or a
     full disk mid-save keeps the previous checkpoint. torch's zip writer reports a failed write of

@@ -510,10 +510,11 @@ def fit(cfg, env, signals, command):
     log = RunLog(cfg, env["master"])
     facts = None if resumed else run_facts(cfg, env, raw_model, optimizer, data_dir, counts, dtype)
     if env["master"]:
-        with tokendata.atomic_write(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
-            json.dump(cfg, f, indent=2, allow_nan=False)
-        start = runrecord.provenance(REPO_DIR, list(command), device, env["world_size"])
-        runrecord.write_run_info(cfg["out_dir"], REPO_DIR, start, facts, resumed)
+        with rundir.write_errors_named(f"{cfg['out_dir']}/config.json and run_info.json", "nothing was trained"):
+            with tokendata.atomic_write(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
+                json.dump(cfg, f, indent=2, allow_nan=False)
+            start = runrecord.provenance(REPO_DIR, list(command), device, env["world_size"])
+            runrecord.write_run_info(cfg["out_dir"], REPO_DIR, start, facts, resumed)
     checklist = startup_checklist(cfg, env, raw_model, counts, data_dir, dtype, tokens_per_iter, grad_accum_local)
     checklist.update(data_parallel_replicas=env["dp_size"], **model_report,
                      act_rms_after_layers=", ".join(map(str, act_norms.layers)))

@@ -222,15 +222,17 @@ def test_write_errors_name_their_cause_and_lose_nothing(data_dir, tmp_path):
     assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
     # A log line that cannot be written whole: the run stops, leaving a torn last line ...
     log_size = os.path.getsize(os.path.join(out, "log.jsonl"))
-    proc = subprocess.run([sys.executable, "train.py", *tiny_args(data_dir, out, "--init_from=resume")], cwd=REPO,
-                          env=ENV, capture_output=True, text=True, timeout=120,
-                          preexec_fn=limited_file_size(log_size + 300))
+    limit = max(log_size, os.path.getsize(os.path.join(out, "run_info.json")) + 1500) + 300  # run_info.json fits
+    proc = subprocess.run([sys.executable, "train.py", *tiny_args(data_dir, out, "--init_from=resume", *LONG,
+                                                                  "--max_iters=40")],
+                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120,
+                          preexec_fn=limited_file_size(limit))
     assert proc.returncode == 1
     assert error_lines(proc.stderr)[-1] == (
         f"error: file too large while writing {out}/log.jsonl; the run stopped there; ckpt.pt holds the last "
         f"checkpoint (resume with --init_from=resume once there is room)")
     raw = open(os.path.join(out, "log.jsonl"), "rb").read()
-    assert not raw.endswith(b"\n") and len(raw) == log_size + 300
+    assert not raw.endswith(b"\n") and len(raw) == limit
     whole = runrecord.read_events(out)  # ... which readers skip
     assert len(whole) == raw.count(b"\n")
     # ... and a resume cuts off before appending: every line is a record, none glued to the fragment.
