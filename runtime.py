@@ -30,36 +30,36 @@ REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 # --key=value overrides set them (configurator.py); sweep.py expands them over grids.
 DEFAULTS = dict(
     # run directory, evaluation and checkpoints
-    out_dir="out",
+    out_dir="out",  # the run directory: config.json, log.jsonl, log.txt, ckpt.pt
     init_from="scratch",  # 'scratch', 'resume' (from out_dir/ckpt.pt), or a local HF GPT-2 directory
     eval_interval=500,  # also where checkpoints are written
     eval_iters=20,  # fixed batches per split per evaluation: the same windows in every run
-    log_interval=10,
-    save_checkpoint=True,
+    log_interval=10,  # a train log line every this many iterations
+    save_checkpoint=True,  # write out_dir/ckpt.pt at evaluations
     sample_tokens=0,  # >0: print a sample of this many tokens at the end of the run
     hellaswag_interval=0,  # >0: HellaSwag accuracy at evaluations on multiples of this and at the end
     hellaswag_limit=0,  # the first N validation examples only (0: all 10,042)
     hellaswag_input="",  # a local hellaswag_val.jsonl; '' downloads it once into data/hellaswag/
     # data
-    dataset="shakespeare",
+    dataset="shakespeare",  # reads data/<dataset>/train.bin and val.bin
     data_dir="",  # default: data/<dataset> next to this file
     batch_size=12,  # micro-batch per process, in sequences
-    block_size=1024,
+    block_size=1024,  # context length in tokens
     gradient_accumulation_steps=40,  # micro-steps per optimizer step, summed over all processes
     tokens_per_iter=0,  # >0: the tokens per optimizer step; gradient_accumulation_steps=0 derives from it
     # model
-    model_type="gpt",  # a key of MODEL_TYPES
-    n_layer=12,
-    n_head=12,
-    n_embd=768,
-    vocab_size=50304,
-    dropout=0.0,
-    bias=True,
-    ln_placement="pre",
-    attn_impl="sdpa",
-    activation_checkpointing=False,
+    model_type="gpt",  # 'gpt', 'ra', 'reduced_sync' (MODEL_TYPES)
+    n_layer=12,  # transformer blocks
+    n_head=12,  # attention heads per block
+    n_embd=768,  # width of the residual stream
+    vocab_size=50304,  # GPT-2's 50257 padded to a multiple of 64
+    dropout=0.0,  # on embeddings, attention weights and residual branches (0: off)
+    bias=True,  # biases in Linear layers and LayerNorms
+    ln_placement="pre",  # 'pre' (GPT-2) or 'post' (original Transformer)
+    attn_impl="sdpa",  # 'sdpa', 'manual' (materializes the scores), 'triton' (model_type='ra')
+    activation_checkpointing=False,  # recompute each whole block in backward
     attn_recompute=False,  # recompute only the attention core in backward (model.attention_core)
-    tie_weights=True,
+    tie_weights=True,  # the head shares the token embedding matrix, as in GPT-2
     # reciprocal attention and MLA (model_type='ra'; see ra_model.py for the meaning of each)
     ra_pattern="none",  # 'none', 'early', 'late', 'all', 'alternate', 'learned', 'layers'
     ra_layers=[],  # ra_pattern='layers': the reciprocal layers' indices
@@ -69,9 +69,10 @@ DEFAULTS = dict(
     ra_gate_init=0.0,  # gate: initial logit of p
     ra_window=0,  # >0: the reciprocal term only within this many positions
     mla=False,  # multi-head latent attention in every layer
-    mla_latent_dim=128,
-    mla_per_head_q_latent=True,
-    mla_per_head_v_up=True,
+    mla_latent_dim=128,  # size of the shared K/V latent
+    mla_per_head_q_latent=True,  # each head scores its query in the latent (else a key up-projection)
+    mla_per_head_v_up=True,  # one value up-projection per head (else one shared)
+    attn_gate=False,  # gated attention: sigmoid(W x) scales each head's output (arXiv 2505.06708)
     # reduced-synchronization tensor parallelism (model_type='reduced_sync'; see reduced_sync_model.py)
     block_pattern="tp",  # repeating unit of block types 'tp', 'spd', 'parallel', e.g. 'tp,spd' or 'spd,parallel,parallel'
     block_types=[],  # one block type per layer; overrides block_pattern
@@ -80,10 +81,10 @@ DEFAULTS = dict(
     sync_layers=[],  # parallel runs also sync after these layers (selective)
     # optimizer
     optimizer="adamw",  # 'adamw', 'adam', 'sgd', 'adamw_spam' (optim.py)
-    learning_rate=6e-4,
-    weight_decay=0.1,
-    beta1=0.9,
-    beta2=0.95,
+    learning_rate=6e-4,  # peak learning rate
+    weight_decay=0.1,  # never on biases or norms
+    beta1=0.9,  # adam, adamw, adamw_spam
+    beta2=0.95,  # adam, adamw, adamw_spam
     momentum=0.9,  # sgd only
     nesterov=False,  # sgd only
     grad_clip=1.0,  # 0 disables clipping; the gradient norm is logged either way
@@ -101,27 +102,27 @@ DEFAULTS = dict(
     prune_interval=50,  # masks are recomputed every this many steps
     prune_ramp="cubic",  # 'cubic': s(t) = target * p^3, 'linear': target * p
     prune_threshold="exact",  # 'exact' global k-th value, or 'sampled' (a quantile of prune_sample scores)
-    prune_sample=1_000_000,
+    prune_sample=1_000_000,  # prune_threshold='sampled': scores drawn for the quantile
     # learning-rate schedule
     lr_schedule="cosine",  # 'cosine', 'constant', 'wsd' (warmup-stable-decay)
-    warmup_iters=2000,
+    warmup_iters=2000,  # linear warmup from 0 to learning_rate
     lr_decay_iters=0,  # where cosine reaches min_lr; 0 means max_iters
-    min_lr=6e-5,
+    min_lr=6e-5,  # the learning rate at the end of the decay
     wsd_decay_frac=0.2,  # wsd: the last fraction of lr_decay_iters decays linearly to min_lr
     # budgets: the run ends at whichever comes first (0 disables max_time / max_tokens)
-    max_iters=600000,
+    max_iters=600000,  # optimizer steps
     max_time=0.0,  # seconds spent in training steps (evaluation and checkpointing excluded)
-    max_tokens=0,
+    max_tokens=0,  # training tokens (a whole number of tokens_per_iter)
     # system
     device="",  # '' picks cuda when available, else cpu
     dist_timeout=600.0,  # seconds a rank waits in a collective for the others before the job ends (a frozen rank)
     dtype="",  # 'bfloat16', 'float16', 'float32'; '' picks bfloat16 where supported
-    compile=False,
-    seed=1337,
+    compile=False,  # torch.compile the model (a cold compile takes 20-35 s)
+    seed=1337,  # initial weights, training batches and dropout
     # logging
     log_act_norm_layers=[0, -1],  # blocks whose output RMS is logged (negative counts from the end)
-    wandb_log=False,
-    wandb_project="gpt2-ablations",
+    wandb_log=False,  # also log to Weights & Biases
+    wandb_project="gpt2-ablations",  # the W&B project
     wandb_run_name="",  # default: the name of out_dir
     wandb_group="",  # runs of one ablation suite share a group (sweep.py sets it)
     wandb_mode="",  # 'online', 'offline', 'disabled'; '' is online with an API key, else offline
@@ -159,10 +160,7 @@ def setup_distributed(device="", tp_size=1, timeout=600.0):
     start_heartbeat(rank)
     env = dict(ddp=True, rank=rank, local_rank=local_rank, world_size=world, device=device, master=rank == 0,
                dp_rank=rank, dp_size=world, tp_group=None, dp_group=None)
-    if tp_size > 1:
-        if world % tp_size:
-            raise configurator.ConfigError(f"tp_size={tp_size} does not divide the world size {world}: launch a "
-                                           f"multiple of {tp_size} processes or change tp_size")
+    if tp_size > 1:  # parallel_layout checked it against the world size
         from torch.distributed.device_mesh import init_device_mesh
         mesh = init_device_mesh(device.split(":")[0], (world // tp_size, tp_size), mesh_dim_names=("dp", "tp"))
         env.update(dp_rank=mesh.get_local_rank("dp"), dp_size=world // tp_size, tp_group=mesh.get_group("tp"),
@@ -272,11 +270,11 @@ def data_dir_of(cfg):
 # ----------------------------------------------------------------------------- the run configuration
 
 def validate(cfg, world_size):
-    """Every check that can fail before data or weights are loaded; errors name keys and fixes."""
+    """Every check that can fail before a process group, data or weights exist, for a launch of
+    world_size processes (sweep.py checks its runs with 1); errors name keys and fixes."""
     err = configurator.ConfigError
     model_config(cfg)  # shape checks (n_embd divisible by n_head, ...)
-    if cfg["tp_size"] != 1 and cfg["model_type"] != "reduced_sync":
-        raise err(f"tp_size={cfg['tp_size']} needs model_type='reduced_sync'")
+    _, dp_size = parallel_layout(cfg, world_size)
     positive = ("batch_size", "block_size", "max_iters", "eval_interval", "eval_iters", "log_interval", "dist_timeout")
     for key in positive:
         if cfg[key] < 1:
@@ -285,8 +283,8 @@ def validate(cfg, world_size):
                 "hellaswag_interval", "hellaswag_limit", "learning_rate", "min_lr", "weight_decay", "grad_clip"):
         if cfg[key] < 0:
             raise err(f"{key} must be >= 0, got {cfg[key]}")
-    resolve_batch(cfg, world_size)
-    optim.validate(cfg)
+    resolve_batch(cfg, dp_size)
+    optim.validate(cfg, last_iter(cfg))
     if cfg["lr_schedule"] not in LR_SCHEDULES:
         raise err(f"lr_schedule={cfg['lr_schedule']!r}: use one of {LR_SCHEDULES}")
     if cfg["lr_schedule"] != "constant" and cfg["warmup_iters"] > decay_iters(cfg):
@@ -309,6 +307,21 @@ def validate(cfg, world_size):
                   f"not {cfg['vocab_size']}: set hellaswag_interval=0")
     if cfg["init_from"] == "resume" and not os.path.exists(os.path.join(cfg["out_dir"], "ckpt.pt")):
         raise err(f"init_from='resume' but {cfg['out_dir']}/ckpt.pt does not exist")
+
+
+def parallel_layout(cfg, world_size):
+    """(ranks per model replica, data-parallel replicas) for a launch of world_size processes: the
+    one place where tp_size meets the model type and the launch. A single process simulates all
+    tp_size shards (ReducedSyncConfig checks that they divide the heads)."""
+    tp = cfg["tp_size"]
+    if tp != 1 and cfg["model_type"] != "reduced_sync":
+        raise configurator.ConfigError(f"tp_size={tp} needs model_type='reduced_sync'")
+    if world_size == 1:
+        return 1, 1
+    if world_size % tp:
+        raise configurator.ConfigError(f"tp_size={tp} does not divide the world size {world_size}: launch a "
+                                       f"multiple of {tp} processes or change tp_size")
+    return tp, world_size // tp
 
 
 def resolve_batch(cfg, world_size):
@@ -341,13 +354,18 @@ def resolve_batch(cfg, world_size):
                   f"{cfg['tokens_per_iter']}: use {whole} or {whole + cfg['tokens_per_iter']}")
 
 
-def decay_iters(cfg):
-    """Where the schedule reaches min_lr: lr_decay_iters, else the end of the iteration or token budget."""
-    if cfg["lr_decay_iters"]:
-        return cfg["lr_decay_iters"]
+def last_iter(cfg):
+    """The run's last iteration: max_iters, or earlier where max_tokens ends the run (tokens_per_iter
+    settled by resolve_batch). Everything that ends with the run asks here: the learning-rate decay,
+    the pruning ramp, the start-up checklist's token budget. (max_time ends a run unpredictably.)"""
     if cfg["max_tokens"]:
-        return min(cfg["max_iters"], cfg["max_tokens"] // (cfg["tokens_per_iter"] or 1))
+        return min(cfg["max_iters"], cfg["max_tokens"] // cfg["tokens_per_iter"])
     return cfg["max_iters"]
+
+
+def decay_iters(cfg):
+    """Where the schedule reaches min_lr: lr_decay_iters, else the run's last iteration."""
+    return cfg["lr_decay_iters"] or last_iter(cfg)
 
 
 
@@ -363,10 +381,9 @@ def model_classes(cfg):
 def model_config(cfg):
     """The model's config dataclass filled from a run config (or a checkpoint's)."""
     _, config_cls = model_classes(cfg)
-    try:
-        return config_cls(**{k: cfg[k] for k in model_config_fields(config_cls)})
-    except ValueError as e:  # the config's own checks: report them like every other config error
-        raise configurator.ConfigError(str(e)) from None
+    # A checkpoint written before a field existed gets its default. The dataclass checks itself
+    # and raises ConfigError, like every other key's check.
+    return config_cls(**{k: cfg[k] for k in model_config_fields(config_cls) if k in cfg})
 
 
 def build_model(cfg, checkpoint=None, tp_group=None):
@@ -394,8 +411,8 @@ def load_checkpoint(cfg):
     ckpt = rundir.load_checkpoint_file(os.path.join(cfg["out_dir"], "ckpt.pt"))
     saved = ckpt["config"]
     keys = ["model_type"] + model_config_fields(model_classes(saved)[1])
-    conflicts = {k: (saved.get(k, "gpt"), cfg[k]) for k in keys
-                 if k not in RESUMABLE_MODEL_KEYS and saved.get(k, "gpt") != cfg[k]}
+    conflicts = {k: (saved.get(k, DEFAULTS[k]), cfg[k]) for k in keys
+                 if k not in RESUMABLE_MODEL_KEYS and saved.get(k, DEFAULTS[k]) != cfg[k]}
     if conflicts:
         details = ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in conflicts.items())
         raise configurator.ConfigError(f"resuming with a different model shape ({details}): "

@@ -62,6 +62,8 @@ def parse_args(argv):
     """(sweep spec, options): the spec merges the sweep files, command-line configs and overrides."""
     spec = dict(base=[], grid=[], configs=[], overrides={}, sweep_dir="", suite=None)
     options = dict(OPTIONS)
+    if any(arg in configurator.HELP_FLAGS for arg in argv):
+        raise configurator.HelpRequested(OPTIONS)  # the keys of each run: python train.py --help
     for arg in argv:
         if arg.startswith("--"):
             key, sep, raw = arg[2:].partition("=")
@@ -224,7 +226,7 @@ def resolve(argv, nproc):
     """The config a run will really use (accumulation derived), or the error that stops the sweep
     before any run starts."""
     cfg = configurator.apply_config(runtime.DEFAULTS, argv)
-    runtime.validate(dict(cfg, init_from="scratch"), nproc // cfg["tp_size"] if nproc % cfg["tp_size"] == 0 else 1)
+    runtime.validate(dict(cfg, init_from="scratch"), nproc if nproc % cfg["tp_size"] == 0 else 1)
     return cfg
 
 

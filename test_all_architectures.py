@@ -77,6 +77,11 @@ ARCHITECTURES.update({
     "ra-mla-learned": ("ra", dict(mla=True, mla_latent_dim=8, ra_pattern="learned")),
     "ra-mla-window-recompute": ("ra", dict(mla=True, mla_latent_dim=8, ra_pattern="all", ra_mode="mix",
                                            ra_window=8, attn_recompute=True)),
+    # gated attention (attn_gate): alone, with reciprocal layers, with MLA, and post-LN + recompute
+    "gated-attn": ("ra", dict(attn_gate=True)),
+    "gated-attn-ra-late-mix": ("ra", dict(attn_gate=True, ra_pattern="late", ra_mode="mix")),
+    "gated-attn-mla": ("ra", dict(attn_gate=True, mla=True, mla_latent_dim=8)),
+    "gated-attn-post-recompute": ("ra", dict(attn_gate=True, ln_placement="post", attn_recompute=True)),
 })
 
 # Reduced-synchronization experiments (reduced_sync_model.REDUCED_SYNC_CONFIGS): each config's schedule.

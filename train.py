@@ -31,10 +31,11 @@ import rundir
 import runrecord
 import tokendata
 from model import GPTConfig, model_config_fields
-from runtime import (DEFAULTS, REPO_DIR, RankStalled, build_model, data_dir_of, decay_iters, exit_distributed, get_batch,
-                     load_checkpoint, model_classes, model_config, name_stalled_ranks, precision, setup_distributed,
-                     validate)
+from runtime import (DEFAULTS, RankStalled, build_model, data_dir_of, decay_iters, exit_distributed, get_batch,
+                     last_iter, load_checkpoint, model_classes, model_config, name_stalled_ranks, parallel_layout,
+                     precision, setup_distributed, validate)
 
+REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 EVAL_SEED = 20240229  # fixed: the evaluation windows never depend on the run's seed
 
 
@@ -299,9 +300,7 @@ def gathered_rng_states(env):
 # ----------------------------------------------------------------------------- the run
 
 def startup_checklist(cfg, env, model, counts, data_dir, dtype, tokens_per_iter, grad_accum_local):
-    budget = cfg["max_iters"] * tokens_per_iter
-    if cfg["max_tokens"]:
-        budget = min(budget, cfg["max_tokens"])
+    budget = last_iter(cfg) * tokens_per_iter
     return {
         "dataset": cfg["dataset"], "data_dir": data_dir,
         "train_tokens": counts["train"], "val_tokens": counts["val"],
@@ -435,8 +434,9 @@ def check_memory(cfg, env, dtype):
 
 def main(argv):
     cfg = configurator.apply_config(DEFAULTS, argv)
-    env = setup_distributed(cfg["device"], cfg["tp_size"] if cfg["model_type"] == "reduced_sync" else 1,
-                            timeout=cfg["dist_timeout"])
+    world_size = int(os.environ.get("WORLD_SIZE", 1))  # torchrun's; the process group comes later
+    validate(cfg, world_size)  # before a process group, data or weights exist
+    env = setup_distributed(cfg["device"], parallel_layout(cfg, world_size)[0], timeout=cfg["dist_timeout"])
     try:
         stop_reason = run(cfg, env, command=["train.py", *argv])
     except RuntimeError as e:
@@ -452,8 +452,8 @@ def main(argv):
 
 
 def run(cfg, env, command=("train.py",)):
-    """Check the config, take out_dir for this run alone, and train; returns the stop reason."""
-    validate(cfg, env["dp_size"])
+    """Train with a validated cfg (main calls validate) on the ranks of env (setup_distributed), with
+    out_dir locked for this run alone; returns the stop reason."""
     with rundir.out_dir_lock(cfg["out_dir"]) if env["master"] else nullcontext(), StopSignals(cfg["out_dir"]) as signals:
         return fit(cfg, env, signals, command)
 
@@ -481,7 +481,7 @@ def fit(cfg, env, signals, command):
     raw_model = model
     act_norms = ActivationNorms(raw_model, cfg["log_act_norm_layers"])
     optimizer = optim.build_optimizer(raw_model, cfg, device_type=device.split(":")[0])
-    pruner = optim.Pruner(raw_model, optimizer, cfg) if cfg["pruning"] != "none" else None
+    pruner = optim.Pruner(raw_model, optimizer, cfg, last_iter(cfg)) if cfg["pruning"] != "none" else None
     scaler = torch.amp.GradScaler(device.split(":")[0], enabled=dtype == "float16")
 
     grad_accum_local = cfg["gradient_accumulation_steps"] // env["dp_size"]

@@ -35,6 +35,9 @@ VARIANTS = {
     "mla-shared-q-v": dict(**MLA, mla_per_head_q_latent=False, mla_per_head_v_up=False),
     "ra-mla": dict(**MLA, ra_pattern="all", ra_mode="mix", ra_alpha=0.5, ra_window=4),
     "ra-mla-learned": dict(**MLA, mla_per_head_q_latent=False, ra_pattern="learned"),
+    "gated-attn": dict(attn_gate=True),
+    "gated-attn-late-mix": dict(attn_gate=True, ra_pattern="late", ra_mode="mix"),
+    "gated-attn-mla": dict(**MLA, attn_gate=True),
 }
 
 
@@ -222,7 +225,7 @@ def test_variants_share_the_baselines_initial_weights(name):
         assert torch.equal(ra[key], value), key
     extra = set(ra) - set(base)
     allowed = ("ra_alpha", "ra_gate_logit", "c_kv.weight", "c_kv.bias", "c_q.weight", "c_q.bias", "k_up.weight",
-               "k_up.bias", "v_up.weight", "v_up.bias")
+               "k_up.bias", "v_up.weight", "v_up.bias", "c_gate.weight", "c_gate.bias")
     assert all(key.endswith(allowed) for key in extra), extra
 
 
@@ -355,6 +358,55 @@ def test_flops_per_token_counts_the_extra_attention_work():
     assert ra_model(**MLA, ra_pattern="all", ra_alpha=0.0).flops_per_token() == mla.flops_per_token()
 
 
+# ---------------------------------------------------------------- gated attention
+
+def test_gated_attention_follows_its_formula():
+    """Layer by layer: x + c_proj(heads(ln_1(x)) * sigmoid(c_gate(ln_1(x)))), then the MLP; the
+    heads computed by hand with a plain causal softmax."""
+    model = ra_model(attn_gate=True).double()
+    x = torch.randn(2, 12, TINY["n_embd"], dtype=torch.float64)
+    block = model.transformer.h[1]
+    h = block.ln_1(x)
+    q, k, v = (t.view(2, 12, 2, 8).transpose(1, 2) for t in block.attn.c_attn(h).split(16, dim=2))
+    heads = direct(q, k, v, lambda i, j: dot(q, k, i, j), lambda i, j: j <= i).transpose(1, 2).reshape(2, 12, 16)
+    gate = torch.sigmoid(h @ block.attn.c_gate.weight.T + block.attn.c_gate.bias)
+    y = x + block.attn.c_proj(heads * gate)
+    expected = y + block.mlp(block.ln_2(y))
+    torch.testing.assert_close(block(x), expected, atol=1e-12, rtol=0)
+
+
+def test_an_open_gate_is_exactly_the_baseline_and_the_gate_learns():
+    """sigmoid(+inf) = 1: with c_gate's weight 0 and bias +inf the gated model computes the
+    baseline's logits bit for bit; its parameters add n_embd^2 + n_embd per layer; gradients reach
+    the gate."""
+    torch.manual_seed(0)
+    base = GPT(GPTConfig(**TINY))
+    gated = ra_model(sharpen=False, attn_gate=True)
+    C, L = TINY["n_embd"], TINY["n_layer"]
+    assert gated.get_num_params() == base.get_num_params() + L * (C * C + C)
+    idx = tokens((2, 12))
+    assert not torch.allclose(gated(idx)[0], base(idx)[0])  # sigmoid(~0) halves each head at init
+    _, loss = gated(idx, tokens((2, 12), seed=2))
+    loss.backward()
+    assert all(b.attn.c_gate.weight.grad.abs().sum() > 0 for b in gated.transformer.h)
+    with torch.no_grad():
+        for block in gated.transformer.h:
+            block.attn.c_gate.weight.zero_()
+            block.attn.c_gate.bias.fill_(float("inf"))
+    assert torch.equal(gated(idx)[0], base(idx)[0])
+
+
+def test_gated_attention_configs_differ_from_the_ra_baseline_in_the_gate_only():
+    for suffix in ("", "_shakespeare"):
+        gated, base = load_config("train_gated_attn" + suffix), load_config("train_ra_baseline" + suffix)
+        runtime.validate(dict(gated), world_size=1)
+        assert {k for k in gated if gated[k] != base[k]} == {"attn_gate", "out_dir", "wandb_run_name"} - (
+            {"wandb_run_name"} if suffix else set())
+        with torch.device("meta"):  # GPT-2 size: shapes only
+            model = runtime.build_model(gated)
+        assert gated["attn_gate"] is True and all(hasattr(b.attn, "c_gate") for b in model.transformer.h)
+
+
 # ---------------------------------------------------------------- MLA
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -457,7 +509,7 @@ def test_patterns_choose_layers_and_modes():
     (dict(n_embd=15), "n_embd"),  # the base checks still run
 ])
 def test_config_rejects_bad_values(overrides, key):
-    with pytest.raises(ValueError, match=key):
+    with pytest.raises(configurator.ConfigError, match=key):
         RAConfig(**{**TINY, **overrides})
 
 
@@ -538,6 +590,23 @@ def test_train_logs_learned_gates_into_log_jsonl(tmp_path):
     model = RAGPT(runtime.model_config(ckpt["config"]))
     model.load_state_dict(ckpt["model"])
     assert model.metrics()["ra_gate_layer0"] == pytest.approx(evals[-1]["ra_gate_layer0"])
+
+
+@pytest.mark.parametrize("q_latent", [True, False])
+def test_ra_mla_config_with_the_triton_kernel_builds_and_trains(data_dir, tmp_path, q_latent, monkeypatch):
+    """The documented command `python train.py config/train_ra_mla.py --attn_impl=triton`, shrunk: it
+    builds (MLA's baseline init once rebuilt a GPTConfig with attn_impl='triton') and trains a step;
+    on a CPU without the interpreter both head layouts take the SDPA path, and say so."""
+    import ra_model
+    from test_train import events, tiny_args
+    monkeypatch.setattr(ra_model, "_warned", set())
+    out = str(tmp_path / "run")
+    with pytest.warns(UserWarning, match="running the PyTorch SDPA path"):
+        train.main([os.path.join(REPO, "config", "train_ra_mla_shakespeare.py"),
+                    *tiny_args(data_dir, out, "--attn_impl=triton", "--mla_latent_dim=8", "--max_iters=1",
+                               "--lr_decay_iters=1", "--warmup_iters=0", f"--mla_per_head_q_latent={q_latent}")])
+    assert [e["iter"] for e in events(out, "eval")] == [0, 1]
+    assert events(out, "checklist")[0]["attn_impl"] == "triton"
 
 
 # ---------------------------------------------------------------- bench.py
