@@ -206,6 +206,10 @@ def name_stalled_ranks(error, rank, world_size, timeout):
         return
     # A frozen rank has been silent about as long as the collective waited; a live one, a beat or two.
     stalled = {r: age for r, age in silent.items() if age > max(3 * HEARTBEAT_SECONDS, timeout / 2)}
+    if not stalled and "timed out" in str(error).lower():
+        raise RankStalled(f"rank {rank} waited dist_timeout={timeout:g} s in a collective that the other ranks, "
+                          f"all alive, never joined: they disagree on which collective comes next (a bug), or one "
+                          f"is busy longer than dist_timeout (raise it)") from None
     if stalled:
         names = ", ".join(f"rank {r} (silent for {age:.0f} s)" for r, age in sorted(stalled.items()))
         raise RankStalled(f"{names} stopped responding, frozen or stuck outside Python; rank {rank} waited "
