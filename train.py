@@ -395,19 +395,21 @@ class StopSignals:
 def memory_estimate(cfg, env, dtype):
     """A lower bound on the bytes one rank needs to train, from the model built on the meta device
     (no memory): fp32 weights and gradients, the optimizer's state, and the activations one
-    micro-batch keeps for backward (~34 bytes per token and channel per layer at 16 bits, Korthikanti
-    et al. 2022, without the attention scores that SDPA does not store) plus fp32 logits and their
-    gradient."""
+    micro-batch keeps for backward: ~34 bytes per token and channel per layer at 16 bits
+    (Korthikanti et al. 2022, without the attention scores that SDPA does not store), one layer's
+    worth plus each layer's input under activation checkpointing. Logits are left out: a chunked
+    loss head never holds them whole."""
     model_cls, _ = model_classes(cfg)
     with torch.device("meta"):
         params = sum(p.numel() for p in model_cls(model_config(cfg)).parameters())
     params //= cfg["tp_size"] if env["tp_group"] is not None else 1
     state_per_param = {"sgd": 4 if cfg["momentum"] else 0}.get(cfg["optimizer"], 8)  # Adam's m and v
     tokens, width = cfg["batch_size"] * cfg["block_size"], cfg["n_embd"]
-    bytes_per_act = 4 if dtype == "float32" else 2
-    layers_kept = 1 if cfg["activation_checkpointing"] else cfg["n_layer"]
-    activations = (17 * layers_kept * tokens * width + cfg["n_layer"] * tokens * width) * bytes_per_act
-    activations += 2 * tokens * cfg["vocab_size"] * 4
+    bytes_per_value = 4 if dtype == "float32" else 2
+    if cfg["activation_checkpointing"]:
+        activations = (17 + cfg["n_layer"]) * tokens * width * bytes_per_value
+    else:
+        activations = 17 * cfg["n_layer"] * tokens * width * bytes_per_value
     return dict(weights_and_grads=8 * params, optimizer_state=state_per_param * params, activations=activations)
 
 
