@@ -145,6 +145,20 @@ def test_sigterm_stops_after_the_step_with_a_checkpoint_and_resume_matches(data_
     assert rundir.finished(runrecord.read_events(out))[-1]["stop_reason"] == "max_iters"
 
 
+def test_sigterm_under_torchrun_stops_every_rank_after_the_same_step(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             "train.py", *tiny_args(data_dir, out, *LONG)], cwd=REPO, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_training(out, proc, min_iter=3)
+    proc.send_signal(signal.SIGTERM)  # torchrun passes it on to both ranks
+    _, stderr = proc.communicate(timeout=120)
+    assert stderr.count("SIGTERM received: finishing this step") == 2, stderr[-3000:]
+    end = events(out, "end")[-1]
+    assert (end["stop_reason"], end["signal"]) == ("signal", "SIGTERM")
+    assert load_ckpt(out)["iter_num"] == end["iter"] and len(load_ckpt(out)["rng"]) == 2
+
+
 def test_second_sigint_stops_at_once_and_keeps_the_checkpoint(data_dir, tmp_path):
     out = str(tmp_path / "run")
     # A long sample at the end gives the second Ctrl-C something to cut short (signals that arrive
