@@ -95,7 +95,7 @@ class SplitWriter:
 
     For corpora whose documents are routed to train or val on the fly while streaming, which
     write_split's one-iterable-per-file cannot do in one pass. Same guarantees as write_split:
-    `writer.write(split, chunk)` appends to `<split>.bin.tmp` (memory stays bounded by one chunk);
+    `writer.write(split, chunk)` appends to `<split>.bin.<pid>.tmp` (memory stays bounded by one chunk);
     a clean exit from the `with` block fsyncs every file and renames them into place, and any
     exception (KeyboardInterrupt and sys.exit included) deletes the .tmp files instead, so an
     interrupted run leaves the previous .bin files, or none, never a truncated one.
@@ -108,13 +108,14 @@ class SplitWriter:
 
     def __init__(self, data_dir, splits=("train", "val")):
         self.paths = {split: os.path.join(data_dir, f"{split}.bin") for split in splits}
+        self.tmp = {split: f"{path}.{os.getpid()}.tmp" for split, path in self.paths.items()}  # unique per writer
         self.n_tokens = dict.fromkeys(splits, 0)
         self._files = {}
 
     def __enter__(self):
         try:
             for split, path in self.paths.items():
-                self._files[split] = open(path + ".tmp", "wb")
+                self._files[split] = open(self.tmp[split], "wb")
         except BaseException:
             self._discard()
             raise
@@ -139,13 +140,13 @@ class SplitWriter:
             raise
         # Renamed only once every split is complete on disk.
         for split, path in self.paths.items():
-            os.replace(path + ".tmp", path)
+            os.replace(self.tmp[split], path)
         return False
 
     def _discard(self):
         for split, f in self._files.items():
             f.close()
-            os.remove(self.paths[split] + ".tmp")
+            os.remove(self.tmp[split])
         self._files = {}
 
 
