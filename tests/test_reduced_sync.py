@@ -11,6 +11,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import configurator
+import runrecord
 import runtime
 import train
 from model import GPT, GPTConfig
@@ -304,8 +305,7 @@ def tp_args(data_dir, out_dir, *extra):
 
 
 def events(out_dir, kind):
-    with open(os.path.join(out_dir, "log.jsonl")) as f:
-        return [r for r in map(json.loads, f) if r["event"] == kind]
+    return [r for r in runrecord.read_events(out_dir) if r["event"] == kind]
 
 
 def torchrun(nproc, args):

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import configurator
+import runrecord
 import runtime
 import train
 from model import GPT
@@ -27,8 +28,7 @@ def tiny_args(data_dir, out_dir, *extra):
 
 
 def read_log(out_dir):
-    with open(os.path.join(out_dir, "log.jsonl")) as f:
-        return [json.loads(line) for line in f]
+    return runrecord.read_events(out_dir)
 
 
 def events(out_dir, kind):
