@@ -452,7 +452,6 @@ def main(argv):
         sys.exit(code)
 
 
-
 def run(cfg, env, command=("train.py",)):
     """Train with a validated cfg (main calls validate) on the ranks of env (setup_distributed), with
     out_dir locked for this run alone; returns the stop reason."""
