@@ -9,12 +9,10 @@ One process reads every rank's shards (the whole model and its optimizer state m
 """
 import os
 
-import torch
-
 import configurator
 import optim
+import rundir
 import sharding
-import tokendata
 from runtime import build_model
 
 DEFAULTS = dict(
@@ -33,8 +31,7 @@ def export(out_dir, output=""):
     optimizer = optim.build_optimizer(model, meta["config"], device_type="cpu")
     sharding.load(path, model, optimizer)
     output = output or os.path.join(out_dir, "ckpt.pt")
-    with tokendata.atomic_write(output) as f:
-        torch.save(dict(meta, model=model.state_dict(), optimizer=optimizer.state_dict()), f)
+    rundir.save_checkpoint(output, dict(meta, model=model.state_dict(), optimizer=optimizer.state_dict()))
     return output
 
 

@@ -24,6 +24,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 import configurator
+import rundir
 import tokendata
 
 DATA_PARALLEL = ("ddp", "fsdp", "hsdp")
@@ -142,7 +143,7 @@ def latest_checkpoint(out_dir):
 
 
 def read_meta(path):
-    return torch.load(os.path.join(path, "meta.pt"), map_location="cpu", weights_only=False)
+    return rundir.load_checkpoint_file(os.path.join(path, "meta.pt"))
 
 
 def save(out_dir, iter_num, model, optimizer, meta, master):
@@ -158,8 +159,7 @@ def save(out_dir, iter_num, model, optimizer, meta, master):
              no_dist=not dist.is_initialized())
     barrier()  # every rank's shards are on disk
     if master:
-        with tokendata.atomic_write(os.path.join(path, "meta.pt")) as f:
-            torch.save(meta, f)
+        rundir.save_checkpoint(os.path.join(path, "meta.pt"), meta)
         with tokendata.atomic_write(os.path.join(checkpoint_root(out_dir), "latest"), "w") as f:
             f.write(name)
         for old in os.listdir(checkpoint_root(out_dir)):
@@ -185,8 +185,8 @@ def load(path, model, optimizer):
 # ----------------------------------------------------------------------------- memory per GPU
 
 def memory_estimate(cfg, n_params, world_size, dtype):
-    """Bytes per GPU of the parameters, gradients, optimizer states and activations for the run's
-    layout, at the peak (the end of a micro-step's backward).
+    """Bytes per GPU of the parameters, gradients, optimizer states, the blocks' activations and the
+    head's logits for the run's layout, and their total at the peak of a training step.
 
     Master weights, gradients and Adam's two moments are float32 (4 bytes each); DDP replicates
     them, FSDP divides them by the shard group and adds the all-gathered weights of two blocks in
@@ -195,8 +195,9 @@ def memory_estimate(cfg, n_params, world_size, dtype):
     Korthikanti et al. (2022), flash/SDPA attention (no T x T scores kept): per layer and token
     about 34 x n_embd bytes at 2-byte precision, double at float32; with activation_checkpointing
     only each block's input is kept plus one block's activations in the recomputation. The head
-    keeps logits and their gradient (2 x vocab_size float32 values per token). On CPU the total is
-    within 25% of the profiler's measured peak (tests/test_sharding.py).
+    keeps logits and their gradient (2 x vocab_size float32 values per token), gone before the
+    first block is recomputed. On CPU the total is within 25% of the profiler's measured peak
+    (tests/test_sharding.py).
     """
     bytes_ = 2 if dtype in ("bfloat16", "float16") else 4
     tokens = cfg["batch_size"] * cfg["block_size"]
@@ -212,11 +213,14 @@ def memory_estimate(cfg, n_params, world_size, dtype):
     optimizer = 4 * states * n_params / shards
     per_layer = 34 * width * tokens * bytes_ // 2
     head = 2 * vocab * tokens * 4
-    # With recomputation the head's logits are gone before the first block is recomputed.
-    activations = (n_layer * width * tokens * bytes_ + max(per_layer, head) if cfg["activation_checkpointing"]
-                   else n_layer * per_layer + head)
-    estimate = dict(params=params, grads=grads, optimizer=optimizer, activations=activations)
-    return {k: int(v) for k, v in estimate.items()} | {"total": int(sum(estimate.values()))}
+    if cfg["activation_checkpointing"]:
+        activations = n_layer * width * tokens * bytes_ + per_layer
+        peak_activations = activations - per_layer + max(per_layer, head)
+    else:
+        activations = n_layer * per_layer
+        peak_activations = activations + head
+    estimate = dict(params=params, grads=grads, optimizer=optimizer, activations=activations, head=head)
+    return {k: int(v) for k, v in estimate.items()} | {"total": int(params + grads + optimizer + peak_activations)}
 
 
 def describe_memory(estimate):
