@@ -4,6 +4,7 @@ measured peak, and the GPT-2 Medium/Large/XL configs."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -135,6 +136,26 @@ def test_a_crash_during_a_save_leaves_the_previous_checkpoint_in_charge(data_dir
     eval_script.main([f"--out_dir={out}", f"--data_dir={data_dir}", "--eval_tokens=320", "--dtype=float32",
                       f"--out_json={result}"])
     assert 0 < json.load(open(result))["loss"] < 6
+
+
+def test_sigterm_under_torchrun_writes_a_sharded_checkpoint_that_resumes(data_dir, tmp_path):
+    """What slurm/train_multinode.sbatch relies on: SIGTERM to torchrun, every rank's shards saved at
+    the step where they stopped, 'signal' in the log, and a resume (here on 1 process) that goes on."""
+    from test_faults import ENV, LONG, wait_for_training
+    out = str(tmp_path / "run")
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             "train.py", *tiny_args(data_dir, out, *LONG, "--data_parallel=fsdp")], cwd=REPO, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_training(out, proc, min_iter=3)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert stderr.count("SIGTERM received: finishing this step") == 2, stderr[-3000:]
+    end = events(out, "end")[-1]
+    assert end["stop_reason"] == "signal"
+    assert sharding.read_meta(sharding.latest_checkpoint(out))["iter_num"] == end["iter"]
+    train.main(tiny_args(data_dir, out, *LONG, "--data_parallel=fsdp", "--init_from=resume",
+                         f"--max_iters={end['iter'] + 2}"))
+    assert events(out, "end")[-1]["stop_reason"] == "max_iters" and events(out, "train")[-1]["iter"] == end["iter"] + 2
 
 
 @pytest.mark.parametrize("extra, message", [
