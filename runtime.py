@@ -321,7 +321,9 @@ def validate(cfg, world_size):
                   f"not {cfg['vocab_size']}: set hellaswag_interval=0")
     if cfg["init_from"] == "resume" and cfg["data_parallel"] == "ddp" and not os.path.exists(
             os.path.join(cfg["out_dir"], "ckpt.pt")):
-        raise err(f"init_from='resume' but {cfg['out_dir']}/ckpt.pt does not exist")
+        sharded = " (dcp/ holds a sharded one: resume with data_parallel='fsdp' or 'hsdp', or write a ckpt.pt " \
+                  "with export_checkpoint.py)" if sharding.latest_checkpoint(cfg["out_dir"]) else ""
+        raise err(f"init_from='resume' but {cfg['out_dir']}/ckpt.pt does not exist{sharded}")
     if (cfg["init_from"] == "resume" and cfg["data_parallel"] != "ddp"
             and not sharding.latest_checkpoint(cfg["out_dir"])):
         raise err(f"init_from='resume' with data_parallel={cfg['data_parallel']!r} but {cfg['out_dir']}/dcp/latest "

@@ -164,6 +164,7 @@ def test_sigterm_under_torchrun_writes_a_sharded_checkpoint_that_resumes(data_di
     (dict(data_parallel="fsdp", optimizer="adamw_spam"), "AdamW-SPAM"),
     (dict(data_parallel="hsdp", hsdp_shard_size=3), "hsdp_shard_size=3 does not divide the world size 4"),
     (dict(data_parallel="fsdp", sample_tokens=10), "export_checkpoint.py"),
+    (dict(data_parallel="fsdp", init_from="resume", out_dir="/nonexistent"), "dcp/latest does not exist"),
 ])
 def test_impossible_layouts_fail_before_any_work(extra, message):
     cfg = dict(runtime.DEFAULTS, **extra)
