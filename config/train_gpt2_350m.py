@@ -6,9 +6,9 @@
 #
 # Memory per GPU on 8 GPUs, from sharding.memory_estimate (the start-up checklist prints it for the
 # actual layout), micro-batch 16, bf16:
-#   DDP  24.2 GiB (weights 1.3, grads 1.3, Adam 2.6, activations 18.9)   -> fits a 40 GB or 80 GB GPU
-#   FSDP 19.6 GiB (weights 0.2, grads 0.2, Adam 0.3, activations 18.9)
-#   activation_checkpointing=True: DDP 12.7 GiB, FSDP 8.1 GiB (a 16 GB GPU)
+#   DDP  24.2 GiB (weights 1.3, grads 1.3, Adam 2.6, blocks' activations 12.8, logits 6.1) -> a 40 GB GPU
+#   FSDP 19.6 GiB (weights 0.2, grads 0.2, Adam 0.3, blocks' activations 12.8, logits 6.1)
+#   activation_checkpointing=True: DDP 12.2 GiB, FSDP 7.6 GiB (a 16 GB GPU)
 # DDP is the default here: the states are small next to the activations.
 # python data/finewebedu/prepare.py
 # torchrun --standalone --nproc_per_node=8 train.py config/train_gpt2_350m.py
