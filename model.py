@@ -14,6 +14,8 @@ import torch.nn as nn
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
+from kernels.linear_cross_entropy import check_head_loss, linear_cross_entropy
+
 
 @dataclass
 class GPTConfig:
@@ -29,6 +31,9 @@ class GPTConfig:
     activation_checkpointing: bool = False  # recompute each block in backward to save memory
     attn_recompute: bool = False  # recompute only the attention core in backward (see attention_core)
     tie_weights: bool = True  # lm_head shares the token embedding matrix, as in GPT-2
+    # training loss of the head: 'chunked' never builds the (B, T, vocab) logits; 'full' does (the
+    # reference); 'liger' / 'cce' are CUDA kernels from optional packages (kernels/linear_cross_entropy.py)
+    head_loss: str = "chunked"
 
     attn_impls = ("sdpa", "manual")  # what this model offers; subclasses may add (not a field)
 
@@ -54,6 +59,7 @@ def check_model_config(cfg):
             raise ValueError(f"{name} must be a positive integer, got {getattr(cfg, name)}")
     if not 0.0 <= cfg.dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {cfg.dropout}")
+    check_head_loss(cfg.head_loss)
     if cfg.activation_checkpointing and cfg.attn_recompute:
         raise ValueError("activation_checkpointing already recomputes the attention core with the rest of "
                          "each block: set attn_recompute=False (or activation_checkpointing=False)")
@@ -206,6 +212,8 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets=None, last_only=False):
         """Logits for every position (B, T, vocab), and the mean cross-entropy if targets are given.
+        A training forward (targets given, gradients on) returns None for the logits unless
+        head_loss='full': the loss comes from the head without them (see `head`).
 
         last_only=True returns logits for the final position alone (B, 1, vocab): what generation
         needs, and much cheaper. Evaluation and HellaSwag need the default.
@@ -227,11 +235,17 @@ class GPT(nn.Module):
         return self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
 
     def head(self, x, targets=None, last_only=False):
-        """Final norm, logits and loss from the residual stream after the last block."""
+        """Final norm, logits and loss from the residual stream after the last block. When the loss
+        will be differentiated, a head_loss other than 'full' computes it and its gradients chunk by
+        chunk: the logits, their fp32 copy and their gradient (4 x 6.6 GB at GPT-2's micro-batch 32
+        x 1024) never exist. Evaluation, HellaSwag and generation run without gradients and get logits."""
         if "ln_f" in self.transformer:
             x = self.transformer.ln_f(x)
         if last_only:
             x = x[:, -1:, :]
+        if targets is not None and torch.is_grad_enabled() and self.config.head_loss != "full":
+            return None, linear_cross_entropy(x.flatten(0, 1), self.lm_head.weight, targets.reshape(-1),
+                                              self.config.head_loss, ignore_index=-1)
         logits = self.lm_head(x)
         loss = None
         if targets is not None:
