@@ -21,9 +21,8 @@ import torch
 import torch.distributed as dist
 
 import configurator
-import train
-from reduced_sync_model import ReducedSyncConfig, ReducedSyncGPT, expected_syncs
-from test_all_architectures import REDUCED_SYNC_CONFIGS, SYNC_KEYS
+import runtime
+from reduced_sync_model import REDUCED_SYNC_CONFIGS, SYNC_KEYS, ReducedSyncConfig, ReducedSyncGPT, expected_syncs
 
 BASELINE = "train_gpt2_24comm"
 
@@ -63,7 +62,7 @@ def ring_allreduce_seconds(size, p, alpha, beta):
 
 def build(name, args, device):
     """The config's block schedule at the benchmark's size, sharded over all ranks, with AdamW."""
-    cfg = configurator.apply_config(train.DEFAULTS, [os.path.join(os.path.dirname(__file__), "config", f"{name}.py")])
+    cfg = configurator.apply_config(runtime.DEFAULTS, [os.path.join(os.path.dirname(__file__), "config", f"{name}.py")])
     config = ReducedSyncConfig(n_layer=cfg["n_layer"], n_head=args.n_head, n_embd=args.n_embd,
                                block_size=args.block_size, vocab_size=args.vocab_size,
                                **{k: cfg[k] for k in SYNC_KEYS if k != "tp_size"}, tp_size=dist.get_world_size())
@@ -156,7 +155,7 @@ def main():
         dist.all_reduce = meter.original
     if master:
         report(results, args, device)
-    train.exit_distributed()
+    runtime.exit_distributed()
 
 
 def report(results, args, device):

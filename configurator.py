@@ -1,28 +1,46 @@
-"""Config files and --key=value overrides, checked against the defaults of train.py.
+"""Config files and --key=value overrides, checked against a script's DEFAULTS.
 
     python train.py config/train_shakespeare.py --batch_size=32 --compile=False
+    python train.py --help      # every key, its default and its meaning
 
 A config file is plain Python whose top-level assignments override defaults. A `--key=value` is
 parsed as a Python literal (a bare word stays a string). Every key must exist in the defaults and
 every value must have the default's type (an int is accepted where a float is expected); nothing is
-clamped or coerced silently. Later arguments win over earlier ones.
+clamped or coerced silently. Later arguments win over earlier ones. `--help` (or `-h`) prints the
+script's usage and its keys, each with its default and the comment written beside it.
 """
 import ast
 import difflib
+import io
 import os
 import sys
+import tokenize
 import types
+
+HELP_FLAGS = ("--help", "-h")
 
 
 class ConfigError(ValueError):
     pass
 
 
+class HelpRequested(Exception):
+    """--help among the arguments: run_script answers it with help_text(defaults)."""
+
+    def __init__(self, defaults):
+        super().__init__("--help")
+        self.defaults = defaults
+
+
 def run_script(main, *user_errors):
     """main(sys.argv[1:]) for a script's __main__: a ConfigError or one of `user_errors` (a mistake
-    in the input, not a bug) ends the process with its one-line message instead of a traceback."""
+    in the input, not a bug) ends the process with its one-line message instead of a traceback;
+    --help prints the script's docstring and keys and exits 0."""
     try:
         main(sys.argv[1:])
+    except HelpRequested as request:
+        print(help_text(sys.modules[main.__module__].__doc__, request.defaults))
+        sys.exit(0)
     except (ConfigError, *user_errors) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
@@ -30,6 +48,8 @@ def run_script(main, *user_errors):
 
 def apply_config(defaults, argv):
     """Return a new dict: `defaults` updated by the config files and overrides in `argv`."""
+    if any(arg in HELP_FLAGS for arg in argv):
+        raise HelpRequested(defaults)
     config = dict(defaults)
     for arg in argv:
         if arg.startswith("--"):
@@ -69,7 +89,7 @@ def parse_value(raw):
 def set_key(config, defaults, key, value, source):
     if key not in defaults:
         close = difflib.get_close_matches(key, defaults.keys(), n=3, cutoff=0.6)
-        hint = f"; did you mean {', '.join(close)}?" if close else "; see the defaults at the top of train.py"
+        hint = f"; did you mean {', '.join(close)}?" if close else "; --help lists every key"
         raise ConfigError(f"unknown config key {key!r} (from {source}){hint}")
     default = defaults[key]
     config[key] = check_type(key, value, default, source)
@@ -85,3 +105,58 @@ def check_type(key, value, default, source):
         raise ConfigError(f"config key {key!r} (from {source}) expects {expected.__name__} like the "
                           f"default {default!r}, got {type(value).__name__} {value!r}")
     return value
+
+
+# ----------------------------------------------------------------------------- --help
+
+def help_text(doc, defaults):
+    """The script's docstring, then one line per key: `--key=default  meaning`, the meaning being
+    the comment beside the key where DEFAULTS is written (comment lines between keys are headings)."""
+    lines = [(doc or "").strip(), "", "keys (set by config files or --key=value; later arguments win):"]
+    width = max(len(f"--{k}={v!r}") for k, v in defaults.items())
+    for key, comment in documented_keys(defaults):
+        if key is None:
+            lines.append(f"  # {comment}")
+        else:
+            lines.append(f"  {f'--{key}={defaults[key]!r}':<{width}}  {comment}".rstrip())
+    return "\n".join(lines)
+
+
+def documented_keys(defaults):
+    """[(key, comment)] in the order the keys are written, with (None, heading) for comment lines of
+    their own, read from the source of the module that assigns `defaults` as `NAME = dict(...)`."""
+    for module in list(sys.modules.values()):
+        source = definition_source(module, defaults)
+        if source is None:
+            continue
+        text, first, last = source
+        comments = {}  # line number -> comment text
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.COMMENT and first <= tok.start[0] <= last:
+                comments[tok.start[0]] = (tok.string.lstrip("#").strip(), tok.line.lstrip().startswith("#"))
+        call = next(node for node in ast.walk(ast.parse(text))
+                    if isinstance(node, ast.Call) and node.lineno == first and getattr(node.func, "id", "") == "dict")
+        out, ends = [], {kw.arg: kw.value.end_lineno for kw in call.keywords}
+        for line, (comment, alone) in sorted(comments.items()):
+            if alone:
+                out.append((line, None, comment))
+        for key, line in ends.items():
+            comment = comments.get(line, ("", True))
+            out.append((line, key, "" if comment[1] else comment[0]))
+        return [(key, comment) for _, key, comment in sorted(out, key=lambda t: (t[0], t[1] is not None))]
+    return [(key, "") for key in defaults]
+
+
+def definition_source(module, defaults):
+    """(source, first line, last line) of `NAME = dict(...)` in module when NAME is `defaults`."""
+    names = [name for name, value in list(vars(module).items()) if value is defaults]
+    path = getattr(module, "__file__", None)
+    if not names or not path or not path.endswith(".py"):
+        return None
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    for node in ast.parse(text).body:
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                and any(getattr(t, "id", None) in names for t in node.targets)):
+            return text, node.value.lineno, node.value.end_lineno
+    return None

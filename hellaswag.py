@@ -10,19 +10,24 @@ An ending's loss is the model's cross-entropy on the ending tokens only; acc pic
 the smallest summed loss, acc_norm the smallest mean loss per token (length-normalized), as in
 build-nanogpt. (lm-evaluation-harness normalizes by bytes instead, so its acc_norm differs a
 little.) GPT-2 124M reaches acc_norm ~0.295 on the 10,042 validation examples; chance is 0.25.
-Ties go to the lowest ending index.
+
+Ties go to the lowest ending index. A tie is exact: a token's loss depends only on its logit and
+the set of logits at its position (not their vocabulary order, nor the row's place in the batch),
+and an ending's sum only on the set of its tokens' losses, so two endings that the model gives
+the same probability token by token score exactly alike (see order_free_logsumexp).
 """
 import json
+import math
 import os
 import urllib.request
 from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
-from torch.nn import functional as F
 
 import configurator
 import tokendata
+from runtime import exit_distributed, load_model, precision, setup_distributed
 
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 DATA_DIR = os.path.join(REPO_DIR, "data", "hellaswag")
@@ -123,13 +128,30 @@ def ending_losses(model, examples, device, autocast=nullcontext()):
         # The mistake behind the old "23.0%" results: logits for the last position alone.
         raise ValueError(f"model returned logits of shape {tuple(logits.shape)} for input {tuple(tokens.shape)}: "
                          f"HellaSwag needs logits at every position")
-    losses = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten().to(device),
-                             reduction="none").view(len(rows), T - 1).cpu()
-    # Summing float32 losses in float64 makes equal per-token losses give exactly equal means, so
-    # ties (a model with uniform logits) go to the lowest index by argmin's rule, not by rounding.
-    sums = torch.where(mask, losses.double(), 0.0).sum(1)
+    row, position = mask.nonzero(as_tuple=True)  # the scored tokens only
+    scored = logits[row.to(device), position.to(device)].float()  # (tokens, vocab)
+    target = scored.gather(1, tokens[row, position + 1].to(device)[:, None])[:, 0]
+    token_losses = (order_free_logsumexp(scored) - target.double()).cpu()
+    # math.fsum rounds the exact sum once: the same losses in any order give the same sum.
+    sums = torch.tensor([math.fsum(token_losses[row == r].tolist()) for r in range(len(rows))], dtype=torch.float64)
     means = sums / mask.sum(1)
     return sums.view(len(examples), -1), means.view(len(examples), -1)
+
+
+def order_free_logsumexp(logits, chunk=64):
+    """log(sum(exp(x))) of each row of a float32 (rows, vocab) tensor, in float64, as a function of
+    the row's values alone. A float sum depends on the order of its terms: cross_entropy's float32
+    sum over 50k logits moves a token's loss by up to ~6e-5 with the token's place in the
+    vocabulary, enough to split endings of equal probability. Here each exp(x - max) is rounded to
+    a fixed point of 2^-bits and the integers are added, exactly and in any order; the rounding
+    costs at most vocab * 2^-(bits+1) of a sum that is >= 1 (below 1e-9 for GPT-2's vocabulary)."""
+    bits = 62 - math.ceil(math.log2(logits.size(1)))  # vocab terms of at most 2^bits fit in an int64
+    out = []
+    for part in logits.split(chunk):
+        top = part.max(1, keepdim=True).values.double()
+        total = torch.exp(part.double() - top).mul(2.0 ** bits).round().long().sum(1)
+        out.append(top[:, 0] + torch.log(total.double()) - bits * math.log(2.0))
+    return torch.cat(out)
 
 
 @torch.no_grad()
@@ -175,11 +197,8 @@ def evaluate_hellaswag(model, examples, device, batch_size=8, autocast=nullconte
 # ----------------------------------------------------------------------------- command line
 
 def main(argv):
-    from sample import load_model
-    from train import exit_distributed, precision, setup_distributed  # late: train.py imports this module
-
     cfg = configurator.apply_config(DEFAULTS, argv)
-    env = setup_distributed(cfg)
+    env = setup_distributed(cfg["device"])
     device = env["device"]
     dtype, autocast = precision(cfg["dtype"], device)
     model = load_model(cfg, device)

@@ -14,6 +14,7 @@ import torch.nn as nn
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
+from configurator import ConfigError
 from kernels.linear_cross_entropy import check_head_loss, linear_cross_entropy
 
 
@@ -47,21 +48,21 @@ LN_PLACEMENTS = ("pre", "post")
 def check_model_config(cfg):
     """Reject impossible model shapes before any weight is allocated."""
     if cfg.n_embd % cfg.n_head:
-        raise ValueError(f"n_embd={cfg.n_embd} is not divisible by n_head={cfg.n_head}: "
+        raise ConfigError(f"n_embd={cfg.n_embd} is not divisible by n_head={cfg.n_head}: "
                          f"choose n_head among the divisors of n_embd")
     if cfg.ln_placement not in LN_PLACEMENTS:
-        raise ValueError(f"ln_placement={cfg.ln_placement!r}: use one of {LN_PLACEMENTS}")
+        raise ConfigError(f"ln_placement={cfg.ln_placement!r}: use one of {LN_PLACEMENTS}")
     if cfg.attn_impl not in cfg.attn_impls:
         hint = "; 'triton' is the fused kernel of model_type='ra'" if cfg.attn_impl == "triton" else ""
-        raise ValueError(f"attn_impl={cfg.attn_impl!r}: use one of {cfg.attn_impls}{hint}")
+        raise ConfigError(f"attn_impl={cfg.attn_impl!r}: use one of {cfg.attn_impls}{hint}")
     for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
         if getattr(cfg, name) < 1:
-            raise ValueError(f"{name} must be a positive integer, got {getattr(cfg, name)}")
+            raise ConfigError(f"{name} must be a positive integer, got {getattr(cfg, name)}")
     if not 0.0 <= cfg.dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {cfg.dropout}")
+        raise ConfigError(f"dropout must be in [0, 1), got {cfg.dropout}")
     check_head_loss(cfg.head_loss)
     if cfg.activation_checkpointing and cfg.attn_recompute:
-        raise ValueError("activation_checkpointing already recomputes the attention core with the rest of "
+        raise ConfigError("activation_checkpointing already recomputes the attention core with the rest of "
                          "each block: set attn_recompute=False (or activation_checkpointing=False)")
 
 
@@ -114,11 +115,14 @@ class CausalSelfAttention(nn.Module):
         return x.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
 
     def forward(self, x):
+        return self.resid_dropout(self.c_proj(self.heads_output(x)))
+
+    def heads_output(self, x):
+        """The heads' outputs side by side, (B, T, C), before the output projection."""
         B, T, C = x.shape
         q, k, v = (self.split_heads(t) for t in self.c_attn(x).split(C, dim=2))
         y = attention_core(self.attend, q, k, v, self.recompute and self.training)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.resid_dropout(self.c_proj(y))
+        return y.transpose(1, 2).contiguous().view(B, T, C)
 
     def attend(self, q, k, v):
         """The mixing step alone; attention variants override this and keep the projections."""

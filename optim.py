@@ -31,8 +31,9 @@ EPS = 1e-8
 
 # ----------------------------------------------------------------------------- validation and construction
 
-def validate(cfg):
-    """Start-up checks of the keys this module reads; train.validate calls it."""
+def validate(cfg, last_iter):
+    """Start-up checks of the keys this module reads; runtime.validate calls it with the run's last
+    iteration (runtime.last_iter)."""
     err = configurator.ConfigError
     if cfg["optimizer"] not in OPTIMIZERS:
         raise err(f"optimizer={cfg['optimizer']!r}: use one of {OPTIMIZERS}")
@@ -70,18 +71,14 @@ def validate(cfg):
         raise err(f"prune_threshold={cfg['prune_threshold']!r}: use one of {PRUNE_THRESHOLDS}")
     if cfg["prune_interval"] < 1 or cfg["prune_start"] < 0 or cfg["prune_sample"] < 1:
         raise err("prune_interval and prune_sample must be >= 1 and prune_start >= 0")
-    if ramp_end(cfg) <= cfg["prune_start"]:
-        raise err(f"the sparsity ramp ends at {ramp_end(cfg)} (prune_ramp_end, 0 = the run's iterations), not "
-                  f"after prune_start={cfg['prune_start']}: lower prune_start or raise prune_ramp_end")
+    if ramp_end(cfg, last_iter) <= cfg["prune_start"]:
+        raise err(f"the sparsity ramp ends at {ramp_end(cfg, last_iter)} (prune_ramp_end, 0 = the run's "
+                  f"iterations), not after prune_start={cfg['prune_start']}: lower prune_start or raise prune_ramp_end")
 
 
-def ramp_end(cfg):
+def ramp_end(cfg, last_iter):
     """Where the sparsity reaches its target: prune_ramp_end, else the run's last iteration."""
-    if cfg["prune_ramp_end"]:
-        return cfg["prune_ramp_end"]
-    if cfg["max_tokens"] and cfg.get("tokens_per_iter"):
-        return min(cfg["max_iters"], cfg["max_tokens"] // cfg["tokens_per_iter"])
-    return cfg["max_iters"]
+    return cfg["prune_ramp_end"] or last_iter
 
 
 def build_optimizer(model, cfg, device_type):
@@ -310,11 +307,11 @@ class Pruner:
     lm_head is a plain Linear and is pruned like the others.
     """
 
-    def __init__(self, model, optimizer, cfg):
+    def __init__(self, model, optimizer, cfg, last_iter):
         self.optimizer = optimizer
         self.method, self.score_name = cfg["pruning"], cfg["prune_score"]
         self.score = SCORES["magnitude" if self.method == "magnitude" else self.score_name]
-        self.target, self.start, self.end = cfg["target_sparsity"], cfg["prune_start"], ramp_end(cfg)
+        self.target, self.start, self.end = cfg["target_sparsity"], cfg["prune_start"], ramp_end(cfg, last_iter)
         self.interval, self.ramp = cfg["prune_interval"], cfg["prune_ramp"]
         self.sampled, self.sample = cfg["prune_threshold"] == "sampled", cfg["prune_sample"]
         self.generator = torch.Generator().manual_seed(cfg["seed"])

@@ -23,6 +23,12 @@ absorbed into the query); otherwise a per-head key up-projection brings c back t
 RA+MLA: the pattern's layers add the reciprocal term to the MLA scores, K_i.Q_j with the same
 per-head tensors (ra_alpha = 0.0 is pure MLA).
 
+Gated attention (`attn_gate=True`, every layer, with any of the above; Qiu et al. 2025,
+arXiv 2505.06708, their best variant): each head's output is multiplied elementwise by
+sigmoid(W_g x + b_g) before the output projection, x being the attention's input (the block input
+after ln_1), so a head can switch itself off per token (see GatedOutput). It adds n_embd^2 (+ n_embd)
+parameters per layer; the other weights keep the baseline's initial values.
+
 An RA model with ra_pattern='none' is exactly model.GPT: same modules, same initial weights for
 the same seed; RA-only parameters (alpha, gate logits) are filled deterministically, so they
 draw nothing from the random stream that initializes the shared weights.
@@ -36,6 +42,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
+from configurator import ConfigError
 from model import GPT, Block, CausalSelfAttention, GPTConfig, attention_core, causal_attention
 
 RA_PATTERNS = ("none", "early", "late", "all", "alternate", "learned", "layers")
@@ -59,6 +66,7 @@ class RAConfig(GPTConfig):
     mla_latent_dim: int = 128
     mla_per_head_q_latent: bool = True
     mla_per_head_v_up: bool = True
+    attn_gate: bool = False  # a sigmoid gate on each head's output, from the block input (GatedOutput)
 
     attn_impls = ("sdpa", "manual", "triton")  # triton: the fused kernels of kernels/ra_attention.py
 
@@ -83,28 +91,28 @@ class RAConfig(GPTConfig):
 
 def check_ra_config(cfg):
     if cfg.ra_pattern not in RA_PATTERNS:
-        raise ValueError(f"ra_pattern={cfg.ra_pattern!r}: use one of {RA_PATTERNS}")
+        raise ConfigError(f"ra_pattern={cfg.ra_pattern!r}: use one of {RA_PATTERNS}")
     if cfg.ra_mode not in RA_MODES:
-        raise ValueError(f"ra_mode={cfg.ra_mode!r}: use one of {RA_MODES}")
+        raise ConfigError(f"ra_mode={cfg.ra_mode!r}: use one of {RA_MODES}")
     if cfg.ra_alpha_learn not in RA_ALPHA_LEARN:
-        raise ValueError(f"ra_alpha_learn={cfg.ra_alpha_learn!r}: use one of {RA_ALPHA_LEARN}")
+        raise ConfigError(f"ra_alpha_learn={cfg.ra_alpha_learn!r}: use one of {RA_ALPHA_LEARN}")
     if cfg.ra_alpha_learn != "none" and (cfg.ra_mode != "mix" or cfg.ra_pattern == "learned"):
-        raise ValueError(f"ra_alpha_learn={cfg.ra_alpha_learn!r} applies to ra_mode='mix' only "
+        raise ConfigError(f"ra_alpha_learn={cfg.ra_alpha_learn!r} applies to ra_mode='mix' only "
                          f"(ra_mode={cfg.ra_mode!r}, ra_pattern={cfg.ra_pattern!r}): set ra_alpha_learn='none'")
     if cfg.ra_pattern == "layers" and not cfg.ra_layers:
-        raise ValueError("ra_pattern='layers' needs the layer indices in ra_layers, e.g. ra_layers=[6, 7]")
+        raise ConfigError("ra_pattern='layers' needs the layer indices in ra_layers, e.g. ra_layers=[6, 7]")
     if cfg.ra_layers and cfg.ra_pattern != "layers":
-        raise ValueError(f"ra_layers={cfg.ra_layers} is only used with ra_pattern='layers' "
+        raise ConfigError(f"ra_layers={cfg.ra_layers} is only used with ra_pattern='layers' "
                          f"(ra_pattern={cfg.ra_pattern!r}): set one or clear the other")
     for i in cfg.ra_layers:
         if type(i) is not int or not 0 <= i < cfg.n_layer:
-            raise ValueError(f"ra_layers contains {i!r}: use layer indices 0..{cfg.n_layer - 1}")
+            raise ConfigError(f"ra_layers contains {i!r}: use layer indices 0..{cfg.n_layer - 1}")
     if len(set(cfg.ra_layers)) != len(cfg.ra_layers):
-        raise ValueError(f"ra_layers={cfg.ra_layers} lists a layer twice")
+        raise ConfigError(f"ra_layers={cfg.ra_layers} lists a layer twice")
     if cfg.ra_window < 0:
-        raise ValueError(f"ra_window must be >= 0 (0: no window), got {cfg.ra_window}")
+        raise ConfigError(f"ra_window must be >= 0 (0: no window), got {cfg.ra_window}")
     if cfg.mla_latent_dim < 1:
-        raise ValueError(f"mla_latent_dim must be a positive integer, got {cfg.mla_latent_dim}")
+        raise ConfigError(f"mla_latent_dim must be a positive integer, got {cfg.mla_latent_dim}")
 
 
 # ----------------------------------------------------------------------------- the mixing step
@@ -162,7 +170,9 @@ def reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p):
 
 
 def reciprocal_manual(q, k, v, mode, alpha, p, window, dropout_p):
-    """The readable reference: materializes S and S^T (B, H, T, T)."""
+    """The readable reference: materializes S and S^T (B, H, T, T). alpha and p are floats or
+    tensors that broadcast over (B, H, T, T), e.g. one value per head as (1, H, 1, 1). The fused
+    kernels (kernels/ra_attention.py) are tested against it."""
     T, d = q.size(-2), q.size(-1)
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(d)  # S_ij = q_i.k_j, not yet masked
     # S^T from the UNMASKED scores, masked afterwards. The notes' bug transposed an already masked
@@ -191,13 +201,7 @@ def fused_kernels():
 def reciprocal_triton(q, k, v, mode, alpha, gate_logit, window, dropout_p):
     """The fused Triton kernel (kernels/ra_attention.py) where it can run, else the SDPA path."""
     ra_attention = fused_kernels()
-    why = None
-    if not ra_attention.triton_available(q):
-        why = "Triton or a GPU is unavailable (TRITON_INTERPRET=1 runs the kernel on CPU)"
-    elif dropout_p > 0:
-        why = "the fused kernel has no attention dropout"
-    elif not q.shape == k.shape == v.shape:
-        why = "the fused kernel needs one head size for q, k and v (MLA scores in the latent)"
+    why = "the fused kernel has no attention dropout" if dropout_p > 0 else ra_attention.why_not_fused(q, k, v)
     if why is not None:
         warn_once(f"attn_impl='triton': {why}; running the PyTorch SDPA path instead")
         p = torch.sigmoid(gate_logit) if gate_logit is not None else None
@@ -263,15 +267,34 @@ class ReciprocalMixing:
         return out
 
 
-class RAAttention(ReciprocalMixing, CausalSelfAttention):
-    """model.CausalSelfAttention (same projections, same init) with a reciprocal mixing step."""
+class GatedOutput:
+    """Mixin for an attention module with heads_output, c_proj and resid_dropout: gated attention.
+    y = heads_output(x) * sigmoid(c_gate(x)), elementwise and so per head and channel, then c_proj.
+    The gate reads the same x as the queries; sigmoid keeps it in (0, 1), a sparse, input-dependent
+    scaling that the paper credits for removing attention sinks and loss spikes."""
+
+    def setup_gate(self, config):
+        if config.attn_gate:
+            self.c_gate = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+
+    def forward(self, x):
+        y = self.heads_output(x)
+        if hasattr(self, "c_gate"):
+            y = y * torch.sigmoid(self.c_gate(x))
+        return self.resid_dropout(self.c_proj(y))
+
+
+class RAAttention(GatedOutput, ReciprocalMixing, CausalSelfAttention):
+    """model.CausalSelfAttention (same projections, same init) with a reciprocal mixing step
+    (mode None: standard attention) and the optional output gate."""
 
     def __init__(self, config, mode):
         super().__init__(config)
         self.setup_reciprocal(config, mode)
+        self.setup_gate(config)
 
 
-class MLAttention(ReciprocalMixing, nn.Module):
+class MLAttention(GatedOutput, ReciprocalMixing, nn.Module):
     """Multi-head latent attention: K and V from one shared latent c = c_kv(x)."""
 
     def __init__(self, config, mode=None):
@@ -289,12 +312,13 @@ class MLAttention(ReciprocalMixing, nn.Module):
         self.c_proj = nn.Linear(C, C, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.setup_reciprocal(config, mode)
+        self.setup_gate(config)
 
     def heads(self, x, size):
         B, T, _ = x.shape
         return x.view(B, T, -1, size).transpose(1, 2).expand(B, self.n_head, T, size)
 
-    def forward(self, x):
+    def heads_output(self, x):
         B, T, C = x.shape
         hd = C // self.n_head
         c = self.c_kv(x)  # (B, T, L)
@@ -305,8 +329,7 @@ class MLAttention(ReciprocalMixing, nn.Module):
         v = self.heads(self.v_up(c), hd)  # one shared value head is broadcast when not per head
         # the reciprocal term, if any, is K_i.Q_j with these same tensors
         y = attention_core(self.attend, q, k, v, self.recompute and self.training)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.resid_dropout(self.c_proj(y))
+        return y.transpose(1, 2).contiguous().view(B, T, C)
 
 
 def mla_attention_params(config):
@@ -324,24 +347,25 @@ class RAGPT(GPT):
     def __init__(self, config):
         rng = torch.get_rng_state()
         super().__init__(config)
-        if config.mla:
+        if config.mla or config.attn_gate:
             self.copy_baseline_init(config, rng)
 
     def make_block(self, layer_idx):
         mode = self.config.layer_mode(layer_idx)
         if self.config.mla:
             return Block(self.config, attn=MLAttention(self.config, mode))
-        if mode is None:
+        if mode is None and not self.config.attn_gate:
             return Block(self.config)
         return Block(self.config, attn=RAAttention(self.config, mode))
 
     def copy_baseline_init(self, config, rng):
-        """MLA's projections have other shapes than c_attn, so they consume a different number of
-        random draws and would shift the init of every later weight. Re-draw the baseline GPT from
+        """MLA's projections have other shapes than c_attn, and the output gate is an extra weight, so
+        they consume a different number of random draws and would shift the init of every later weight. Re-draw the baseline GPT from
         the same random state and copy every weight the two models share (embeddings, norms, MLPs,
-        attention c_proj): MLA and baseline then differ only in the attention projections."""
+        attention c_proj): MLA and baseline then differ only in the attention projections. The
+        initial weights do not depend on attn_impl, and 'triton' is RA's own: the baseline uses sdpa."""
         torch.set_rng_state(rng)
-        base = GPT(GPTConfig(**{f.name: getattr(config, f.name) for f in fields(GPTConfig)}))
+        base = GPT(GPTConfig(**{**{f.name: getattr(config, f.name) for f in fields(GPTConfig)}, "attn_impl": "sdpa"}))
         own = dict(self.named_parameters())
         with torch.no_grad():
             for name, p in base.named_parameters():

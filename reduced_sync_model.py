@@ -26,10 +26,21 @@ locally (layer norms, biases): its backward all-reduces their gradients in one c
 parameters get the full gradient, identical on every rank, and the run costs 1 sync backward.
 
 The model boundaries add no all-reduce: embeddings, final layer norm and head are replicated (each
-rank computes them in full). Per optimizer step, clip_grad_norm_ adds one scalar all-reduce, and
+rank computes them in full).
+
+Dropout (Megatron's tensor-parallel RNG): a replicated tensor (embeddings, a tp block's summed
+sublayer output) draws its mask from the default random stream, which is identical on the ranks of
+one replica, so they all drop the same entries. Shard i's own computations (its heads' attention
+weights; in spd and parallel blocks also its partial attention and MLP outputs) draw from shard i's
+stream instead, so different heads and columns get independent masks. Each training forward pass
+takes one seed from the default stream; the stream of (layer, sublayer, shard i) is the default
+generator seeded with seed + its index, forked for that computation alone. A real rank runs only its
+shard's streams, the simulation runs every shard's in turn: the same masks, so both compute the same
+numbers with dropout on. A resumed run restores the default stream and with it every shard's. Per optimizer step, clip_grad_norm_ adds one scalar all-reduce, and
 data parallelism adds DDP's gradient all-reduce over the dp group.
 """
 import math
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -37,6 +48,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from configurator import ConfigError
 from model import GPT, GPTConfig, attention_core, causal_attention
 
 BLOCK_TYPES = ("tp", "spd", "parallel")
@@ -67,23 +79,23 @@ def check_reduced_sync_config(cfg):
     types = layer_types(cfg)
     bad = sorted(set(types) - set(BLOCK_TYPES))
     if bad:
-        raise ValueError(f"block_pattern/block_types name unknown block types {bad}: use {BLOCK_TYPES}")
+        raise ConfigError(f"block_pattern/block_types name unknown block types {bad}: use {BLOCK_TYPES}")
     if len(types) != cfg.n_layer:
-        raise ValueError(f"block_types has {len(types)} entries but n_layer={cfg.n_layer}")
+        raise ConfigError(f"block_types has {len(types)} entries but n_layer={cfg.n_layer}")
     if not cfg.block_types and cfg.n_layer % len(cfg.block_pattern.split(",")):
-        raise ValueError(f"block_pattern={cfg.block_pattern!r} does not divide n_layer={cfg.n_layer} evenly: "
+        raise ConfigError(f"block_pattern={cfg.block_pattern!r} does not divide n_layer={cfg.n_layer} evenly: "
                          f"list every layer in block_types instead")
     if cfg.tp_size < 1 or cfg.n_head % cfg.tp_size:
-        raise ValueError(f"tp_size={cfg.tp_size} must divide n_head={cfg.n_head} (each rank owns whole heads)")
+        raise ConfigError(f"tp_size={cfg.tp_size} must divide n_head={cfg.n_head} (each rank owns whole heads)")
     if cfg.sync_every < 0:
-        raise ValueError(f"sync_every must be >= 0, got {cfg.sync_every}")
+        raise ConfigError(f"sync_every must be >= 0, got {cfg.sync_every}")
     for layer in cfg.sync_layers:
         if not 0 <= layer < cfg.n_layer:
-            raise ValueError(f"sync_layers contains {layer}, but the model has {cfg.n_layer} layers")
+            raise ConfigError(f"sync_layers contains {layer}, but the model has {cfg.n_layer} layers")
     if cfg.ln_placement != "pre":
-        raise ValueError("reduced_sync models are pre-LN (the SPD formula needs it): set ln_placement='pre'")
+        raise ConfigError("reduced_sync models are pre-LN (the SPD formula needs it): set ln_placement='pre'")
     if cfg.activation_checkpointing:
-        raise ValueError("activation_checkpointing would repeat the all-reduces in backward: set it False "
+        raise ConfigError("activation_checkpointing would repeat the all-reduces in backward: set it False "
                          "for reduced_sync models")
 
 
@@ -108,6 +120,29 @@ def expected_syncs(cfg):
 
 
 # ----------------------------------------------------------------------------- sync points
+
+# The reduced-sync experiments in config/: file name -> all-reduces per forward pass that its name
+# promises. test_all_architectures.py checks each promise and bench_comm.py times each schedule.
+REDUCED_SYNC_CONFIGS = {
+    "train_gpt2_24comm": 24, "train_gpt2_18comm": 18, "train_gpt2_16comm": 16, "train_gpt2_12comm": 12,
+    "train_gpt2_8comm": 8, "train_gpt2_6comm": 6, "train_spd_12sync": 12, "train_grouped_6sync": 6,
+    "train_grouped_4sync": 4, "train_grouped_3sync": 3, "train_grouped_2sync": 2, "train_selective_9sync": 9,
+}
+SYNC_KEYS = ("block_pattern", "block_types", "tp_size", "sync_every", "sync_layers")  # what a schedule is made of
+
+
+@contextmanager
+def seeded_stream(seed, device):
+    """Run the body on the default generator of `device` (and the CPU's) seeded with `seed`; the
+    generators' states are restored afterwards, as if the body had drawn nothing."""
+    cuda = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):
+        torch.default_generator.manual_seed(seed)
+        if cuda:
+            with torch.cuda.device(device):
+                torch.cuda.manual_seed(seed)
+        yield
+
 
 def new_record():
     return dict(forward=0, backward=0, forward_bytes=0, backward_bytes=0)
@@ -210,6 +245,7 @@ class ReducedSyncGPT(GPT):
         self.sync_points = nn.ModuleDict({str(layers[-1]): nn.Identity() for _, layers in self.segments})
         self._full_params = sum(p.numel() for p in self.parameters())
         self.last_record = self.train_record = new_record()
+        self.shard_seed = None  # set by each training forward pass with dropout (see the docstring)
         if tp_group is None:
             self.tp_rank, self.held = 0, config.tp_size  # one process holds every shard
             return
@@ -299,6 +335,14 @@ class ReducedSyncGPT(GPT):
 
     # -------------------------------------------------------------- shard computations
 
+    def shard_stream(self, layer, sublayer, r, like):
+        """The random stream of held shard r's computation in one sublayer (0: attention, 1: MLP)."""
+        if self.shard_seed is None:
+            return nullcontext()
+        shard = self.tp_rank + r  # a real rank holds one shard, its own; the simulation holds all
+        index = (2 * layer + sublayer) * self.config.tp_size + shard
+        return seeded_stream(self.shard_seed + index, like.device)
+
     def attn_partial(self, block, r, h):
         """Shard r's heads: attention of h, through its slice of c_proj, without c_proj's bias."""
         w_qkv, b_qkv = block.attn.c_attn.weight, block.attn.c_attn.bias
@@ -331,17 +375,22 @@ class ReducedSyncGPT(GPT):
 
     # -------------------------------------------------------------- blocks
 
-    def tp_block(self, block, x):
+    def tp_block(self, layer, block, x):
         """Megatron: two syncs, each sublayer's output summed over the shards (then its bias)."""
-        for ln, partial, proj, drop in ((block.ln_1, self.attn_partial, block.attn.c_proj, block.attn.resid_dropout),
-                                        (block.ln_2, self.mlp_partial, block.mlp.c_proj, block.mlp.dropout)):
+        for sublayer, (ln, partial, proj, drop) in enumerate((
+                (block.ln_1, self.attn_partial, block.attn.c_proj, block.attn.resid_dropout),
+                (block.ln_2, self.mlp_partial, block.mlp.c_proj, block.mlp.dropout))):
             (h,) = self.sync_grads(ln(x))
-            y = self.sync_sum([partial(block, r, h) for r in range(self.held)])
-            x = x + drop(self.add_bias(y, proj))
+            partials = []
+            for r in range(self.held):
+                with self.shard_stream(layer, sublayer, r, h):
+                    partials.append(partial(block, r, h))
+            x = x + drop(self.add_bias(self.sync_sum(partials), proj))  # replicated: the default stream
         return x
 
-    def local_run(self, blocks, x):
+    def local_run(self, layers, x):
         """Consecutive spd/parallel blocks: one stream per shard, merged by one sync at the end."""
+        blocks = [self.transformer.h[i] for i in layers]
         replicated = [t for b in blocks for t in (b.ln_1.weight, b.ln_1.bias, b.ln_2.weight, b.ln_2.bias,
                                                    b.attn.c_proj.bias, b.mlp.c_proj.bias) if t is not None]
         x_in, *local = self.sync_grads(x, *replicated)
@@ -353,10 +402,12 @@ class ReducedSyncGPT(GPT):
         deltas = []
         for r in range(self.held):
             s, d = x_in, 0
-            for b, lp in zip(blocks, local_params):
-                a = b.attn.resid_dropout(self.attn_partial(b, r, self.layer_norm(s, lp["ln_1.w"], lp["ln_1.b"])))
+            for layer, b, lp in zip(layers, blocks, local_params):
+                with self.shard_stream(layer, 0, r, s):
+                    a = b.attn.resid_dropout(self.attn_partial(b, r, self.layer_norm(s, lp["ln_1.w"], lp["ln_1.b"])))
                 s = s + a if lp["b_o"] is None else s + a + lp["b_o"]
-                m = b.mlp.dropout(self.mlp_partial(b, r, self.layer_norm(s, lp["ln_2.w"], lp["ln_2.b"])))
+                with self.shard_stream(layer, 1, r, s):
+                    m = b.mlp.dropout(self.mlp_partial(b, r, self.layer_norm(s, lp["ln_2.w"], lp["ln_2.b"])))
                 s = s + m if lp["b_mlp"] is None else s + m + lp["b_mlp"]
                 d = d + a + m
             deltas.append(d)
@@ -375,9 +426,12 @@ class ReducedSyncGPT(GPT):
         self.record = self.last_record = new_record()
         if self.training and torch.is_grad_enabled():
             self.train_record = self.record
+        self.shard_seed = None
+        if self.training and self.config.dropout > 0:  # one draw from the replica's stream
+            self.shard_seed = int(torch.randint(0, 2**62, ()))
         h = self.transformer.h
         for kind, layers in self.segments:
-            x = self.tp_block(h[layers[0]], x) if kind == "tp" else self.local_run([h[i] for i in layers], x)
+            x = self.tp_block(layers[0], h[layers[0]], x) if kind == "tp" else self.local_run(layers, x)
             x = self.sync_points[str(layers[-1])](x)
         return self.head(x, targets, last_only)
 

@@ -3,15 +3,13 @@
     python sample.py --out_dir=out-shakespeare --start="ROMEO:" --num_samples=2
     python sample.py --init_from=/path/to/gpt2 --start="FILE:prompt.txt"
 """
-import os
 from contextlib import nullcontext
 
 import torch
 
 import configurator
 import tokendata
-from model import GPT
-from train import build_model, precision
+from runtime import load_model, precision
 
 DEFAULTS = dict(
     out_dir="out",
@@ -38,18 +36,6 @@ def generate_text(model, prompt, max_new_tokens, device, autocast=nullcontext(),
     model.train(was_training)
     # A sampled id beyond GPT-2's 50257 (vocab padding) has no text; drop it instead of failing.
     return enc.decode([t for t in out[0].tolist() if t < tokendata.GPT2_VOCAB_SIZE])
-
-
-def load_model(cfg, device):
-    if cfg["init_from"] == "resume":
-        path = os.path.join(cfg["out_dir"], "ckpt.pt")
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"{path} not found: train first, or pass --init_from=<HF GPT-2 directory>")
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-        model = build_model(ckpt["config"], ckpt)
-    else:
-        model = GPT.from_pretrained(cfg["init_from"])
-    return model.to(device)
 
 
 def main(argv):

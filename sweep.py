@@ -1,6 +1,8 @@
-"""Expand a base config over a grid into train.py runs, run them, and tabulate the results.
+"""Expand a base config over a grid, or an ablation suite over its variants x seeds, into
+train.py runs; run them; tabulate a grid, report a suite.
 
     python sweep.py config/train_wikitext2.py --grid="learning_rate=[3e-4,6e-4] batch_size=[8,16]"
+    python sweep.py suites/ra_shakespeare.py                        # an ablation suite (README)
     python sweep.py config/sweep_pruning_matrix.py                  # the notes' pruning matrix
     python sweep.py config/sweep_pruning_matrix.py config/small_shakespeare.py   # its CPU version
     python sweep.py config/sweep_wikitext2_optimizers.py --max_iters=500 --dry_run=True
@@ -8,7 +10,8 @@
 Arguments: sweep files (Python, defining `grid` and optionally `base`, `overrides`, `sweep_dir`),
 train config files, `--key=value` overrides for every run, and the sweep's own options:
 --grid (added to the file's grid), --sweep_dir, --gpus ('' = every visible GPU when there are
-several, else one run at a time; or '0,1,3'), --dry_run=True (print the runs only).
+several, else one run at a time; or '0,1,3'), --cpu_runs=N (on a CPU: N runs at once, each with
+its share of the cores), --allow_confounds=True (see below), --dry_run=True (print the runs only).
 
 `grid` is a dict {key: [values]} (the product of all values), or a list of such dicts (their
 union, e.g. each optimizer with learning rates of its own regime). The grid key `config` takes
@@ -20,9 +23,19 @@ derives its accumulation from it (gradient_accumulation_steps=0); train.py refus
 that cannot meet it exactly. Each run gets its own out_dir under sweep_dir and a W&B name; a run
 whose log has an `end` event is skipped, an unfinished one with a checkpoint resumes. The table
 (summary.md, summary.csv in sweep_dir) has the best val loss and perplexity of every run.
+
+A suite file (suites/*.py) assigns `variants` ({name: {"config": file(s), key: value, ...}}),
+`baseline`, `seeds`, `metric` (ablation.METRICS) and `allowed` (the keys a variant may change),
+optionally `nproc` (torchrun ranks per run), `base` and `overrides` as above. Each variant runs
+once per seed as `<variant>-seed<seed>` under suite_dir. Before any run starts, every resolved
+config is compared with the baseline's: a difference in a key that is not allowed refuses the
+suite (--allow_confounds=True runs it anyway; the report still calls it not comparable). The
+metric is frozen in suite_dir/suite.json by the first run. The runs share a W&B group; at the end
+ablation.py writes report.md, report.json and plots to suite_dir (python report.py rebuilds them).
 """
 import ast
 import csv
+import functools
 import itertools
 import json
 import math
@@ -32,17 +45,22 @@ import subprocess
 import sys
 import time
 
+import ablation
 import configurator
-import train
+import runrecord
+import runtime
 
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))
-OPTIONS = dict(grid="", sweep_dir="", gpus="", dry_run=False)
+OPTIONS = dict(grid="", sweep_dir="", gpus="", dry_run=False, allow_confounds=False, cpu_runs=1)
+SUITE_KEYS = ("variants", "baseline", "seeds", "metric", "allowed")
 
 
 def parse_args(argv):
     """(sweep spec, options): the spec merges the sweep files, command-line configs and overrides."""
-    spec = dict(base=[], grid=[], configs=[], overrides={}, sweep_dir="")
+    spec = dict(base=[], grid=[], configs=[], overrides={}, sweep_dir="", suite=None)
     options = dict(OPTIONS)
+    if any(arg in configurator.HELP_FLAGS for arg in argv):
+        raise configurator.HelpRequested(OPTIONS)  # the keys of each run: python train.py --help
     for arg in argv:
         if arg.startswith("--"):
             key, sep, raw = arg[2:].partition("=")
@@ -60,34 +78,80 @@ def parse_args(argv):
             spec["configs"].append(arg)
     if options["grid"]:
         spec["grid"].append(parse_grid(options["grid"]))
+    spec["allow_confounds"] = options["allow_confounds"]
     if options["sweep_dir"]:
         spec["sweep_dir"] = options["sweep_dir"]
     elif spec["sweep_dir"] and spec["configs"]:  # e.g. the small version of a sweep: its own directory
         spec["sweep_dir"] += "".join("-" + os.path.splitext(os.path.basename(c))[0] for c in spec["configs"])
-    if not spec["grid"]:
-        raise configurator.ConfigError("no grid: pass --grid=\"key=[v1,v2] ...\" or a sweep file defining grid")
+    if spec["suite"] and spec["grid"]:
+        raise configurator.ConfigError("a suite runs its variants x seeds: drop --grid (or the grid file)")
+    if not spec["grid"] and not spec["suite"]:
+        raise configurator.ConfigError("no grid: pass --grid=\"key=[v1,v2] ...\", a sweep file defining grid, "
+                                       "or a suite file defining variants")
     return spec, options
 
 
 def is_sweep_file(path):
-    """A file that assigns `grid` at top level describes a sweep; any other is a train config."""
+    """A file that assigns `grid` (a sweep) or `variants` (a suite) at top level; any other is a
+    train config."""
     try:
         body = ast.parse(open(path).read()).body
     except (OSError, SyntaxError):
         return False
-    return any(isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "grid" for t in node.targets)
-               for node in body)
+    return any(isinstance(node, ast.Assign) and any(getattr(t, "id", None) in ("grid", "variants")
+                                                    for t in node.targets) for node in body)
 
 
 def read_sweep_file(path, spec):
     namespace = {"__file__": os.path.abspath(path)}
     exec(compile(open(path).read(), path, "exec"), namespace)
-    grid = namespace["grid"]
-    spec["grid"].extend(grid if isinstance(grid, list) else [grid])
-    spec["base"].extend(namespace.get("base", []))
+    stem = os.path.splitext(os.path.basename(path))[0]
+    if "variants" in namespace:
+        spec["suite"] = read_suite(namespace, stem, os.path.dirname(os.path.abspath(path)))  # base too: relative to it
+    else:
+        grid = namespace["grid"]
+        spec["grid"].extend(grid if isinstance(grid, list) else [grid])
+    here = os.path.dirname(os.path.abspath(path))
+    spec["base"].extend(os.path.normpath(os.path.join(here, b)) if spec["suite"] else b for b in namespace.get("base", []))
     spec["overrides"].update(namespace.get("overrides", {}))
-    spec["sweep_dir"] = namespace.get("sweep_dir", "") or spec["sweep_dir"] or \
-        "out-sweep-" + os.path.splitext(os.path.basename(path))[0].removeprefix("sweep_")
+    default_dir = f"out-suite-{stem}" if spec["suite"] else "out-sweep-" + stem.removeprefix("sweep_")
+    spec["sweep_dir"] = namespace.get("suite_dir", namespace.get("sweep_dir", "")) or spec["sweep_dir"] or default_dir
+
+
+def read_suite(namespace, name, here):
+    """A suite's declaration, checked: each mistake is one line that says what to write. A variant's
+    config files are relative to the suite file's directory."""
+    err = configurator.ConfigError
+    missing = [k for k in SUITE_KEYS if k not in namespace]
+    if missing:
+        raise err(f"suite {name!r} does not set {missing}: a suite declares {SUITE_KEYS}")
+    variants, seeds = namespace["variants"], namespace["seeds"]
+    if not isinstance(variants, dict) or not all(isinstance(v, dict) for v in variants.values()):
+        raise err("variants must be {name: {'config': file or [files], key: value, ...}}")
+    if namespace["baseline"] not in variants:
+        raise err(f"baseline={namespace['baseline']!r} is not one of the variants {list(variants)}")
+    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(s, int) for s in seeds):
+        raise err(f"seeds={seeds!r}: give a list of distinct integers")
+    try:
+        ablation.check_metric(namespace["metric"])
+    except ValueError as e:
+        raise err(str(e)) from None
+    for variant, body in variants.items():
+        if not re.fullmatch(r"[\w.+-]+", variant):
+            raise err(f"variant name {variant!r}: use letters, digits, '.', '+', '-' or '_'")
+        unknown = set(body) - {"config"} - set(runtime.DEFAULTS)
+        if unknown:
+            raise err(f"variant {variant!r} sets unknown keys {sorted(unknown)}")
+        configs = body.get("config", [])
+        body["config"] = [os.path.normpath(os.path.join(here, c)) for c in ([configs] if isinstance(configs, str) else configs)]
+    nproc = namespace.get("nproc", 1)
+    if not isinstance(nproc, int) or nproc < 1:
+        raise err(f"nproc={nproc!r}: the ranks per run, an integer >= 1")
+    heatmap = list(namespace.get("heatmap", []))
+    if heatmap and (len(heatmap) != 2 or not set(heatmap) <= set(namespace["allowed"])):
+        raise err(f"heatmap={heatmap!r}: name two of the allowed keys (x, y)")
+    return dict(name=name, variants=variants, baseline=namespace["baseline"], seeds=list(seeds),
+                metric=namespace["metric"], allowed=list(namespace["allowed"]), nproc=nproc, heatmap=heatmap)
 
 
 def parse_grid(text):
@@ -118,64 +182,114 @@ def run_name(point):
 
 
 def plan(spec):
-    """[(name, point, train.py argv)]: one per grid point, each argv checked by the configurator."""
+    """[(name, point, train.py argv)]: one per grid point (or suite variant x seed), each argv
+    checked by the configurator."""
     if not spec["sweep_dir"]:
         spec["sweep_dir"] = "out-sweep"
     overrides = dict(spec["overrides"])
-    if "out_dir" in overrides or "wandb_run_name" in overrides:
-        raise configurator.ConfigError("the sweep names every run's out_dir and wandb_run_name itself: "
+    if {"out_dir", "wandb_run_name", "wandb_group"} & set(overrides):
+        raise configurator.ConfigError("the sweep names every run's out_dir, wandb_run_name and wandb_group itself: "
                                        "set --sweep_dir instead")
     if overrides.get("tokens_per_iter"):  # constant tokens per step: each run derives its accumulation
         overrides["gradient_accumulation_steps"] = 0
+    suite = spec["suite"]
+    points = suite_points(suite) if suite else [p for grid in spec["grid"] for p in expand(grid)]
+    sweep = os.path.basename(os.path.normpath(spec["sweep_dir"])).removeprefix("out-")
     runs, names = [], set()
-    for point in (p for grid in spec["grid"] for p in expand(grid)):
-        clash = set(point) & set(overrides)
+    for point in points:
+        clash = set(point) & set(overrides) - {"config"}
         if clash:
             raise configurator.ConfigError(f"{sorted(clash)} are both swept and fixed: drop the fixed value")
-        name = run_name(point)
+        name = suite_run_name(point) if suite else run_name(point)
         if name in names:
             raise configurator.ConfigError(f"the grid holds the run {name!r} twice")
         names.add(name)
         out_dir = os.path.join(spec["sweep_dir"], name)
-        sweep = os.path.basename(os.path.normpath(spec["sweep_dir"])).removeprefix("out-")
-        argv = [*spec["base"], *([point["config"]] if "config" in point else []), *spec["configs"],
+        configs = point.get("config", [])
+        argv = [*spec["base"], *([configs] if isinstance(configs, str) else configs), *spec["configs"],
                 *(f"--{k}={v!r}" for k, v in overrides.items()),
-                *(f"--{k}={v!r}" for k, v in point.items() if k != "config"),
+                *(f"--{k}={v!r}" for k, v in point.items() if k not in ("config", "variant")),
                 f"--out_dir={out_dir}", f"--wandb_run_name={sweep}-{name}"]
-        cfg = configurator.apply_config(train.DEFAULTS, argv)
-        train.validate(dict(cfg, init_from="scratch"), 1)  # a bad point fails before any run starts
+        if suite:
+            argv.append(f"--wandb_group={sweep}")
         runs.append((name, point, argv))
+    resolved = {name: resolve(argv, suite["nproc"] if suite else 1) for name, _, argv in runs}
+    if suite:
+        check_confounds(suite, runs, resolved, spec)
     return runs
 
 
-def read_events(out_dir):
-    path = os.path.join(out_dir, "log.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+def resolve(argv, nproc):
+    """The config a run will really use (accumulation derived), or the error that stops the sweep
+    before any run starts."""
+    cfg = configurator.apply_config(runtime.DEFAULTS, argv)
+    runtime.validate(dict(cfg, init_from="scratch"), nproc if nproc % cfg["tp_size"] == 0 else 1)
+    return cfg
 
 
-def is_finished(out_dir):
-    return any(e["event"] == "end" for e in read_events(out_dir))
+def suite_points(suite):
+    """One point per variant x seed: the variant's config files and keys, and the seed."""
+    return [{**body, "variant": variant, "seed": seed} for variant, body in suite["variants"].items()
+            for seed in suite["seeds"]]
 
 
-def launch_subprocess(argv, gpu, log_path):
-    """Start one run of train.py; its console output goes to log_path."""
+def suite_run_name(point):
+    return f"{point['variant']}-seed{point['seed']}"
+
+
+def check_confounds(suite, runs, resolved, spec):
+    """Every difference between a variant's resolved config and the baseline's (same seed) must be
+    a declared key; otherwise the suite is refused before any run starts."""
+    base = {p["seed"]: resolved[name] for name, p, _ in runs if p["variant"] == suite["baseline"]}
+    problems = []
+    for name, point, _ in runs:
+        for key, (value, theirs) in ablation.config_differences(resolved[name], base[point["seed"]],
+                                                                suite["allowed"]).items():
+            problems.append(f"{point['variant']}: {key} = {value!r} vs baseline {theirs!r}")
+    problems = list(dict.fromkeys(problems))
+    if problems and not spec["allow_confounds"]:
+        raise configurator.ConfigError(
+            f"suite {suite['name']!r} is not comparable: {'; '.join(problems)}. Declare the key in `allowed` if "
+            f"it is the idea under test, fix the variant, or pass --allow_confounds=True to run it anyway")
+    for problem in problems:
+        print(f"warning: not comparable: {problem}")
+
+
+def ended(out_dir):
+    """'end' or 'diverged' for a run that is over (a diverged run would only diverge again), else None."""
+    kinds = {e["event"] for e in runrecord.read_events(out_dir)}
+    return "end" if "end" in kinds else "diverged" if "diverged" in kinds else None
+
+
+def launch_subprocess(argv, gpus, log_path, nproc=1):
+    """Start one run of train.py (under torchrun with nproc > 1) on the GPUs of its slot; its
+    console output goes to log_path."""
     env = dict(os.environ)
-    if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    if str(gpus).startswith("cpu"):  # one of several CPU slots: its share of the cores
+        env["OMP_NUM_THREADS"] = gpus.split(":")[1].split("#")[0]
+    elif gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpus)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] \
+        if nproc > 1 else [sys.executable]
     out = open(log_path, "a")
-    return subprocess.Popen([sys.executable, os.path.join(REPO_DIR, "train.py"), *argv], env=env,
+    return subprocess.Popen([*launcher, os.path.join(REPO_DIR, "train.py"), *argv], env=env,
                             stdout=out, stderr=subprocess.STDOUT, cwd=REPO_DIR)
 
 
-def default_gpus(option):
+def default_gpus(option, nproc=1, cpu_runs=1):
+    """Run slots: groups of nproc GPUs ('0,1'), one run per slot at a time; on a CPU machine
+    cpu_runs slots that share the cores ('cpu:<threads>#<slot>'), else [None] (one run, all cores)."""
+    if cpu_runs > 1:
+        threads = max(1, (os.cpu_count() or 1) // (cpu_runs * nproc))
+        return [f"cpu:{threads}#{i}" for i in range(cpu_runs)]
     if option:
-        return [g.strip() for g in str(option).split(",") if g.strip()]
-    import torch
-    n = torch.cuda.device_count()
-    return [str(i) for i in range(n)] if n > 1 else [None]
+        gpus = [g.strip() for g in str(option).split(",") if g.strip()]
+    else:
+        import torch
+        n = torch.cuda.device_count()
+        gpus = [str(i) for i in range(n)] if n > 1 else []
+    slots = [",".join(gpus[i:i + nproc]) for i in range(0, len(gpus) - nproc + 1, nproc)]
+    return slots or [None]
 
 
 def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
@@ -183,8 +297,9 @@ def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
     todo = []
     for name, point, argv in runs:
         out_dir = os.path.join(sweep_dir, name)
-        if is_finished(out_dir):
-            print(f"skip {name}: finished")
+        state = ended(out_dir)
+        if state:
+            print(f"skip {name}: {'finished' if state == 'end' else 'diverged (reported, not rerun)'}")
             continue
         if os.path.exists(os.path.join(out_dir, "ckpt.pt")):
             argv = [*argv, "--init_from=resume"]
@@ -196,7 +311,9 @@ def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
             if slot not in active and todo:
                 name, argv = todo.pop(0)
                 os.makedirs(os.path.join(sweep_dir, name), exist_ok=True)
-                print(f"start {name}" + (f" on GPU {slot}" if slot is not None else ""), flush=True)
+                where = "" if slot is None else f" on GPU {slot}" if not slot.startswith("cpu") \
+                    else f" ({slot.split('#')[0].removeprefix('cpu:')} threads)"
+                print(f"start {name}{where}", flush=True)
                 active[slot] = (name, launch(argv, slot, os.path.join(sweep_dir, name, "console.txt")))
         for slot, (name, proc) in list(active.items()):
             if proc.poll() is not None:
@@ -217,7 +334,7 @@ def summarize(runs, sweep_dir):
     keys = sorted({k for _, point, _ in runs for k in point})
     rows = []
     for name, point, _ in runs:
-        events = read_events(os.path.join(sweep_dir, name))
+        events = runrecord.read_events(os.path.join(sweep_dir, name))
         evals = [e for e in events if e["event"] == "eval"]
         end = [e for e in events if e["event"] == "end"]
         best = min((e["val_loss"] for e in evals), default=None)
@@ -245,19 +362,47 @@ def summarize(runs, sweep_dir):
     return rows
 
 
+def freeze_suite(suite, runs, sweep_dir):
+    """suite.json: the declaration as of the first run. The metric and the baseline cannot change
+    afterwards (the report must not pick the most flattering one); variants and seeds may grow."""
+    path = os.path.join(sweep_dir, "suite.json")
+    declared = dict(suite, runs={name: [p["variant"], p["seed"]] for name, p, _ in runs})
+    if os.path.exists(path):
+        with open(path) as f:
+            first = json.load(f)
+        for key in ("metric", "baseline"):
+            if first[key] != suite[key]:
+                raise configurator.ConfigError(
+                    f"{path} declared {key}={first[key]!r} before its runs; this suite says {suite[key]!r}: "
+                    f"keep it, or start a new suite_dir")
+        declared["runs"] = {**first["runs"], **declared["runs"]}
+    with open(path, "w") as f:
+        json.dump(declared, f, indent=1)
+    return declared
+
+
 def main(argv, launch=launch_subprocess):
     spec, options = parse_args(argv)
     runs = plan(spec)
-    sweep_dir = spec["sweep_dir"]
+    sweep_dir, suite = spec["sweep_dir"], spec["suite"]
+    nproc = suite["nproc"] if suite else 1
     print(f"{len(runs)} runs in {sweep_dir}:")
     for name, _, run_argv in runs:
-        print(f"  {name}: python train.py {' '.join(run_argv)}")
+        print(f"  {name}: {'torchrun --nproc_per_node=%d' % nproc if nproc > 1 else 'python'} train.py "
+              f"{' '.join(run_argv)}")
     if options["dry_run"]:
         return runs
     os.makedirs(sweep_dir, exist_ok=True)
-    codes = run_all(runs, sweep_dir, default_gpus(options["gpus"]), launch)
-    summarize(runs, sweep_dir)
-    print(open(os.path.join(sweep_dir, "summary.md")).read())
+    if suite:
+        freeze_suite(suite, runs, sweep_dir)
+    if launch is launch_subprocess:
+        launch = functools.partial(launch_subprocess, nproc=nproc)
+    codes = run_all(runs, sweep_dir, default_gpus(options["gpus"], nproc, options["cpu_runs"]), launch)
+    if suite:
+        print(open(ablation.report_suite_dir(sweep_dir)).read())
+    else:
+        summarize(runs, sweep_dir)
+        print(open(os.path.join(sweep_dir, "summary.md")).read())
     failed = [name for name, code in codes.items() if code != 0]
     if failed:
         raise RuntimeError(f"{len(failed)} runs failed: {', '.join(failed)} (see their console.txt)")

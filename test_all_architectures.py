@@ -25,7 +25,9 @@ import torch
 
 from model import GPT, GPTConfig
 from ra_model import RAConfig, RAGPT
-from reduced_sync_model import ReducedSyncConfig, ReducedSyncGPT, expected_syncs
+import configurator
+import runtime
+from reduced_sync_model import REDUCED_SYNC_CONFIGS, SYNC_KEYS, ReducedSyncConfig, ReducedSyncGPT, expected_syncs
 
 if "OMP_NUM_THREADS" not in os.environ:
     torch.set_num_threads(1)  # tiny models: thread start-up costs more than it saves
@@ -75,22 +77,19 @@ ARCHITECTURES.update({
     "ra-mla-learned": ("ra", dict(mla=True, mla_latent_dim=8, ra_pattern="learned")),
     "ra-mla-window-recompute": ("ra", dict(mla=True, mla_latent_dim=8, ra_pattern="all", ra_mode="mix",
                                            ra_window=8, attn_recompute=True)),
+    # gated attention (attn_gate): alone, with reciprocal layers, with MLA, and post-LN + recompute
+    "gated-attn": ("ra", dict(attn_gate=True)),
+    "gated-attn-ra-late-mix": ("ra", dict(attn_gate=True, ra_pattern="late", ra_mode="mix")),
+    "gated-attn-mla": ("ra", dict(attn_gate=True, mla=True, mla_latent_dim=8)),
+    "gated-attn-post-recompute": ("ra", dict(attn_gate=True, ln_placement="post", attn_recompute=True)),
 })
 
-# Reduced-synchronization experiments (reduced_sync_model.py): config file -> syncs its name promises.
+# Reduced-synchronization experiments (reduced_sync_model.REDUCED_SYNC_CONFIGS): each config's schedule.
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))
-REDUCED_SYNC_CONFIGS = {
-    "train_gpt2_24comm": 24, "train_gpt2_18comm": 18, "train_gpt2_16comm": 16, "train_gpt2_12comm": 12,
-    "train_gpt2_8comm": 8, "train_gpt2_6comm": 6, "train_spd_12sync": 12, "train_grouped_6sync": 6,
-    "train_grouped_4sync": 4, "train_grouped_3sync": 3, "train_grouped_2sync": 2, "train_selective_9sync": 9,
-}
-SYNC_KEYS = ("block_pattern", "block_types", "tp_size", "sync_every", "sync_layers")
 
 
 def load_config(name):
-    import configurator
-    import train
-    return configurator.apply_config(train.DEFAULTS, [os.path.join(REPO_DIR, "config", f"{name}.py")])
+    return configurator.apply_config(runtime.DEFAULTS, [os.path.join(REPO_DIR, "config", f"{name}.py")])
 
 
 # Each config's block schedule on a tiny 12-layer model (its tp_size shards, simulated unless --ranks).
@@ -103,13 +102,12 @@ ARCHITECTURES.update({
 def check_config(name):
     """The full-size config: it loads, its name's sync count is its schedule's, and its parameter
     count stays within 1% of GPT-2 124M's (built on the meta device: no memory, no time)."""
-    import train
     cfg = load_config(name)
     with torch.device("meta"):
-        n = train.build_model(cfg).get_num_params()
+        n = runtime.build_model(cfg).get_num_params()
         baseline = GPT(GPTConfig(**{k: cfg[k] for k in ("n_layer", "n_head", "n_embd", "block_size",
                                                          "vocab_size", "bias")})).get_num_params()
-    syncs = expected_syncs(train.model_config(cfg))
+    syncs = expected_syncs(runtime.model_config(cfg))
     if syncs != REDUCED_SYNC_CONFIGS[name]:
         raise AssertionError(f"schedules {syncs} syncs per forward pass, its name says {REDUCED_SYNC_CONFIGS[name]}")
     if abs(n - 124e6) > 0.01 * 124e6 or abs(n - baseline) > 0.01 * baseline:

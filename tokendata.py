@@ -150,8 +150,8 @@ class SplitWriter:
 
 
 def write_meta(data_dir, **fields):
-    meta = dict(tokenizer="gpt2", vocab_size=GPT2_VOCAB_SIZE, eot_token=EOT_TOKEN,
-                dtype=np.dtype(TOKEN_DTYPE).name, **fields)
+    meta = dict(dict(tokenizer="gpt2", vocab_size=GPT2_VOCAB_SIZE, eot_token=EOT_TOKEN), **fields,
+                dtype=np.dtype(TOKEN_DTYPE).name)
     with atomic_write(os.path.join(data_dir, "meta.json"), "w") as f:
         json.dump(meta, f, indent=2)
     return meta

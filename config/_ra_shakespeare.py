@@ -1,8 +1,31 @@
-# Shared by the *_shakespeare RA configs: config/train_shakespeare.py (4 layers, 128 wide, 300
-# steps: minutes on 2 CPU cores) with model_type='ra'. Same optimizer, batch and budget for all.
+# Shared by the *_shakespeare RA configs: the CPU twin of the RA ablation, the same for every
+# variant (suites/ra_shakespeare.py runs baseline, early, late, all, learned x 3 paired seeds).
+# python data/shakespeare/prepare.py --tokenizer=char && python train.py config/train_ra_late_shakespeare.py
+# Why these settings:
+# - Characters, not GPT-2 tokens: with GPT-2's 50k vocabulary the head held 6.4M of the 7.2M
+#   parameters and most of the FLOPs, so a twin measured its head more than its attention. Here
+#   the blocks hold nearly all of the 0.8M parameters and the compute.
+# - 2,048 tokens per step for 400 steps (0.8M characters, ~0.2 epochs of the 4.5M), cosine decay to
+#   a tenth: the old twin (300 steps of 1,024 GPT-2 tokens) compared runs while the loss was still
+#   falling fast, so the seed (init and data order) moved it by 0.36; near a plateau it moves little.
+# - 20 evaluation batches (41k characters, the same windows in every run).
+# - float32: the same numbers on CPUs with and without bf16 (emulated bf16 is ~400x slower).
+# - MLA latent 32 = n_embd / 4 (the GPT-2 configs use 128 of 768).
 import os
 
 exec(open(os.path.join(os.path.dirname(__file__), "train_shakespeare.py")).read())
 model_type = "ra"
+dataset = "shakespeare_char"
+vocab_size = 128  # the plays use 80 characters
 sample_tokens = 0
-mla_latent_dim = 32  # MLA runs only: n_embd / 4 (the GPT-2 configs use 128 of 768)
+batch_size = 16
+block_size = 128
+gradient_accumulation_steps = 1
+learning_rate = 3e-3
+min_lr = 3e-4
+warmup_iters = 40
+max_iters = 400
+eval_interval = 100
+eval_iters = 20
+dtype = "float32"
+mla_latent_dim = 32

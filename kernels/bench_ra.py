@@ -5,9 +5,9 @@
 
 Rows:
   sdpa               the baseline: F.scaled_dot_product_attention(q, k, v, is_causal=True)
-  torch:<mode>       RA in PyTorch through SDPA: swap = sdpa(k, q, v); mix = one SDPA call with
-                     doubled head size ([q, a k] . [k, q]); gate = two SDPA calls mixed by p
-  reference:<mode>   kernels.ra_attention.reference_attention (materializes B x H x T x T scores)
+  torch:<mode>       ra_model.reciprocal_sdpa, RA through SDPA: swap = sdpa(k, q, v); mix = one SDPA
+                     call with doubled head size ([q, a k] . [k, q]); gate = two SDPA calls mixed by p
+  reference:<mode>   ra_model.reciprocal_manual (materializes B x H x T x T scores)
   triton:<mode>      kernels.ra_attention.reciprocal_attention (fused kernels)
 For each: forward time, forward+backward time (median over --reps, CUDA events), peak memory
 above the inputs during forward+backward, and both times as ratios to sdpa at the same T.
@@ -16,7 +16,6 @@ Without a GPU it says so and exits 0.
 
 import argparse
 import json
-import math
 import os
 import sys
 
@@ -25,31 +24,20 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
 
-from kernels.ra_attention import reciprocal_attention, reference_attention  # noqa: E402
+from kernels.ra_attention import reciprocal_attention  # noqa: E402
+from ra_model import reciprocal_manual, reciprocal_sdpa  # noqa: E402
 
 RA_MODES = ("swap", "mix", "gate")
 ALPHA, GATE_LOGIT = 0.5, 0.0
 
 
-def torch_ra(q, k, v, mode):
-    """RA through PyTorch's SDPA (flash / memory-efficient kernels, no T x T scores)."""
-    sdpa = F.scaled_dot_product_attention
-    if mode == "swap":
-        return sdpa(k, q, v, is_causal=True)
-    if mode == "mix":
-        scale = 1.0 / math.sqrt(q.size(-1))  # the doubled head size must not change the scale
-        return sdpa(torch.cat([q, ALPHA * k], -1), torch.cat([k, q], -1), v, is_causal=True, scale=scale)
-    p = torch.sigmoid(torch.tensor(GATE_LOGIT, device=q.device))
-    return torch.lerp(sdpa(q, k, v, is_causal=True), sdpa(k, q, v, is_causal=True), p.to(q.dtype))
-
-
 def variants():
     yield "sdpa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    for mode in RA_MODES:
-        yield f"torch:{mode}", lambda q, k, v, mode=mode: torch_ra(q, k, v, mode)
+    p = torch.sigmoid(torch.tensor(GATE_LOGIT))  # the gate's weight of the reciprocal branch
+    for name, fn in (("torch", reciprocal_sdpa), ("reference", reciprocal_manual)):
+        for mode in RA_MODES:
+            yield f"{name}:{mode}", lambda q, k, v, mode=mode, fn=fn: fn(q, k, v, mode, ALPHA, p.to(q.device), 0, 0.0)
     extra = {"mix": {"alpha": ALPHA}, "gate": {"gate_logit": GATE_LOGIT}, "swap": {}}
-    for mode in RA_MODES:
-        yield f"reference:{mode}", lambda q, k, v, mode=mode: reference_attention(q, k, v, mode, **extra[mode])
     for mode in RA_MODES:
         yield f"triton:{mode}", lambda q, k, v, mode=mode: reciprocal_attention(q, k, v, mode, **extra[mode])
 

@@ -1,5 +1,4 @@
-"""Fused causal reciprocal attention (RA) in portable Triton, forward and backward, with its
-PyTorch reference.
+"""Fused causal reciprocal attention (RA) in portable Triton, forward and backward.
 
 For (B, H, T, D) tensors q, k, v, scale = 1/sqrt(D), and positions i (query row), j (key column):
 
@@ -29,10 +28,12 @@ sums of dalpha), then a row kernel (one program per query block) adding the row 
 gate weights p are applied in PyTorch to the two branch outputs (cheap elementwise), so the
 kernels only see attention streams.
 
-The Triton path runs when Triton is importable and the inputs are on a GPU (CUDA or ROCm), or
-under TRITON_INTERPRET=1 (then on CPU tensors, slowly: that is how the tests prove it right).
-Otherwise `reciprocal_attention` warns once and runs `reference_attention`, which materializes
-the T x T scores and implements every mode directly.
+The kernels run when Triton is importable and the inputs are on a GPU (CUDA or ROCm), or under
+TRITON_INTERPRET=1 (then on CPU tensors, slowly: that is how the tests prove them right).
+`why_not_fused` is the one place that decides it: ra_model asks it and otherwise runs its PyTorch
+SDPA path, and `reciprocal_attention` refuses to run without the kernels. The PyTorch reference of
+every mode, which materializes the T x T scores, is ra_model.reciprocal_manual (the tests check
+the kernels against it in float64).
 
 Dtypes: float32, float16, bfloat16 (accumulation in float32) and float64 (float64 accumulation;
 meant for gradcheck under the interpreter). On NVIDIA GPUs float32 inputs use TF32 in tl.dot,
@@ -41,54 +42,24 @@ Triton's default. Head sizes up to 128 (padded to a power of two, at least 16); 
 
 import math
 import os
-import warnings
 
 import torch
-import torch.nn.functional as F
 
 MODES = ("standard", "swap", "mix", "gate")
 
 try:
     import triton
     import triton.language as tl
-except ImportError:  # the PyTorch reference still works
+except ImportError:  # ra_model runs its PyTorch paths instead
     triton = None
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"  # triton.jit reads it at decoration time too
 
 
-# ----------------------------------------------------------------------------------------------
-# PyTorch reference (the fallback path): readable, materializes B x H x T x T scores.
-
 def _per_head(x, like):
-    """A scalar or (H,) value as something that broadcasts against (B, H, T, T)."""
+    """A scalar or (H,) value as something that broadcasts against (B, H, T, D)."""
     x = torch.as_tensor(x, device=like.device)
     return x.view(1, -1, 1, 1) if x.dim() == 1 else x
-
-
-def reference_attention(q, k, v, mode, alpha=None, gate_logit=None, window=0):
-    """Every RA mode written out with the full score matrix; see the module docstring."""
-    T = q.size(-2)
-    scale = 1.0 / math.sqrt(q.size(-1))
-    i = torch.arange(T, device=q.device)[:, None]
-    j = torch.arange(T, device=q.device)[None, :]
-    causal = j <= i
-    band = causal & (i - j < window) if window > 0 else causal
-
-    def attend(logits, allowed):
-        weights = F.softmax(logits.float().masked_fill(~allowed, float("-inf")), dim=-1)
-        return weights.to(v.dtype) @ v
-
-    s = (q @ k.transpose(-2, -1)) * scale  # s[i, j] = q_i . k_j
-    r = (k @ q.transpose(-2, -1)) * scale  # r[i, j] = k_i . q_j
-    if mode == "standard":
-        return attend(s, causal)
-    if mode == "swap":
-        return attend(r, band)
-    if mode == "mix":
-        return attend(s + _per_head(alpha, q) * r.masked_fill(~band, 0.0), causal)
-    p = torch.sigmoid(_per_head(gate_logit, q))
-    return ((1 - p) * attend(s, causal) + p * attend(r, band)).to(v.dtype)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -431,12 +402,22 @@ class _RAFunction(torch.autograd.Function):
 # ----------------------------------------------------------------------------------------------
 # Public entry point
 
-_warned = False
-
-
 def triton_available(x):
-    """True when the fused kernels can run on tensors like x."""
+    """True when Triton can launch kernels on tensors like x."""
     return triton is not None and (x.is_cuda or INTERPRET)
+
+
+def why_not_fused(q, k, v):
+    """None when the fused kernels can run on q, k, v; else the reason, in words."""
+    if triton is None:
+        return "Triton is not installed"
+    if not triton_available(q):
+        return "the inputs are not on a GPU and TRITON_INTERPRET is not 1"
+    if not q.shape == k.shape == v.shape:
+        return "the fused kernel needs one head size for q, k and v (MLA scoring in the latent)"
+    if q.size(-1) > 128:
+        return f"the fused kernel takes head sizes up to 128, not {q.size(-1)}"
+    return None
 
 
 def _check_args(q, k, v, mode, alpha, gate_logit, window):
@@ -466,17 +447,11 @@ def _fused(q, k, v, alpha, mode, window):
 def reciprocal_attention(q, k, v, mode, alpha=None, gate_logit=None, window=0):
     """Causal reciprocal attention of (B, H, T, D) q, k, v; modes and window as in the module
     docstring. alpha (mix) and gate_logit (gate) are floats or 0-dim / (H,) tensors and receive
-    gradients when they require them. Fused Triton kernels when available, else the reference."""
-    global _warned
+    gradients when they require them. Only where the kernels can run (why_not_fused)."""
     _check_args(q, k, v, mode, alpha, gate_logit, window)
     if not triton_available(q):
-        if not _warned:
-            _warned = True
-            why = ("Triton is not installed" if triton is None
-                   else "the inputs are not on a GPU and TRITON_INTERPRET is not 1")
-            warnings.warn(f"reciprocal_attention: {why}; using the PyTorch reference, which "
-                          "materializes the T x T scores (slower, memory quadratic in T)", stacklevel=2)
-        return reference_attention(q, k, v, mode, alpha, gate_logit, window)
+        raise RuntimeError(f"reciprocal_attention: {why_not_fused(q, k, v)}; ra_model's reciprocal_sdpa and "
+                           f"reciprocal_manual are the PyTorch paths")
     if not (q.stride() == k.stride() == v.stride() and q.stride(-1) == 1):
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     H = q.size(1)

@@ -97,8 +97,8 @@ def test_unknown_key_suggests_close_matches():
     assert "'learning_rat'" in message and "did you mean learning_rate" in message
 
 
-def test_unknown_key_without_close_match_points_to_defaults():
-    with pytest.raises(ConfigError, match="unknown config key 'zzz'.*defaults"):
+def test_unknown_key_without_close_match_points_to_help():
+    with pytest.raises(ConfigError, match="unknown config key 'zzz'.*--help lists every key"):
         apply_config(DEFAULTS, ["--zzz=1"])
 
 

@@ -218,3 +218,48 @@ def test_command_line_on_a_run_directory(tmp_path, fixture_path):
     expected = hellaswag.evaluate_hellaswag(model, hellaswag.load_examples(fixture_path), "cpu", limit=4)
     assert result == expected
     assert json.loads(out_json.read_text())["acc_norm"] == expected["acc_norm"]
+
+
+class EqualProbabilityModel(torch.nn.Module):
+    """Every ending token gets the same probability: after a prefix that continues into an ending,
+    the logits are one fixed random vector rotated so that the ending's next token sits on the
+    same entry (the same values in another vocabulary order); at the last context position, shared
+    by the four endings, the four first tokens get one equal logit. Exact arithmetic gives every
+    ending token the same loss, so endings of equal length tie and all endings' means tie."""
+
+    def __init__(self, examples, block_size=64):
+        super().__init__()
+        self.config = SimpleNamespace(block_size=block_size, vocab_size=VOCAB)
+        self.values = torch.randn(VOCAB, generator=torch.Generator().manual_seed(0)) * 4
+        self.next_token, self.first_tokens = {}, {}
+        for ex in examples:
+            ctx = tuple(ex["ctx_ids"])
+            self.first_tokens[ctx] = [ending[0] for ending in ex["ending_ids"]]
+            for ending in ex["ending_ids"]:
+                seq = ex["ctx_ids"] + ending
+                for i in range(len(ex["ctx_ids"]) + 1, len(seq)):
+                    self.next_token[tuple(seq[:i])] = seq[i]
+
+    def forward(self, idx, targets=None):
+        logits = torch.zeros(*idx.shape, VOCAB)
+        for b, row in enumerate(idx.tolist()):
+            for t in range(len(row)):
+                prefix = tuple(row[:t + 1])
+                if prefix in self.next_token:  # the next token lands on entry 0 of the values
+                    logits[b, t] = self.values.roll(self.next_token[prefix])
+                elif prefix in self.first_tokens:
+                    logits[b, t] = self.values
+                    logits[b, t, self.first_tokens[prefix]] = 2.5
+        return logits, None
+
+
+def test_endings_with_equal_probability_tie_and_go_to_the_lowest_index(tmp_path):
+    rows = [("A man stands in a park. He", ["runs away fast", "eats the cake", "sees a dog", "jumps over it"], 0),
+            ("A girl is at home. She", ["opens the door", "walks to school", "reads a book", "drinks some tea"], 2)]
+    examples = hellaswag.load_examples(write_jsonl(tmp_path / "tie.jsonl", rows))
+    assert {len(e) for ex in examples for e in ex["ending_ids"]} == {3}
+    sums, means = hellaswag.ending_losses(EqualProbabilityModel(examples), examples, "cpu")
+    for ex_sums, ex_means in zip(sums, means):
+        assert len(set(ex_sums.tolist())) == 1 and len(set(ex_means.tolist())) == 1, (ex_sums, ex_means)
+    assert hellaswag.evaluate_hellaswag(EqualProbabilityModel(examples), examples, "cpu") == \
+        dict(acc=0.5, acc_norm=0.5, n=2)  # ending 0 wins both: right for the first example only

@@ -1,4 +1,5 @@
-"""The fused RA kernels (kernels/ra_attention.py) against their PyTorch reference.
+"""The fused RA kernels (kernels/ra_attention.py) against their PyTorch reference,
+ra_model.reciprocal_manual (and model.causal_attention for the standard stream).
 
 The kernels run on CPU under Triton's interpreter. TRITON_INTERPRET must be set when triton is
 imported and the kernels decorated, so this module loads a private copy of kernels/ra_attention.py
@@ -16,6 +17,9 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+
+from model import causal_attention
+from ra_model import reciprocal_manual
 
 _PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels", "ra_attention.py")
 
@@ -69,6 +73,15 @@ TOL = {torch.float32: (2e-5, 1e-4), torch.float16: (1e-2, 1e-2), torch.bfloat16:
        torch.float64: (1e-6, 1e-6)}
 
 
+def reference(q, k, v, mode, alpha=None, gate_logit=None, window=0):
+    """The kernel's interface over the one PyTorch reference (per-head values as (1, H, 1, 1))."""
+    per_head = lambda x: x.view(1, -1, 1, 1) if torch.is_tensor(x) and x.dim() == 1 else x
+    if mode == "standard":
+        return causal_attention(q, k, v, "manual", 0.0)
+    p = torch.sigmoid(torch.as_tensor(per_head(gate_logit))) if mode == "gate" else None
+    return reciprocal_manual(q, k, v, mode, per_head(alpha) if mode == "mix" else 0.0, p, window, 0.0)
+
+
 def _inputs(shape, dtype, mode, per_head, seed=0):
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(shape, generator=g, dtype=torch.float64).to(dtype) for _ in range(3))
@@ -117,7 +130,7 @@ def test_kernel_matches_reference(mode, dtype, shape, window, per_head):
     do = torch.randn(shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     out, grads = _run(ra.reciprocal_attention, q, k, v, mode, extra, window, do)
     ref_extra = {name: t.double() for name, t in extra.items()}
-    ref, ref_grads = _run(ra.reference_attention, q.double(), k.double(), v.double(), mode, ref_extra, window, do)
+    ref, ref_grads = _run(reference, q.double(), k.double(), v.double(), mode, ref_extra, window, do)
     assert out.dtype == dtype and out.shape == shape
     _assert_close(out, ref, dtype, "output")
     names = ["dq", "dk", "dv"] + ["d" + name for name in extra]
@@ -164,7 +177,7 @@ def test_strided_views_and_scalar_parameters():
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     assert not q.is_contiguous()
     out = ra.reciprocal_attention(q, k, v, "mix", alpha=0.5, window=4)
-    ref = ra.reference_attention(q, k, v, "mix", alpha=0.5, window=4)
+    ref = reference(q, k, v, "mix", alpha=0.5, window=4)
     torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
     # ra_model's parameter shapes: alpha viewed as (1, H, 1, 1), a gate logit of shape (1,)
     alpha = torch.tensor([0.2, -0.4, 0.7], requires_grad=True)
@@ -172,7 +185,7 @@ def test_strided_views_and_scalar_parameters():
     for mode, extra, param in (("mix", {"alpha": alpha.view(1, -1, 1, 1)}, alpha),
                                ("gate", {"gate_logit": logit}, logit)):
         grads = [torch.autograd.grad(fn(q, k, v, mode, **extra).sum(), param)[0]
-                 for fn in (ra.reciprocal_attention, ra.reference_attention)]
+                 for fn in (ra.reciprocal_attention, reference)]
         assert grads[0].shape == param.shape
         torch.testing.assert_close(grads[0], grads[1], atol=1e-4, rtol=1e-4)
 
@@ -183,7 +196,7 @@ def test_reference_identities():
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 3, 11, 8, dtype=torch.float64) for _ in range(3))
     sdpa = F.scaled_dot_product_attention
-    ref = ra.reference_attention
+    ref = reference
     torch.testing.assert_close(ref(q, k, v, "standard"), sdpa(q, k, v, is_causal=True))
     torch.testing.assert_close(ref(q, k, v, "swap"), sdpa(k, q, v, is_causal=True))
     # S + a S^T under the causal mask is one attention with doubled head size: [q, a k] . [k, q]
@@ -197,16 +210,16 @@ def test_reference_identities():
     torch.testing.assert_close(ref(q, k, v, "swap", window=1), v)
 
 
-def test_fallback_warns_once(monkeypatch):
-    monkeypatch.setattr(ra, "INTERPRET", False)
-    monkeypatch.setattr(ra, "_warned", False)
+def test_one_function_decides_where_the_kernels_run(monkeypatch):
+    """why_not_fused answers for the model, and the kernel refuses what it cannot run."""
     q, k, v = (torch.randn(1, 2, 5, 8) for _ in range(3))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = ra.reciprocal_attention(q, k, v, "gate", gate_logit=0.2)
+    assert ra.why_not_fused(q, k, v) is None
+    assert "one head size" in ra.why_not_fused(q, k, torch.randn(1, 2, 5, 4))
+    assert "up to 128" in ra.why_not_fused(*(torch.randn(1, 1, 2, 160) for _ in range(3)))
+    monkeypatch.setattr(ra, "INTERPRET", False)
+    assert "TRITON_INTERPRET" in ra.why_not_fused(q, k, v)
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET is not 1; ra_model's reciprocal_sdpa"):
         ra.reciprocal_attention(q, k, v, "swap")
-    assert len(caught) == 1 and "PyTorch reference" in str(caught[0].message)
-    torch.testing.assert_close(out, ra.reference_attention(q, k, v, "gate", gate_logit=0.2))
 
 
 def test_bad_arguments_are_named():
@@ -223,11 +236,14 @@ def test_bad_arguments_are_named():
         ra.reciprocal_attention(q, q, q, "swap", window=-1)
 
 
-@pytest.mark.parametrize("pattern,mode", [("late", "mix"), ("learned", "gate"), ("all", "swap")])
-def test_model_trains_with_the_fused_kernel_like_the_pytorch_path(pattern, mode, monkeypatch):
+@pytest.mark.parametrize("pattern,mode,mla", [("late", "mix", {}), ("learned", "gate", {}), ("all", "swap", {}),
+                                              ("all", "mix", dict(mla=True, mla_latent_dim=8,
+                                                                  mla_per_head_q_latent=False))])
+def test_model_trains_with_the_fused_kernel_like_the_pytorch_path(pattern, mode, mla, monkeypatch):
     """attn_impl='triton' (the kernel, interpreted) and attn_impl='sdpa' give the same losses over
     a few SGD steps of a tiny RA model from the same initial weights (SGD's update is linear in the
-    gradient; Adam's ~lr * sign(g) would turn the kernel's rounding on near-zero entries into jumps)."""
+    gradient; Adam's ~lr * sign(g) would turn the kernel's rounding on near-zero entries into jumps).
+    RA+MLA runs the kernel when its heads do not score in the latent (q, k, v of one head size)."""
     import ra_model
 
     monkeypatch.setattr(ra_model, "fused_kernels", lambda: ra)
@@ -235,7 +251,8 @@ def test_model_trains_with_the_fused_kernel_like_the_pytorch_path(pattern, mode,
     for impl in ("sdpa", "triton"):
         torch.manual_seed(0)
         cfg = ra_model.RAConfig(n_layer=2, n_head=2, n_embd=32, block_size=20, vocab_size=64, ra_pattern=pattern,
-                                ra_mode=mode, ra_alpha_learn="layer" if mode == "mix" else "none", attn_impl=impl)
+                                ra_mode=mode, ra_alpha_learn="layer" if mode == "mix" else "none", attn_impl=impl,
+                                **mla)
         model = ra_model.RAGPT(cfg)
         opt = torch.optim.SGD(model.parameters(), lr=0.3, momentum=0.9)
         data = torch.randint(0, 64, (2, 21), generator=torch.Generator().manual_seed(1))

@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+from configurator import ConfigError
 from model import GPT, GPTConfig, unwrap_state_dict
 
 REPO = Path(__file__).resolve().parents[1]
@@ -295,7 +296,7 @@ def test_plain_state_dict_loads_into_compiled_model():
     (dict(dropout=1.0), "dropout"),
 ])
 def test_config_rejects_bad_values(overrides, key):
-    with pytest.raises(ValueError, match=key):
+    with pytest.raises(ConfigError, match=key):  # the error type of every config key
         GPTConfig(**{**TINY, **overrides})
 
 

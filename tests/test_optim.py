@@ -8,6 +8,7 @@ import torch
 
 import configurator
 import optim
+import runtime
 import train
 from model import GPT, GPTConfig
 from test_train import events, load_ckpt, tiny_args
@@ -55,7 +56,7 @@ def test_ramps_reach_the_target_at_ramp_end():
 
 
 def prune_cfg(**kw):
-    cfg = dict(train.DEFAULTS, pruning="state", prune_score="bitter7", target_sparsity=0.6, prune_start=4,
+    cfg = dict(runtime.DEFAULTS, pruning="state", prune_score="bitter7", target_sparsity=0.6, prune_start=4,
                prune_interval=5, prune_ramp_end=36, prune_ramp="cubic", max_iters=50)
     cfg.update(kw)
     return cfg
@@ -67,7 +68,7 @@ def train_tiny(cfg, steps, check, tie_weights=True):
     model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=32, bias=False,
                           tie_weights=tie_weights))
     optimizer = optim.build_optimizer(model, dict(cfg, learning_rate=1e-2, weight_decay=0.1), "cpu")
-    pruner = optim.Pruner(model, optimizer, cfg)
+    pruner = optim.Pruner(model, optimizer, cfg, cfg["max_iters"])
     for step in range(1, steps + 1):
         x = torch.randint(0, 32, (4, 8))
         _, loss = model(x, torch.roll(x, 1, 1))
@@ -285,16 +286,16 @@ NEW_CONFIGS = ["train_gpt2_adamw.py", "train_gpt2_adamwspam.py", "train_gpt2_ada
 @pytest.mark.parametrize("name", NEW_CONFIGS)
 def test_new_configs_apply_and_validate(name):
     path = os.path.join(REPO, "config", name)
-    cfg = configurator.apply_config(train.DEFAULTS, [path])
-    train.validate(dict(cfg), 1)
+    cfg = configurator.apply_config(runtime.DEFAULTS, [path])
+    runtime.validate(dict(cfg), 1)
     if name.startswith("train_gpt2"):  # the notes' recipe, shared from config/train_gpt2.py
         assert (cfg["dataset"], cfg["block_size"], cfg["batch_size"], cfg["gradient_accumulation_steps"]) == \
             ("finewebedu", 1024, 32, 4)
         assert (cfg["learning_rate"], cfg["weight_decay"], cfg["warmup_iters"], cfg["min_lr"]) == (6e-4, 0.1, 2000, 6e-5)
         assert cfg["max_iters"] == (12100 if "bitter2" in name else 10000) and cfg["eval_interval"] == 500
         assert cfg["dtype"] == "bfloat16" and cfg["compile"] and cfg["out_dir"] != "out-gpt2-124M"
-        small = configurator.apply_config(train.DEFAULTS, [path, os.path.join(REPO, "config", "small_shakespeare.py")])
-        train.validate(small, 1)
+        small = configurator.apply_config(runtime.DEFAULTS, [path, os.path.join(REPO, "config", "small_shakespeare.py")])
+        runtime.validate(small, 1)
         assert (small["dataset"], small["n_layer"], small["compile"], small["max_iters"]) == ("shakespeare", 4, False, 300)
         assert (small["optimizer"], small["pruning"], small["prune_score"]) == \
             (cfg["optimizer"], cfg["pruning"], cfg["prune_score"])

@@ -10,6 +10,7 @@ import torch
 from torch.nn import functional as F
 
 import configurator
+import runtime
 import train
 from model import GPT, GPTConfig
 from ra_model import (MLAttention, RAConfig, RAGPT, mla_attention_params, reciprocal_manual,
@@ -34,6 +35,9 @@ VARIANTS = {
     "mla-shared-q-v": dict(**MLA, mla_per_head_q_latent=False, mla_per_head_v_up=False),
     "ra-mla": dict(**MLA, ra_pattern="all", ra_mode="mix", ra_alpha=0.5, ra_window=4),
     "ra-mla-learned": dict(**MLA, mla_per_head_q_latent=False, ra_pattern="learned"),
+    "gated-attn": dict(attn_gate=True),
+    "gated-attn-late-mix": dict(attn_gate=True, ra_pattern="late", ra_mode="mix"),
+    "gated-attn-mla": dict(**MLA, attn_gate=True),
 }
 
 
@@ -221,7 +225,7 @@ def test_variants_share_the_baselines_initial_weights(name):
         assert torch.equal(ra[key], value), key
     extra = set(ra) - set(base)
     allowed = ("ra_alpha", "ra_gate_logit", "c_kv.weight", "c_kv.bias", "c_q.weight", "c_q.bias", "k_up.weight",
-               "k_up.bias", "v_up.weight", "v_up.bias")
+               "k_up.bias", "v_up.weight", "v_up.bias", "c_gate.weight", "c_gate.bias")
     assert all(key.endswith(allowed) for key in extra), extra
 
 
@@ -354,6 +358,55 @@ def test_flops_per_token_counts_the_extra_attention_work():
     assert ra_model(**MLA, ra_pattern="all", ra_alpha=0.0).flops_per_token() == mla.flops_per_token()
 
 
+# ---------------------------------------------------------------- gated attention
+
+def test_gated_attention_follows_its_formula():
+    """Layer by layer: x + c_proj(heads(ln_1(x)) * sigmoid(c_gate(ln_1(x)))), then the MLP; the
+    heads computed by hand with a plain causal softmax."""
+    model = ra_model(attn_gate=True).double()
+    x = torch.randn(2, 12, TINY["n_embd"], dtype=torch.float64)
+    block = model.transformer.h[1]
+    h = block.ln_1(x)
+    q, k, v = (t.view(2, 12, 2, 8).transpose(1, 2) for t in block.attn.c_attn(h).split(16, dim=2))
+    heads = direct(q, k, v, lambda i, j: dot(q, k, i, j), lambda i, j: j <= i).transpose(1, 2).reshape(2, 12, 16)
+    gate = torch.sigmoid(h @ block.attn.c_gate.weight.T + block.attn.c_gate.bias)
+    y = x + block.attn.c_proj(heads * gate)
+    expected = y + block.mlp(block.ln_2(y))
+    torch.testing.assert_close(block(x), expected, atol=1e-12, rtol=0)
+
+
+def test_an_open_gate_is_exactly_the_baseline_and_the_gate_learns():
+    """sigmoid(+inf) = 1: with c_gate's weight 0 and bias +inf the gated model computes the
+    baseline's logits bit for bit; its parameters add n_embd^2 + n_embd per layer; gradients reach
+    the gate."""
+    torch.manual_seed(0)
+    base = GPT(GPTConfig(**TINY))
+    gated = ra_model(sharpen=False, attn_gate=True)
+    C, L = TINY["n_embd"], TINY["n_layer"]
+    assert gated.get_num_params() == base.get_num_params() + L * (C * C + C)
+    idx = tokens((2, 12))
+    assert not torch.allclose(gated(idx)[0], base(idx)[0])  # sigmoid(~0) halves each head at init
+    _, loss = gated(idx, tokens((2, 12), seed=2))
+    loss.backward()
+    assert all(b.attn.c_gate.weight.grad.abs().sum() > 0 for b in gated.transformer.h)
+    with torch.no_grad():
+        for block in gated.transformer.h:
+            block.attn.c_gate.weight.zero_()
+            block.attn.c_gate.bias.fill_(float("inf"))
+    assert torch.equal(gated(idx)[0], base(idx)[0])
+
+
+def test_gated_attention_configs_differ_from_the_ra_baseline_in_the_gate_only():
+    for suffix in ("", "_shakespeare"):
+        gated, base = load_config("train_gated_attn" + suffix), load_config("train_ra_baseline" + suffix)
+        runtime.validate(dict(gated), world_size=1)
+        assert {k for k in gated if gated[k] != base[k]} == {"attn_gate", "out_dir", "wandb_run_name"} - (
+            {"wandb_run_name"} if suffix else set())
+        with torch.device("meta"):  # GPT-2 size: shapes only
+            model = runtime.build_model(gated)
+        assert gated["attn_gate"] is True and all(hasattr(b.attn, "c_gate") for b in model.transformer.h)
+
+
 # ---------------------------------------------------------------- MLA
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -423,11 +476,11 @@ def test_ra_mla_layer_equals_per_head_reference(q_latent, v_up, attn_impl):
 # ---------------------------------------------------------------- config
 
 def test_every_config_field_is_a_train_default_with_the_same_default():
-    assert train.MODEL_TYPES["ra"] == (RAGPT, RAConfig)
+    assert runtime.MODEL_TYPES["ra"] == (RAGPT, RAConfig)
     for f in fields(RAConfig):
         default = f.default if f.default is not MISSING else f.default_factory()
-        assert f.name in train.DEFAULTS, f.name
-        assert train.DEFAULTS[f.name] == default and type(train.DEFAULTS[f.name]) is type(default), f.name
+        assert f.name in runtime.DEFAULTS, f.name
+        assert runtime.DEFAULTS[f.name] == default and type(runtime.DEFAULTS[f.name]) is type(default), f.name
 
 
 def test_patterns_choose_layers_and_modes():
@@ -456,7 +509,7 @@ def test_patterns_choose_layers_and_modes():
     (dict(n_embd=15), "n_embd"),  # the base checks still run
 ])
 def test_config_rejects_bad_values(overrides, key):
-    with pytest.raises(ValueError, match=key):
+    with pytest.raises(configurator.ConfigError, match=key):
         RAConfig(**{**TINY, **overrides})
 
 
@@ -468,7 +521,7 @@ RA_KEYS = ("out_dir", "wandb_run_name", "attn_recompute") + tuple(
 
 
 def load_config(name):
-    return configurator.apply_config(train.DEFAULTS, [os.path.join(REPO, "config", name + ".py")])
+    return configurator.apply_config(runtime.DEFAULTS, [os.path.join(REPO, "config", name + ".py")])
 
 
 def test_every_ra_config_loads_and_builds_its_model_config():
@@ -478,8 +531,8 @@ def test_every_ra_config_loads_and_builds_its_model_config():
     for name in names:
         cfg = load_config(name)
         assert cfg["model_type"] == "ra", name
-        train.validate(dict(cfg), world_size=1)
-        model_cfg = train.model_config(cfg)
+        runtime.validate(dict(cfg), world_size=1)
+        model_cfg = runtime.model_config(cfg)
         assert isinstance(model_cfg, RAConfig)
 
 
@@ -496,10 +549,10 @@ def test_ra_ablation_configs_differ_only_in_ra_keys():
         diff = {k for k in reference if reference[k] != trunk[k]}
         assert diff <= {"model_type", "out_dir", "wandb_run_name", "wandb_project", "sample_tokens",
                         "mla_latent_dim"}, diff
-    late = train.model_config(load_config("train_ra_late"))
+    late = runtime.model_config(load_config("train_ra_late"))
     assert [late.layer_mode(i) for i in range(12)] == [None] * 6 + ["mix"] * 6
-    assert train.model_config(load_config("train_ra_learn")).layer_mode(0) == "gate"
-    mla = train.model_config(load_config("train_ra_mla"))
+    assert runtime.model_config(load_config("train_ra_learn")).layer_mode(0) == "gate"
+    mla = runtime.model_config(load_config("train_ra_mla"))
     assert mla.mla and mla.mla_latent_dim == 128 and mla.ra_alpha == 0.5 and mla.ra_window == 64
 
 
@@ -508,7 +561,7 @@ def test_config_files_can_include_a_neighbour_from_any_directory(tmp_path, monke
     (tmp_path / "child.py").write_text(
         "import os\nexec(open(os.path.join(os.path.dirname(__file__), 'base.py')).read())\nout_dir = 'child'\n")
     monkeypatch.chdir(REPO)  # a different directory from the config's
-    cfg = configurator.apply_config(train.DEFAULTS, [str(tmp_path / "child.py")])
+    cfg = configurator.apply_config(runtime.DEFAULTS, [str(tmp_path / "child.py")])
     assert cfg["batch_size"] == 7 and cfg["out_dir"] == "child"
 
 
@@ -534,9 +587,26 @@ def test_train_logs_learned_gates_into_log_jsonl(tmp_path):
     assert events(out, "checklist")[0]["model_class"] == "RAGPT"
     ckpt = torch.load(os.path.join(out, "ckpt.pt"), map_location="cpu", weights_only=False)
     assert ckpt["metrics"]["ra_gate_layer1"] == evals[-1]["ra_gate_layer1"]
-    model = RAGPT(train.model_config(ckpt["config"]))
+    model = RAGPT(runtime.model_config(ckpt["config"]))
     model.load_state_dict(ckpt["model"])
     assert model.metrics()["ra_gate_layer0"] == pytest.approx(evals[-1]["ra_gate_layer0"])
+
+
+@pytest.mark.parametrize("q_latent", [True, False])
+def test_ra_mla_config_with_the_triton_kernel_builds_and_trains(data_dir, tmp_path, q_latent, monkeypatch):
+    """The documented command `python train.py config/train_ra_mla.py --attn_impl=triton`, shrunk: it
+    builds (MLA's baseline init once rebuilt a GPTConfig with attn_impl='triton') and trains a step;
+    on a CPU without the interpreter both head layouts take the SDPA path, and say so."""
+    import ra_model
+    from test_train import events, tiny_args
+    monkeypatch.setattr(ra_model, "_warned", set())
+    out = str(tmp_path / "run")
+    with pytest.warns(UserWarning, match="running the PyTorch SDPA path"):
+        train.main([os.path.join(REPO, "config", "train_ra_mla_shakespeare.py"),
+                    *tiny_args(data_dir, out, "--attn_impl=triton", "--mla_latent_dim=8", "--max_iters=1",
+                               "--lr_decay_iters=1", "--warmup_iters=0", f"--mla_per_head_q_latent={q_latent}")])
+    assert [e["iter"] for e in events(out, "eval")] == [0, 1]
+    assert events(out, "checklist")[0]["attn_impl"] == "triton"
 
 
 # ---------------------------------------------------------------- bench.py

@@ -7,6 +7,7 @@ import pytest
 
 import configurator
 import sweep
+import runtime
 import train
 from test_train import events, tiny_args
 
@@ -24,10 +25,10 @@ class Finished:
 def in_process(calls, fail=()):
     """A launcher that runs train.main here (no subprocess start-up) and records what it ran."""
     def launch(argv, gpu, log_path):
-        out_dir = configurator.apply_config(train.DEFAULTS, argv)["out_dir"]
+        out_dir = configurator.apply_config(runtime.DEFAULTS, argv)["out_dir"]
         calls.append(os.path.basename(out_dir))
         if calls[-1] in fail:
-            train.RunLog(dict(train.DEFAULTS, out_dir=out_dir), True).event("checklist", "crashed")
+            train.RunLog(dict(runtime.DEFAULTS, out_dir=out_dir), True).event("checklist", "crashed")
             return Finished(1)
         train.main(argv)
         return Finished(0)
@@ -48,7 +49,7 @@ def test_grid_expands_to_distinct_runs(data_dir, tmp_path):
     names = [name for name, _, _ in runs]
     assert names == ["learning_rate-0.01_batch_size-2", "learning_rate-0.01_batch_size-4",
                      "learning_rate-0.003_batch_size-2", "learning_rate-0.003_batch_size-4"]
-    cfgs = [configurator.apply_config(train.DEFAULTS, argv) for _, _, argv in runs]
+    cfgs = [configurator.apply_config(runtime.DEFAULTS, argv) for _, _, argv in runs]
     assert {(c["learning_rate"], c["batch_size"]) for c in cfgs} == {(1e-2, 2), (1e-2, 4), (3e-3, 2), (3e-3, 4)}
     assert len({c["out_dir"] for c in cfgs}) == len({c["wandb_run_name"] for c in cfgs}) == 4
     assert all(c["tokens_per_iter"] == 128 and c["gradient_accumulation_steps"] == 0 for c in cfgs)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import configurator
+import runtime
 import train
 from model import GPT
 
@@ -64,7 +65,7 @@ def test_logs_every_metric_and_learns(data_dir, tmp_path):
     text = open(os.path.join(out, "log.txt")).read()
     assert f"step 16: train loss {evals[-1]['train_loss']:.4f}, val loss {evals[-1]['val_loss']:.4f}" in text
     config = json.load(open(os.path.join(out, "config.json")))
-    assert set(config) == set(train.DEFAULTS) and config["n_embd"] == 32
+    assert set(config) == set(runtime.DEFAULTS) and config["n_embd"] == 32
 
 
 def test_resume_reproduces_uninterrupted_run(data_dir, tmp_path):
@@ -109,7 +110,7 @@ def test_interrupted_save_keeps_previous_checkpoint(data_dir, tmp_path, monkeypa
         train.main(tiny_args(data_dir, out))
     ckpt = load_ckpt(out)
     assert ckpt["iter_num"] == 4
-    model = GPT(train.model_config(ckpt["config"]))
+    model = GPT(runtime.model_config(ckpt["config"]))
     model.load_state_dict(ckpt["model"])
     assert not os.path.exists(os.path.join(out, "ckpt.pt.tmp"))
 
@@ -159,7 +160,7 @@ def test_tokens_per_iter_derives_accumulation_and_budget_sets_the_decay(data_dir
 
 
 def test_learning_rate_schedules():
-    cfg = dict(train.DEFAULTS, learning_rate=1.0, min_lr=0.1, warmup_iters=10, lr_decay_iters=110, max_iters=200)
+    cfg = dict(runtime.DEFAULTS, learning_rate=1.0, min_lr=0.1, warmup_iters=10, lr_decay_iters=110, max_iters=200)
     cosine = [train.learning_rate_at(dict(cfg, lr_schedule="cosine"), it) for it in range(200)]
     assert cosine[0] == pytest.approx(0.1) and cosine[9] == pytest.approx(1.0)
     assert cosine[60] == pytest.approx(0.55) and cosine[110] == cosine[199] == pytest.approx(0.1)
@@ -171,7 +172,7 @@ def test_learning_rate_schedules():
 
 
 def test_data_windows_are_fixed_and_shared_out_across_ranks():
-    cfg = dict(train.DEFAULTS, batch_size=4, block_size=16, eval_iters=3)
+    cfg = dict(runtime.DEFAULTS, batch_size=4, block_size=16, eval_iters=3)
     a = train.eval_offsets(dict(cfg, seed=1), 1000)
     assert np.array_equal(a, train.eval_offsets(dict(cfg, seed=2), 1000)) and a.shape == (3, 4)
     # One process's micro-step m*W + r is rank r's micro-step m: the same windows either way.
@@ -223,7 +224,7 @@ def test_ddp_two_ranks_match_one_process_with_same_accumulation(data_dir, tmp_pa
     assert checklist["world_size"] == 2 and checklist["grad_accum_per_rank"] == 2
     a, b = load_ckpt(single), load_ckpt(ddp)
     torch.manual_seed(1337)
-    init = GPT(train.model_config(a["config"])).state_dict()
+    init = GPT(runtime.model_config(a["config"])).state_dict()
     for key in a["model"]:
         assert torch.allclose(a["model"][key], b["model"][key], atol=1e-6, rtol=0), key
     assert any(not torch.equal(a["model"][k], init[k]) for k in init)  # the step did change the weights

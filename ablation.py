@@ -1,0 +1,494 @@
+"""Does an idea help? Compare the runs of an ablation suite honestly.
+
+A suite names its variants, seeds, baseline, the metric that decides (declared before any run)
+and the config keys a variant may change. This module:
+- refuses a comparison with an undeclared difference (a confound), from each run's resolved
+  config and from what was measured (runrecord.py: data, evaluation windows, data order, initial
+  weights, classes, dtype, device, versions);
+- compares every variant at the largest token count that every finished run evaluated at;
+- pairs seeds (same seed = same data order and initial shared weights, checked, not assumed),
+  and gives each variant's paired difference to the baseline a Student-t 95% interval, a
+  p-value and a verdict: better, worse, no detectable difference (with the smallest effect the
+  interval rules out), not comparable, incomplete, one seed;
+- writes report.md, report.json and PNG plots.
+
+Used by sweep.py (the check before running, the report after) and report.py (the report rebuilt
+from run directories alone).
+"""
+import json
+import math
+import os
+import re
+
+import numpy as np
+
+import runrecord
+
+# Keys every run of a suite sets differently without changing what is compared.
+BOOKKEEPING = ("seed", "out_dir", "wandb_run_name", "wandb_group", "init_from")
+# metric -> (log event, field, which direction is better)
+METRICS = {"val_loss": ("eval", "val_loss", "lower"), "val_ppl": ("eval", "val_ppl", "lower"),
+           "train_loss": ("eval", "train_loss", "lower"),
+           "hellaswag_acc": ("hellaswag", "acc", "higher"), "hellaswag_acc_norm": ("hellaswag", "acc_norm", "higher")}
+# A measured fact may differ only when a declared key explains it; facts with no key never may.
+FACT_CAUSES = {
+    "dataset_fingerprint": ("dataset", "data_dir"), "tokenizer": ("dataset", "data_dir"),
+    "eval_windows": ("dataset", "data_dir", "eval_iters", "batch_size", "block_size"),
+    "tokens_per_iter": ("batch_size", "block_size", "gradient_accumulation_steps", "tokens_per_iter"),
+    "model_class": ("model_type",), "optimizer": ("optimizer",), "dtype": ("dtype",), "device_type": ("device",),
+    "world_size": ("tp_size",), "torch_version": (), "code_versions": (),
+}
+PAIRED_FACTS = ("data_order", "init_weights")  # compared between runs of the same seed
+DATA_ORDER_CAUSES = ("dataset", "data_dir", "batch_size", "block_size", "gradient_accumulation_steps",
+                     "tokens_per_iter")
+CHANCE = {"hellaswag_acc": 0.25, "hellaswag_acc_norm": 0.25}
+
+
+def check_metric(metric):
+    if metric not in METRICS:
+        raise ValueError(f"metric={metric!r}: use one of {tuple(METRICS)}")
+    return METRICS[metric]
+
+
+# ----------------------------------------------------------------------------- confounds
+
+def config_differences(cfg, base, allowed):
+    """{key: (value, baseline value)} for every undeclared difference between two resolved configs."""
+    norm = lambda c, k: "scratch" if k == "init_from" and c.get(k) == "resume" else c.get(k)
+    keys = (set(cfg) | set(base)) - set(BOOKKEEPING) - set(allowed)
+    return {k: (cfg.get(k), base.get(k)) for k in sorted(keys) if norm(cfg, k) != norm(base, k)}
+
+
+def measured_facts(run):
+    info = run["info"] or {}
+    return dict(info.get("facts") or {}, code_versions=info.get("code_versions"))
+
+
+def fact_differences(run, base_run, allowed):
+    """{fact: (value, baseline value)} for measured differences no declared key explains."""
+    facts, base = measured_facts(run), measured_facts(base_run)
+    diffs = {}
+    for fact, causes in FACT_CAUSES.items():
+        if facts.get(fact) != base.get(fact) and not set(causes) & set(allowed):
+            diffs[fact] = (facts.get(fact), base.get(fact))
+    return diffs
+
+
+def pairing(run, base_run, allowed):
+    """Whether two runs of one seed really are paired: the same data order, the same initial value
+    of every weight both models have in the same shape. A list of what breaks the pairing."""
+    facts, base = measured_facts(run), measured_facts(base_run)
+    if not facts or not base:
+        return ["no run_info.json: pairing cannot be checked"]
+    problems = []
+    if facts.get("data_order") != base.get("data_order") and not set(DATA_ORDER_CAUSES) & set(allowed):
+        problems.append("different data order")
+    ours, theirs = facts.get("init_weights", {}), base.get("init_weights", {})
+    shared = [n for n in ours if n in theirs and ours[n][0] == theirs[n][0]]
+    differ = [n for n in shared if ours[n][1] != theirs[n][1]]
+    if differ:
+        problems.append(f"{len(differ)} of {len(shared)} shared weight tensors start from other values "
+                        f"(e.g. {differ[0]})")
+    return problems
+
+
+# ----------------------------------------------------------------------------- runs and the compared point
+
+def run_status(run):
+    kinds = {e["event"] for e in run["events"]}
+    if "end" in kinds:
+        return "finished"
+    if "diverged" in kinds:
+        return "diverged"
+    return "failed" if run["events"] else "not run"
+
+
+def metric_by_tokens(run, metric):
+    event, field, _ = METRICS[metric]
+    return {e["tokens"]: e[field] for e in run["events"] if e["event"] == event and field in e}
+
+
+def common_tokens(runs, metric):
+    """The largest token count at which every given run evaluated the metric (None if none)."""
+    sets = [set(metric_by_tokens(r, metric)) for r in runs]
+    shared = set.intersection(*sets) if sets else set()
+    return max(shared) if shared else None
+
+
+# ----------------------------------------------------------------------------- statistics
+
+def paired_statistics(diffs):
+    """Mean paired difference, its Student-t 95% interval and two-sided p-value (scipy)."""
+    from scipy import stats
+    d = np.asarray(diffs, dtype=np.float64)
+    n = len(d)
+    out = dict(n=n, mean=float(d.mean()) if n else None, sd=None, ci=None, p=None)
+    if n < 2:
+        return out
+    out["sd"] = float(d.std(ddof=1))
+    if out["sd"] == 0.0:  # identical differences (e.g. bitwise-equal runs): a zero-width interval
+        out.update(ci=[out["mean"], out["mean"]], p=1.0 if out["mean"] == 0 else 0.0)
+        return out
+    test = stats.ttest_1samp(d, 0.0)
+    ci = test.confidence_interval(0.95)
+    out.update(ci=[float(ci.low), float(ci.high)], p=float(test.pvalue))
+    return out
+
+
+def binomial_interval(successes, trials):
+    """Clopper-Pearson 95% interval of an accuracy (scipy)."""
+    from scipy import stats
+    ci = stats.binomtest(successes, trials).proportion_ci(0.95)
+    return [float(ci.low), float(ci.high)]
+
+
+def verdict(stats_, goal, confounds, incomplete):
+    """One word for a variant against the baseline, and the sentence that explains it."""
+    if confounds:
+        return "not comparable", "undeclared differences: " + "; ".join(
+            f"{k} = {a!r} vs baseline {b!r}" for k, (a, b) in confounds.items())
+    if incomplete:
+        return "incomplete", incomplete
+    if stats_["n"] == 0:
+        return "incomplete", "no paired seed finished"
+    if stats_["n"] == 1:
+        return "one seed", "a single paired seed: no interval, no verdict"
+    low, high = stats_["ci"]
+    if low > 0 or high < 0:
+        helps = (high < 0) == (goal == "lower")
+        return ("better" if helps else "worse"), f"the 95% interval [{low:+.4g}, {high:+.4g}] excludes 0"
+    bound = max(abs(low), abs(high))
+    return "no detectable difference", f"the 95% interval [{low:+.4g}, {high:+.4g}] holds 0; effects beyond " \
+                                       f"±{bound:.3g} are ruled out"
+
+
+def cost(runs):
+    """Median step time and tokens/s over the logged steps, and the peak memory, averaged over runs."""
+    rows = []
+    for run in runs:
+        steps = [e for e in run["events"] if e["event"] == "train"]
+        if steps:
+            rows.append((float(np.median([e["step_time_ms"] for e in steps])),
+                         float(np.median([e["tokens_per_sec"] for e in steps])),
+                         max(e["peak_memory_mib"] for e in steps)))
+    if not rows:
+        return None
+    step, tps, mem = np.mean(rows, axis=0)
+    return dict(step_time_ms=float(step), tokens_per_sec=float(tps), peak_memory_mib=float(mem))
+
+
+# ----------------------------------------------------------------------------- the comparison
+
+def compare(suite, runs):
+    """The whole comparison as plain data (report.json).
+
+    suite: dict(name, metric, baseline, allowed, variants: {variant: [seeds]}).
+    runs: {(variant, seed): runrecord.read_run(...)} for every expected run.
+    """
+    metric, baseline = suite["metric"], suite["baseline"]
+    _, _, goal = check_metric(metric)
+    for run in runs.values():
+        run["status"] = run_status(run)
+    finished = [r for r in runs.values() if r["status"] == "finished"]
+    tokens = common_tokens(finished, metric)
+    value = lambda run: metric_by_tokens(run, metric).get(tokens) if run["status"] == "finished" else None
+    base_runs = {s: runs[(baseline, s)] for s in suite["variants"][baseline]}
+    base_values = {s: value(r) for s, r in base_runs.items() if value(r) is not None}
+    reference = next((r for r in base_runs.values() if r["config"] is not None), None)
+    report = dict(suite=suite["name"], metric=metric, goal=goal, baseline=baseline, compared_at_tokens=tokens,
+                  allowed=sorted(suite["allowed"]), allowed_declared=suite.get("allowed_declared", True),
+                  heatmap=suite.get("heatmap") or [],
+                  final_tokens={f"{v}-seed{s}": (r["events"][-1].get("tokens") if r["events"] else None)
+                                for (v, s), r in runs.items()},
+                  noise_floor=float(np.std(list(base_values.values()), ddof=1)) if len(base_values) > 1 else None,
+                  variants={})
+    base_cost = cost([r for r in base_runs.values() if r["status"] == "finished"])
+    for variant, seeds in suite["variants"].items():
+        own = {s: runs[(variant, s)] for s in seeds}
+        values = {s: value(r) for s, r in own.items() if value(r) is not None}
+        entry = dict(runs={f"seed{s}": dict(status=r["status"], value=value(r), out_dir=r["out_dir"])
+                           for s, r in own.items()},
+                     n=len(values), mean=float(np.mean(list(values.values()))) if values else None,
+                     sd=float(np.std(list(values.values()), ddof=1)) if len(values) > 1 else None)
+        entry["cost"] = cost([r for r in own.values() if r["status"] == "finished"])
+        if entry["cost"] and base_cost:
+            entry["cost_ratio"] = {k: entry["cost"][k] / base_cost[k] for k in base_cost}
+        hellaswag = hellaswag_summary(own.values(), tokens)
+        if hellaswag:
+            entry["hellaswag"] = hellaswag
+        if variant != baseline:
+            add_comparison(entry, suite, own, base_runs, base_values, values, reference, goal)
+        else:
+            entry["verdict"], entry["why"] = "baseline", "the reference of every paired difference"
+        report["variants"][variant] = entry
+    return report
+
+
+def add_comparison(entry, suite, own, base_runs, base_values, values, reference, goal):
+    allowed = suite["allowed"]
+    confounds, pairing_problems = {}, []
+    for seed, run in own.items():
+        if run["config"] is None or reference is None:
+            continue
+        base_run = base_runs.get(seed) if base_runs.get(seed, {}).get("config") else reference
+        confounds.update(config_differences(run["config"], base_run["config"], allowed))
+        confounds.update(fact_differences(run, base_run, allowed))
+        if base_run is base_runs.get(seed):
+            pairing_problems += [f"seed {seed}: {p}" for p in pairing(run, base_run, allowed)]
+    seeds = [s for s in values if s in base_values]
+    diffs = [values[s] - base_values[s] for s in seeds]
+    stats_ = paired_statistics(diffs)
+    broken = [f"{name} {r['status']}" for name, r in
+              [(f"seed {s}", r) for s, r in own.items()] + [(f"baseline seed {s}", r) for s, r in base_runs.items()]
+              if r["status"] != "finished"]
+    incomplete = ", ".join(broken) + " (counted, not dropped)" if broken else ""
+    entry.update(paired_seeds=seeds, differences=diffs, diff_mean=stats_["mean"], diff_sd=stats_["sd"],
+                 ci95=stats_["ci"], p_value=stats_["p"], confounds={k: list(v) for k, v in confounds.items()},
+                 pairing=pairing_problems or ["holds: same data order and initial shared weights in every seed"])
+    entry["verdict"], entry["why"] = verdict(stats_, goal, confounds, incomplete)
+
+
+def hellaswag_summary(runs, tokens):
+    """Pooled HellaSwag accuracy of a variant's finished runs at the compared point, with a
+    Clopper-Pearson interval and whether chance (0.25) lies inside it."""
+    right, total = {"acc": 0, "acc_norm": 0}, 0
+    for run in runs:
+        at = [e for e in run["events"] if e["event"] == "hellaswag" and e["tokens"] == tokens]
+        if run.get("status") == "finished" and at:
+            total += at[-1]["n"]
+            for key in right:
+                right[key] += round(at[-1][key] * at[-1]["n"])
+    if not total:
+        return None
+    out = {"n": total}
+    for key, k in right.items():
+        ci = binomial_interval(k, total)
+        out[key] = dict(value=k / total, ci95=ci, chance_inside=ci[0] <= 0.25 <= ci[1])
+    return out
+
+
+# ----------------------------------------------------------------------------- the report
+
+def fmt(value, digits=4):
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def write_report(report, runs, out_dir):
+    """report.json, the PNG plots and report.md (which embeds them) in out_dir."""
+    os.makedirs(out_dir, exist_ok=True)
+    plots = make_plots(report, runs, out_dir)
+    with open(os.path.join(out_dir, "report.json"), "w") as f:
+        json.dump(report, f, indent=1, allow_nan=False, default=str)
+    with open(os.path.join(out_dir, "report.md"), "w") as f:
+        f.write(markdown(report, plots))
+    return os.path.join(out_dir, "report.md")
+
+
+def markdown(report, plots):
+    metric, tokens = report["metric"], report["compared_at_tokens"]
+    better = "lower" if report["goal"] == "lower" else "higher"
+    lines = [f"# Ablation report: {report['suite']}", "",
+             f"Deciding metric (declared before the runs): **{metric}** ({better} is better), compared at "
+             f"**{fmt(tokens)} tokens**, the largest token count at which every finished run was evaluated "
+             f"(final token counts: {fmt(min(filter(None, report['final_tokens'].values()), default=None))} to "
+             f"{fmt(max(filter(None, report['final_tokens'].values()), default=None))}).",
+             f"Paired differences are variant minus baseline (`{report['baseline']}`) on the same seed, with a "
+             f"Student-t 95% interval; the baseline's seed-to-seed standard deviation (the noise floor) is "
+             f"{fmt(report['noise_floor'])}. Keys allowed to differ: {', '.join(report['allowed']) or 'none'}"
+             + ("." if report["allowed_declared"] else " (no suite declared them: every config difference "
+                                                       "between these runs is treated as intended)."), "",
+             "| variant | verdict | seeds | mean | sd | diff vs baseline | 95% interval | p | tokens/s x | "
+             "step time x | peak mem x |", "|" + "---|" * 11]
+    for name, v in report["variants"].items():
+        ratio = v.get("cost_ratio", {})
+        ci = v.get("ci95")
+        lines.append(" | ".join([
+            f"| {name}", f"**{v['verdict']}**", str(v["n"]), fmt(v["mean"]), fmt(v["sd"]),
+            fmt(v.get("diff_mean")) if name != report["baseline"] else "-",
+            f"[{ci[0]:+.4g}, {ci[1]:+.4g}]" if ci else "-", fmt(v.get("p_value"), 3),
+            fmt(ratio.get("tokens_per_sec"), 3), fmt(ratio.get("step_time_ms"), 3),
+            fmt(ratio.get("peak_memory_mib"), 3)]) + " |")
+    lines += ["", "## Why each verdict", ""]
+    lines += [f"- **{name}**: {v['verdict']}: {v['why']}." for name, v in report["variants"].items()]
+    pairing = [f"- {name}: {'; '.join(v['pairing'])}" for name, v in report["variants"].items() if "pairing" in v]
+    if pairing:
+        lines += ["", "## Pairing (same seed = same data order and initial shared weights)", "", *pairing]
+    hellaswag = [(n, v["hellaswag"]) for n, v in report["variants"].items() if "hellaswag" in v]
+    if hellaswag:
+        lines += ["", "## HellaSwag at the compared point (pooled over seeds, Clopper-Pearson 95%)", "",
+                  "| variant | n | acc_norm | interval | chance (0.25) inside |", "|---|---|---|---|---|"]
+        lines += [f"| {n} | {h['n']} | {h['acc_norm']['value']:.4f} | [{h['acc_norm']['ci95'][0]:.4f}, "
+                  f"{h['acc_norm']['ci95'][1]:.4f}] | {'yes' if h['acc_norm']['chance_inside'] else 'no'} |"
+                  for n, h in hellaswag]
+    lines += ["", "## Runs", "", "| variant | seed | status | value at compared point | final tokens | out_dir |",
+              "|---|---|---|---|---|---|"]
+    for name, v in report["variants"].items():
+        for seed, r in v["runs"].items():
+            lines.append(f"| {name} | {seed.removeprefix('seed')} | {r['status']} | {fmt(r['value'])} | "
+                         f"{fmt(report['final_tokens'].get(f'{name}-{seed}'))} | {r['out_dir']} |")
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{title}]({file})" for title, file in plots]
+    return "\n".join(lines) + "\n"
+
+
+def make_plots(report, runs, out_dir):
+    """[(title, file)] of the PNGs written: loss against tokens with the seeds' band, the paired
+    differences (forest plot), and where the runs have them: syncs per forward against loss,
+    sparsity against perplexity, a heatmap over two swept numeric keys."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plots = []
+
+    def save(fig, file, title):
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, file), dpi=110)
+        plt.close(fig)
+        plots.append((title, file))
+
+    metric, variants = report["metric"], report["variants"]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name in variants:
+        curves = [metric_by_tokens(r, metric) for (v, _), r in runs.items() if v == name and r["status"] == "finished"]
+        if not curves:
+            continue
+        xs = sorted(set.intersection(*(set(c) for c in curves)))
+        ys = np.array([[c[x] for x in xs] for c in curves])
+        ax.plot(xs, ys.mean(axis=0), label=f"{name} ({len(curves)} seeds)")
+        ax.fill_between(xs, ys.min(axis=0), ys.max(axis=0), alpha=0.2)
+    if report["compared_at_tokens"]:
+        ax.axvline(report["compared_at_tokens"], color="gray", linestyle=":", label="compared here")
+    ax.set(xlabel="tokens", ylabel=metric, title=f"{metric} (mean, band = min..max over seeds)")
+    ax.legend(fontsize=8)
+    save(fig, "metric_vs_tokens.png", f"{metric} against tokens")
+
+    compared = [(n, v) for n, v in variants.items() if v.get("ci95") or v.get("diff_mean") is not None]
+    if compared:
+        fig, ax = plt.subplots(figsize=(7, 0.6 * len(compared) + 1.5))
+        for i, (name, v) in enumerate(compared):
+            ax.plot([v["diff_mean"]], [i], "o", color="black")
+            if v.get("ci95"):
+                ax.plot(v["ci95"], [i, i], "-", color="black")
+        ax.axvline(0, color="gray", linestyle=":")
+        if report["noise_floor"]:
+            ax.axvspan(-report["noise_floor"], report["noise_floor"], color="gray", alpha=0.15,
+                       label="baseline seed sd")
+            ax.legend(fontsize=8)
+        ax.set_yticks(range(len(compared)), [f"{n}: {v['verdict']}" for n, v in compared])
+        ax.set(xlabel=f"{metric}: variant - baseline (same seed), 95% interval", title="paired differences")
+        save(fig, "paired_differences.png", "paired differences (forest plot)")
+
+    final_eval = lambda r: next((e for e in reversed(r["events"]) if e["event"] == "eval"), None)
+    points = [(name, final_eval(r)) for (name, _), r in runs.items() if r["status"] == "finished"]
+    for field, file, xlabel, ylabel, title in (
+            ("syncs_forward", "syncs_vs_loss.png", "all-reduces per forward", "val_loss", "syncs against loss"),
+            ("sparsity", "sparsity_vs_ppl.png", "sparsity", "val_ppl", "sparsity against perplexity")):
+        have = [(n, e) for n, e in points if e and field in e]
+        if have:
+            fig, ax = plt.subplots(figsize=(6, 4))
+            for name in dict(have):
+                xs = [e[field] for n, e in have if n == name]
+                ax.plot(xs, [e[ylabel] for n, e in have if n == name], "o", label=name)
+            ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+            ax.legend(fontsize=7)
+            save(fig, file, title)
+
+    heat = heatmap_axes(report, runs)
+    if heat:
+        (kx, xs), (ky, ys), grid = heat
+        fig, ax = plt.subplots(figsize=(6, 4.5))
+        image = ax.imshow(grid, origin="lower", cmap="viridis_r" if report["goal"] == "lower" else "viridis")
+        ax.set_xticks(range(len(xs)), [fmt(x, 3) for x in xs])
+        ax.set_yticks(range(len(ys)), [fmt(y, 3) for y in ys])
+        for (i, j), value in np.ndenumerate(grid):
+            if not math.isnan(value):
+                ax.text(j, i, f"{value:.3f}", ha="center", va="center", color="white", fontsize=7)
+        fig.colorbar(image, label=f"{metric} (mean over seeds)")
+        ax.set(xlabel=kx, ylabel=ky, title=f"{metric} over {kx} x {ky}")
+        save(fig, "heatmap.png", f"{metric} over {kx} x {ky}")
+    return plots
+
+
+def heatmap_axes(report, runs):
+    """Over the suite's `heatmap` keys, or else when the variants differ in exactly two numeric keys
+    (e.g. learning rate x batch size): ((key, values), (key, values), grid of the variants' means)."""
+    configs = {}
+    for (name, _), r in runs.items():
+        if r["config"] is not None:
+            configs.setdefault(name, r["config"])
+    keys = [k for k in report["allowed"]
+            if len({json.dumps(c.get(k)) for c in configs.values()}) > 1
+            and all(isinstance(c.get(k), (int, float)) and not isinstance(c.get(k), bool) for c in configs.values())]
+    keys = report["heatmap"] or keys
+    if len(keys) != 2 or len(configs) < 4:
+        return None
+    kx, ky = keys
+    xs = sorted({c[kx] for c in configs.values()})
+    ys = sorted({c[ky] for c in configs.values()})
+    grid = np.full((len(ys), len(xs)), np.nan)
+    for name, c in configs.items():
+        mean = report["variants"][name]["mean"]
+        if mean is not None:
+            grid[ys.index(c[ky]), xs.index(c[kx])] = mean
+    return (kx, xs), (ky, ys), grid
+
+
+# ----------------------------------------------------------------------------- where runs come from
+
+def load_suite_dir(suite_dir):
+    """(suite, runs) of a directory written by sweep.py: suite.json names each run's variant and seed."""
+    with open(os.path.join(suite_dir, "suite.json")) as f:
+        declared = json.load(f)
+    suite = {k: declared.get(k) for k in ("name", "metric", "baseline", "allowed", "heatmap")}
+    suite["variants"], runs = {}, {}
+    for run_name, (variant, seed) in declared["runs"].items():
+        suite["variants"].setdefault(variant, []).append(seed)
+        runs[(variant, seed)] = runrecord.read_run(os.path.join(suite_dir, run_name))
+    return suite, runs
+
+
+def suite_from_run_dirs(dirs, metric, baseline="", allowed=None):
+    """(suite, runs) for run directories that no suite produced: runs whose configs agree but for
+    bookkeeping keys (seed, out_dir, ...) are one variant, named after their directories; the
+    baseline is `baseline` (a variant or a directory) or the first directory's variant. Without
+    `allowed`, every config difference counts as intended (the report says so)."""
+    check_metric(metric)
+    groups = {}
+    for d in dirs:
+        run = runrecord.read_run(d)
+        if run["config"] is None:
+            raise ValueError(f"{d} has no config.json: not a train.py run directory")
+        key = json.dumps({k: v for k, v in run["config"].items() if k not in BOOKKEEPING}, sort_keys=True)
+        groups.setdefault(key, []).append(run)
+    variants, runs = {}, {}
+    for group in groups.values():
+        stems = {re.sub(r"-seed\d+$", "", os.path.basename(os.path.normpath(r["out_dir"]))) for r in group}
+        name = stems.pop() if len(stems) == 1 else os.path.basename(os.path.normpath(group[0]["out_dir"]))
+        for run in group:
+            seed = run["config"]["seed"]
+            if (name, seed) in runs:
+                raise ValueError(f"{runs[(name, seed)]['out_dir']} and {run['out_dir']} are the same variant with "
+                                 f"the same seed: give one of them")
+            runs[(name, seed)] = run
+            variants.setdefault(name, []).append(seed)
+    by_dir = {os.path.normpath(r["out_dir"]): v for (v, _), r in runs.items()}
+    base = by_dir.get(os.path.normpath(baseline), baseline) or by_dir[os.path.normpath(dirs[0])]
+    if base not in variants:
+        raise ValueError(f"baseline={baseline!r} is neither a given directory nor one of the variants {list(variants)}")
+    declared = allowed is not None
+    if not declared:
+        ref = next(r for (v, _), r in runs.items() if v == base)["config"]
+        allowed = sorted({k for r in runs.values() for k in config_differences(r["config"], ref, ())})
+    suite = dict(name="runs " + ", ".join(variants), metric=metric, baseline=base, allowed=list(allowed),
+                 variants=variants, allowed_declared=declared)
+    return suite, runs
+
+
+def report_suite_dir(suite_dir, out_dir=None):
+    suite, runs = load_suite_dir(suite_dir)
+    return write_report(compare(suite, runs), runs, out_dir or suite_dir)

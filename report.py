@@ -1,0 +1,62 @@
+"""Rebuild an ablation report from run directories alone: report.md, report.json and plots.
+
+    python report.py out-suite-ra_shakespeare                # a suite directory (sweep.py wrote suite.json)
+    python report.py out-a out-b-seed1 out-b-seed2 --metric=val_loss --baseline=out-a --out=out-report
+
+A suite directory keeps the metric, baseline and allowed keys declared before its runs. Other run
+directories are grouped into variants by their configs (seed, out_dir and run names aside); the
+metric, the baseline and the keys allowed to differ are then given here (--allowed=k1,k2; without
+it every config difference between the runs is treated as intended, and the report says so).
+Measured confounds (data, evaluation windows, classes, dtype, device, versions) are checked either way.
+"""
+import os
+import sys
+
+import ablation
+import configurator
+
+OPTIONS = dict(
+    metric="val_loss",  # run directories only: one of ablation.METRICS (a suite keeps its declared metric)
+    baseline="",  # run directories only: a variant name or a directory ('' = the first directory's variant)
+    allowed="",  # run directories only: comma-separated keys allowed to differ ('' = every difference)
+    out="",  # where report.md goes ('' = the suite directory, or out-report for run directories)
+)
+
+
+def main(argv):
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__ + "\nOptions:\n" + "\n".join(f"  --{k}={v!r}" for k, v in OPTIONS.items()))
+        return None
+    options, dirs = dict(OPTIONS), []
+    for arg in argv:
+        if arg.startswith("--"):
+            key, sep, raw = arg[2:].partition("=")
+            if key not in OPTIONS or not sep:
+                raise configurator.ConfigError(f"{arg!r}: the options are {', '.join('--' + k + '=' for k in OPTIONS)}")
+            options[key] = str(raw)
+        else:
+            dirs.append(arg)
+    if not dirs:
+        raise configurator.ConfigError("give a suite directory or run directories (python report.py --help)")
+    missing = [d for d in dirs if not os.path.isdir(d)]
+    if missing:
+        raise configurator.ConfigError(f"{missing[0]} is not a directory")
+    if len(dirs) == 1 and os.path.exists(os.path.join(dirs[0], "suite.json")):
+        if any(options[k] != OPTIONS[k] for k in ("metric", "baseline", "allowed")):
+            raise configurator.ConfigError(f"{dirs[0]} is a suite: its metric, baseline and allowed keys were "
+                                           f"declared before its runs and cannot be changed here")
+        path = ablation.report_suite_dir(dirs[0], options["out"] or None)
+    else:
+        allowed = [k for k in options["allowed"].split(",") if k] if options["allowed"] else None
+        try:
+            suite, runs = ablation.suite_from_run_dirs(dirs, options["metric"], options["baseline"], allowed)
+        except ValueError as e:
+            raise configurator.ConfigError(str(e)) from None
+        path = ablation.write_report(ablation.compare(suite, runs), runs, options["out"] or "out-report")
+    print(open(path).read())
+    print(f"written: {path}", file=sys.stderr)
+    return path
+
+
+if __name__ == "__main__":
+    configurator.run_script(main)

@@ -1,0 +1,190 @@
+"""What a run directory records about itself, and how to read it back.
+
+`run_info.json`, written by train.py when a run starts (and extended on every resume), holds:
+- provenance: git commit (and `git_diff.patch` beside it when the tree was dirty), package
+  versions, device name, world size, and the one command that repeats the run;
+- measured facts that decide whether two runs may be compared: a fingerprint of the dataset
+  files, of the evaluation windows and of the first iterations' data order, a digest of every
+  initial weight, the model and optimizer classes, dtype, device type, torch and code versions.
+
+sweep.py and report.py (through ablation.py) read run directories with `read_run`, so a report
+can be rebuilt from the directories alone, whoever produced them.
+"""
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+PACKAGES = ("torch", "numpy", "triton", "tiktoken", "scipy", "matplotlib", "wandb")
+DATA_ORDER_ITERS = 3  # the data order fingerprint covers this many optimizer steps
+
+
+def digest(*chunks):
+    h = hashlib.sha256()
+    for chunk in chunks:
+        h.update(chunk if isinstance(chunk, bytes) else str(chunk).encode())
+    return h.hexdigest()[:16]
+
+
+def tensor_digest(t):
+    t = t.detach().cpu().contiguous()
+    return digest(str(t.dtype), str(tuple(t.shape)), t.view(-1).view(torch.uint8).numpy().tobytes())
+
+
+def weights_digests(state_dict):
+    """{name: [shape, digest]} of a model's weights: paired runs must start from equal shared weights."""
+    return {name: [list(t.shape), tensor_digest(t)] for name, t in state_dict.items()}
+
+
+def file_digest(path, edge_bytes=None):
+    """sha256 of a file; with edge_bytes, of its size and its first and last edge_bytes (a
+    multi-GB train split is fingerprinted in milliseconds)."""
+    h = hashlib.sha256()
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        if edge_bytes is None or size <= 2 * edge_bytes:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        else:
+            h.update(str(size).encode())
+            h.update(f.read(edge_bytes))
+            f.seek(size - edge_bytes)
+            h.update(f.read(edge_bytes))
+    return h.hexdigest()[:16]
+
+
+def dataset_fingerprint(data_dir):
+    """val.bin and meta.json in full, train.bin by size and edges: a re-prepared or different
+    dataset behind the same name changes it."""
+    parts = [file_digest(os.path.join(data_dir, "val.bin")),
+             file_digest(os.path.join(data_dir, "train.bin"), edge_bytes=1 << 20)]
+    meta = os.path.join(data_dir, "meta.json")
+    if os.path.exists(meta):
+        parts.append(file_digest(meta))
+    return digest(*parts)
+
+
+def git_state(repo_dir):
+    """(commit, diff against it) of the code, or (None, '') outside a git checkout."""
+    def git(*args):
+        return subprocess.run(["git", "-C", repo_dir, *args], capture_output=True, text=True, timeout=30)
+    try:
+        head = git("rev-parse", "HEAD")
+    except (OSError, subprocess.SubprocessError):
+        return None, ""
+    if head.returncode != 0:
+        return None, ""
+    return head.stdout.strip(), git("diff", "HEAD", "--binary").stdout
+
+
+def package_versions():
+    versions = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def device_name(device):
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def launch_command(argv):
+    """The command that started this process: torchrun's layout is read back from its environment."""
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    if "TORCHELASTIC_RUN_ID" not in os.environ and world == 1:
+        return shlex.join([os.path.basename(sys.executable), *argv])
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    layout = ["--standalone"] if per_node == world else [f"--nnodes={world // per_node}"]
+    return shlex.join(["torchrun", *layout, f"--nproc_per_node={per_node}", *argv])
+
+
+def provenance(repo_dir, argv, device, world_size):
+    commit, diff = git_state(repo_dir)
+    code_version = None if commit is None else commit + (f"+dirty-{digest(diff)}" if diff else "")
+    return dict(time=time.time(), commit=commit, code_version=code_version, dirty=bool(diff), diff=diff,
+                packages=package_versions(), device_name=device_name(device), world_size=world_size,
+                host=platform.node(), cwd=os.getcwd(), command=launch_command(argv))
+
+
+def repeat_command(repo_dir, out_dir, start):
+    """One shell line that checks the code out as it was and runs the same command again."""
+    if start["commit"] is None:
+        return f"cd {shlex.quote(start['cwd'])} && {start['command']}"
+    steps = [f"cd {shlex.quote(repo_dir)}", f"git checkout {start['commit']}"]
+    if start["dirty"]:
+        steps.append(f"git apply {shlex.quote(os.path.join(os.path.abspath(out_dir), 'git_diff.patch'))}")
+    return " && ".join([*steps, f"cd {shlex.quote(start['cwd'])}", start["command"]])
+
+
+def write_run_info(out_dir, repo_dir, start, facts, resumed):
+    """run_info.json: a fresh run writes its start and facts; a resumed run keeps the first start's
+    facts (its initial weights are long gone) and appends its own start, so a code change between
+    the two shows."""
+    path = os.path.join(out_dir, "run_info.json")
+    diff = start.pop("diff")
+    if resumed and os.path.exists(path):
+        with open(path) as f:
+            info = json.load(f)
+        info["resumes"].append(start)
+        info["code_versions"] = sorted({*info["code_versions"], start["code_version"] or "unknown"})
+    else:
+        if diff:
+            with open(os.path.join(out_dir, "git_diff.patch"), "w") as f:
+                f.write(diff)
+        info = dict(start=start, resumes=[], facts=facts, code_versions=[start["code_version"] or "unknown"],
+                    repeat=repeat_command(repo_dir, out_dir, start))
+    with open(path + ".tmp", "w") as f:
+        json.dump(info, f, indent=1)
+    os.replace(path + ".tmp", path)
+    return info
+
+
+def offsets_digest(batches):
+    return digest(*(np.asarray(b, dtype=np.int64).tobytes() for b in batches))
+
+
+def read_events(out_dir):
+    """The records of log.jsonl; a line that is not JSON (torn by a kill or a full disk) is
+    skipped, so a reader never fails on, or glues together, a partial record."""
+    path = os.path.join(out_dir, "log.jsonl")
+    if not os.path.exists(path):
+        return []
+    events = []
+    with open(path) as f:
+        for line in f:
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return events
+
+
+def read_run(out_dir):
+    """Everything a report needs from one run directory: its resolved config, run_info and events."""
+    def load(name):
+        path = os.path.join(out_dir, name)
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            return json.load(f)
+    return dict(out_dir=out_dir, config=load("config.json"), info=load("run_info.json"), events=read_events(out_dir))

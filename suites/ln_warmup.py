@@ -1,0 +1,12 @@
+# Pre- vs post-LayerNorm, with and without learning-rate warmup (seeds/004's template, Wikitext-2),
+# three paired seeds. Post-LN without warmup is the classic unstable corner: a diverged run is
+# reported as such, never dropped.
+# python sweep.py suites/ln_warmup.py
+# CPU twin: python data/shakespeare/prepare.py && python sweep.py suites/ln_warmup.py config/small_shakespeare.py
+base = ["../config/train_wikitext2.py"]
+variants = {"pre": {}, "post": {"ln_placement": "post"},
+            "pre_nowarmup": {"warmup_iters": 0}, "post_nowarmup": {"ln_placement": "post", "warmup_iters": 0}}
+baseline = "pre"
+seeds = [1, 2, 3]
+metric = "val_loss"
+allowed = ["ln_placement", "warmup_iters"]

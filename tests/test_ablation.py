@@ -1,0 +1,200 @@
+"""Ablation suites (sweep.py + ablation.py + report.py): statistics against hand computations,
+confounds refused and reported, A/A and positive-control verdicts, failed runs, rebuilt reports."""
+import json
+import math
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import ablation
+import configurator
+import report
+import runrecord
+import sweep
+from test_sweep import in_process, toy_args
+
+T_975_DF2 = 4.302652729911275  # Student t quantile 0.975 with 2 degrees of freedom (tables)
+
+
+def test_paired_statistics_match_a_hand_computation():
+    d = [0.1, 0.2, 0.3]  # mean 0.2, sd 0.1, standard error 0.1 / sqrt(3)
+    stats = ablation.paired_statistics(d)
+    se = 0.1 / math.sqrt(3)
+    assert stats["n"] == 3 and stats["mean"] == pytest.approx(0.2) and stats["sd"] == pytest.approx(0.1)
+    assert stats["ci"] == pytest.approx([0.2 - T_975_DF2 * se, 0.2 + T_975_DF2 * se])
+    # two-sided p of t = 0.2 / se = 2 sqrt(3) with 2 df: the t(2) tail is 1/2 - t / (2 sqrt(t^2 + 2))
+    t = 0.2 / se
+    assert stats["p"] == pytest.approx(2 * (0.5 - t / (2 * math.sqrt(t * t + 2))))
+    assert ablation.paired_statistics([0.0, 0.0, 0.0])["ci"] == [0.0, 0.0]  # bitwise-equal runs
+    assert ablation.paired_statistics([0.5])["ci"] is None  # one seed: no interval
+
+
+def test_clopper_pearson_interval_matches_its_closed_form():
+    # 0 of n: upper bound 1 - (alpha/2)^(1/n); n of n: lower bound (alpha/2)^(1/n)
+    assert ablation.binomial_interval(0, 10) == pytest.approx([0.0, 1 - 0.025 ** 0.1])
+    assert ablation.binomial_interval(10, 10) == pytest.approx([0.025 ** 0.1, 1.0])
+
+
+def test_verdicts():
+    s = lambda ci: dict(n=3, mean=sum(ci) / 2, ci=ci)
+    assert ablation.verdict(s([-0.3, -0.1]), "lower", {}, "")[0] == "better"
+    assert ablation.verdict(s([0.1, 0.3]), "lower", {}, "")[0] == "worse"
+    assert ablation.verdict(s([0.1, 0.3]), "higher", {}, "")[0] == "better"
+    word, why = ablation.verdict(s([-0.02, 0.05]), "lower", {}, "")
+    assert word == "no detectable difference" and "±0.05" in why
+    assert ablation.verdict(dict(n=1, mean=0.1, ci=None), "lower", {}, "")[0] == "one seed"
+    assert ablation.verdict(s([0.1, 0.3]), "lower", {}, "seed 2 failed")[0] == "incomplete"
+    word, why = ablation.verdict(s([0.1, 0.3]), "lower", {"batch_size": (8, 4)}, "")
+    assert word == "not comparable" and "batch_size = 8 vs baseline 4" in why
+
+
+def write_suite(tmp_path, variants, allowed, seeds=(1, 2, 3), name="suite_toy"):
+    path = tmp_path / f"{name}.py"
+    path.write_text(f"variants = {variants!r}\nbaseline = 'base'\nseeds = {list(seeds)!r}\n"
+                    f"metric = 'val_loss'\nallowed = {allowed!r}\nsuite_dir = {str(tmp_path / ('out-' + name))!r}\n")
+    return str(path), str(tmp_path / f"out-{name}")
+
+
+LR = {"learning_rate": 3e-3, "min_lr": 3e-4}  # 16 steps at 3e-3: a 10x lower rate is clearly worse
+
+
+def suite_args(data_dir, path):
+    """A suite file and the shared toy settings; the variants set the learning rates."""
+    return [path, *(a for a in toy_args(data_dir, "--max_iters=16", "--lr_decay_iters=16", "--eval_interval=8")
+                    if not a.startswith("--min_lr="))]
+
+
+def test_aa_suite_and_positive_control(data_dir, tmp_path):
+    """gpt against ra with ra_pattern='none' (the same model: no detectable difference) and a
+    learning rate 10x too low (worse), three paired seeds each."""
+    variants = {"base": {"model_type": "ra", **LR}, "same": {"model_type": "gpt", **LR},
+                "lr_low": {"model_type": "ra", "learning_rate": 3e-4, "min_lr": 3e-5}}
+    path, suite_dir = write_suite(tmp_path, variants, ["model_type", "learning_rate", "min_lr"])
+    calls = []
+    sweep.main(suite_args(data_dir, path), launch=in_process(calls))
+    assert len(calls) == 9
+    result = json.load(open(os.path.join(suite_dir, "report.json")))
+    # iterations x batch x block x accumulation: every run's last evaluation
+    assert result["compared_at_tokens"] == 16 * 12 * 16 * 2 and result["metric"] == "val_loss"
+    same, low = result["variants"]["same"], result["variants"]["lr_low"]
+    assert same["verdict"] == "no detectable difference", same
+    assert low["verdict"] == "worse" and low["ci95"][0] > 0, low
+    for entry in (same, low):
+        assert entry["n"] == 3 and entry["paired_seeds"] == [1, 2, 3] and not entry["confounds"]
+        assert entry["pairing"][0].startswith("holds")
+    # the paired difference is exactly the per-seed gap of the logged final evaluations
+    evals = lambda run: [e for e in runrecord.read_events(os.path.join(suite_dir, run)) if e["event"] == "eval"]
+    gaps = [evals(f"lr_low-seed{s}")[-1]["val_loss"] - evals(f"base-seed{s}")[-1]["val_loss"] for s in (1, 2, 3)]
+    assert low["differences"] == pytest.approx(gaps) and low["diff_mean"] == pytest.approx(np.mean(gaps))
+    md = open(os.path.join(suite_dir, "report.md")).read()
+    assert "| lr_low | **worse** | 3 |" in md and "compared at **6144 tokens**" in md
+    for png in ("metric_vs_tokens.png", "paired_differences.png"):
+        assert os.path.getsize(os.path.join(suite_dir, png)) > 1000
+    # the runs share a W&B group; each run directory can repeat itself
+    cfg = json.load(open(os.path.join(suite_dir, "same-seed2", "config.json")))
+    assert cfg["wandb_group"] == "suite_toy" and cfg["seed"] == 2
+    info = json.load(open(os.path.join(suite_dir, "same-seed2", "run_info.json")))
+    assert "train.py" in info["start"]["command"] and info["repeat"].endswith(info["start"]["command"])
+    assert info["facts"]["model_class"] == "GPT" and info["start"]["packages"]["torch"]
+
+    # Rebuilt from disk alone: the same numbers.
+    for name in ("report.md", "report.json"):
+        os.remove(os.path.join(suite_dir, name))
+    report.main([suite_dir])
+    assert json.load(open(os.path.join(suite_dir, "report.json"))) == result
+    with pytest.raises(configurator.ConfigError, match="declared before its runs"):
+        report.main([suite_dir, "--metric=train_loss"])
+    # ... and from run directories that no suite produced
+    dirs = [os.path.join(suite_dir, f"{v}-seed{s}") for v in ("base", "lr_low") for s in (1, 2, 3)]
+    report.main([*dirs, f"--out={tmp_path / 'adhoc'}"])
+    adhoc = json.load(open(tmp_path / "adhoc" / "report.json"))
+    assert adhoc["baseline"] == "base" and adhoc["variants"]["lr_low"]["verdict"] == "worse"
+    assert adhoc["variants"]["lr_low"]["ci95"] == pytest.approx(low["ci95"])
+    assert not adhoc["allowed_declared"] and adhoc["allowed"] == ["learning_rate", "min_lr"]
+    # The metric is frozen by the first run.
+    text = open(path).read().replace("metric = 'val_loss'", "metric = 'train_loss'")
+    open(path, "w").write(text)
+    with pytest.raises(configurator.ConfigError, match="declared metric='val_loss' before its runs"):
+        sweep.main(suite_args(data_dir, path), launch=in_process(calls))
+
+
+def test_hidden_confounds_are_refused_and_reported(data_dir, tmp_path):
+    """A variant whose config file silently changes the batch size is refused before any run; run
+    anyway, it is reported as not comparable with both values. A dataset re-prepared under the same
+    name between runs is caught from the measured fingerprint."""
+    sneaky = tmp_path / "train_sneaky.py"
+    sneaky.write_text("learning_rate = 1e-3\nbatch_size = 2\n")  # declared: learning_rate only
+    variants = {"base": LR, "sneaky": {"config": str(sneaky), "min_lr": 3e-4}}
+    path, suite_dir = write_suite(tmp_path, variants, ["learning_rate"], seeds=(1, 2))
+    calls = []
+    with pytest.raises(configurator.ConfigError, match="sneaky: batch_size = 2 vs baseline 12"):
+        sweep.main(suite_args(data_dir, path), launch=in_process(calls))
+    assert calls == [] and not os.path.exists(suite_dir)
+    sweep.main([*suite_args(data_dir, path), "--allow_confounds=True"], launch=in_process(calls))
+    entry = json.load(open(os.path.join(suite_dir, "report.json")))["variants"]["sneaky"]
+    assert entry["verdict"] == "not comparable" and entry["confounds"]["batch_size"] == [2, 12]
+    assert "batch_size = 2 vs baseline 12" in open(os.path.join(suite_dir, "report.md")).read()
+
+    # Another dataset behind the same data_dir: only the measured facts can tell.
+    data = tmp_path / "data"
+    shutil.copytree(data_dir, data)
+    variants = {"base": LR, "later": dict(LR, learning_rate=1e-3)}
+    path, suite_dir = write_suite(tmp_path, variants, ["learning_rate"], seeds=(1,), name="suite_data")
+    args = [a.replace(f"--data_dir={data_dir}", f"--data_dir={data}") for a in suite_args(data_dir, path)]
+    order = []
+
+    def launch(argv, gpu, log_path):
+        if "later-seed1" in argv[-3] + argv[-2]:  # re-prepare the data before the variant runs
+            tokens = np.fromfile(data / "val.bin", dtype=np.uint16)
+            np.roll(tokens, 7).tofile(data / "val.bin")
+        return in_process(order)(argv, gpu, log_path)
+    sweep.main(args, launch=launch)
+    entry = json.load(open(os.path.join(suite_dir, "report.json")))["variants"]["later"]
+    assert entry["verdict"] == "not comparable" and set(entry["confounds"]) == {"dataset_fingerprint", "eval_windows"}
+
+
+def test_a_failed_run_is_shown_and_makes_the_verdict_incomplete(data_dir, tmp_path):
+    variants = {"base": LR, "other": dict(LR, learning_rate=1e-3)}
+    path, suite_dir = write_suite(tmp_path, variants, ["learning_rate"], seeds=(1, 2))
+    calls = []
+    with pytest.raises(RuntimeError, match="1 runs failed: other-seed2"):
+        sweep.main(suite_args(data_dir, path), launch=in_process(calls, fail=("other-seed2",)))
+    entry = json.load(open(os.path.join(suite_dir, "report.json")))["variants"]["other"]
+    assert entry["runs"]["seed2"]["status"] == "failed" and entry["verdict"] == "incomplete"
+    assert "seed 2 failed" in entry["why"] and entry["n"] == 1
+    assert "| other | 2 | failed |" in open(os.path.join(suite_dir, "report.md")).read()
+
+
+def test_pairing_check_names_weights_that_start_differently():
+    facts = lambda order, w: dict(info=dict(facts=dict(data_order=order, init_weights=w)))
+    base = facts("a", {"wte": [[4, 2], "x"], "h.0": [[2, 2], "y"], "extra": [[1], "z"]})
+    assert ablation.pairing(facts("a", {"wte": [[4, 2], "x"], "h.0": [[2, 2], "y"]}), base, []) == []
+    problems = ablation.pairing(facts("b", {"wte": [[4, 2], "x"], "h.0": [[2, 2], "q"]}), base, [])
+    assert problems == ["different data order", "1 of 2 shared weight tensors start from other values (e.g. h.0)"]
+
+
+def test_suite_declaration_errors_are_one_line(tmp_path):
+    bad = tmp_path / "suite_bad.py"
+    bad.write_text("variants = {'a': {}}\nbaseline = 'b'\nseeds = [1]\nmetric = 'val_loss'\nallowed = []\n")
+    with pytest.raises(configurator.ConfigError, match="baseline='b' is not one of the variants"):
+        sweep.main([str(bad), "--dry_run=True"])
+    bad.write_text("variants = {'a': {}}\nbaseline = 'a'\nseeds = [1]\nmetric = 'accuracy'\nallowed = []\n")
+    with pytest.raises(configurator.ConfigError, match="metric='accuracy'"):
+        sweep.main([str(bad), "--dry_run=True"])
+
+
+SUITES = sorted(os.path.join(sweep.REPO_DIR, "suites", f) for f in os.listdir(os.path.join(sweep.REPO_DIR, "suites")))
+OVERLAID = ("pruning", "ln_warmup", "attn_impl", "lr_batch", "optimizers")  # CPU twins through the overlay
+
+
+@pytest.mark.parametrize("path", SUITES, ids=os.path.basename)
+def test_every_shipped_suite_plans_without_confounds(path):
+    """Each suite (and its CPU twin) resolves every run's config and passes the confound check."""
+    overlay = [os.path.join(sweep.REPO_DIR, "config", "small_shakespeare.py")] \
+        if os.path.basename(path)[:-3] in OVERLAID else []
+    for extra in ([[]] + [overlay] if overlay else [[]]):
+        runs = sweep.main([path, *extra, "--dry_run=True"])
+        seeds = {p["seed"] for _, p, _ in runs}
+        assert len(seeds) >= 3 and len(runs) == len({p["variant"] for _, p, _ in runs}) * len(seeds)

@@ -1,0 +1,110 @@
+"""Every documented entry point run the way a user runs it: `--help`, and the evaluators on one
+process and under torchrun on 2 gloo ranks (the documented commands that once crashed)."""
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import configurator
+import tokendata
+from model import GPT, GPTConfig, model_config_fields
+from test_hellaswag import FIXTURE, write_jsonl
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Scripts whose keys are a DEFAULTS dict read by configurator.py, and scripts that use argparse.
+CONFIG_SCRIPTS = ("train", "sample", "eval", "hellaswag", "sweep")
+ARGPARSE_SCRIPTS = ("bench", "bench_comm", "test_all_architectures", "kernels.bench_ra",
+                    "data.shakespeare.prepare", "data.openwebtext.prepare", "data.finewebedu.prepare",
+                    "data.wikitext2.prepare")
+
+
+@pytest.mark.parametrize("name", CONFIG_SCRIPTS)
+def test_config_scripts_answer_help_with_keys_defaults_and_meanings(name, monkeypatch, capsys):
+    module = importlib.import_module(name)
+    monkeypatch.setattr(sys, "argv", [f"{name}.py", "--help"])
+    with pytest.raises(SystemExit) as done:
+        configurator.run_script(module.main)
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(module.__doc__.strip().split("\n")[0])
+    defaults = module.OPTIONS if name == "sweep" else getattr(module, "DEFAULTS", None)
+    if defaults is None:  # train.py's keys are runtime.DEFAULTS
+        defaults = importlib.import_module("runtime").DEFAULTS
+    for key, value in defaults.items():
+        assert f"--{key}={value!r}" in out, key
+    if name in ("train", "eval", "hellaswag", "sample"):
+        assert "'bfloat16', 'float16', 'float32'" in out  # the comment beside dtype
+    if name == "train":
+        assert "micro-steps per optimizer step, summed over all processes" in out
+        assert "\n  # reciprocal attention and MLA" in out  # comment lines become headings
+
+
+@pytest.mark.parametrize("name", ARGPARSE_SCRIPTS)
+def test_argparse_scripts_answer_help(name, monkeypatch, capsys):
+    module = importlib.import_module(name)
+    monkeypatch.setattr(sys, "argv", [name, "--help"])
+    with pytest.raises(SystemExit) as done:
+        module.main() if name in ("bench_comm", "kernels.bench_ra") else module.main(["--help"])
+    assert done.value.code == 0
+    assert "usage:" in capsys.readouterr().out
+
+
+def test_train_help_as_a_command():
+    proc = subprocess.run([sys.executable, "train.py", "--help"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "--tokens_per_iter=0" in proc.stdout and proc.stderr == ""
+
+
+# ----------------------------------------------------------------------------- evaluators on 2 ranks
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A tiny GPT-2-vocabulary checkpoint as train.py writes it, a val.bin and a HellaSwag file."""
+    d = tmp_path_factory.mktemp("run")
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(block_size=32, vocab_size=50304, n_layer=2, n_head=2, n_embd=16))
+    with torch.no_grad():
+        model.transformer.wte.weight.mul_(25)  # spread the logits: no near ties between endings
+    config = {k: getattr(model.config, k) for k in model_config_fields()}
+    config.update(model_type="gpt", dataset="fixture")
+    torch.save(dict(model=model.state_dict(), config=config), d / "ckpt.pt")
+    tokendata.write_split(str(d / "val.bin"), [np.random.default_rng(0).integers(0, 50257, size=300)])
+    write_jsonl(d / "hellaswag_val.jsonl", FIXTURE)
+    return d
+
+
+def torchrun(script, args, tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           script, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc
+
+
+def test_hellaswag_under_torchrun_equals_one_process(run_dir, tmp_path):
+    import hellaswag
+    args = [f"--out_dir={run_dir}", f"--input={run_dir}/hellaswag_val.jsonl", "--device=cpu", "--dtype=float32",
+            "--batch_size=1"]
+    alone = hellaswag.main(args)
+    proc = torchrun(os.path.join(REPO, "hellaswag.py"), [*args, f"--out_json={tmp_path}/h.json"], tmp_path)
+    result = json.loads((tmp_path / "h.json").read_text())
+    assert {k: result[k] for k in alone} == alone and alone["n"] == len(FIXTURE)
+    assert proc.stdout.count("HellaSwag acc") == 1  # the master reports, once
+
+
+def test_eval_under_torchrun_equals_one_process(run_dir, tmp_path):
+    eval_script = importlib.import_module("eval")
+    args = [f"--out_dir={run_dir}", f"--data_dir={run_dir}", "--device=cpu", "--dtype=float32", "--batch_size=2"]
+    alone = eval_script.main(args)
+    proc = torchrun(os.path.join(REPO, "eval.py"), [*args, f"--out_json={tmp_path}/e.json"], tmp_path)
+    result = json.loads((tmp_path / "e.json").read_text())
+    assert result["windows"] == alone["windows"] == 9 and result["tokens"] == alone["tokens"]
+    assert result["loss"] == pytest.approx(alone["loss"], rel=1e-6, abs=0)  # per-row rounding only
+    assert proc.stdout.count("perplexity") == 1
