@@ -3,7 +3,6 @@
 Module names follow GPT-2's checkpoint (transformer.wte, h.N.attn.c_attn, ln_f, ...), so Hugging
 Face weights map onto this model one to one (see `GPT.from_pretrained`).
 """
-import inspect
 import json
 import math
 import os
@@ -43,6 +42,8 @@ class GPTConfig:
 
 
 LN_PLACEMENTS = ("pre", "post")
+# optimizer_impl -> the torch optimizer's keyword arguments
+OPTIMIZER_IMPLS = {"fused": dict(fused=True), "foreach": dict(foreach=True), "for_loop": dict(foreach=False), "": {}}
 
 
 def check_model_config(cfg):
@@ -265,19 +266,21 @@ class GPT(nn.Module):
         ]
 
     def configure_optimizers(self, optimizer, learning_rate, weight_decay, betas=(0.9, 0.95),
-                             momentum=0.9, nesterov=False, device_type="cpu"):
+                             momentum=0.9, nesterov=False, impl="fused"):
         """The built-in torch optimizers over `param_groups` (optim.py adds AdamW-SPAM on the same
-        groups)."""
+        groups). impl: 'fused' (one kernel for all parameters; CUDA and CPU), 'foreach' (a few
+        multi-tensor ops), 'for_loop' (one parameter at a time), '' (torch's default: foreach on
+        CUDA, the for-loop on CPU)."""
         groups = self.param_groups(weight_decay)
+        impl = OPTIMIZER_IMPLS[impl]
         if optimizer == "adamw":
-            fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
-            return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused or None)
+            return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **impl)
         if optimizer == "adam":
             # Adam's weight_decay is the classic L2 term added to the gradient (coupled), which is
             # exactly what separates it from AdamW in an optimizer comparison.
-            return torch.optim.Adam(groups, lr=learning_rate, betas=betas)
+            return torch.optim.Adam(groups, lr=learning_rate, betas=betas, **impl)
         if optimizer == "sgd":
-            return torch.optim.SGD(groups, lr=learning_rate, momentum=momentum, nesterov=nesterov)
+            return torch.optim.SGD(groups, lr=learning_rate, momentum=momentum, nesterov=nesterov, **impl)
         raise ValueError(f"optimizer={optimizer!r}: use one of 'adamw', 'adam', 'sgd'")
 
     def flops_per_token(self):
@@ -286,10 +289,11 @@ class GPT(nn.Module):
         cfg = self.config
         return 6 * self.get_num_params() + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
 
-    def estimate_mfu(self, tokens_per_second_per_device, device):
-        """Model FLOPs utilization against the device's dense bf16 peak; None when the peak is
-        unknown (CPUs, unlisted GPUs) rather than a misleading number."""
-        peak = peak_flops(device)
+    def estimate_mfu(self, tokens_per_second_per_device, device, peak=None):
+        """Model FLOPs utilization against `peak` FLOP/s (a measured one: runtime.matmul_peak_flops),
+        by default the device's data-sheet dense bf16 peak; None when no peak is known (CPUs,
+        unlisted GPUs) rather than a misleading number."""
+        peak = peak or peak_flops(device)
         if peak is None:
             return None
         return self.flops_per_token() * tokens_per_second_per_device / peak
@@ -312,7 +316,7 @@ class GPT(nn.Module):
         """Load a Hugging Face GPT-2 checkpoint from a local directory, without network access.
 
         The directory holds config.json and model.safetensors (or pytorch_model.bin), as written by
-        `GPT2LMHeadModel.save_pretrained`. `overrides` may set dropout, attn_impl or the recomputation keys.
+        `GPT2LMHeadModel.save_pretrained`. `overrides` may set dropout, attn_impl, the recomputation keys or head_loss.
         """
         with open(os.path.join(path, "config.json")) as f:
             hf = json.load(f)

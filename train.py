@@ -28,8 +28,9 @@ import optim
 import runrecord
 import tokendata
 from model import GPTConfig, model_config_fields
-from runtime import (DEFAULTS, build_model, data_dir_of, decay_iters, exit_distributed, get_batch, last_iter,
-                     load_checkpoint, parallel_layout, precision, setup_distributed, validate)
+from runtime import (DEFAULTS, build_model, data_dir_of, decay_iters, exit_distributed, get_batch, keep_freed_memory,
+                     last_iter, load_checkpoint, matmul_peak_flops, parallel_layout, precision, setup_distributed,
+                     validate)
 
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 EVAL_SEED = 20240229  # fixed: the evaluation windows never depend on the run's seed
@@ -336,6 +337,8 @@ def run(cfg, env, command=("train.py",)):
     """Train with a validated cfg (main calls validate) on the ranks of env (setup_distributed)."""
     device = env["device"]
     dtype, autocast = precision(cfg["dtype"], device)
+    if device == "cpu":
+        keep_freed_memory()  # no mmap/page-fault/munmap of every activation in every step
     data_dir, counts = check_data(cfg)
     checkpoint = load_checkpoint(cfg) if cfg["init_from"] == "resume" else None
     resumed = checkpoint is not None
@@ -347,7 +350,7 @@ def run(cfg, env, command=("train.py",)):
         cfg.update({k: getattr(model.config, k) for k in model_config_fields(GPTConfig)})
     raw_model = model
     act_norms = ActivationNorms(raw_model, cfg["log_act_norm_layers"])
-    optimizer = optim.build_optimizer(raw_model, cfg, device_type=device.split(":")[0])
+    optimizer = optim.build_optimizer(raw_model, cfg)
     pruner = optim.Pruner(raw_model, optimizer, cfg, last_iter(cfg)) if cfg["pruning"] != "none" else None
     scaler = torch.amp.GradScaler(device.split(":")[0], enabled=dtype == "float16")
 
@@ -382,8 +385,12 @@ def run(cfg, env, command=("train.py",)):
         start = runrecord.provenance(REPO_DIR, list(command), device, env["world_size"])
         runrecord.write_run_info(cfg["out_dir"], REPO_DIR, start, facts, resumed)
     checklist = startup_checklist(cfg, env, raw_model, counts, data_dir, dtype, tokens_per_iter, grad_accum_local)
+    # MFU on a CPU is against the matmul peak measured here, for this dtype (a GPU's: its data sheet)
+    measured_peak = matmul_peak_flops(device, dtype) if device == "cpu" else None
     checklist.update(data_parallel_replicas=env["dp_size"], **model_report,
-                     act_rms_after_layers=", ".join(map(str, act_norms.layers)))
+                     act_rms_after_layers=", ".join(map(str, act_norms.layers)),
+                     mfu_against=f"measured {dtype} matmul peak {measured_peak / 1e9:.0f} GFLOP/s" if measured_peak
+                     else "data-sheet bf16 peak")
     log.event("checklist", "\n".join(f"{k:>26}: {v}" for k, v in checklist.items()), **checklist)
     log.say(f"tokens per iteration = batch_size {cfg['batch_size']} x block_size {cfg['block_size']} x "
             f"gradient_accumulation_steps {cfg['gradient_accumulation_steps']} "
@@ -477,7 +484,7 @@ def run(cfg, env, command=("train.py",)):
         if iter_num % cfg["log_interval"] == 0:
             step_time = window["time"] / window["iters"]
             tokens_per_sec = tokens_per_iter / step_time
-            mfu = raw_model.estimate_mfu(tokens_per_sec / env["world_size"], device)
+            mfu = raw_model.estimate_mfu(tokens_per_sec / env["world_size"], device, peak=measured_peak)
             record = dict(iter=iter_num, tokens=tokens_seen, loss=train_loss, lr=lr, grad_norm=grad_norm,
                           **act_norms.read(), step_time_ms=1000 * step_time, tokens_per_sec=tokens_per_sec,
                           mfu=mfu, peak_memory_mib=peak_memory_mib(device), tokens_per_iter=tokens_per_iter)

@@ -67,7 +67,7 @@ def train_tiny(cfg, steps, check, tie_weights=True):
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=32, bias=False,
                           tie_weights=tie_weights))
-    optimizer = optim.build_optimizer(model, dict(cfg, learning_rate=1e-2, weight_decay=0.1), "cpu")
+    optimizer = optim.build_optimizer(model, dict(cfg, learning_rate=1e-2, weight_decay=0.1))
     pruner = optim.Pruner(model, optimizer, cfg, cfg["max_iters"])
     for step in range(1, steps + 1):
         x = torch.randint(0, 32, (4, 8))
