@@ -1,6 +1,6 @@
 """The chunked linear + cross-entropy head against the plain one: the same loss and the same
 gradient for every parameter (fp32, tight tolerance), tied and untied, with ignored targets and
-under gradient accumulation; errors for implementations that cannot run here."""
+under gradient accumulation, and compiled; errors for implementations that cannot run here."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -42,8 +42,8 @@ def test_function_matches_plain_cross_entropy(small_chunks):
 def pair(**overrides):
     """The same weights with the chunked and with the full head."""
     torch.manual_seed(0)
-    full = GPT(GPTConfig(**TINY, head_loss="full", **overrides))
-    chunked = GPT(GPTConfig(**TINY, head_loss="chunked", **overrides))
+    full = GPT(GPTConfig(**{**TINY, **overrides}, head_loss="full"))
+    chunked = GPT(GPTConfig(**{**TINY, **overrides}, head_loss="chunked"))
     chunked.load_state_dict(full.state_dict())
     return full, chunked
 
@@ -102,3 +102,21 @@ def test_unknown_and_unavailable_implementations_fail_at_config():
         GPTConfig(**TINY, head_loss="fused")
     with pytest.raises(ValueError, match="CUDA only|pip install"):
         lce.check_head_loss("liger", "cpu")
+
+
+def test_compiles_into_one_graph_with_the_same_loss_and_gradients(monkeypatch):
+    """torch.compile traces the chunk loop (fullgraph: no fallback to eager at the head)."""
+    monkeypatch.setattr(lce, "CHUNK_LOGITS", 20 * TINY["vocab_size"])  # 32 tokens: two chunks, one shorter
+    _, chunked = pair(n_layer=1)
+    idx = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(4))
+    targets = idx.clone()
+    targets[0, :3] = -1
+    _, eager_loss = chunked(idx, targets)
+    eager_loss.backward()
+    eager_grads = {name: p.grad.clone() for name, p in chunked.named_parameters()}
+    chunked.zero_grad(set_to_none=True)
+    _, loss = torch.compile(chunked, fullgraph=True)(idx, targets)
+    loss.backward()
+    torch.testing.assert_close(loss, eager_loss, rtol=1e-6, atol=1e-6)
+    for name, p in chunked.named_parameters():
+        torch.testing.assert_close(p.grad, eager_grads[name], rtol=1e-5, atol=1e-6, msg=name)
