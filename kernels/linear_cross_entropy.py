@@ -65,12 +65,15 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
     def forward(ctx, x, weight, targets, ignore_index):
         chunk = max(1, CHUNK_LOGITS // weight.size(0))
         accum_dtype = torch.promote_types(weight.dtype, torch.float32)  # of the loss and grad_weight
+        grad_dtype = weight.dtype
         valid = targets != ignore_index
         scale = 1.0 / valid.sum().to(accum_dtype)  # the mean over valid targets (0/0 = nan when none, as F.cross_entropy)
         safe_targets = targets.masked_fill(~valid, 0)  # any class: its row's gradient is zeroed below
         chunk_losses = []
         grad_x = torch.empty_like(x)
         grad_weight = torch.zeros_like(weight, dtype=accum_dtype)
+        if torch.is_autocast_enabled(x.device.type):  # cast once, not in every chunk's two matmuls
+            weight = weight.to(torch.get_autocast_dtype(x.device.type))
         for start in range(0, x.size(0), chunk):
             rows = slice(start, start + chunk)
             logits = x[rows] @ weight.t()  # (chunk, V), bf16 under autocast; the loss in fp32 (at least) as the plain head's
@@ -85,7 +88,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
             grad_logits = grad_logits.mul_(valid[rows, None] * scale).to(matmul_dtype)  # as the plain backward casts it
             grad_x[rows] = grad_logits @ weight
             grad_weight += grad_logits.t() @ x[rows]
-        ctx.save_for_backward(grad_x, grad_weight.to(weight.dtype))
+        ctx.save_for_backward(grad_x, grad_weight.to(grad_dtype))
         return torch.stack(chunk_losses).sum() * scale
 
     @staticmethod
