@@ -203,6 +203,8 @@ def compare(suite, runs):
                   noise_floor=float(np.std(list(base_values.values()), ddof=1)) if len(base_values) > 1 else None,
                   variants={})
     base_cost = cost([r for r in base_runs.values() if r["status"] == "finished"])
+    # HellaSwag runs at its own interval: its own largest common token count
+    report["hellaswag_tokens"] = common_tokens(finished, "hellaswag_acc_norm")
     for variant, seeds in suite["variants"].items():
         own = {s: runs[(variant, s)] for s in seeds}
         values = {s: value(r) for s, r in own.items() if value(r) is not None}
@@ -213,7 +215,7 @@ def compare(suite, runs):
         entry["cost"] = cost([r for r in own.values() if r["status"] == "finished"])
         if entry["cost"] and base_cost:
             entry["cost_ratio"] = {k: entry["cost"][k] / base_cost[k] for k in base_cost}
-        hellaswag = hellaswag_summary(own.values(), tokens)
+        hellaswag = hellaswag_summary(own.values(), report["hellaswag_tokens"])
         if hellaswag:
             entry["hellaswag"] = hellaswag
         if variant != baseline:
@@ -249,8 +251,8 @@ def add_comparison(entry, suite, own, base_runs, base_values, values, reference,
 
 
 def hellaswag_summary(runs, tokens):
-    """Pooled HellaSwag accuracy of a variant's finished runs at the compared point, with a
-    Clopper-Pearson interval and whether chance (0.25) lies inside it."""
+    """Pooled HellaSwag accuracy of a variant's finished runs at `tokens`, with a Clopper-Pearson
+    interval and whether chance (0.25) lies inside it."""
     right, total = {"acc": 0, "acc_norm": 0}, 0
     for run in runs:
         at = [e for e in run["events"] if e["event"] == "hellaswag" and e["tokens"] == tokens]
@@ -319,7 +321,8 @@ def markdown(report, plots):
         lines += ["", "## Pairing (same seed = same data order and initial shared weights)", "", *pairing]
     hellaswag = [(n, v["hellaswag"]) for n, v in report["variants"].items() if "hellaswag" in v]
     if hellaswag:
-        lines += ["", "## HellaSwag at the compared point (pooled over seeds, Clopper-Pearson 95%)", "",
+        lines += ["", f"## HellaSwag at {fmt(report['hellaswag_tokens'])} tokens, the largest count every finished "
+                  f"run evaluated it at (pooled over seeds, Clopper-Pearson 95%)", "",
                   "| variant | n | acc_norm | interval | chance (0.25) inside |", "|---|---|---|---|---|"]
         lines += [f"| {n} | {h['n']} | {h['acc_norm']['value']:.4f} | [{h['acc_norm']['ci95'][0]:.4f}, "
                   f"{h['acc_norm']['ci95'][1]:.4f}] | {'yes' if h['acc_norm']['chance_inside'] else 'no'} |"

@@ -112,7 +112,7 @@ def check_type(key, value, default, source):
 def help_text(doc, defaults):
     """The script's docstring, then one line per key: `--key=default  meaning`, the meaning being
     the comment beside the key where DEFAULTS is written (comment lines between keys are headings)."""
-    lines = [(doc or "").strip(), "", "keys (set by config files or --key=value; later arguments win):"]
+    lines = [(doc or "").strip(), "", "keys (--key=default, then its meaning):"]
     width = max(len(f"--{k}={v!r}") for k, v in defaults.items())
     for key, comment in documented_keys(defaults):
         if key is None:

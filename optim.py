@@ -3,8 +3,8 @@
     python train.py config/train_gpt2_adamwspam_magnitude50.py
     python train.py config/train_gpt2_adamwprune_bitter7_50.py
 
-train.py calls `validate` at start-up, `build_optimizer` for every `optimizer` key, and, when
-`pruning` is not 'none', a `Pruner` around the optimizer step:
+runtime.validate calls `validate` at start-up; train.py calls `build_optimizer` for every
+`optimizer` key and, when `pruning` is not 'none', a `Pruner` around the optimizer step:
 
     pruner.mask_grads()            after backward, before clipping: masked weights get no gradient
     optimizer.step()

@@ -24,9 +24,8 @@ OPTIONS = dict(
 
 
 def main(argv):
-    if any(a in ("-h", "--help") for a in argv):
-        print(__doc__ + "\nOptions:\n" + "\n".join(f"  --{k}={v!r}" for k, v in OPTIONS.items()))
-        return None
+    if any(a in configurator.HELP_FLAGS for a in argv):
+        raise configurator.HelpRequested(OPTIONS)  # run_script prints this docstring and the options
     options, dirs = dict(OPTIONS), []
     for arg in argv:
         if arg.startswith("--"):

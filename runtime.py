@@ -131,6 +131,9 @@ DEFAULTS = dict(
 # model_type -> (model class, its config dataclass). Every field of a config dataclass is a key of
 # DEFAULTS, so each model's options are set like any other key.
 MODEL_TYPES = {"gpt": (GPT, GPTConfig), "ra": (RAGPT, RAConfig), "reduced_sync": (ReducedSyncGPT, ReducedSyncConfig)}
+# The keys that switch a model type's ideas on (check_model_keys_apply).
+MODEL_SWITCHES = {"ra": ("ra_pattern", "mla", "attn_gate"),
+                  "reduced_sync": ("block_pattern", "block_types", "sync_every", "sync_layers")}
 LR_SCHEDULES = ("cosine", "constant", "wsd")
 
 
@@ -259,6 +262,7 @@ def validate(cfg, world_size):
     model_config(cfg)  # shape checks (n_embd divisible by n_head, ...)
     check_head_loss(cfg["head_loss"], default_device(cfg["device"]).split(":")[0])  # a CUDA kernel elsewhere
     _, dp_size = parallel_layout(cfg, world_size)
+    check_model_keys_apply(cfg)
     positive = ("batch_size", "block_size", "max_iters", "eval_interval", "eval_iters", "log_interval")
     for key in positive:
         if cfg[key] < 1:
@@ -291,6 +295,18 @@ def validate(cfg, world_size):
                   f"not {cfg['vocab_size']}: set hellaswag_interval=0")
     if cfg["init_from"] == "resume" and not os.path.exists(os.path.join(cfg["out_dir"], "ckpt.pt")):
         raise err(f"init_from='resume' but {cfg['out_dir']}/ckpt.pt does not exist")
+
+
+def check_model_keys_apply(cfg):
+    """A key that switches on another model type's idea would be silently ignored (attn_gate=True on
+    model_type='gpt' would train the baseline): refuse it. Settings that only shape an idea that is
+    off (a shared recipe's mla_latent_dim) may stay; tp_size is parallel_layout's."""
+    for model_type, keys in MODEL_SWITCHES.items():
+        for key in keys if model_type != cfg["model_type"] else ():
+            if cfg[key] != DEFAULTS[key]:
+                raise configurator.ConfigError(f"{key}={cfg[key]!r} applies to model_type={model_type!r} only, not "
+                                               f"{cfg['model_type']!r}: set model_type={model_type!r} or leave {key} "
+                                               f"at {DEFAULTS[key]!r}")
 
 
 def parallel_layout(cfg, world_size):

@@ -198,3 +198,49 @@ def test_every_shipped_suite_plans_without_confounds(path):
         runs = sweep.main([path, *extra, "--dry_run=True"])
         seeds = {p["seed"] for _, p, _ in runs}
         assert len(seeds) >= 3 and len(runs) == len({p["variant"] for _, p, _ in runs}) * len(seeds)
+
+
+def synthetic_run(variant, seed, lr, batch, curve, final_tokens, hellaswag_right=None):
+    """A run directory's contents as read_run returns them: evaluations every 100 tokens up to
+    final_tokens (a time-limited run stops wherever its clock ends), HellaSwag at 200 tokens."""
+    events = [dict(event="eval", tokens=t, iter=t // 100, val_loss=curve(t), val_ppl=math.exp(curve(t)),
+                   syncs_forward=4, sparsity=0.25)
+              for t in range(0, final_tokens + 1, 100)]
+    events += [dict(event="train", step_time_ms=10.0 * batch, tokens_per_sec=100.0 / batch, peak_memory_mib=batch)]
+    if hellaswag_right is not None:
+        events.append(dict(event="hellaswag", tokens=200, n=100, acc=hellaswag_right / 100,
+                           acc_norm=hellaswag_right / 100))
+    events.append(dict(event="end", tokens=final_tokens))
+    config = dict(seed=seed, out_dir=f"{variant}-seed{seed}", learning_rate=lr, batch_size=batch)
+    return dict(out_dir=config["out_dir"], config=config, info=None, events=events)
+
+
+def test_time_limited_runs_are_compared_at_equal_tokens_with_every_plot(tmp_path):
+    """Runs that end at different token counts are compared at the largest count all of them
+    evaluated at; a 2 x 2 grid of two numeric keys gets a heatmap; syncs and sparsity get theirs."""
+    runs, variants = {}, {}
+    for i, (lr, batch) in enumerate([(1e-3, 8), (1e-3, 16), (3e-3, 8), (3e-3, 16)]):
+        name = f"lr{lr:g}_b{batch}"
+        variants[name] = [1, 2]
+        for seed in (1, 2):
+            shift = 0.1 * i + 0.01 * seed
+            runs[(name, seed)] = synthetic_run(name, seed, lr, batch, lambda t, s=shift: 3 - t / 1000 + s,
+                                               final_tokens=300 + 100 * i + seed * 50, hellaswag_right=30 + i)
+    suite = dict(name="grid", metric="val_loss", baseline="lr0.001_b8", allowed=["learning_rate", "batch_size"],
+                 variants=variants)
+    result = ablation.compare(suite, runs)
+    assert result["compared_at_tokens"] == 300  # the shortest run ended at 350 tokens, evaluated at 300
+    v = result["variants"]["lr0.003_b16"]
+    assert v["differences"] == pytest.approx([0.3, 0.3]) and v["verdict"] == "worse"  # identical gaps: sd 0
+    assert v["cost_ratio"]["step_time_ms"] == pytest.approx(2.0)
+    h = v["hellaswag"]  # 33 of 100 in each of 2 seeds, pooled
+    assert h["n"] == 200 and h["acc_norm"]["value"] == pytest.approx(0.33)
+    assert h["acc_norm"]["ci95"] == pytest.approx(ablation.binomial_interval(66, 200))
+    assert not h["acc_norm"]["chance_inside"]  # 66/200: [0.265, 0.40]
+    assert result["variants"]["lr0.001_b8"]["hellaswag"]["acc_norm"]["chance_inside"]  # 60/200 is not above chance
+    path = ablation.write_report(result, runs, str(tmp_path))
+    for png in ("metric_vs_tokens.png", "paired_differences.png", "syncs_vs_loss.png", "sparsity_vs_ppl.png",
+                "heatmap.png"):
+        assert os.path.getsize(tmp_path / png) > 1000, png
+    text = open(path).read()
+    assert "compared at **300 tokens**" in text and "final token counts: 350 to 700" in text

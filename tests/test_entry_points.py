@@ -18,7 +18,7 @@ from test_hellaswag import FIXTURE, write_jsonl
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Scripts whose keys are a DEFAULTS dict read by configurator.py, and scripts that use argparse.
-CONFIG_SCRIPTS = ("train", "sample", "eval", "hellaswag", "sweep")
+CONFIG_SCRIPTS = ("train", "sample", "eval", "hellaswag", "sweep", "report")
 ARGPARSE_SCRIPTS = ("bench", "bench_comm", "test_all_architectures", "kernels.bench_ra",
                     "data.shakespeare.prepare", "data.openwebtext.prepare", "data.finewebedu.prepare",
                     "data.wikitext2.prepare")
@@ -33,7 +33,7 @@ def test_config_scripts_answer_help_with_keys_defaults_and_meanings(name, monkey
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith(module.__doc__.strip().split("\n")[0])
-    defaults = module.OPTIONS if name == "sweep" else getattr(module, "DEFAULTS", None)
+    defaults = module.OPTIONS if name in ("sweep", "report") else getattr(module, "DEFAULTS", None)
     if defaults is None:  # train.py's keys are runtime.DEFAULTS
         defaults = importlib.import_module("runtime").DEFAULTS
     for key, value in defaults.items():
@@ -43,6 +43,8 @@ def test_config_scripts_answer_help_with_keys_defaults_and_meanings(name, monkey
     if name == "train":
         assert "micro-steps per optimizer step, summed over all processes" in out
         assert "\n  # reciprocal attention and MLA" in out  # comment lines become headings
+    if name == "report":
+        assert "a variant name or a directory" in out
 
 
 @pytest.mark.parametrize("name", ARGPARSE_SCRIPTS)

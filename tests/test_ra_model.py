@@ -398,6 +398,17 @@ def test_an_open_gate_is_exactly_the_baseline_and_the_gate_learns():
     assert torch.equal(gated(idx)[0], base(idx)[0])
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--attn_gate=True"], "attn_gate=True applies to model_type='ra' only, not 'gpt'"),
+    (["--model_type=reduced_sync", "--mla=True"], "mla=True applies to model_type='ra' only"),
+    (["--model_type=ra", "--sync_every=2"], "sync_every=2 applies to model_type='reduced_sync' only"),
+])
+def test_a_model_key_of_another_model_type_is_refused(argv, message):
+    """Silently ignored, attn_gate=True on the baseline GPT would make the positive control a null."""
+    with pytest.raises(configurator.ConfigError, match=message):
+        runtime.validate(configurator.apply_config(runtime.DEFAULTS, argv), 1)
+
+
 def test_gated_attention_configs_differ_from_the_ra_baseline_in_the_gate_only():
     for suffix in ("", "_shakespeare"):
         gated, base = load_config("train_gated_attn" + suffix), load_config("train_ra_baseline" + suffix)
@@ -539,8 +550,9 @@ def test_every_ra_config_loads_and_builds_its_model_config():
 
 
 def test_ra_ablation_configs_differ_only_in_ra_keys():
-    """Identical optimizer, batch, schedule and budget across the set, and the trunk's GPT-2 recipe."""
-    for suffix, base_file in (("", "train_gpt2"), ("_shakespeare", "train_shakespeare")):
+    """Identical optimizer, batch, schedule and budget across the set, and the trunk's recipe: GPT-2's
+    for the full-size set, the character-level twin's own (_ra_shakespeare.py) for the CPU set."""
+    for suffix, base_file in (("", "train_gpt2"), ("_shakespeare", "_ra_shakespeare")):
         configs = {name: load_config(name + suffix) for name in GPT2_CONFIGS}
         reference = configs["train_ra_baseline"]
         for name, cfg in configs.items():

@@ -317,6 +317,24 @@ def torchrun(nproc, args):
     return proc
 
 
+def test_tp2_with_dropout_trains_like_the_simulation_and_resumes(data_dir, tmp_path):
+    """train.py on 2 tensor-parallel ranks with dropout 0.2 against one simulating process: the same
+    masks, so the same losses; a resumed run restores every shard's stream with the default one."""
+    args = lambda out, *extra: tp_args(data_dir, out, "--optimizer=sgd", "--dropout=0.2", "--max_iters=3",
+                                       "--lr_decay_iters=3", *extra)
+    single, real = str(tmp_path / "single"), str(tmp_path / "tp2")
+    train.main(args(single))
+    torchrun(2, args(real, "--max_iters=2"))
+    torchrun(2, args(real, "--init_from=resume"))
+    assert events(real, "checklist")[0]["tp_execution"].startswith("real")
+    losses = lambda out: {r["iter"]: r["loss"] for r in events(out, "train")}
+    a, b = losses(single), losses(real)
+    assert list(a) == list(b) == [1, 2, 3]
+    assert all(b[i] == pytest.approx(a[i], rel=1e-5) for i in a), (a, b)
+    train.main(args(str(tmp_path / "off"), "--dropout=0.0"))
+    assert abs(losses(str(tmp_path / "off"))[1] - a[1]) > 1e-4  # the masks did something (40x the tolerance)
+
+
 def test_tp2_x_dp2_trains_like_one_simulated_replica_and_resumes(data_dir, tmp_path):
     # SGD with momentum: its update is linear in the gradient, so weights compared after a step
     # compare gradients (Adam's ~lr * sign(g) turns reduction-order rounding into 2 * lr jumps), and
