@@ -217,7 +217,8 @@ def matmul_peak_flops(device, dtype, repeats=5):
     of times slower on others, and other processes take their share. Model FLOP/s over this is
     'MFU against the measured peak'; measure it next to the steps it is compared with."""
     n = 8192 if device.startswith("cuda") else 2048
-    a, b = (torch.randn(n, n, device=device).to(getattr(torch, dtype)) for _ in range(2))
+    generator = torch.Generator(device).manual_seed(0)  # not the global stream: resume must replay it exactly
+    a, b = (torch.randn(n, n, device=device, generator=generator).to(getattr(torch, dtype)) for _ in range(2))
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     best = float("inf")
     for _ in range(repeats + 1):  # the first warms up the kernels and the caches
