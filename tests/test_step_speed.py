@@ -44,12 +44,11 @@ def bench(tmp_path, *args):
 
 
 def test_bench_step_memory_only_shows_the_chunked_head_saving(tmp_path):
-    # 128 tokens x 4096 logits: plain keeps logits, their fp32 copy's gradient ... (2 MiB each); the
-    # chunked head none of them, against 0.2 MiB of weights and activations.
-    results = bench(tmp_path, "--memory_only", "--options=chunked_head,fused_optimizer")
-    assert set(results) == {"plain", "chunked_head", "fused_optimizer"}
+    # 128 tokens x 4096 logits (2 MiB in fp32) and their gradient dominate the plain step; the chunked
+    # head keeps none of them
+    results = bench(tmp_path, "--memory_only", "--options=chunked_head")
+    assert set(results) == {"plain", "chunked_head"}
     assert results["chunked_head"]["memory_ratio"] < 0.6
-    assert results["fused_optimizer"]["memory_ratio"] == 1.0
 
 
 def test_bench_step_times_each_option_with_mfu(tmp_path):
