@@ -22,6 +22,7 @@ import re
 
 import numpy as np
 
+import rundir
 import runrecord
 
 # Keys every run of a suite sets differently without changing what is compared.
@@ -96,10 +97,12 @@ def pairing(run, base_run, allowed):
 
 def run_status(run):
     kinds = {e["event"] for e in run["events"]}
-    if "end" in kinds:
+    if rundir.finished(run["events"]):
         return "finished"
     if "diverged" in kinds:
         return "diverged"
+    if "end" in kinds:
+        return "preempted"  # stopped by a signal after a checkpoint: the sweep resumes it
     return "failed" if run["events"] else "not run"
 
 

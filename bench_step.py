@@ -78,7 +78,7 @@ def measure(args):
     from model import GPT, GPTConfig
 
     option = {**PLAIN, **OPTIONS[args.child]}
-    device = runtime.default_device(args.device)
+    device = runtime.pick_device(args.device)
     dtype, autocast = runtime.precision(args.dtype, device)
     if option["keep_freed_memory"]:
         runtime.keep_freed_memory()

@@ -15,6 +15,7 @@ import io
 import os
 import sys
 import tokenize
+import traceback
 import types
 
 HELP_FLAGS = ("--help", "-h")
@@ -34,7 +35,8 @@ class HelpRequested(Exception):
 
 def run_script(main, *user_errors):
     """main(sys.argv[1:]) for a script's __main__: a ConfigError or one of `user_errors` (a mistake
-    in the input, not a bug) ends the process with its one-line message instead of a traceback;
+    in the input or a fault outside the program, not a bug) ends the process with its one-line
+    message instead of a traceback, and with the error's exit_code where it has one (else 1);
     --help prints the script's docstring and keys and exits 0."""
     try:
         main(sys.argv[1:])
@@ -43,7 +45,7 @@ def run_script(main, *user_errors):
         sys.exit(0)
     except (ConfigError, *user_errors) as e:
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(getattr(e, "exit_code", 1))
 
 
 def apply_config(defaults, argv):
@@ -72,7 +74,14 @@ def read_config_file(path):
             code = compile(f.read(), path, "exec")
     except FileNotFoundError:
         raise ConfigError(f"config file {path!r} not found (arguments are config files or --key=value)")
-    exec(code, namespace)
+    except SyntaxError as e:
+        raise ConfigError(f"{path}:{e.lineno}: syntax error ({e.msg}): fix the config file") from None
+    try:
+        exec(code, namespace)
+    except Exception as e:  # the config's own code failed: point at its line, not at this module
+        line = [frame.lineno for frame in traceback.extract_tb(e.__traceback__) if frame.filename == path]
+        where = f"{path}:{line[-1]}" if line else path
+        raise ConfigError(f"{where}: {type(e).__name__}: {e}: fix the config file") from None
     # Imports and helpers are not config keys: modules, and anything callable (Python or builtin
     # functions such as `from math import sqrt`, classes). No config value is callable.
     return {k: v for k, v in namespace.items()

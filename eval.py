@@ -24,6 +24,7 @@ import torch.distributed as dist
 from torch.nn import functional as F
 
 import configurator
+import rundir
 import tokendata
 from runtime import data_dir_of, exit_distributed, get_batch, load_model, precision, setup_distributed
 
@@ -85,8 +86,9 @@ def main(argv):
         raise FileNotFoundError(f"{data_dir}/val.bin not found: prepare the dataset first "
                                 f"(python data/{cfg['dataset'] or 'NAME'}/prepare.py) or fix --data_dir")
     model = load_model(cfg, device)
-    if tokendata.read_meta(data_dir).get("vocab_size", 0) > model.config.vocab_size:
-        raise configurator.ConfigError(f"{data_dir} uses more token ids than the model's vocab_size "
+    top = tokendata.max_token_id(data_dir, ("val",))["val"]
+    if top >= model.config.vocab_size:
+        raise configurator.ConfigError(f"{data_dir}/val.bin holds token id {top}, outside the model's vocab_size "
                                        f"{model.config.vocab_size}: evaluate on a dataset with the model's tokenizer")
     block_size = cfg["block_size"] or model.config.block_size
     if block_size > model.config.block_size:
@@ -106,4 +108,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    configurator.run_script(main, FileNotFoundError, ValueError)
+    configurator.run_script(main, FileNotFoundError, ValueError, rundir.RunDirError)

@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 import configurator
+import rundir
 import tokendata
 from runtime import exit_distributed, load_model, precision, setup_distributed
 
@@ -85,14 +86,39 @@ def load_examples(path_or_split, limit=None, data_dir=DATA_DIR):
                 break
             if not line.strip():
                 continue
-            row = json.loads(line)
-            if "label" not in row:
-                raise ValueError(f"{path}:{line_no} has no label (the test split's labels are not "
-                                 f"public): evaluate on the val split")
+            row = parse_row(line, f"{path}:{line_no}")
             examples.append(dict(ctx=row["ctx"], endings=row["endings"], label=int(row["label"]),
                                  ctx_ids=enc.encode_ordinary(row["ctx"]),
                                  ending_ids=[enc.encode_ordinary(" " + e) for e in row["endings"]]))
     return examples
+
+
+ENDINGS = 4
+
+
+def parse_row(line, where):
+    """One example's dict from a line of the jsonl, refused with its file:line when malformed."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: not a JSON object ({e.msg}): the file is damaged, download it again") from None
+    if "label" not in row:
+        raise ValueError(f"{where} has no label (the test split's labels are not public): evaluate on the val split")
+    endings = row.get("endings")
+    if not (isinstance(endings, list) and len(endings) == ENDINGS and all(isinstance(e, str) and e for e in endings)):
+        raise ValueError(f"{where}: 'endings' must be {ENDINGS} non-empty strings, got {endings!r:.80}")
+    if not isinstance(row.get("ctx"), str) or str(row["label"]) not in [str(i) for i in range(ENDINGS)]:
+        raise ValueError(f"{where}: needs a 'ctx' string and a label in 0..{ENDINGS - 1}, got label {row['label']!r}")
+    return row
+
+
+def validate(cfg):
+    if cfg["split"] not in SPLITS:
+        raise configurator.ConfigError(f"split={cfg['split']!r}: use one of {SPLITS}")
+    if cfg["batch_size"] < 1:
+        raise configurator.ConfigError(f"batch_size must be >= 1, got {cfg['batch_size']}")
+    if cfg["limit"] < 0:
+        raise configurator.ConfigError(f"limit must be >= 0 (0: every example), got {cfg['limit']}")
 
 
 # ----------------------------------------------------------------------------- scoring
@@ -198,6 +224,7 @@ def evaluate_hellaswag(model, examples, device, batch_size=8, autocast=nullconte
 
 def main(argv):
     cfg = configurator.apply_config(DEFAULTS, argv)
+    validate(cfg)
     env = setup_distributed(cfg["device"])
     device = env["device"]
     dtype, autocast = precision(cfg["dtype"], device)
@@ -217,4 +244,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    configurator.run_script(main, FileNotFoundError, ValueError)
+    configurator.run_script(main, FileNotFoundError, ValueError, rundir.RunDirError)

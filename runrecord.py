@@ -23,6 +23,8 @@ import time
 import numpy as np
 import torch
 
+import tokendata
+
 PACKAGES = ("torch", "numpy", "triton", "tiktoken", "scipy", "matplotlib", "wandb")
 DATA_ORDER_ITERS = 3  # the data order fingerprint covers this many optimizer steps
 
@@ -153,9 +155,8 @@ def write_run_info(out_dir, repo_dir, start, facts, resumed):
                 f.write(diff)
         info = dict(start=start, resumes=[], facts=facts, code_versions=[start["code_version"] or "unknown"],
                     repeat=repeat_command(repo_dir, out_dir, start))
-    with open(path + ".tmp", "w") as f:
+    with tokendata.atomic_write(path, "w") as f:
         json.dump(info, f, indent=1)
-    os.replace(path + ".tmp", path)
     return info
 
 

@@ -6,8 +6,10 @@ train.py, sample.py, eval.py, hellaswag.py, sweep.py and the benchmarks import t
 imports only the models, the optimizer's checks and the data helpers, never an entry point.
 """
 import ctypes
+import datetime
 import os
 import sys
+import threading
 import time
 from contextlib import nullcontext
 
@@ -17,6 +19,7 @@ import torch.distributed as dist
 
 import configurator
 import optim
+import rundir
 import tokendata
 from kernels.linear_cross_entropy import check_head_loss
 from model import GPT, GPTConfig, model_config_fields, unwrap_state_dict
@@ -116,6 +119,7 @@ DEFAULTS = dict(
     max_tokens=0,  # training tokens (a whole number of tokens_per_iter)
     # system
     device="",  # '' picks cuda when available, else cpu
+    dist_timeout=600.0,  # seconds a rank waits in a collective for the others before the job ends (a frozen rank)
     dtype="",  # 'bfloat16', 'float16', 'float32'; '' picks bfloat16 where supported
     compile=False,  # torch.compile the model (a cold compile takes 20-35 s)
     seed=1337,  # initial weights, training batches and dropout
@@ -139,20 +143,17 @@ LR_SCHEDULES = ("cosine", "constant", "wsd")
 
 # ----------------------------------------------------------------------------- devices and precision
 
-def default_device(device):
-    return device or ("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def setup_distributed(device="", tp_size=1):
+def setup_distributed(device="", tp_size=1, timeout=600.0):
     """World size, rank and device; under torchrun one process per device (or CPU rank). device ''
-    picks cuda when available, else cpu.
+    picks cuda when available, else cpu. A collective that waits longer than `timeout` seconds for
+    another rank (frozen, or stuck in a different collective) raises instead of hanging for good.
 
     With tp_size > 1 the ranks form a (dp, tp) device mesh: tp_size consecutive ranks hold one model
     replica (tp_group) and data parallelism runs across replicas (dp_group), e.g. 8 = DP 4 x TP 2.
     Data, evaluation batches and dropout seeds follow dp_rank, so a replica's ranks see the same batch.
     """
     ddp = int(os.environ.get("RANK", -1)) != -1
-    device = default_device(device)
+    device = pick_device(device)
     if not ddp:
         return dict(ddp=False, rank=0, local_rank=0, world_size=1, device=device, master=True,
                     dp_rank=0, dp_size=1, tp_group=None, dp_group=None)
@@ -160,8 +161,10 @@ def setup_distributed(device="", tp_size=1):
     if device.startswith("cuda"):
         device = f"cuda:{local_rank}"
         torch.cuda.set_device(device)
-    dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+    dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo",
+                            timeout=datetime.timedelta(seconds=timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
+    start_heartbeat(rank)
     env = dict(ddp=True, rank=rank, local_rank=local_rank, world_size=world, device=device, master=rank == 0,
                dp_rank=rank, dp_size=world, tp_group=None, dp_group=None)
     if tp_size > 1:  # parallel_layout checked it against the world size
@@ -172,7 +175,67 @@ def setup_distributed(device="", tp_size=1):
     return env
 
 
-def exit_distributed():
+HEARTBEAT_SECONDS = 1.0
+
+
+class RankStalled(RuntimeError):
+    pass
+
+
+def job_store():
+    """A client of the job's key-value store (under torchrun, the launcher's own: it outlives any rank)."""
+    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                         timeout=datetime.timedelta(seconds=5))
+
+
+def start_heartbeat(rank):
+    """A thread that stamps this rank's clock into the job store every second. A rank waiting in a
+    collective keeps beating (the wait releases the GIL); a frozen process (SIGSTOP, a swapped-out
+    or wedged node) does not, and that is how name_stalled_ranks tells who to blame."""
+    def beat():
+        try:
+            store = job_store()
+            while True:
+                store.set(f"heartbeat/{rank}", repr(time.time()))
+                time.sleep(HEARTBEAT_SECONDS)
+        except Exception:  # the store went away: the job is ending
+            return
+    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+
+
+def name_stalled_ranks(error, rank, world_size, timeout):
+    """Raise RankStalled naming the ranks whose heartbeat stopped, when `error` (a failed or timed
+    out collective) is explained by them; return quietly otherwise, for the caller to re-raise."""
+    try:
+        store, now = job_store(), time.time()
+        silent = {r: now - float(store.get(f"heartbeat/{r}")) for r in range(world_size)}
+    except Exception:
+        return
+    # A frozen rank has been silent about as long as the collective waited; a live one, a beat or two.
+    stalled = {r: age for r, age in silent.items() if age > max(3 * HEARTBEAT_SECONDS, timeout / 2)}
+    if not stalled and "timed out" in str(error).lower():
+        raise RankStalled(f"rank {rank} waited dist_timeout={timeout:g} s in a collective that the other ranks, "
+                          f"all alive, never joined: they disagree on which collective comes next (a bug), or one "
+                          f"is busy longer than dist_timeout (raise it)") from None
+    if stalled:
+        names = ", ".join(f"rank {r} (silent for {age:.0f} s)" for r, age in sorted(stalled.items()))
+        raise RankStalled(f"{names} stopped responding, frozen or stuck outside Python; rank {rank} waited "
+                          f"dist_timeout={timeout:g} s in a collective and ended the job "
+                          f"({str(error).splitlines()[0].rsplit('] ', 1)[-1][:120]})") from None
+
+
+def pick_device(device):
+    """The device to run on: '' picks cuda when available, else cpu; a GPU asked for but absent
+    is refused here rather than at the first tensor moved onto it."""
+    if not device:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise configurator.ConfigError(f"device={device!r} but no CUDA GPU is visible to this process: "
+                                       f"use --device=cpu, or run where a GPU is (check CUDA_VISIBLE_DEVICES)")
+    return device
+
+
+def exit_distributed(code=0):
     """End a successful distributed run: wait for every rank, tear the process group down, and
     leave the process at once. The barrier keeps a rank that finishes first (rank 0 may still be
     writing a checkpoint) from closing its gloo connections under the others' feet. os._exit
@@ -186,7 +249,7 @@ def exit_distributed():
     dist.destroy_process_group()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 DTYPES = ("bfloat16", "float16", "float32")
@@ -261,15 +324,15 @@ def validate(cfg, world_size):
     world_size processes (sweep.py checks its runs with 1); errors name keys and fixes."""
     err = configurator.ConfigError
     model_config(cfg)  # shape checks (n_embd divisible by n_head, ...)
-    check_head_loss(cfg["head_loss"], default_device(cfg["device"]).split(":")[0])  # a CUDA kernel elsewhere
+    check_head_loss(cfg["head_loss"], pick_device(cfg["device"]).split(":")[0])  # a CUDA kernel elsewhere
     _, dp_size = parallel_layout(cfg, world_size)
     check_model_keys_apply(cfg)
-    positive = ("batch_size", "block_size", "max_iters", "eval_interval", "eval_iters", "log_interval")
+    positive = ("batch_size", "block_size", "max_iters", "eval_interval", "eval_iters", "log_interval", "dist_timeout")
     for key in positive:
         if cfg[key] < 1:
             raise err(f"{key} must be >= 1, got {cfg[key]}")
     for key in ("gradient_accumulation_steps", "tokens_per_iter", "max_time", "max_tokens", "warmup_iters", "lr_decay_iters", "sample_tokens",
-                "learning_rate", "min_lr", "weight_decay", "grad_clip"):
+                "hellaswag_interval", "hellaswag_limit", "learning_rate", "min_lr", "weight_decay", "grad_clip"):
         if cfg[key] < 0:
             raise err(f"{key} must be >= 0, got {cfg[key]}")
     resolve_batch(cfg, dp_size)
@@ -409,7 +472,7 @@ RESUMABLE_MODEL_KEYS = ("dropout", "activation_checkpointing", "attn_recompute",
 
 
 def load_checkpoint(cfg):
-    ckpt = torch.load(os.path.join(cfg["out_dir"], "ckpt.pt"), map_location="cpu", weights_only=False)
+    ckpt = rundir.load_checkpoint_file(os.path.join(cfg["out_dir"], "ckpt.pt"))
     saved = ckpt["config"]
     keys = ["model_type"] + model_config_fields(model_classes(saved)[1])
     conflicts = {k: (saved.get(k, DEFAULTS[k]), cfg[k]) for k in keys
@@ -429,7 +492,7 @@ def load_model(cfg, device):
         path = os.path.join(cfg["out_dir"], "ckpt.pt")
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path} not found: train first, or pass --init_from=<HF GPT-2 directory>")
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        ckpt = rundir.load_checkpoint_file(path)
         model = build_model(ckpt["config"], ckpt)
     else:
         model = GPT.from_pretrained(cfg["init_from"])

@@ -8,8 +8,9 @@ from contextlib import nullcontext
 import torch
 
 import configurator
+import rundir
 import tokendata
-from runtime import load_model, precision
+from runtime import load_model, pick_device, precision
 
 DEFAULTS = dict(
     out_dir="out",
@@ -38,9 +39,21 @@ def generate_text(model, prompt, max_new_tokens, device, autocast=nullcontext(),
     return enc.decode([t for t in out[0].tolist() if t < tokendata.GPT2_VOCAB_SIZE])
 
 
+def validate(cfg):
+    err = configurator.ConfigError
+    for key in ("num_samples", "max_new_tokens", "top_k"):
+        if cfg[key] < 1:
+            raise err(f"{key} must be >= 1, got {cfg[key]}")
+    if not cfg["temperature"] >= 0:
+        raise err(f"temperature must be >= 0 (0 picks the likeliest token), got {cfg['temperature']}")
+    if not cfg["start"]:
+        raise err("start is empty: give a prompt (--start=TEXT or --start=FILE:path)")
+
+
 def main(argv):
     cfg = configurator.apply_config(DEFAULTS, argv)
-    device = cfg["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
+    validate(cfg)
+    device = pick_device(cfg["device"])
     torch.manual_seed(cfg["seed"])
     model = load_model(cfg, device)
     prompt = cfg["start"]
@@ -54,4 +67,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    configurator.run_script(main, FileNotFoundError)
+    configurator.run_script(main, FileNotFoundError, rundir.RunDirError)

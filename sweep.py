@@ -35,18 +35,21 @@ ablation.py writes report.md, report.json and plots to suite_dir (python report.
 """
 import ast
 import csv
+import ctypes
 import functools
 import itertools
 import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 
 import ablation
 import configurator
+import rundir
 import runrecord
 import runtime
 
@@ -257,8 +260,10 @@ def check_confounds(suite, runs, resolved, spec):
 
 def ended(out_dir):
     """'end' or 'diverged' for a run that is over (a diverged run would only diverge again), else None."""
-    kinds = {e["event"] for e in runrecord.read_events(out_dir)}
-    return "end" if "end" in kinds else "diverged" if "diverged" in kinds else None
+    events = runrecord.read_events(out_dir)
+    if rundir.finished(events):  # an end by a signal is a pause: the run resumes
+        return "end"
+    return "diverged" if any(e["event"] == "diverged" for e in events) else None
 
 
 def launch_subprocess(argv, gpus, log_path, nproc=1):
@@ -273,7 +278,18 @@ def launch_subprocess(argv, gpus, log_path, nproc=1):
         if nproc > 1 else [sys.executable]
     out = open(log_path, "a")
     return subprocess.Popen([*launcher, os.path.join(REPO_DIR, "train.py"), *argv], env=env,
-                            stdout=out, stderr=subprocess.STDOUT, cwd=REPO_DIR)
+                            stdout=out, stderr=subprocess.STDOUT, cwd=REPO_DIR, preexec_fn=die_with_parent)
+
+
+def die_with_parent():
+    """In a training process before it starts: the kernel sends it SIGTERM when the sweep dies,
+    even by kill -9, so a dead sweep leaves no orphan run holding a GPU (train.py then saves a
+    checkpoint and stops, and the next sweep resumes it). Linux only; elsewhere a no-op."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 def default_gpus(option, nproc=1, cpu_runs=1):
@@ -336,7 +352,7 @@ def summarize(runs, sweep_dir):
     for name, point, _ in runs:
         events = runrecord.read_events(os.path.join(sweep_dir, name))
         evals = [e for e in events if e["event"] == "eval"]
-        end = [e for e in events if e["event"] == "end"]
+        end = rundir.finished(events)
         best = min((e["val_loss"] for e in evals), default=None)
         values = {k: os.path.basename(v) if k == "config" else v for k, v in point.items()}
         row = {"run": name, **{k: values.get(k, "") for k in keys},

@@ -59,7 +59,7 @@ def as_token_array(chunk, path):
 def write_split(path, token_chunks):
     """Write an iterable of token-id chunks to `path` as uint16, atomically.
 
-    Chunks are appended to `path + '.tmp'` one at a time (memory stays bounded by one chunk) and
+    Chunks are appended to a temporary file next to `path` one at a time (memory stays bounded by one chunk) and
     the file is renamed into place only when complete, so an interrupted run never leaves a
     `train.bin` that looks finished. Returns the number of tokens written.
     """
@@ -74,10 +74,10 @@ def write_split(path, token_chunks):
 
 @contextlib.contextmanager
 def atomic_write(path, mode="wb"):
-    """A file opened as `path + '.tmp'`, fsynced and renamed over `path` when the block ends
+    """A file opened as `path.<pid>.tmp`, fsynced and renamed over `path` when the block ends
     cleanly and deleted on any error (KeyboardInterrupt included): readers never see a
     half-written file, and a crash leaves the previous one intact. Checkpoints use it too."""
-    tmp = path + ".tmp"
+    tmp = f"{path}.{os.getpid()}.tmp"  # unique: two processes never write into each other's file
     try:
         with open(tmp, mode) as f:
             yield f
@@ -95,7 +95,7 @@ class SplitWriter:
 
     For corpora whose documents are routed to train or val on the fly while streaming, which
     write_split's one-iterable-per-file cannot do in one pass. Same guarantees as write_split:
-    `writer.write(split, chunk)` appends to `<split>.bin.tmp` (memory stays bounded by one chunk);
+    `writer.write(split, chunk)` appends to `<split>.bin.<pid>.tmp` (memory stays bounded by one chunk);
     a clean exit from the `with` block fsyncs every file and renames them into place, and any
     exception (KeyboardInterrupt and sys.exit included) deletes the .tmp files instead, so an
     interrupted run leaves the previous .bin files, or none, never a truncated one.
@@ -108,13 +108,14 @@ class SplitWriter:
 
     def __init__(self, data_dir, splits=("train", "val")):
         self.paths = {split: os.path.join(data_dir, f"{split}.bin") for split in splits}
+        self.tmp = {split: f"{path}.{os.getpid()}.tmp" for split, path in self.paths.items()}  # unique per writer
         self.n_tokens = dict.fromkeys(splits, 0)
         self._files = {}
 
     def __enter__(self):
         try:
             for split, path in self.paths.items():
-                self._files[split] = open(path + ".tmp", "wb")
+                self._files[split] = open(self.tmp[split], "wb")
         except BaseException:
             self._discard()
             raise
@@ -139,13 +140,13 @@ class SplitWriter:
             raise
         # Renamed only once every split is complete on disk.
         for split, path in self.paths.items():
-            os.replace(path + ".tmp", path)
+            os.replace(self.tmp[split], path)
         return False
 
     def _discard(self):
         for split, f in self._files.items():
             f.close()
-            os.remove(self.paths[split] + ".tmp")
+            os.remove(self.tmp[split])
         self._files = {}
 
 
@@ -163,6 +164,32 @@ def read_meta(data_dir):
         return {}
     with open(path) as f:
         return json.load(f)
+
+
+def max_token_id(data_dir, splits=("train", "val")):
+    """The largest token id in each split's .bin, scanned once and kept in meta.json (keyed by
+    the file's size and modification time, so a rewritten file is scanned again). A read-only
+    data directory is scanned every time instead."""
+    meta = read_meta(data_dir)
+    cache = meta.get("max_token_id", {})
+    result, changed = {}, False
+    for split in splits:
+        stat = os.stat(os.path.join(data_dir, f"{split}.bin"))
+        key = [stat.st_size, stat.st_mtime_ns]
+        if cache.get(split, {}).get("file") != key:
+            data = open_split(data_dir, split)
+            chunk = 1 << 26  # 128 MiB at a time: bounded memory on a multi-GB split
+            top = max((int(data[i:i + chunk].max()) for i in range(0, len(data), chunk)), default=-1)
+            cache[split] = dict(file=key, max=top)
+            changed = True
+        result[split] = cache[split]["max"]
+    if changed:
+        try:
+            with atomic_write(os.path.join(data_dir, "meta.json"), "w") as f:
+                json.dump(dict(meta, max_token_id=cache), f, indent=2)
+        except OSError:
+            pass  # a read-only dataset: correct, only slower next time
+    return result
 
 
 def open_split(data_dir, split):

@@ -14,6 +14,8 @@ import json
 import math
 import os
 import resource
+import signal
+import sys
 import time
 from contextlib import nullcontext
 
@@ -25,12 +27,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import configurator
 import hellaswag
 import optim
+import rundir
 import runrecord
 import tokendata
 from model import GPTConfig, model_config_fields
-from runtime import (DEFAULTS, build_model, data_dir_of, decay_iters, exit_distributed, get_batch, keep_freed_memory,
-                     last_iter, load_checkpoint, matmul_peak_flops, parallel_layout, precision, setup_distributed,
-                     validate)
+from runtime import (DEFAULTS, RankStalled, build_model, data_dir_of, decay_iters, exit_distributed, get_batch,
+                     keep_freed_memory, last_iter, load_checkpoint, matmul_peak_flops, model_classes, model_config,
+                     name_stalled_ranks, parallel_layout, precision, setup_distributed, validate)
 
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 EVAL_SEED = 20240229  # fixed: the evaluation windows never depend on the run's seed
@@ -40,16 +43,37 @@ class TrainingDiverged(RuntimeError):
     pass
 
 
+class Interrupted(Exception):
+    """A second SIGINT/SIGTERM: the run stops at once, with the shell's exit code for that signal."""
+
+    def __init__(self, message, signum):
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
+EXIT_STOPPED_BY_SIGNAL = 3  # a first signal: the step finished, a checkpoint was written, resume to go on
+
+
 # ----------------------------------------------------------------------------- data
 
 def check_data(cfg):
-    """Token counts of both splits; a missing or too small dataset fails here with the fix."""
+    """Token counts of both splits; a missing, damaged or too small dataset, or one with ids
+    beyond vocab_size, fails here with the fix."""
     data_dir = data_dir_of(cfg)
+    prepare = f"prepare it again with `python data/{cfg['dataset']}/prepare.py`"
+    itemsize = np.dtype(tokendata.TOKEN_DTYPE).itemsize
     for split in ("train", "val"):
-        if not os.path.exists(os.path.join(data_dir, f"{split}.bin")):
+        path = os.path.join(data_dir, f"{split}.bin")
+        if not os.path.exists(path):
             raise FileNotFoundError(
-                f"{data_dir}/{split}.bin not found: prepare the dataset first with "
+                f"{path} not found: prepare the dataset first with "
                 f"`python data/{cfg['dataset']}/prepare.py` (or point data_dir at a prepared directory)")
+        size = os.path.getsize(path)
+        if size % itemsize:
+            raise configurator.ConfigError(f"{path} has {size} bytes, not a whole number of {itemsize}-byte "
+                                           f"tokens: the file is truncated or not a token file; {prepare}")
+        if size == 0:
+            raise configurator.ConfigError(f"{path} is empty: {prepare}")
     counts = {split: tokendata.split_num_tokens(data_dir, split) for split in ("train", "val")}
     for split, n in counts.items():
         if n < cfg["block_size"] + 1:
@@ -63,6 +87,11 @@ def check_data(cfg):
     vocab = tokendata.read_meta(data_dir).get("vocab_size", 0)
     if vocab > cfg["vocab_size"]:
         raise configurator.ConfigError(f"the dataset uses {vocab} token ids but vocab_size={cfg['vocab_size']}")
+    # An id >= vocab_size would index past the embedding: garbage on a CPU, a device-side assert on a GPU.
+    for split, top in tokendata.max_token_id(data_dir).items():
+        if top >= cfg["vocab_size"]:
+            raise configurator.ConfigError(f"{data_dir}/{split}.bin holds token id {top} but vocab_size="
+                                           f"{cfg['vocab_size']}: set vocab_size above {top} or {prepare}")
     return data_dir, counts
 
 
@@ -131,7 +160,11 @@ class ActivationNorms:
 
 
 class RunLog:
-    """log.jsonl for scripts, log.txt and the console for people, W&B when asked (master only)."""
+    """log.jsonl for scripts, log.txt and the console for people, W&B when asked (master only).
+
+    Records are strict JSON (a NaN is written as null). A torn last line left by a kill or a full
+    disk is cut off before appending, so no record is ever glued to a fragment. Files are written
+    unbuffered: a failed write raises at once, with its cause, and leaves nothing to flush later."""
 
     def __init__(self, cfg, master):
         self.master = master
@@ -139,8 +172,12 @@ class RunLog:
         if not master:
             return
         os.makedirs(cfg["out_dir"], exist_ok=True)
-        self.jsonl = open(os.path.join(cfg["out_dir"], "log.jsonl"), "a")
-        self.text = open(os.path.join(cfg["out_dir"], "log.txt"), "a")
+        torn = {name: rundir.repair_torn_line(os.path.join(cfg["out_dir"], name)) for name in ("log.jsonl", "log.txt")}
+        self.jsonl = open(os.path.join(cfg["out_dir"], "log.jsonl"), "ab", buffering=0)
+        self.text = open(os.path.join(cfg["out_dir"], "log.txt"), "ab", buffering=0)
+        if torn["log.jsonl"]:
+            self.event("log_repaired", f"cut a torn last line off log.jsonl ({len(torn['log.jsonl'])} characters "
+                       f"of an unfinished record)", torn=torn["log.jsonl"][:200])
         if cfg["wandb_log"]:
             import wandb
             mode = cfg["wandb_mode"] or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
@@ -152,8 +189,7 @@ class RunLog:
         if not self.master:
             return
         record = {"event": kind, "time": time.time(), **fields}
-        self.jsonl.write(json.dumps(record) + "\n")
-        self.jsonl.flush()
+        self.write(self.jsonl, rundir.strict_json(record) + "\n")
         self.say(line)
         if self.wandb is not None and "iter" in fields:
             numbers = {f"{kind}/{k}": v for k, v in fields.items()
@@ -164,8 +200,18 @@ class RunLog:
         if not self.master:
             return
         print(line, flush=True)
-        self.text.write(line + "\n")
-        self.text.flush()
+        self.write(self.text, line + "\n")
+
+    @staticmethod
+    def write(f, text):
+        data = text.encode()
+        try:
+            while data:  # an unbuffered write may be partial (a disk filling up): write the rest or fail
+                data = data[f.write(data):]
+        except OSError as e:
+            raise rundir.RunDirError(rundir.describe_write_error(
+                e, f.name, "the run stopped there; ckpt.pt holds the last checkpoint (resume with "
+                "--init_from=resume once there is room)")) from None
 
     def close(self):
         if self.master:
@@ -196,12 +242,6 @@ def evaluate(model, cfg, env, data_dir, counts, autocast):
         losses[split] = (total[0] / total[1]).item()
     model.train()
     return losses
-
-
-def save_checkpoint(path, state):
-    """torch.save through a temporary file and a rename: a crash mid-save keeps the old file."""
-    with tokendata.atomic_write(path) as f:
-        torch.save(state, f)
 
 
 def model_and_optimizer_states(model, optimizer, env):
@@ -322,21 +362,114 @@ def budget_reached(cfg, iter_num, tokens_seen, train_time):
     return None
 
 
+class StopSignals:
+    """SIGTERM (what Slurm and Kubernetes send before killing a job) and SIGINT (Ctrl-C): the first
+    asks the loop to stop after the current step and write a checkpoint; a second raises
+    Interrupted at once, wherever the process is (inside a save, the previous checkpoint stays)."""
+
+    def __init__(self, out_dir):
+        self.out_dir = out_dir
+        self.received = None  # the first signal's name
+        self.previous = {}
+
+    def __enter__(self):
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self.previous[signum] = signal.signal(signum, self.handle)
+        return self
+
+    def __exit__(self, *exc):
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+    def handle(self, signum, frame):
+        name = signal.Signals(signum).name
+        if self.received:
+            raise Interrupted(f"second signal ({name} after {self.received}): stopped at once; "
+                              f"{self.out_dir}/ckpt.pt holds the last checkpoint written", signum)
+        self.received = name
+        # os.write, not print: a handler that prints while the interrupted code prints raises "reentrant call"
+        os.write(2, f"{name} received: finishing this step, then writing a checkpoint and stopping "
+                    f"(send it again to stop at once)\n".encode())
+
+
+def memory_estimate(cfg, env, dtype):
+    """A lower bound on the bytes one rank needs to train, from the model built on the meta device
+    (no memory): fp32 weights and gradients, the optimizer's state, and the activations one
+    micro-batch keeps for backward: ~34 bytes per token and channel per layer at 16 bits
+    (Korthikanti et al. 2022, without the attention scores that SDPA does not store), one layer's
+    worth plus each layer's input under activation checkpointing. Logits are left out: a chunked
+    loss head never holds them whole."""
+    model_cls, _ = model_classes(cfg)
+    with torch.device("meta"):
+        params = sum(p.numel() for p in model_cls(model_config(cfg)).parameters())
+    params //= cfg["tp_size"] if env["tp_group"] is not None else 1
+    state_per_param = {"sgd": 4 if cfg["momentum"] else 0}.get(cfg["optimizer"], 8)  # Adam's m and v
+    tokens, width = cfg["batch_size"] * cfg["block_size"], cfg["n_embd"]
+    bytes_per_value = 4 if dtype == "float32" else 2
+    if cfg["activation_checkpointing"]:
+        activations = (17 + cfg["n_layer"]) * tokens * width * bytes_per_value
+    else:
+        activations = 17 * cfg["n_layer"] * tokens * width * bytes_per_value
+    return dict(weights_and_grads=8 * params, optimizer_state=state_per_param * params, activations=activations)
+
+
+def check_memory(cfg, env, dtype):
+    """Refuse a run whose memory lower bound exceeds the device's memory (a CPU's RAM shared by its
+    ranks), before anything is allocated."""
+    if cfg["init_from"] not in ("scratch", "resume"):
+        return
+    device = env["device"]
+    if device.startswith("cuda"):
+        available, where = torch.cuda.get_device_properties(device).total_memory, device
+    else:
+        ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // ranks_here
+        where = "this machine's RAM" + (f" per rank ({ranks_here} ranks)" if ranks_here > 1 else "")
+    need = memory_estimate(cfg, env, dtype)
+    if sum(need.values()) > available:
+        gib = lambda b: f"{b / 2**30:,.1f} GiB"
+        parts = ", ".join(f"{k.replace('_', ' ')} {gib(v)}" for k, v in need.items())
+        raise configurator.ConfigError(
+            f"this run needs at least {gib(sum(need.values()))} per rank ({parts}) but {where} is "
+            f"{gib(available)}: shrink the model, lower batch_size or block_size, or turn on activation_checkpointing")
+
+
 def main(argv):
     cfg = configurator.apply_config(DEFAULTS, argv)
     world_size = int(os.environ.get("WORLD_SIZE", 1))  # torchrun's; the process group comes later
     validate(cfg, world_size)  # before a process group, data or weights exist
-    env = setup_distributed(cfg["device"], parallel_layout(cfg, world_size)[0])
-    run(cfg, env, command=["train.py", *argv])
+    env = setup_distributed(cfg["device"], parallel_layout(cfg, world_size)[0], timeout=cfg["dist_timeout"])
+    try:
+        stop_reason = run(cfg, env, command=["train.py", *argv])
+    except RuntimeError as e:
+        if env["ddp"]:
+            name_stalled_ranks(e, env["rank"], env["world_size"], cfg["dist_timeout"])
+        raise
+    code = EXIT_STOPPED_BY_SIGNAL if stop_reason == "signal" else 0
     if env["ddp"]:
-        exit_distributed()
-
+        exit_distributed(code)
+    if code:
+        sys.exit(code)
 
 
 def run(cfg, env, command=("train.py",)):
-    """Train with a validated cfg (main calls validate) on the ranks of env (setup_distributed)."""
+    """Train with a validated cfg (main calls validate) on the ranks of env (setup_distributed), with
+    out_dir locked for this run alone; returns the stop reason."""
+    with rundir.out_dir_lock(cfg["out_dir"]) if env["master"] else nullcontext(), StopSignals(cfg["out_dir"]) as signals:
+        return fit(cfg, env, signals, command)
+
+
+def diverged(log, cfg, iter_num, what, **fields):
+    log.event("diverged", f"iter {iter_num}: {what}: stopping; the last good checkpoint is untouched in "
+              f"{cfg['out_dir']}", iter=iter_num, **fields)
+    log.close()
+    raise TrainingDiverged(f"{what} at iteration {iter_num}")
+
+
+def fit(cfg, env, signals, command):
     device = env["device"]
     dtype, autocast = precision(cfg["dtype"], device)
+    check_memory(cfg, env, dtype)
     if device == "cpu":
         keep_freed_memory()  # no mmap/page-fault/munmap of every activation in every step
     data_dir, counts = check_data(cfg)
@@ -356,7 +489,7 @@ def run(cfg, env, command=("train.py",)):
 
     grad_accum_local = cfg["gradient_accumulation_steps"] // env["dp_size"]
     tokens_per_iter = cfg["tokens_per_iter"]
-    iter_num, tokens_seen, train_time, best_val = 0, 0, 0.0, float("inf")
+    iter_num, tokens_seen, train_time, best_val, metrics = 0, 0, 0.0, float("inf"), None
     torch.manual_seed(cfg["seed"] + env["dp_rank"])  # dropout masks differ across replicas
     if checkpoint is not None:
         optimizer.load_state_dict(optimizer_state_of(checkpoint, env))
@@ -380,10 +513,11 @@ def run(cfg, env, command=("train.py",)):
     log = RunLog(cfg, env["master"])
     facts = None if resumed else run_facts(cfg, env, raw_model, optimizer, data_dir, counts, dtype)
     if env["master"]:
-        with open(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
-            json.dump(cfg, f, indent=2)
-        start = runrecord.provenance(REPO_DIR, list(command), device, env["world_size"])
-        runrecord.write_run_info(cfg["out_dir"], REPO_DIR, start, facts, resumed)
+        with rundir.write_errors_named(f"{cfg['out_dir']}/config.json and run_info.json", "nothing was trained"):
+            with tokendata.atomic_write(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
+                json.dump(cfg, f, indent=2, allow_nan=False)
+            start = runrecord.provenance(REPO_DIR, list(command), device, env["world_size"])
+            runrecord.write_run_info(cfg["out_dir"], REPO_DIR, start, facts, resumed)
     checklist = startup_checklist(cfg, env, raw_model, counts, data_dir, dtype, tokens_per_iter, grad_accum_local)
     # MFU on a CPU is against the matmul peak measured here, for this dtype (a GPU's: its data sheet)
     measured_peak = matmul_peak_flops(device, dtype) if device == "cpu" else None
@@ -403,8 +537,12 @@ def run(cfg, env, command=("train.py",)):
     window = dict(time=0.0, iters=0)  # training steps since the last log line
     stop_reason = budget_reached(cfg, iter_num, tokens_seen, train_time)
     while True:
-        if iter_num % cfg["eval_interval"] == 0 or stop_reason:
+        checkpoint_due = iter_num % cfg["eval_interval"] == 0 or stop_reason
+        if checkpoint_due and stop_reason != "signal":  # a preempted job has seconds: save now, evaluate later
             losses = evaluate(model, cfg, env, data_dir, counts, autocast)
+            if not all(math.isfinite(v) for v in losses.values()):  # never let a NaN model replace a good checkpoint
+                diverged(log, cfg, iter_num, f"evaluation loss became train {losses['train']}, val {losses['val']}",
+                         train_loss=losses["train"], val_loss=losses["val"])
             best_val = min(best_val, losses["val"])
             metrics = dict(iter=iter_num, tokens=tokens_seen, train_loss=losses["train"],
                            val_loss=losses["val"], val_ppl=math.exp(losses["val"]), best_val_loss=best_val,
@@ -422,11 +560,12 @@ def run(cfg, env, command=("train.py",)):
                 log.event("hellaswag", f"step {iter_num}: hellaswag acc {result['acc']:.4f}, acc_norm "
                           f"{result['acc_norm']:.4f} ({result['n']} examples)", iter=iter_num, tokens=tokens_seen,
                           **result)
+        if checkpoint_due:
             rng = gathered_rng_states(env)
             if cfg["save_checkpoint"] and iter_num > start_iter:
                 model_state, optimizer_state = model_and_optimizer_states(raw_model, optimizer, env)
             if cfg["save_checkpoint"] and env["master"] and iter_num > start_iter:
-                save_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"), dict(
+                rundir.save_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"), dict(
                     model=model_state, optimizer=optimizer_state, scaler=scaler.state_dict(),
                     config=cfg, iter_num=iter_num, tokens_seen=tokens_seen, train_time=train_time,
                     best_val_loss=best_val, rng=rng, metrics=metrics,
@@ -462,11 +601,13 @@ def run(cfg, env, command=("train.py",)):
 
         # One small all-reduce gives every rank the same loss and the same clock, so all ranks
         # agree on when to stop (a disagreement would hang the next collective).
-        shared = torch.stack([loss_sum / grad_accum_local, torch.tensor(time.perf_counter() - t0, device=device)])
+        # A stop signal on any rank stops all of them after this same step.
+        shared = torch.stack([loss_sum / grad_accum_local, torch.tensor(time.perf_counter() - t0, device=device),
+                              torch.tensor(float(signals.received is not None), device=device)])
         if env["ddp"]:
             dist.all_reduce(shared)
             shared /= env["world_size"]
-        train_loss, dt = shared.tolist()
+        train_loss, dt, signalled = shared.tolist()
         grad_norm = grad_norm.item()
         iter_num += 1
         tokens_seen += tokens_per_iter
@@ -475,11 +616,8 @@ def run(cfg, env, command=("train.py",)):
         window["iters"] += 1
 
         if not math.isfinite(train_loss) or (not math.isfinite(grad_norm) and not scaler.is_enabled()):
-            log.event("diverged", f"iter {iter_num}: loss {train_loss}, grad norm {grad_norm}: stopping; the last "
-                      f"good checkpoint is untouched in {cfg['out_dir']}", iter=iter_num, loss=train_loss,
-                      grad_norm=grad_norm)
-            log.close()
-            raise TrainingDiverged(f"loss became {train_loss} (grad norm {grad_norm}) at iteration {iter_num}")
+            diverged(log, cfg, iter_num, f"loss became {train_loss} (grad norm {grad_norm})", loss=train_loss,
+                     grad_norm=grad_norm)
 
         if iter_num % cfg["log_interval"] == 0:
             step_time = window["time"] / window["iters"]
@@ -493,16 +631,22 @@ def run(cfg, env, command=("train.py",)):
                       f"{1000 * step_time:.1f} ms/iter, {tokens_per_sec:,.0f} tok/s, mfu {mfu_text}, "
                       f"peak mem {record['peak_memory_mib']:.0f} MiB", **record)
             window = dict(time=0.0, iters=0)
-        stop_reason = budget_reached(cfg, iter_num, tokens_seen, train_time)
+        stop_reason = budget_reached(cfg, iter_num, tokens_seen, train_time) or ("signal" if signalled else None)
 
-    log.event("end", f"stopped by {stop_reason} at iter {iter_num}, {tokens_seen:,} tokens, "
+    by = stop_reason
+    if stop_reason == "signal":
+        saved = cfg["save_checkpoint"] and iter_num > start_iter
+        by = f"{signals.received or 'a signal to another rank'}" + (" (checkpoint written; resume with "
+                                                                       "--init_from=resume)" if saved else "")
+    log.event("end", f"stopped by {by} at iter {iter_num}, {tokens_seen:,} tokens, "
               f"{train_time:.1f} s of training; best val loss {best_val:.4f}", stop_reason=stop_reason,
-              iter=iter_num, tokens=tokens_seen, train_time=train_time, best_val_loss=best_val)
+              signal=signals.received, iter=iter_num, tokens=tokens_seen, train_time=train_time, best_val_loss=best_val)
     if cfg["sample_tokens"] and env["master"]:
         from sample import generate_text
         log.say("sample:\n" + generate_text(raw_model, "\n", cfg["sample_tokens"], device=device, autocast=autocast))
     log.close()
+    return stop_reason
 
 
 if __name__ == "__main__":
-    configurator.run_script(main, FileNotFoundError, TrainingDiverged)
+    configurator.run_script(main, FileNotFoundError, TrainingDiverged, Interrupted, rundir.RunDirError, RankStalled)

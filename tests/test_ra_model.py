@@ -599,7 +599,7 @@ def test_train_logs_learned_gates_into_log_jsonl(tmp_path):
     assert all(0.0 < e[f"ra_gate_layer{i}"] < 1.0 for e in evals for i in (0, 1))
     assert evals[-1]["ra_gate_layer0"] != 0.5  # the gate learned something
     assert events(out, "checklist")[0]["model_class"] == "RAGPT"
-    ckpt = torch.load(os.path.join(out, "ckpt.pt"), map_location="cpu", weights_only=False)
+    ckpt = torch.load(os.path.join(out, "ckpt.pt"), map_location="cpu", weights_only=True)
     assert ckpt["metrics"]["ra_gate_layer1"] == evals[-1]["ra_gate_layer1"]
     model = RAGPT(runtime.model_config(ckpt["config"]))
     model.load_state_dict(ckpt["model"])

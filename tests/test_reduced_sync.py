@@ -11,6 +11,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import configurator
+import runrecord
 import runtime
 import train
 from model import GPT, GPTConfig
@@ -305,8 +306,7 @@ def tp_args(data_dir, out_dir, *extra):
 
 
 def events(out_dir, kind):
-    with open(os.path.join(out_dir, "log.jsonl")) as f:
-        return [r for r in map(json.loads, f) if r["event"] == kind]
+    return [r for r in runrecord.read_events(out_dir) if r["event"] == kind]
 
 
 def torchrun(nproc, args):
@@ -359,8 +359,8 @@ def test_tp2_x_dp2_trains_like_one_simulated_replica_and_resumes(data_dir, tmp_p
     assert list(evals(split)) == list(evals(single)) == [0, 2, 4]  # the resumed run re-evaluates step 2
     assert all(evals(split)[i] == pytest.approx(evals(single)[i], rel=1e-5) for i in (0, 2, 4))
     assert all(e["syncs_forward"] == e["syncs_backward"] == 4 for e in events(split, "eval"))
-    ckpt_a = torch.load(os.path.join(single, "ckpt.pt"), weights_only=False)
-    ckpt_b = torch.load(os.path.join(split, "ckpt.pt"), weights_only=False)
+    ckpt_a = torch.load(os.path.join(single, "ckpt.pt"), weights_only=True)
+    ckpt_b = torch.load(os.path.join(split, "ckpt.pt"), weights_only=True)
     assert len(ckpt_b["optimizer"]) == 2  # one optimizer state per tp rank
     for key, value in ckpt_a["model"].items():
         assert torch.allclose(value, ckpt_b["model"][key], atol=1e-5, rtol=0), key

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import configurator
+import runrecord
 import runtime
 import train
 from model import GPT
@@ -27,8 +28,7 @@ def tiny_args(data_dir, out_dir, *extra):
 
 
 def read_log(out_dir):
-    with open(os.path.join(out_dir, "log.jsonl")) as f:
-        return [json.loads(line) for line in f]
+    return runrecord.read_events(out_dir)
 
 
 def events(out_dir, kind):
@@ -36,7 +36,7 @@ def events(out_dir, kind):
 
 
 def load_ckpt(out_dir):
-    return torch.load(os.path.join(out_dir, "ckpt.pt"), map_location="cpu", weights_only=False)
+    return torch.load(os.path.join(out_dir, "ckpt.pt"), map_location="cpu", weights_only=True)
 
 
 def test_logs_every_metric_and_learns(data_dir, tmp_path):

@@ -1,0 +1,143 @@
+"""A run directory (out_dir) that survives faults: one process at a time, checkpoints that cannot
+run code, write errors said in one line, and a log.jsonl whose torn last line is cut off before
+the next record is appended (readers skip it: runrecord.read_events).
+
+train.py locks out_dir and writes ckpt.pt and log.jsonl through here; every script that loads a
+checkpoint (runtime.load_checkpoint, runtime.load_model) reads it through here.
+"""
+import contextlib
+import errno
+import fcntl
+import glob
+import json
+import math
+import os
+import pickle
+import re
+import zipfile
+
+import torch
+
+import tokendata
+
+LOCK_FILE = "lock"
+
+
+class RunDirError(RuntimeError):
+    """A fault in the run directory the user must act on; its message is the one line to show."""
+
+
+# ----------------------------------------------------------------------------- one run per out_dir
+
+@contextlib.contextmanager
+def out_dir_lock(out_dir):
+    """Hold an exclusive lock on out_dir for the block: a second run on it is refused. The kernel
+    releases a flock when its process dies, kill -9 included, so a stale lock never needs cleaning.
+    Leftover temporary files of a dead writer are removed: while the lock is held, no other
+    process can be writing them."""
+    os.makedirs(out_dir, exist_ok=True)
+    f = open(os.path.join(out_dir, LOCK_FILE), "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        owner = f.read().strip() or "unknown"
+        f.close()
+        raise RunDirError(f"{out_dir} is in use by another run (pid {owner}): wait for it to end, stop it, "
+                          f"or choose another out_dir") from None
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    for stale in glob.glob(os.path.join(glob.escape(out_dir), "*.tmp")):
+        os.remove(stale)
+    try:
+        yield
+    finally:
+        f.close()
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+def describe_write_error(error, path, consequence):
+    """One line from an OSError: 'no space left on device while writing ckpt.pt; <consequence>'."""
+    cause = (error.strerror or errno.errorcode.get(error.errno, "write error")).lower()
+    return f"{cause} while writing {path}; {consequence}"
+
+
+@contextlib.contextmanager
+def write_errors_named(path, consequence):
+    """An OSError inside the block (a full disk, a quota, a file-size limit) becomes a RunDirError
+    whose one line names the cause, the file and what it means for the run."""
+    try:
+        yield
+    except OSError as e:
+        raise RunDirError(describe_write_error(e, path, consequence)) from None
+
+
+def save_checkpoint(path, state):
+    """torch.save through a uniquely named temporary file and a rename, so a crash, a signal or a
+    full disk mid-save keeps the previous checkpoint. torch's zip writer reports a failed write of
+    the file as `RuntimeError: [enforce fail at inline_container.cc] ...`; the real cause (an
+    OSError, or the exception a signal handler raised) is its __context__, and that is what we raise."""
+    try:
+        with tokendata.atomic_write(path) as f:
+            torch.save(state, f)
+    except (RuntimeError, OSError) as e:
+        cause = e.__context__ if isinstance(e, RuntimeError) and e.__context__ is not None else e
+        if isinstance(cause, OSError):
+            raise RunDirError(describe_write_error(cause, path, "the previous checkpoint is intact")) from None
+        if cause is not e:
+            raise cause from None
+        raise
+
+
+def load_checkpoint_file(path):
+    """A checkpoint's contents, loaded with weights_only=True: tensors and plain containers only,
+    so a crafted file cannot execute code when unpickled. Anything else is refused in one line."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        # torch names the offending global ("Trying to load unsupported GLOBAL posix.system ..."): quote it
+        found = re.search(r"GLOBAL (\S+)", str(e))
+        detail = f" ({found.group(1)})" if found else ""
+        raise RunDirError(f"{path} holds objects other than tensors and plain values{detail}: refused, because "
+                          f"loading them could run arbitrary code; only load checkpoints written by train.py") from None
+    except (RuntimeError, zipfile.BadZipFile, EOFError) as e:
+        raise RunDirError(f"{path} is not a readable checkpoint ({str(e).splitlines()[0][:120]}): "
+                          f"restore it from a copy or start a new run") from None
+
+
+# ----------------------------------------------------------------------------- log.jsonl
+
+def strict_json(record):
+    """record as one line of strict JSON: NaN and infinities (which json.dumps writes as the
+    non-JSON words NaN and Infinity) become null."""
+    def finite(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {k: finite(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [finite(v) for v in value]
+        return value
+    return json.dumps(finite(record), allow_nan=False)
+
+
+def repair_torn_line(path):
+    """Cut a partial last line (a kill or a full disk mid-write) off a JSON-lines file, so the next
+    record starts on a line of its own. Returns the text removed ('' when the file was whole)."""
+    if not os.path.exists(path):
+        return ""
+    with open(path, "rb+") as f:
+        data = f.read()
+        if not data or data.endswith(b"\n"):
+            return ""
+        keep = data.rfind(b"\n") + 1
+        f.truncate(keep)
+    return data[keep:].decode("utf-8", errors="replace")
+
+
+def finished(events):
+    """The end events of a run that reached its budget; one stopped by a signal is only paused."""
+    return [e for e in events if e["event"] == "end" and e.get("stop_reason") != "signal"]

@@ -1,0 +1,10 @@
+# Gated attention (arXiv 2505.06708: a per-head sigmoid gate on the attention output, computed from
+# the block's input) against the RA baseline recipe, CPU twin of suites/gated_attn.py; three paired seeds.
+# RESEARCH.md: in the larger study it improved quality reproducibly.
+# python sweep.py suites/gated_attn_shakespeare.py
+variants = {"baseline": {"config": "../config/train_ra_baseline_shakespeare.py"},
+            "gated": {"config": "../config/train_gated_attn_shakespeare.py"}}
+baseline = "baseline"
+seeds = [1, 2, 3]
+metric = "val_loss"
+allowed = ["attn_gate"]

@@ -1,0 +1,416 @@
+"""Faults an operator meets, injected for real (signals, write errors, hostile files, a frozen
+rank, a second process, bad data): nothing is lost and the user sees one clear line."""
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import configurator
+import eval as eval_script
+import hellaswag
+import rundir
+import runrecord
+import runtime
+import sample
+import tokendata
+import train
+from conftest import VOCAB
+from test_train import events, load_ckpt, tiny_args
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, OMP_NUM_THREADS="1")
+LONG = ("--max_iters=100000", "--lr_decay_iters=50", "--eval_interval=1000")  # runs until stopped
+
+
+def start(args, **kwargs):
+    return subprocess.Popen([sys.executable, "train.py", *args], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def wait_for_training(out_dir, proc, min_iter=1, timeout=120):
+    """Block until out_dir's log shows training iteration min_iter (the run is inside its loop)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        if any(e["event"] == "train" and e["iter"] >= min_iter for e in runrecord.read_events(out_dir)):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"{out_dir} never reached iteration {min_iter}")
+
+
+def error_lines(stderr):
+    return [line for line in stderr.splitlines() if line.strip()]
+
+
+# ----------------------------------------------------------------------------- checkpoints that cannot run code
+
+class Payload:
+    """Unpickling this runs `touch <marker>`: what a crafted ckpt.pt could do with weights_only=False."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_hostile_checkpoint_is_refused_and_its_payload_never_runs(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    train.main(tiny_args(data_dir, out, "--max_iters=4"))
+    marker = tmp_path / "payload-ran"
+    ckpt = load_ckpt(out)
+    ckpt["config"]["note"] = Payload(marker)
+    torch.save(ckpt, os.path.join(out, "ckpt.pt"))
+    proc = subprocess.run([sys.executable, "train.py", *tiny_args(data_dir, out, "--init_from=resume")], cwd=REPO,
+                          env=ENV, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert error_lines(proc.stderr) == [
+        f"error: {out}/ckpt.pt holds objects other than tensors and plain values (posix.system): refused, "
+        f"because loading them could run arbitrary code; only load checkpoints written by train.py"]
+    # sample.py, eval.py and hellaswag.py load through the same runtime.load_model (scripts' one-line
+    # exits for RunDirError: see run_script's error list in each)
+    for main, argv in ((sample.main, ["--num_samples=1"]), (eval_script.main, [f"--data_dir={data_dir}"]),
+                       (hellaswag.main, ["--input=unused.jsonl"])):
+        with pytest.raises(rundir.RunDirError, match="posix.system"):
+            main([f"--out_dir={out}", *argv])
+    assert not marker.exists()
+
+
+def test_checkpoints_hold_only_tensors_and_plain_values(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    train.main(tiny_args(data_dir, out, "--max_iters=4", "--optimizer=adamw_spam", "--pruning=state",
+                         "--prune_start=1", "--prune_interval=1", "--dropout=0.1"))
+    ckpt = torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)  # would raise on anything else
+    assert ckpt["iter_num"] == 4 and isinstance(ckpt["rng"][0]["torch"], torch.Tensor)
+    json.dumps(ckpt["config"], allow_nan=False)  # the config is plain values
+
+
+# ----------------------------------------------------------------------------- evaluation divergence
+
+def test_a_nan_evaluation_never_replaces_the_last_good_checkpoint(data_dir, tmp_path, monkeypatch):
+    out = str(tmp_path / "run")
+    real_evaluate = train.evaluate
+    calls = []
+
+    def evaluate_nan_the_third_time(*args):  # evaluations at iterations 0, 4, 8
+        calls.append(1)
+        losses = real_evaluate(*args)
+        return {k: float("nan") for k in losses} if len(calls) == 3 else losses
+
+    monkeypatch.setattr(train, "evaluate", evaluate_nan_the_third_time)
+    with pytest.raises(train.TrainingDiverged, match="evaluation loss became train nan, val nan at iteration 8"):
+        train.main(tiny_args(data_dir, out, "--eval_interval=4", "--max_iters=12", "--lr_decay_iters=12"))
+    assert load_ckpt(out)["iter_num"] == 4
+    text = open(os.path.join(out, "log.jsonl")).read()
+    assert "NaN" not in text and "Infinity" not in text  # strict JSON
+    assert events(out, "diverged")[0] | {"time": 0} == dict(event="diverged", time=0, iter=8, train_loss=None,
+                                                            val_loss=None)
+
+
+# ----------------------------------------------------------------------------- preemption, Ctrl-C, one run per out_dir
+
+def test_sigterm_stops_after_the_step_with_a_checkpoint_and_resume_matches(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    args = tiny_args(data_dir, out, "--dropout=0.1", *LONG)
+    proc = start(args)
+    wait_for_training(out, proc, min_iter=3)
+    second = subprocess.run([sys.executable, "train.py", *args], cwd=REPO, env=ENV, capture_output=True, text=True,
+                            timeout=120)
+    assert second.returncode == 1
+    assert error_lines(second.stderr) == [f"error: {out} is in use by another run (pid {proc.pid}): wait for it to "
+                                          f"end, stop it, or choose another out_dir"]
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == train.EXIT_STOPPED_BY_SIGNAL, stderr[-2000:]
+    assert error_lines(stderr) == ["SIGTERM received: finishing this step, then writing a checkpoint and stopping "
+                                   "(send it again to stop at once)"]
+    end = events(out, "end")[-1]
+    assert (end["stop_reason"], end["signal"]) == ("signal", "SIGTERM")
+    stopped_at = end["iter"]
+    assert load_ckpt(out)["iter_num"] == stopped_at
+    assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
+    # Resuming reproduces the uninterrupted run exactly, dropout's RNG included.
+    resumed_end = stopped_at + 3
+    train.main(tiny_args(data_dir, out, "--dropout=0.1", *LONG, "--init_from=resume", f"--max_iters={resumed_end}"))
+    straight = str(tmp_path / "straight")
+    train.main(tiny_args(data_dir, straight, "--dropout=0.1", *LONG, f"--max_iters={resumed_end}"))
+    losses = lambda d: {r["iter"]: r["loss"] for r in events(d, "train")}
+    assert losses(out) == losses(straight) and max(losses(out)) == resumed_end
+    assert rundir.finished(runrecord.read_events(out))[-1]["stop_reason"] == "max_iters"
+
+
+def test_sigterm_under_torchrun_stops_every_rank_after_the_same_step(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             "train.py", *tiny_args(data_dir, out, *LONG)], cwd=REPO, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_training(out, proc, min_iter=3)
+    proc.send_signal(signal.SIGTERM)  # torchrun passes it on to both ranks
+    _, stderr = proc.communicate(timeout=120)
+    assert stderr.count("SIGTERM received: finishing this step") == 2, stderr[-3000:]
+    end = events(out, "end")[-1]
+    assert (end["stop_reason"], end["signal"]) == ("signal", "SIGTERM")
+    assert load_ckpt(out)["iter_num"] == end["iter"] and len(load_ckpt(out)["rng"]) == 2
+
+
+def test_second_sigint_stops_at_once_and_keeps_the_checkpoint(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    # A long sample at the end gives the second Ctrl-C something to cut short (signals that arrive
+    # together coalesce into one, so the second must come after the first was handled).
+    proc = start(tiny_args(data_dir, out, *LONG, "--sample_tokens=1000000"))
+    wait_for_training(out, proc, min_iter=2)
+    proc.send_signal(signal.SIGINT)
+    while not events(out, "end"):
+        assert proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGINT
+    assert error_lines(stderr)[-1] == (f"error: second signal (SIGINT after SIGINT): stopped at once; {out}/ckpt.pt "
+                                       f"holds the last checkpoint written")
+    assert load_ckpt(out)["iter_num"] == events(out, "end")[0]["iter"]
+
+
+def test_a_second_signal_during_a_save_keeps_the_previous_checkpoint(data_dir, tmp_path, monkeypatch):
+    out = str(tmp_path / "run")
+    real_save = torch.save
+    saves = []
+
+    class SignalledFile:
+        """A checkpoint file whose third write is interrupted by Ctrl-C pressed twice."""
+
+        def __init__(self, f):
+            self.f, self.writes = f, 0
+
+        def write(self, data):
+            self.writes += 1
+            if self.writes == 3:
+                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), signal.SIGINT)
+            return self.f.write(data)
+
+        def flush(self):
+            self.f.flush()
+
+    def save(obj, f, *args, **kwargs):
+        saves.append(1)
+        return real_save(obj, SignalledFile(f) if len(saves) == 2 else f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save)
+    with pytest.raises(train.Interrupted, match="second signal .SIGINT after SIGINT.: stopped at once"):
+        train.main(tiny_args(data_dir, out))
+    assert load_ckpt(out)["iter_num"] == 4 and len(saves) == 2
+    assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+
+
+# ----------------------------------------------------------------------------- write errors and torn logs
+
+def limited_file_size(limit):
+    """For a subprocess: files may grow to `limit` bytes; a write beyond fails with EFBIG ('file too
+    large'), as a full disk fails with ENOSPC (SIGXFSZ would kill the process instead: ignored)."""
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def test_write_errors_name_their_cause_and_lose_nothing(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    train.main(tiny_args(data_dir, out, "--max_iters=4"))
+    ckpt_size = os.path.getsize(os.path.join(out, "ckpt.pt"))
+    # A checkpoint that cannot be written: the previous one stays.
+    proc = subprocess.run([sys.executable, "train.py", *tiny_args(data_dir, out, "--init_from=resume")], cwd=REPO,
+                          env=ENV, capture_output=True, text=True, timeout=120,
+                          preexec_fn=limited_file_size(ckpt_size // 2))
+    assert proc.returncode == 1
+    assert error_lines(proc.stderr) == [f"error: file too large while writing {out}/ckpt.pt; the previous "
+                                        f"checkpoint is intact"]
+    assert load_ckpt(out)["iter_num"] == 4
+    assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
+    # A log line that cannot be written whole: the run stops, leaving a torn last line ...
+    log_size = os.path.getsize(os.path.join(out, "log.jsonl"))
+    limit = max(log_size, os.path.getsize(os.path.join(out, "run_info.json")) + 1500) + 300  # run_info.json fits
+    proc = subprocess.run([sys.executable, "train.py", *tiny_args(data_dir, out, "--init_from=resume", *LONG,
+                                                                  "--max_iters=40")],
+                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120,
+                          preexec_fn=limited_file_size(limit))
+    assert proc.returncode == 1
+    assert error_lines(proc.stderr)[-1] == (
+        f"error: file too large while writing {out}/log.jsonl; the run stopped there; ckpt.pt holds the last "
+        f"checkpoint (resume with --init_from=resume once there is room)")
+    raw = open(os.path.join(out, "log.jsonl"), "rb").read()
+    assert not raw.endswith(b"\n") and len(raw) == limit
+    whole = runrecord.read_events(out)  # ... which readers skip
+    assert len(whole) == raw.count(b"\n")
+    # ... and a resume cuts off before appending: every line is a record, none glued to the fragment.
+    train.main(tiny_args(data_dir, out, "--init_from=resume"))
+    lines = open(os.path.join(out, "log.jsonl")).read().splitlines()
+    records = [json.loads(line) for line in lines]
+    repaired = [r for r in records if r["event"] == "log_repaired"]
+    assert len(repaired) == 1 and raw.decode().rsplit("\n", 1)[-1].startswith(repaired[0]["torn"])
+    assert records[:len(whole)] == whole and records[-1]["event"] == "end" and records[-1]["iter"] == 8
+
+
+def test_readers_skip_a_torn_or_garbled_line(tmp_path):
+    (tmp_path / "log.jsonl").write_text('{"event": "eval", "iter": 0}\n{"event": "tr\n'
+                                        '{"event": "end", "iter": 4, "stop_reason": "max_iters"}\n{"event": "tra')
+    assert [e["event"] for e in runrecord.read_events(str(tmp_path))] == ["eval", "end"]
+    assert rundir.repair_torn_line(str(tmp_path / "log.jsonl")) == '{"event": "tra'
+    assert open(tmp_path / "log.jsonl").read().endswith('"max_iters"}\n')
+
+
+# ----------------------------------------------------------------------------- no hung ranks
+
+def test_a_frozen_rank_ends_the_job_within_the_timeout_and_is_named(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    log = open(tmp_path / "torchrun.txt", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             "train.py", *tiny_args(data_dir, out, *LONG, "--dist_timeout=5")],
+                            cwd=REPO, env=ENV, stdout=log, stderr=subprocess.STDOUT)
+    ranks = {}
+    try:
+        wait_for_training(out, proc, min_iter=2)
+        for pid in open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split():
+            environ = dict(v.split("=", 1) for v in open(f"/proc/{pid}/environ").read().split("\0") if "=" in v)
+            ranks[int(environ["RANK"])] = int(pid)
+        os.kill(ranks[1], signal.SIGSTOP)
+        frozen_at = time.time()
+        while os.path.exists(f"/proc/{ranks[0]}") and open(f"/proc/{ranks[0]}/stat").read().split()[2] != "Z":
+            assert time.time() - frozen_at < 60, "rank 0 still waits on the frozen rank"
+            time.sleep(0.2)
+        waited = time.time() - frozen_at
+    finally:  # torchrun would SIGKILL the frozen rank itself, after a 30 s grace
+        for pid in [proc.pid, *ranks.values()]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait()
+    text = open(tmp_path / "torchrun.txt").read()
+    assert 4 <= waited < 30, waited  # rank 0 may have been waiting a moment before the SIGSTOP
+    named = [line for line in text.splitlines() if line.startswith("error: rank 1 (silent for")]
+    assert len(named) == 1 and "stopped responding, frozen or stuck outside Python; rank 0 waited " \
+                               "dist_timeout=5 s in a collective and ended the job" in named[0], text[-3000:]
+
+
+# ----------------------------------------------------------------------------- sweeps take their runs with them
+
+def test_a_killed_sweep_stops_its_training_runs(data_dir, tmp_path):
+    sweep_dir = tmp_path / "out-sweep"
+    args = [a for a in tiny_args(data_dir, "unused", *LONG) if not a.startswith("--out_dir=")]
+    proc = subprocess.Popen([sys.executable, "sweep.py", "--grid=seed=[1]", f"--sweep_dir={sweep_dir}", "--gpus=0",
+                             *args], cwd=REPO, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_training(str(sweep_dir / "seed-1"), proc, min_iter=2)
+    finally:
+        proc.kill()  # kill -9: no chance to clean up
+    proc.wait()
+    deadline = time.time() + 60
+    while not events(str(sweep_dir / "seed-1"), "end"):
+        assert time.time() < deadline, "the run outlived its sweep"
+        time.sleep(0.2)
+    end = events(str(sweep_dir / "seed-1"), "end")[0]
+    assert end["signal"] == "SIGTERM" and load_ckpt(str(sweep_dir / "seed-1"))["iter_num"] == end["iter"]
+
+
+# ----------------------------------------------------------------------------- bad input, refused before work starts
+
+def write_data(path, train_tokens, val_tokens):
+    os.makedirs(path, exist_ok=True)
+    tokendata.write_split(os.path.join(path, "train.bin"), [np.asarray(train_tokens)])
+    tokendata.write_split(os.path.join(path, "val.bin"), [np.asarray(val_tokens)])
+    return str(path)
+
+
+def test_odd_sized_data_file_is_named_in_one_line(tmp_path):
+    data = write_data(tmp_path / "data", np.arange(2000) % VOCAB, np.arange(500) % VOCAB)
+    with open(os.path.join(data, "train.bin"), "ab") as f:
+        f.write(b"\x01")  # a torn copy: half a token
+    proc = subprocess.run([sys.executable, "train.py", *tiny_args(data, str(tmp_path / "run"))], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert error_lines(proc.stderr) == [
+        f"error: {data}/train.bin has 4001 bytes, not a whole number of 2-byte tokens: the file is truncated or not "
+        f"a token file; prepare it again with `python data/toy/prepare.py`"]
+
+
+def test_out_of_vocabulary_ids_are_found_once_and_kept_in_meta(tmp_path):
+    tokens = np.arange(2000) % VOCAB
+    tokens[1234] = VOCAB + 5
+    data = write_data(tmp_path / "data", tokens, np.arange(500) % VOCAB)
+    proc = subprocess.run([sys.executable, "train.py", *tiny_args(data, str(tmp_path / "run"))], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert error_lines(proc.stderr) == [f"error: {data}/train.bin holds token id {VOCAB + 5} but vocab_size={VOCAB}: "
+                                        f"set vocab_size above {VOCAB + 5} or prepare it again with "
+                                        f"`python data/toy/prepare.py`"]
+    cached = tokendata.read_meta(data)["max_token_id"]
+    assert (cached["train"]["max"], cached["val"]["max"]) == (VOCAB + 5, VOCAB - 1)
+    write_data(tmp_path / "data", np.arange(2000) % VOCAB, np.arange(500) % VOCAB)  # rewritten: scanned again
+    assert tokendata.max_token_id(data) == {"train": VOCAB - 1, "val": VOCAB - 1}
+
+
+def test_syntax_error_in_a_config_file_is_one_line(tmp_path):
+    (tmp_path / "bad.py").write_text("batch_size = 4\nlearning_rate = (3e-4\nn_layer = 2\n")
+    proc = subprocess.run([sys.executable, "train.py", str(tmp_path / "bad.py")], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert error_lines(proc.stderr) == [f"error: {tmp_path}/bad.py:2: syntax error ('(' was never closed): fix "
+                                        f"the config file"]
+    (tmp_path / "fails.py").write_text("batch_size = 4\nn_layer = undefined_name\n")
+    with pytest.raises(configurator.ConfigError, match=r"fails.py:2: NameError: name 'undefined_name'"):
+        configurator.apply_config(runtime.DEFAULTS, [str(tmp_path / "fails.py")])
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--device=cuda"], "no CUDA GPU is visible"),
+    (["--n_layer=64", "--n_embd=16384", "--n_head=128"], r"this run needs at least [\d,.]+ GiB per rank"),
+    (["--hellaswag_limit=-1"], "hellaswag_limit must be >= 0"),
+    (["--dist_timeout=0"], "dist_timeout must be >= 1"),
+])
+def test_impossible_runs_fail_before_work_starts(data_dir, tmp_path, extra, message):
+    if extra[0] == "--device=cuda" and torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    with pytest.raises(configurator.ConfigError, match=message):
+        train.main(tiny_args(data_dir, str(tmp_path / "run"), *extra))
+    assert not os.path.exists(tmp_path / "run" / "log.jsonl")
+
+
+def test_empty_val_split_is_refused(tmp_path):
+    data = write_data(tmp_path / "data", np.arange(2000) % VOCAB, np.zeros(0, dtype=np.int64))
+    with pytest.raises(configurator.ConfigError, match=r"val.bin is empty: prepare it again"):
+        train.main(tiny_args(data, str(tmp_path / "run")))
+
+
+@pytest.mark.parametrize("row, message", [
+    (dict(ctx="a", endings=["b", "c", "d", "e"], label=4), "label in 0..3, got label 4"),
+    (dict(ctx="a", endings=["b", "c", "d"], label=0), "'endings' must be 4 non-empty strings"),
+    (dict(ctx="a", endings=["b", "", "d", "e"], label=0), "'endings' must be 4 non-empty strings"),
+])
+def test_malformed_hellaswag_rows_are_named_by_line(tmp_path, row, message):
+    good = dict(ctx="a", endings=["b", "c", "d", "e"], label=1)
+    path = tmp_path / "h.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n")
+    with pytest.raises(ValueError, match=f"{path}:2: .*{message}"):
+        hellaswag.load_examples(str(path))
+
+
+@pytest.mark.parametrize("main, argv, message", [
+    (hellaswag.main, ["--batch_size=0"], "batch_size must be >= 1"),
+    (hellaswag.main, ["--limit=-3"], "limit must be >= 0"),
+    (sample.main, ["--num_samples=0"], "num_samples must be >= 1"),
+    (sample.main, ["--top_k=0"], "top_k must be >= 1"),
+    (sample.main, ["--temperature=-1.0"], "temperature must be >= 0"),
+    (sample.main, ["--start="], "start is empty"),
+])
+def test_evaluation_and_sampling_keys_out_of_range(tmp_path, main, argv, message):
+    with pytest.raises(configurator.ConfigError, match=message):
+        main([f"--out_dir={tmp_path}", *argv])
