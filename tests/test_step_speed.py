@@ -55,4 +55,5 @@ def test_bench_step_times_each_option_with_mfu(tmp_path):
     results = bench(tmp_path, "--steps=1", "--warmup=1", "--options=all")
     assert set(results) == {"plain", "all"}
     for r in results.values():
-        assert r["step_ms"] > 0 and r["matmul_peak_gflops"] > 0 and 0 < r["mfu"] < 1 and r["peak_mib"] > 0
+        # no upper bound on mfu: the probe and the step are timed apart, and a busy machine can slow either
+        assert r["step_ms"] > 0 and r["matmul_peak_gflops"] > 0 and r["mfu"] > 0 and r["peak_mib"] > 0
