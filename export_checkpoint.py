@@ -28,7 +28,7 @@ def export(out_dir, output=""):
         raise FileNotFoundError(f"{out_dir}/dcp/latest not found: train with data_parallel='fsdp' or 'hsdp' first")
     meta = sharding.read_meta(path)
     model = build_model(meta["config"], meta)  # meta holds no weights: a fresh model of the run's shape
-    optimizer = optim.build_optimizer(model, meta["config"], device_type="cpu")
+    optimizer = optim.build_optimizer(model, meta["config"])
     sharding.load(path, model, optimizer)
     output = output or os.path.join(out_dir, "ckpt.pt")
     rundir.save_checkpoint(output, dict(meta, model=model.state_dict(), optimizer=optimizer.state_dict()))

@@ -3,7 +3,6 @@
 Module names follow GPT-2's checkpoint (transformer.wte, h.N.attn.c_attn, ln_f, ...), so Hugging
 Face weights map onto this model one to one (see `GPT.from_pretrained`).
 """
-import inspect
 import json
 import math
 import os
@@ -15,6 +14,7 @@ from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
 from configurator import ConfigError
+from kernels.linear_cross_entropy import check_head_loss, linear_cross_entropy
 
 
 @dataclass
@@ -31,6 +31,9 @@ class GPTConfig:
     activation_checkpointing: bool = False  # recompute each block in backward to save memory
     attn_recompute: bool = False  # recompute only the attention core in backward (see attention_core)
     tie_weights: bool = True  # lm_head shares the token embedding matrix, as in GPT-2
+    # training loss of the head: 'chunked' never builds the (B, T, vocab) logits; 'full' does (the
+    # reference); 'liger' / 'cce' are CUDA kernels from optional packages (kernels/linear_cross_entropy.py)
+    head_loss: str = "chunked"
 
     attn_impls = ("sdpa", "manual")  # what this model offers; subclasses may add (not a field)
 
@@ -39,6 +42,8 @@ class GPTConfig:
 
 
 LN_PLACEMENTS = ("pre", "post")
+# optimizer_impl -> the torch optimizer's keyword arguments
+OPTIMIZER_IMPLS = {"fused": dict(fused=True), "foreach": dict(foreach=True), "for_loop": dict(foreach=False), "": {}}
 
 
 def check_model_config(cfg):
@@ -56,6 +61,7 @@ def check_model_config(cfg):
             raise ConfigError(f"{name} must be a positive integer, got {getattr(cfg, name)}")
     if not 0.0 <= cfg.dropout < 1.0:
         raise ConfigError(f"dropout must be in [0, 1), got {cfg.dropout}")
+    check_head_loss(cfg.head_loss)
     if cfg.activation_checkpointing and cfg.attn_recompute:
         raise ConfigError("activation_checkpointing already recomputes the attention core with the rest of "
                          "each block: set attn_recompute=False (or activation_checkpointing=False)")
@@ -214,6 +220,8 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets=None, last_only=False):
         """Logits for every position (B, T, vocab), and the mean cross-entropy if targets are given.
+        A training forward (targets given, gradients on) returns None for the logits unless
+        head_loss='full': the loss comes from the head without them (see `head`).
 
         last_only=True returns logits for the final position alone (B, 1, vocab): what generation
         needs, and much cheaper. Evaluation and HellaSwag need the default.
@@ -235,11 +243,17 @@ class GPT(nn.Module):
         return self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
 
     def head(self, x, targets=None, last_only=False):
-        """Final norm, logits and loss from the residual stream after the last block."""
+        """Final norm, logits and loss from the residual stream after the last block. When the loss
+        will be differentiated, a head_loss other than 'full' computes it and its gradients chunk by
+        chunk: the logits, their fp32 copy and their gradient (4 x 6.6 GB at GPT-2's micro-batch 32
+        x 1024) never exist. Evaluation, HellaSwag and generation run without gradients and get logits."""
         if "ln_f" in self.transformer:
             x = self.transformer.ln_f(x)
         if last_only:
             x = x[:, -1:, :]
+        if targets is not None and torch.is_grad_enabled() and self.config.head_loss != "full":
+            return None, linear_cross_entropy(x.flatten(0, 1), self.lm_head.weight, targets.reshape(-1),
+                                              self.config.head_loss, ignore_index=-1)
         logits = self.lm_head(x)
         loss = None
         if targets is not None:
@@ -255,19 +269,21 @@ class GPT(nn.Module):
         ]
 
     def configure_optimizers(self, optimizer, learning_rate, weight_decay, betas=(0.9, 0.95),
-                             momentum=0.9, nesterov=False, device_type="cpu"):
+                             momentum=0.9, nesterov=False, impl="fused"):
         """The built-in torch optimizers over `param_groups` (optim.py adds AdamW-SPAM on the same
-        groups)."""
+        groups). impl: 'fused' (one kernel for all parameters; CUDA and CPU), 'foreach' (a few
+        multi-tensor ops), 'for_loop' (one parameter at a time), '' (torch's default: foreach on
+        CUDA, the for-loop on CPU)."""
         groups = self.param_groups(weight_decay)
+        impl = OPTIMIZER_IMPLS[impl]
         if optimizer == "adamw":
-            fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
-            return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused or None)
+            return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **impl)
         if optimizer == "adam":
             # Adam's weight_decay is the classic L2 term added to the gradient (coupled), which is
             # exactly what separates it from AdamW in an optimizer comparison.
-            return torch.optim.Adam(groups, lr=learning_rate, betas=betas)
+            return torch.optim.Adam(groups, lr=learning_rate, betas=betas, **impl)
         if optimizer == "sgd":
-            return torch.optim.SGD(groups, lr=learning_rate, momentum=momentum, nesterov=nesterov)
+            return torch.optim.SGD(groups, lr=learning_rate, momentum=momentum, nesterov=nesterov, **impl)
         raise ValueError(f"optimizer={optimizer!r}: use one of 'adamw', 'adam', 'sgd'")
 
     def flops_per_token(self):
@@ -276,10 +292,11 @@ class GPT(nn.Module):
         cfg = self.config
         return 6 * self.get_num_params() + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
 
-    def estimate_mfu(self, tokens_per_second_per_device, device):
-        """Model FLOPs utilization against the device's dense bf16 peak; None when the peak is
-        unknown (CPUs, unlisted GPUs) rather than a misleading number."""
-        peak = peak_flops(device)
+    def estimate_mfu(self, tokens_per_second_per_device, device, peak=None):
+        """Model FLOPs utilization against `peak` FLOP/s (a measured one: runtime.matmul_peak_flops),
+        by default the device's data-sheet dense bf16 peak; None when no peak is known (CPUs,
+        unlisted GPUs) rather than a misleading number."""
+        peak = peak or peak_flops(device)
         if peak is None:
             return None
         return self.flops_per_token() * tokens_per_second_per_device / peak
@@ -302,7 +319,7 @@ class GPT(nn.Module):
         """Load a Hugging Face GPT-2 checkpoint from a local directory, without network access.
 
         The directory holds config.json and model.safetensors (or pytorch_model.bin), as written by
-        `GPT2LMHeadModel.save_pretrained`. `overrides` may set dropout, attn_impl or the recomputation keys.
+        `GPT2LMHeadModel.save_pretrained`. `overrides` may set dropout, attn_impl, the recomputation keys or head_loss.
         """
         with open(os.path.join(path, "config.json")) as f:
             hf = json.load(f)

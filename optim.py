@@ -20,6 +20,7 @@ import re
 import torch
 
 import configurator
+from model import OPTIMIZER_IMPLS
 
 OPTIMIZERS = ("sgd", "adam", "adamw", "adamw_spam")
 PRUNINGS = ("none", "magnitude", "state")
@@ -37,6 +38,8 @@ def validate(cfg, last_iter):
     err = configurator.ConfigError
     if cfg["optimizer"] not in OPTIMIZERS:
         raise err(f"optimizer={cfg['optimizer']!r}: use one of {OPTIMIZERS}")
+    if cfg["optimizer_impl"] not in OPTIMIZER_IMPLS:
+        raise err(f"optimizer_impl={cfg['optimizer_impl']!r}: use one of {tuple(OPTIMIZER_IMPLS)}")
     if cfg["optimizer"] == "sgd" and cfg["nesterov"] and cfg["momentum"] <= 0:
         raise err("nesterov=True needs momentum > 0: set momentum (e.g. 0.9) or nesterov=False")
     if cfg["optimizer"] == "adamw_spam":
@@ -81,7 +84,7 @@ def ramp_end(cfg, last_iter):
     return cfg["prune_ramp_end"] or last_iter
 
 
-def build_optimizer(model, cfg, device_type):
+def build_optimizer(model, cfg):
     """The optimizer named by cfg['optimizer'], always over model.param_groups (no decay on
     biases and norms)."""
     betas = (cfg["beta1"], cfg["beta2"])
@@ -90,7 +93,7 @@ def build_optimizer(model, cfg, device_type):
                          theta=cfg["spam_theta"], spike_z=cfg["spam_spike_z"], window=cfg["spam_window"],
                          reset_interval=cfg["spam_interval"], rewarm=cfg["spam_warmup"])
     return model.configure_optimizers(cfg["optimizer"], cfg["learning_rate"], cfg["weight_decay"], betas,
-                                      cfg["momentum"], cfg["nesterov"], device_type=device_type)
+                                      cfg["momentum"], cfg["nesterov"], impl=cfg["optimizer_impl"])
 
 
 def step_kwargs(optimizer, grad_norm):

@@ -5,6 +5,7 @@ checkpoint, and reading batches.
 train.py, sample.py, eval.py, hellaswag.py, sweep.py and the benchmarks import this module; it
 imports only the models, the optimizer's checks and the data helpers, never an entry point.
 """
+import ctypes
 import datetime
 import os
 import sys
@@ -21,6 +22,7 @@ import optim
 import rundir
 import sharding
 import tokendata
+from kernels.linear_cross_entropy import check_head_loss
 from model import GPT, GPTConfig, model_config_fields, unwrap_state_dict
 from ra_model import RAConfig, RAGPT
 from reduced_sync_model import ReducedSyncConfig, ReducedSyncGPT
@@ -61,6 +63,7 @@ DEFAULTS = dict(
     activation_checkpointing=False,  # recompute each whole block in backward
     attn_recompute=False,  # recompute only the attention core in backward (model.attention_core)
     tie_weights=True,  # the head shares the token embedding matrix, as in GPT-2
+    head_loss="chunked",  # training loss of the head: 'chunked' (no logits), 'full', 'liger', 'cce' (CUDA packages)
     # reciprocal attention and MLA (model_type='ra'; see ra_model.py for the meaning of each)
     ra_pattern="none",  # 'none', 'early', 'late', 'all', 'alternate', 'learned', 'layers'
     ra_layers=[],  # ra_pattern='layers': the reciprocal layers' indices
@@ -86,6 +89,7 @@ DEFAULTS = dict(
     fsdp_reduce_dtype="float32",  # fsdp/hsdp: gradient reductions in 'float32' or 'bfloat16' (weights follow dtype)
     # optimizer
     optimizer="adamw",  # 'adamw', 'adam', 'sgd', 'adamw_spam' (optim.py)
+    optimizer_impl="fused",  # torch optimizers: 'fused' (CUDA and CPU), 'foreach', 'for_loop', '' (torch's choice); adamw_spam has its own
     learning_rate=6e-4,  # peak learning rate
     weight_decay=0.1,  # never on biases or norms
     beta1=0.9,  # adam, adamw, adamw_spam
@@ -274,6 +278,45 @@ def precision(dtype, device):
     return dtype, torch.autocast(device_type=device.split(":")[0], dtype=getattr(torch, dtype))
 
 
+def matmul_peak_flops(device, dtype, repeats=5):
+    """The machine's measured matmul peak in FLOP/s for `dtype`: the fastest of a few square
+    products (n = 2048 on CPU, 8192 on GPUs; well under a second on 2 CPU cores). A CPU has no
+    data-sheet peak worth quoting: bf16 is native on some (AVX512-BF16, AMX) and emulated hundreds
+    of times slower on others, and other processes take their share. Model FLOP/s over this is
+    'MFU against the measured peak'; measure it next to the steps it is compared with."""
+    n = 8192 if device.startswith("cuda") else 2048
+    generator = torch.Generator(device).manual_seed(0)  # not the global stream: resume must replay it exactly
+    a, b = (torch.randn(n, n, device=device, generator=generator).to(getattr(torch, dtype)) for _ in range(2))
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    best = float("inf")
+    for _ in range(repeats + 1):  # the first warms up the kernels and the caches
+        sync()
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        sync()
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
+
+
+def keep_freed_memory():
+    """Make glibc's malloc keep freed memory for reuse (Linux CPUs; a no-op elsewhere).
+
+    By default each allocation over 128 KiB-32 MiB is a fresh mmap, and a training step's
+    activations and gradients are far larger: every step maps them, page-faults every page in
+    (the kernel zeroes it) and unmaps them again. That churn was the 216 s of system time against
+    366 s of user time of a CPU twin run. With mmap off and trimming off, the heap grows to the
+    step's peak once and later steps reuse it (measured at the CPU twin shape: minor page faults
+    per step 590k -> 25k, system time 1.1 s -> 0.1 s). The process keeps its peak resident."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc (musl): leave its allocator alone
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # <malloc.h>
+    return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
+
+
 def data_dir_of(cfg):
     return cfg["data_dir"] or os.path.join(REPO_DIR, "data", cfg["dataset"])
 
@@ -286,6 +329,7 @@ def validate(cfg, world_size):
     world_size processes (sweep.py checks its runs with 1); errors name keys and fixes."""
     err = configurator.ConfigError
     model_config(cfg)  # shape checks (n_embd divisible by n_head, ...)
+    check_head_loss(cfg["head_loss"], pick_device(cfg["device"]).split(":")[0])  # a CUDA kernel elsewhere
     _, dp_size = parallel_layout(cfg, world_size)
     check_model_keys_apply(cfg)
     sharding.check(cfg, world_size)
@@ -433,12 +477,12 @@ def build_model(cfg, checkpoint=None, tp_group=None):
         return model
     return GPT.from_pretrained(cfg["init_from"], dropout=cfg["dropout"], attn_impl=cfg["attn_impl"],
                                activation_checkpointing=cfg["activation_checkpointing"],
-                               attn_recompute=cfg["attn_recompute"])
+                               attn_recompute=cfg["attn_recompute"], head_loss=cfg["head_loss"])
 
 
 # Model keys that change how the weights are trained, not what they are: a resumed run may change
 # them (e.g. turn recomputation on after running out of memory) and the model is built with the new ones.
-RESUMABLE_MODEL_KEYS = ("dropout", "activation_checkpointing", "attn_recompute")
+RESUMABLE_MODEL_KEYS = ("dropout", "activation_checkpointing", "attn_recompute", "head_loss")
 
 
 def load_checkpoint(cfg):

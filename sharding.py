@@ -196,8 +196,9 @@ def memory_estimate(cfg, n_params, world_size, dtype):
     about 34 x n_embd bytes at 2-byte precision, double at float32; with activation_checkpointing
     only each block's input is kept plus one block's activations in the recomputation. The head
     keeps logits and their gradient (2 x vocab_size float32 values per token), gone before the
-    first block is recomputed. On CPU the total is within 25% of the profiler's measured peak
-    (tests/test_sharding.py).
+    first block is recomputed; head_loss 'chunked' (and the CUDA kernels 'liger', 'cce') never hold
+    them whole, which counts as none. On CPU the total is within 25% of the profiler's measured
+    peak (tests/test_sharding.py).
     """
     bytes_ = 2 if dtype in ("bfloat16", "float16") else 4
     tokens = cfg["batch_size"] * cfg["block_size"]
@@ -212,7 +213,7 @@ def memory_estimate(cfg, n_params, world_size, dtype):
     grads = 4 * n_params / shards + (4 * n_params if shards > 1 and accum_local > 1 else 0)
     optimizer = 4 * states * n_params / shards
     per_layer = 34 * width * tokens * bytes_ // 2
-    head = 2 * vocab * tokens * 4
+    head = 2 * vocab * tokens * 4 if cfg["head_loss"] == "full" else 0
     if cfg["activation_checkpointing"]:
         activations = n_layer * width * tokens * bytes_ + per_layer
         peak_activations = activations - per_layer + max(per_layer, head)

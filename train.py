@@ -34,8 +34,8 @@ import sharding
 import tokendata
 from model import GPTConfig, model_config_fields
 from runtime import (DEFAULTS, RankStalled, build_model, data_dir_of, decay_iters, exit_distributed, get_batch,
-                     last_iter, load_checkpoint, model_classes, model_config, name_stalled_ranks, parallel_layout,
-                     precision, setup_distributed, validate)
+                     keep_freed_memory, last_iter, load_checkpoint, matmul_peak_flops, model_classes, model_config,
+                     name_stalled_ranks, parallel_layout, precision, setup_distributed, validate)
 
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 EVAL_SEED = 20240229  # fixed: the evaluation windows never depend on the run's seed
@@ -470,6 +470,8 @@ def fit(cfg, env, signals, command):
     device = env["device"]
     dtype, autocast = precision(cfg["dtype"], device)
     check_memory(cfg, env, dtype)
+    if device == "cpu":
+        keep_freed_memory()  # no mmap/page-fault/munmap of every activation in every step
     data_dir, counts = check_data(cfg)
     checkpoint = load_checkpoint(cfg) if cfg["init_from"] == "resume" else None
     resumed = checkpoint is not None
@@ -490,7 +492,7 @@ def fit(cfg, env, signals, command):
     if sharded:  # before the optimizer, which must hold the sharded parameters
         sharding.shard_model(raw_model, env["mesh"], dtype, cfg["fsdp_reduce_dtype"], cfg["compile"])
     act_norms = ActivationNorms(raw_model, cfg["log_act_norm_layers"])
-    optimizer = optim.build_optimizer(raw_model, cfg, device_type=device.split(":")[0])
+    optimizer = optim.build_optimizer(raw_model, cfg)
     pruner = optim.Pruner(raw_model, optimizer, cfg, last_iter(cfg)) if cfg["pruning"] != "none" else None
     scaler = torch.amp.GradScaler(device.split(":")[0], enabled=dtype == "float16")
 
@@ -528,11 +530,15 @@ def fit(cfg, env, signals, command):
             runrecord.write_run_info(cfg["out_dir"], REPO_DIR, start, facts, resumed)
     checklist = startup_checklist(cfg, env, raw_model, counts, data_dir, dtype, tokens_per_iter, grad_accum_local)
     memory = memory_estimate(cfg, env, dtype)
+    # MFU on a CPU is against the matmul peak measured here, for this dtype (a GPU's: its data sheet)
+    measured_peak = matmul_peak_flops(device, dtype) if device == "cpu" else None
     checklist.update(data_parallel_replicas=env["dp_size"],
                      data_parallel=cfg["data_parallel"] if env["ddp"] else "none (one process)",
                      memory_per_gpu_estimate=sharding.describe_memory(memory),
                      **{f"memory_estimate_{k}": v for k, v in memory.items()}, **model_report,
-                     act_rms_after_layers=", ".join(map(str, act_norms.layers)))
+                     act_rms_after_layers=", ".join(map(str, act_norms.layers)),
+                     mfu_against=f"measured {dtype} matmul peak {measured_peak / 1e9:.0f} GFLOP/s" if measured_peak
+                     else "data-sheet bf16 peak")
     log.event("checklist", "\n".join(f"{k:>26}: {v}" for k, v in checklist.items()), **checklist)
     log.say(f"tokens per iteration = batch_size {cfg['batch_size']} x block_size {cfg['block_size']} x "
             f"gradient_accumulation_steps {cfg['gradient_accumulation_steps']} "
@@ -634,7 +640,7 @@ def fit(cfg, env, signals, command):
         if iter_num % cfg["log_interval"] == 0:
             step_time = window["time"] / window["iters"]
             tokens_per_sec = tokens_per_iter / step_time
-            mfu = raw_model.estimate_mfu(tokens_per_sec / env["world_size"], device)
+            mfu = raw_model.estimate_mfu(tokens_per_sec / env["world_size"], device, peak=measured_peak)
             record = dict(iter=iter_num, tokens=tokens_seen, loss=train_loss, lr=lr, grad_norm=grad_norm,
                           **act_norms.read(), step_time_ms=1000 * step_time, tokens_per_sec=tokens_per_sec,
                           mfu=mfu, peak_memory_mib=peak_memory_mib(device), tokens_per_iter=tokens_per_iter)

@@ -6,9 +6,10 @@
 #
 # Memory per GPU on 8 GPUs, from sharding.memory_estimate (the start-up checklist prints it for the
 # actual layout), micro-batch 16, bf16:
-#   DDP  24.2 GiB (weights 1.3, grads 1.3, Adam 2.6, blocks' activations 12.8, logits 6.1) -> a 40 GB GPU
-#   FSDP 19.6 GiB (weights 0.2, grads 0.2, Adam 0.3, blocks' activations 12.8, logits 6.1)
-#   activation_checkpointing=True: DDP 12.2 GiB, FSDP 7.6 GiB (a 16 GB GPU)
+#   DDP  18.0 GiB (weights 1.3, grads 1.3, Adam 2.6, activations 12.8)   -> a 24 GB GPU and up
+#   FSDP 13.5 GiB (weights 0.2, grads 0.2, Adam 0.3, activations 12.8)
+#   activation_checkpointing=True: DDP 6.6 GiB, FSDP 2.0 GiB
+#   (the chunked head never holds the logits; head_loss='full' adds 6.1 GiB)
 # DDP is the default here: the states are small next to the activations.
 # python data/finewebedu/prepare.py
 # torchrun --standalone --nproc_per_node=8 train.py config/train_gpt2_350m.py

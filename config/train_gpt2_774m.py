@@ -6,9 +6,10 @@
 #
 # Memory per GPU on 8 GPUs, from sharding.memory_estimate (the start-up checklist prints it for the
 # actual layout), micro-batch 16, bf16:
-#   DDP  41.6 GiB (weights 2.9, grads 2.9, Adam 5.8, blocks' activations 23.9, logits 6.1) -> an 80 GB GPU
-#   FSDP 31.6 GiB (weights 0.4, grads 0.4, Adam 0.7, blocks' activations 23.9, logits 6.1) -> a 40 GB GPU
-#   activation_checkpointing=True: DDP 19.1 GiB, FSDP 9.1 GiB
+#   DDP  35.4 GiB (weights 2.9, grads 2.9, Adam 5.8, activations 23.9)   -> a 40 GB GPU, barely
+#   FSDP 25.4 GiB (weights 0.4, grads 0.4, Adam 0.7, activations 23.9)   -> a 40 GB GPU
+#   activation_checkpointing=True: DDP 13.6 GiB, FSDP 3.6 GiB
+#   (the chunked head never holds the logits; head_loss='full' adds 6.1 GiB)
 # python data/finewebedu/prepare.py
 # torchrun --standalone --nproc_per_node=8 train.py config/train_gpt2_774m.py
 out_dir = "out-gpt2-774M"

@@ -67,7 +67,7 @@ def train_tiny(cfg, steps, check, tie_weights=True):
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=32, bias=False,
                           tie_weights=tie_weights))
-    optimizer = optim.build_optimizer(model, dict(cfg, learning_rate=1e-2, weight_decay=0.1), "cpu")
+    optimizer = optim.build_optimizer(model, dict(cfg, learning_rate=1e-2, weight_decay=0.1))
     pruner = optim.Pruner(model, optimizer, cfg, cfg["max_iters"])
     for step in range(1, steps + 1):
         x = torch.randint(0, 32, (4, 8))
@@ -302,3 +302,33 @@ def test_new_configs_apply_and_validate(name):
     if "bitter" in name:
         assert cfg["pruning"] == "state" and cfg["prune_score"] == name.split("_")[3] and cfg["target_sparsity"] == 0.5
 
+
+
+# ---------------------------------------------------------------- optimizer implementations
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_optimizer_impls_are_the_ones_asked_for_and_agree(optimizer):
+    """fused, foreach and the for-loop: the implementation each name selects, and (under SGD, where
+    a step is linear in the gradient) the same weights after three steps."""
+    weights = {}
+    for impl in ("fused", "foreach", "for_loop"):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64))
+        opt = optim.build_optimizer(model, dict(runtime.DEFAULTS, optimizer=optimizer, optimizer_impl=impl,
+                                                learning_rate=1e-2))
+        assert bool(opt.defaults["fused"]) == (impl == "fused") and bool(opt.defaults["foreach"]) == (impl == "foreach")
+        for step in range(3):
+            idx = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(step))
+            model(idx, idx)[1].backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        weights[impl] = model.state_dict()
+    if optimizer == "sgd":
+        for impl in ("fused", "foreach"):
+            for name, w in weights["for_loop"].items():
+                torch.testing.assert_close(weights[impl][name], w, rtol=1e-6, atol=1e-7, msg=f"{impl} {name}")
+
+
+def test_unknown_optimizer_impl_fails_at_start_up():
+    with pytest.raises(configurator.ConfigError, match="optimizer_impl='fast'"):
+        optim.validate(dict(runtime.DEFAULTS, optimizer_impl="fast"), 100)

@@ -19,7 +19,8 @@ from reduced_sync_model import (ReducedSyncConfig, ReducedSyncGPT, _SumBackward,
                                 new_record, schedule, shard_tensor)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = dict(block_size=8, vocab_size=32, n_layer=6, n_head=4, n_embd=16)
+# head_loss='full': these tests compare the logits of training forwards (the chunked head builds none)
+TINY = dict(block_size=8, vocab_size=32, n_layer=6, n_head=4, n_embd=16, head_loss="full")
 
 # pattern name -> (ReducedSyncConfig kwargs, syncs per forward pass at n_layer=6)
 PATTERNS = {

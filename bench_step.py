@@ -1,0 +1,180 @@
+"""Benchmark of the baseline's whole training step (forward, backward, clipping, optimizer step)
+with and without each speed and memory option, as ratios to the plain path measured in the same run.
+
+    python bench_step.py                                  # CPU twin shape: 6 layers, 384 wide, T=256, batch 8
+    python bench_step.py --preset=gpt2 --memory_only      # GPT-2 124M, micro-batch 32, T=1024: peak memory only
+    python bench_step.py --preset=gpt2 --device=cuda --dtype=bfloat16 --options=plain,all,all_compiled
+
+Options (one row each): 'plain' is the step as it was before issue 15 (full logits, torch's default
+optimizer loop, glibc's default malloc, eager); every other row changes what its name says.
+Each row runs in a fresh process (its own allocator settings, its own peak memory) and measures
+the machine's matmul peak for the dtype right before and after its steps (runtime.matmul_peak_flops;
+the higher counts): MFU = model FLOP/s / that peak, so a busy machine lowers both together. Time =
+the median step of --steps after --warmup; --repeats cycles through all rows and keeps each row's
+fastest. Peak memory: CUDA max_memory_allocated; on CPU the peak of live tensor bytes over one step
+(weights, gradients, optimizer states, activations, temporaries) by torch's MemTracker.
+--memory_only runs that one step on fake tensors (FakeTensorMode: shapes and bytes, no arithmetic),
+so GPT-2's micro-batch 32 x 1024 is measured on a laptop in seconds.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+PLAIN = dict(head_loss="full", optimizer_impl="", keep_freed_memory=False, compile=False)
+OPTIONS = {
+    "plain": {},
+    "chunked_head": dict(head_loss="chunked"),
+    "foreach_optimizer": dict(optimizer_impl="foreach"),
+    "fused_optimizer": dict(optimizer_impl="fused"),
+    "keep_freed_memory": dict(keep_freed_memory=True),
+    "all": dict(head_loss="chunked", optimizer_impl="fused", keep_freed_memory=True),  # train.py's defaults
+    "all_compiled": dict(head_loss="chunked", optimizer_impl="fused", keep_freed_memory=True, compile=True),
+}
+PRESETS = {
+    "twin": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, vocab_size=50304, batch_size=8),
+    "gpt2": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304, batch_size=32),
+}
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--preset", choices=PRESETS, default="twin", help="model shape; flags below override it")
+    for key in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "batch_size"):
+        p.add_argument(f"--{key}", type=int, default=None)
+    p.add_argument("--device", default="", help="'' picks cuda when available")
+    p.add_argument("--dtype", default="", help="'' picks the machine's best (runtime.precision)")
+    p.add_argument("--steps", type=int, default=5, help="timed training steps (median reported)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (compile happens here)")
+    p.add_argument("--repeats", type=int, default=1, help="cycles through the options; the fastest counts")
+    p.add_argument("--options", default="", help=f"comma-separated subset of {', '.join(OPTIONS)} (plain always runs)")
+    p.add_argument("--memory_only", action="store_true", help="peak memory of one step on fake tensors, no timing")
+    p.add_argument("--json", default="", help="also write the results to this file")
+    p.add_argument("--child", default="", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    for key, value in PRESETS[args.preset].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    names = ["plain"] + [n for n in (args.options.split(",") if args.options else OPTIONS) if n != "plain"]
+    unknown = [n for n in names if n not in OPTIONS]
+    if unknown:
+        p.error(f"unknown options {unknown}; known: {', '.join(OPTIONS)}")
+    if args.memory_only:  # compiled graphs need real tensors; eager memory is what the options change
+        if args.options and any(OPTIONS[n].get("compile") for n in names):
+            p.error("--memory_only runs eager on fake tensors: leave compiled options out of --options")
+        names = [n for n in names if not OPTIONS[n].get("compile")]
+    args.names = names
+    return args
+
+
+def measure(args):
+    """One row in this process: a dict with its step time, MFU and peak memory."""
+    import torch
+
+    import runtime
+    from model import GPT, GPTConfig
+
+    option = {**PLAIN, **OPTIONS[args.child]}
+    device = runtime.pick_device(args.device)
+    dtype, autocast = runtime.precision(args.dtype, device)
+    if option["keep_freed_memory"]:
+        runtime.keep_freed_memory()
+    shape = {k: getattr(args, k) for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")}
+    fake = torch._subclasses.fake_tensor.FakeTensorMode() if args.memory_only else None
+    with fake or torch.device(device):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(**shape, head_loss=option["head_loss"]))
+        optimizer = model.configure_optimizers("adamw", 6e-4, 0.1, impl=option["optimizer_impl"])
+        idx = torch.randint(0, args.vocab_size, (args.batch_size, args.block_size))
+    fwd_bwd = torch.compile(model) if option["compile"] else model
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+    def step():  # train.py's step with one micro-batch
+        with autocast:
+            _, loss = fwd_bwd(idx, idx)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        sync()
+
+    result = dict(option=args.child, dtype=dtype, device=device, params=model.get_num_params())
+    if args.memory_only:
+        with fake:
+            step()  # the optimizer's states exist from the first step on
+            result.update(peak_mib=cpu_peak_tensor_mib(model, optimizer, step), memory="live tensor bytes on fake tensors")
+        return result
+    for _ in range(args.warmup):
+        step()
+    peak_flops = runtime.matmul_peak_flops(device, dtype)
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats(device)
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    peak_flops = max(peak_flops, runtime.matmul_peak_flops(device, dtype))
+    if device.startswith("cuda"):
+        peak, how = torch.cuda.max_memory_allocated(device) / 2**20, "CUDA max_memory_allocated"
+    else:
+        peak, how = cpu_peak_tensor_mib(model, optimizer, step), "peak live tensor bytes (MemTracker)"
+    step_time = statistics.median(times)
+    tokens_per_s = args.batch_size * args.block_size / step_time
+    return dict(result, step_ms=1000 * step_time, tokens_per_s=tokens_per_s, peak_mib=peak, memory=how,
+                matmul_peak_gflops=peak_flops / 1e9, mfu=model.estimate_mfu(tokens_per_s, device, peak=peak_flops))
+
+
+def cpu_peak_tensor_mib(model, optimizer, step):
+    """Peak live tensor bytes over one step. torch's MemTracker (torch.distributed._tools, private)
+    counts every tensor's storage once; tracemalloc cannot see torch's allocations."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+    tracker = MemTracker()
+    tracker.track_external(model, optimizer)
+    with tracker:
+        step()
+    return sum(by_device["Total"] for by_device in tracker.get_tracker_snapshot("peak").values()) / 2**20
+
+
+def main(argv):
+    args = parse_args(argv)
+    if args.child:
+        print(json.dumps(measure(args)))
+        return 0
+    print(f"n_layer={args.n_layer} n_head={args.n_head} n_embd={args.n_embd} block_size={args.block_size} "
+          f"vocab_size={args.vocab_size} batch_size={args.batch_size} steps={args.steps} (median), "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    runs = {name: [] for name in args.names}
+    for _ in range(args.repeats):
+        for name in args.names:
+            proc = subprocess.run([sys.executable, os.path.abspath(__file__), *argv, f"--child={name}"],
+                                  capture_output=True, text=True)
+            if proc.returncode:
+                print(f"{name}: failed\n{proc.stderr[-2000:]}")
+                return 1
+            runs[name].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    results = [min(runs[name], key=lambda run: run.get("step_ms", 0)) for name in args.names]
+    base = results[0]
+    print(f"device={base['device']} dtype={base['dtype']} params={base['params']:,}; memory = {base['memory']}")
+    if args.memory_only:
+        print(f"{'option':<20}{'peak MiB':>10}{'mem x':>8}")
+        for r in results:
+            r["memory_ratio"] = r["peak_mib"] / base["peak_mib"]
+            print(f"{r['option']:<20}{r['peak_mib']:>10.0f}{r['memory_ratio']:>8.2f}")
+    else:
+        print(f"{'option':<20}{'ms/step':>10}{'tok/s':>10}{'peak GF/s':>10}{'MFU':>7}{'peak MiB':>10}{'time x':>8}{'mem x':>8}")
+        for r in results:
+            r["time_ratio"], r["memory_ratio"] = r["step_ms"] / base["step_ms"], r["peak_mib"] / base["peak_mib"]
+            print(f"{r['option']:<20}{r['step_ms']:>10.1f}{r['tokens_per_s']:>10,.0f}{r['matmul_peak_gflops']:>10.0f}"
+                  f"{r['mfu']:>7.2f}{r['peak_mib']:>10.0f}{r['time_ratio']:>8.2f}{r['memory_ratio']:>8.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(args={k: v for k, v in vars(args).items() if k != "child"}, results=results), f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,97 @@
+"""Cross-entropy of a linear head without its logits: the loss of `x @ weight.T` against targets,
+and the gradients of x and weight, computed chunk by chunk over the tokens (the idea of Liger
+Kernel's fused linear cross-entropy and of Cut Cross-Entropy).
+
+At GPT-2's 50k vocabulary the logits are the largest tensors of a training step: (B*T, V) in the
+autocast dtype, their fp32 copy for the loss and the gradient of each, 4 x 6.6 GB at micro-batch
+32 x 1024. Here only one chunk of them exists at a time. The gradient of the mean loss with
+respect to a chunk's logits is known in forward (softmax - one_hot) / n_valid, so forward turns
+it into the chunk's share of grad_x and grad_weight right away and backward only scales them by
+the incoming gradient: no logits are kept and none recomputed, the same matmul FLOPs as the plain
+head. Each matmul runs under whatever autocast is active, as the plain head's would.
+
+head_loss implementations (GPTConfig.head_loss):
+    'full'     logits, then F.cross_entropy on their fp32 copy (the reference)
+    'chunked'  this file: PyTorch only, any device, traceable by torch.compile
+    'liger'    liger-kernel's fused Triton kernel (CUDA; `pip install liger-kernel`)
+    'cce'      Apple's Cut Cross-Entropy Triton kernel (CUDA; `pip install cut-cross-entropy`)
+
+torch.nn.functional.linear_cross_entropy (torch 2.13) chunks too, but ignores autocast (fp32 at
+half the speed of a bf16 head on CPU) and puts torch.compile back into eager at the op.
+"""
+import importlib
+
+import torch
+
+from configurator import ConfigError
+
+HEAD_LOSSES = ("full", "chunked", "liger", "cce")
+CUDA_LIBRARIES = {"liger": "liger_kernel", "cce": "cut_cross_entropy"}  # head_loss -> module
+# Logits per chunk: 2**25 (128 MiB in fp32, ~670 tokens at V=50304; every token at a small vocabulary).
+# Smaller chunks starve the grad_weight matmul (its inner dimension is the chunk): at the CPU twin 2**23
+# made the whole step cost 1.3x the CPU time of the plain head's step; 2**25 costs the same.
+CHUNK_LOGITS = 2**25
+
+
+def check_head_loss(head_loss, device_type=None):
+    """One-line errors for an unknown implementation, a missing library or a CUDA-only one elsewhere."""
+    if head_loss not in HEAD_LOSSES:
+        raise ConfigError(f"head_loss={head_loss!r}: use one of {HEAD_LOSSES}")
+    if head_loss in CUDA_LIBRARIES:
+        if importlib.util.find_spec(CUDA_LIBRARIES[head_loss]) is None:
+            package = CUDA_LIBRARIES[head_loss].replace("_", "-")
+            raise ConfigError(f"head_loss={head_loss!r} needs `pip install {package}`; or use head_loss='chunked'")
+        if device_type not in (None, "cuda"):
+            raise ConfigError(f"head_loss={head_loss!r} runs Triton kernels on CUDA only; on {device_type} "
+                             f"use head_loss='chunked'")
+
+
+def linear_cross_entropy(x, weight, targets, head_loss="chunked", ignore_index=-1):
+    """Mean cross-entropy of x @ weight.T (x: (N, C), weight: (V, C), targets: (N,)) over the
+    targets that are not ignore_index; equal to F.cross_entropy(F.linear(x, weight).float(), ...)."""
+    if head_loss == "chunked":
+        return ChunkedLinearCrossEntropy.apply(x, weight, targets, ignore_index)
+    if head_loss == "liger":
+        from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+        return liger_fused_linear_cross_entropy(x, weight, targets, ignore_index=ignore_index)
+    if head_loss == "cce":
+        from cut_cross_entropy import linear_cross_entropy as cce
+        return cce(x, weight, targets, ignore_index=ignore_index)
+    raise ValueError(f"head_loss={head_loss!r} has no chunked implementation: use one of {HEAD_LOSSES[1:]}")
+
+
+class ChunkedLinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, targets, ignore_index):
+        chunk = max(1, CHUNK_LOGITS // weight.size(0))
+        accum_dtype = torch.promote_types(weight.dtype, torch.float32)  # of the loss and grad_weight
+        grad_dtype = weight.dtype
+        valid = targets != ignore_index
+        scale = 1.0 / valid.sum().to(accum_dtype)  # the mean over valid targets (0/0 = nan when none, as F.cross_entropy)
+        safe_targets = targets.masked_fill(~valid, 0)  # any class: its row's gradient is zeroed below
+        chunk_losses = []
+        grad_x = torch.empty_like(x)
+        grad_weight = torch.zeros_like(weight, dtype=accum_dtype)
+        if torch.is_autocast_enabled(x.device.type):  # cast once, not in every chunk's two matmuls
+            weight = weight.to(torch.get_autocast_dtype(x.device.type))
+        for start in range(0, x.size(0), chunk):
+            rows = slice(start, start + chunk)
+            logits = x[rows] @ weight.t()  # (chunk, V), bf16 under autocast; the loss in fp32 (at least) as the plain head's
+            matmul_dtype = logits.dtype
+            logits = logits.to(torch.promote_types(matmul_dtype, accum_dtype))
+            lse = torch.logsumexp(logits, dim=-1)
+            target_logit = logits.gather(1, safe_targets[rows, None]).squeeze(1)
+            chunk_losses.append(torch.where(valid[rows], lse - target_logit, 0.0).sum())
+            # d(mean loss)/d logits = (softmax - one_hot) / n_valid, zero for ignored rows (in logits' memory)
+            grad_logits = logits.sub_(lse[:, None]).exp_()
+            grad_logits.scatter_add_(1, safe_targets[rows, None], -torch.ones_like(lse[:, None]))
+            grad_logits = grad_logits.mul_(valid[rows, None] * scale).to(matmul_dtype)  # as the plain backward casts it
+            grad_x[rows] = grad_logits @ weight
+            grad_weight += grad_logits.t() @ x[rows]
+        ctx.save_for_backward(grad_x, grad_weight.to(grad_dtype))
+        return torch.stack(chunk_losses).sum() * scale
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        grad_x, grad_weight = ctx.saved_tensors  # gradients of the loss itself: scale by the incoming one
+        return grad_x * grad_loss.to(grad_x.dtype), grad_weight * grad_loss.to(grad_weight.dtype), None, None

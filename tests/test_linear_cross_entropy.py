@@ -1,0 +1,122 @@
+"""The chunked linear + cross-entropy head against the plain one: the same loss and the same
+gradient for every parameter (fp32, tight tolerance), tied and untied, with ignored targets and
+under gradient accumulation, and compiled; errors for implementations that cannot run here."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kernels import linear_cross_entropy as lce
+from model import GPT, GPTConfig
+
+TINY = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=97, dropout=0.0)
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Chunks of 5 tokens (the last one shorter), so every test crosses chunk boundaries."""
+    monkeypatch.setattr(lce, "CHUNK_LOGITS", 5 * TINY["vocab_size"])
+
+
+def grads_close(a, b, rtol=1e-5, atol=1e-7):
+    for (name, p), q in zip(a.named_parameters(), b.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
+
+
+def test_function_matches_plain_cross_entropy(small_chunks):
+    torch.manual_seed(0)
+    x = torch.randn(23, 16, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(97, 16, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(0, 97, (23,))
+    targets[[0, 6, 7, 22]] = -1
+    loss = lce.linear_cross_entropy(x, w, targets, "chunked")
+    (3.0 * loss).backward()  # a non-unit incoming gradient must scale both gradients
+    gx, gw = x.grad, w.grad
+    x.grad = w.grad = None
+    ref = F.cross_entropy(F.linear(x, w), targets, ignore_index=-1)
+    (3.0 * ref).backward()
+    torch.testing.assert_close(loss, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(gx, x.grad, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(gw, w.grad, rtol=1e-12, atol=1e-12)
+
+
+def pair(**overrides):
+    """The same weights with the chunked and with the full head."""
+    torch.manual_seed(0)
+    full = GPT(GPTConfig(**{**TINY, **overrides}, head_loss="full"))
+    chunked = GPT(GPTConfig(**{**TINY, **overrides}, head_loss="chunked"))
+    chunked.load_state_dict(full.state_dict())
+    return full, chunked
+
+
+@pytest.mark.parametrize("tie_weights", [True, False])
+def test_model_loss_and_every_gradient_match_full_head(small_chunks, tie_weights):
+    full, chunked = pair(tie_weights=tie_weights)
+    idx = torch.randint(0, 97, (3, 16), generator=torch.Generator().manual_seed(1))
+    targets = torch.roll(idx, -1, dims=1)
+    targets[:, -1] = -1  # ignore_index: the last position has no next token
+    targets[1, :4] = -1
+    logits, loss_full = full(idx, targets)
+    none, loss_chunked = chunked(idx, targets)
+    assert logits.shape == (3, 16, 97) and none is None  # the chunked head never builds the logits
+    loss_full.backward()
+    loss_chunked.backward()
+    torch.testing.assert_close(loss_chunked, loss_full, rtol=1e-6, atol=1e-6)
+    grads_close(chunked, full)
+    assert chunked.lm_head.weight.grad is not None
+
+
+def test_gradient_accumulation_matches_full_head(small_chunks):
+    full, chunked = pair()
+    gen = torch.Generator().manual_seed(2)
+    for _ in range(3):  # three micro-steps, each loss / 3, gradients summed in .grad
+        idx = torch.randint(0, 97, (2, 16), generator=gen)
+        targets = torch.randint(-1, 97, (2, 16), generator=gen)  # -1 now and then
+        for model in (full, chunked):
+            (model(idx, targets)[1] / 3).backward()
+    grads_close(chunked, full)
+
+
+def test_evaluation_keeps_full_logits():
+    _, chunked = pair()
+    idx = torch.randint(0, 97, (2, 16))
+    with torch.no_grad():
+        logits, loss = chunked(idx, idx)
+    assert logits.shape == (2, 16, 97)
+    torch.testing.assert_close(loss, F.cross_entropy(logits.flatten(0, 1), idx.flatten()))
+
+
+def test_bfloat16_autocast_stays_close(small_chunks):
+    """Under autocast both heads run bf16 matmuls and an fp32 softmax: equal up to bf16 rounding."""
+    full, chunked = pair()
+    idx = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss_full, loss_chunked = full(idx, idx)[1], chunked(idx, idx)[1]
+    loss_full.backward()
+    loss_chunked.backward()
+    torch.testing.assert_close(loss_chunked, loss_full, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(chunked.lm_head.weight.grad, full.lm_head.weight.grad, rtol=0.05, atol=2e-3)
+
+
+def test_unknown_and_unavailable_implementations_fail_at_config():
+    with pytest.raises(ValueError, match="head_loss='fused'"):
+        GPTConfig(**TINY, head_loss="fused")
+    with pytest.raises(ValueError, match="CUDA only|pip install"):
+        lce.check_head_loss("liger", "cpu")
+
+
+def test_compiles_into_one_graph_with_the_same_loss_and_gradients(monkeypatch):
+    """torch.compile traces the chunk loop (fullgraph: no fallback to eager at the head)."""
+    monkeypatch.setattr(lce, "CHUNK_LOGITS", 20 * TINY["vocab_size"])  # 32 tokens: two chunks, one shorter
+    _, chunked = pair(n_layer=1)
+    idx = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(4))
+    targets = idx.clone()
+    targets[0, :3] = -1
+    _, eager_loss = chunked(idx, targets)
+    eager_loss.backward()
+    eager_grads = {name: p.grad.clone() for name, p in chunked.named_parameters()}
+    chunked.zero_grad(set_to_none=True)
+    _, loss = torch.compile(chunked, fullgraph=True)(idx, targets)
+    loss.backward()
+    torch.testing.assert_close(loss, eager_loss, rtol=1e-6, atol=1e-6)
+    for name, p in chunked.named_parameters():
+        torch.testing.assert_close(p.grad, eager_grads[name], rtol=1e-5, atol=1e-6, msg=name)
