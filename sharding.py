@@ -49,6 +49,8 @@ def check(cfg, world_size):
                                          "or tp_size=1"),
         "compile": (cfg["compile"] and cfg["model_type"] == "reduced_sync",
                     "a reduced-sync model is sharded as one unit, which is not compiled: compile=False"),
+        "optimizer_impl": (cfg["optimizer"] == "sgd" and cfg["optimizer_impl"] == "fused",
+                           "torch has no fused SGD for sharded (DTensor) parameters: optimizer_impl='foreach'"),
         "pruning": (cfg["pruning"] != "none", "the pruning masks cover whole weights: use data_parallel='ddp'"),
         "optimizer": (cfg["optimizer"] == "adamw_spam", "AdamW-SPAM's per-parameter statistics are not "
                                                         "shard-aware: use adamw, adam or sgd"),

@@ -22,7 +22,7 @@ from test_train import REPO, events, load_ckpt, tiny_args
 
 # SGD (see test_ddp_two_ranks_match_one_process_with_same_accumulation), clipping active (grad norms
 # ~1 here), 8 micro-steps per step (accumulation on every layout), a vocabulary GPT-2's BPE prompt fits.
-COMMON = ("--optimizer=sgd", "--gradient_accumulation_steps=8", "--warmup_iters=0", "--max_iters=4",
+COMMON = ("--optimizer=sgd", "--optimizer_impl=foreach", "--gradient_accumulation_steps=8", "--warmup_iters=0", "--max_iters=4",
           "--lr_decay_iters=4", "--eval_interval=2", "--eval_iters=3", "--grad_clip=0.5", "--vocab_size=256")
 
 
@@ -162,6 +162,7 @@ def test_sigterm_under_torchrun_writes_a_sharded_checkpoint_that_resumes(data_di
     (dict(data_parallel="zero"), "data_parallel='zero'"),
     (dict(data_parallel="fsdp", model_type="reduced_sync", tp_size=2), "no 3-D layout"),
     (dict(data_parallel="fsdp", optimizer="adamw_spam"), "AdamW-SPAM"),
+    (dict(data_parallel="fsdp", optimizer="sgd", optimizer_impl="fused"), "no fused SGD"),
     (dict(data_parallel="hsdp", hsdp_shard_size=3), "hsdp_shard_size=3 does not divide the world size 4"),
     (dict(data_parallel="fsdp", sample_tokens=10), "export_checkpoint.py"),
     (dict(data_parallel="fsdp", init_from="resume", out_dir="/nonexistent"), "dcp/latest does not exist"),
