@@ -359,6 +359,7 @@ def make_plots(report, runs, out_dir):
 
     metric, variants = report["metric"], report["variants"]
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    later = []  # values after the first evaluation: the initial loss would flatten everything else
     for name in variants:
         curves = [metric_by_tokens(r, metric) for (v, _), r in runs.items() if v == name and r["status"] == "finished"]
         if not curves:
@@ -367,6 +368,10 @@ def make_plots(report, runs, out_dir):
         ys = np.array([[c[x] for x in xs] for c in curves])
         ax.plot(xs, ys.mean(axis=0), label=f"{name} ({len(curves)} seeds)")
         ax.fill_between(xs, ys.min(axis=0), ys.max(axis=0), alpha=0.2)
+        later += ys[:, 1:].ravel().tolist()
+    if later:
+        pad = 0.05 * (max(later) - min(later) or 1.0)
+        ax.set_ylim(min(later) - pad, max(later) + pad)
     if report["compared_at_tokens"]:
         ax.axvline(report["compared_at_tokens"], color="gray", linestyle=":", label="compared here")
     ax.set(xlabel="tokens", ylabel=metric, title=f"{metric} (mean, band = min..max over seeds)")
