@@ -244,3 +244,24 @@ def test_time_limited_runs_are_compared_at_equal_tokens_with_every_plot(tmp_path
         assert os.path.getsize(tmp_path / png) > 1000, png
     text = open(path).read()
     assert "compared at **300 tokens**" in text and "final token counts: 350 to 700" in text
+
+
+def test_a_suite_with_nproc_runs_each_variant_under_torchrun(data_dir, tmp_path):
+    """nproc=2: every run is a 2-rank torchrun launch (the reduced-sync suites need ranks); the
+    measured facts record the world size and the report compares the runs."""
+    path, suite_dir = write_suite(tmp_path, {"base": {}, "spd": {"block_pattern": "spd"}}, ["block_pattern"],
+                                  seeds=(1,), name="suite_ranks")
+    with open(path, "a") as f:
+        f.write("nproc = 2\n")
+    sweep.main([path, *toy_args(data_dir, "--max_iters=2", "--lr_decay_iters=2", "--eval_interval=2",
+                                "--warmup_iters=1"), "--learning_rate=1e-2", "--model_type=reduced_sync", "--tp_size=2",
+                "--batch_size=2"])
+    result = json.load(open(os.path.join(suite_dir, "report.json")))
+    spd = result["variants"]["spd"]
+    assert spd["verdict"] == "one seed" and spd["runs"]["seed1"]["status"] == "finished" and not spd["confounds"]
+    info = json.load(open(os.path.join(suite_dir, "spd-seed1", "run_info.json")))
+    assert info["facts"]["world_size"] == 2 and info["start"]["command"].startswith("torchrun --standalone "
+                                                                                     "--nproc_per_node=2")
+    syncs = [e["syncs_forward"] for e in runrecord.read_events(os.path.join(suite_dir, "spd-seed1"))
+             if e["event"] == "eval"]
+    assert syncs and set(syncs) == {2}  # 2 spd layers, one all-reduce each
