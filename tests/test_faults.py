@@ -172,7 +172,7 @@ def test_second_sigint_stops_at_once_and_keeps_the_checkpoint(data_dir, tmp_path
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGINT
+    assert proc.returncode == 128 + signal.SIGINT, stderr[-4000:]  # the whole story if it ever fails
     assert error_lines(stderr)[-1] == (f"error: second signal (SIGINT after SIGINT): stopped at once; {out}/ckpt.pt "
                                        f"holds the last checkpoint written")
     assert load_ckpt(out)["iter_num"] == events(out, "end")[0]["iter"]
