@@ -2,9 +2,7 @@
 # the block's input) against the RA baseline recipe, CPU twin of suites/gated_attn.py; three paired seeds.
 # RESEARCH.md: in the larger study it improved quality reproducibly.
 # python sweep.py suites/gated_attn_shakespeare.py
-variants = {"baseline": {"config": "../config/train_ra_baseline_shakespeare.py"},
-            "gated": {"config": "../config/train_gated_attn_shakespeare.py"}}
-baseline = "baseline"
-seeds = [1, 2, 3]
-metric = "val_loss"
-allowed = ["attn_gate"]
+import os
+
+exec(open(os.path.join(os.path.dirname(__file__), "gated_attn.py")).read())
+variants = {name: {"config": body["config"][:-3] + "_shakespeare.py"} for name, body in variants.items()}
