@@ -54,7 +54,14 @@ import runrecord
 import runtime
 
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))
-OPTIONS = dict(grid="", sweep_dir="", gpus="", dry_run=False, allow_confounds=False, cpu_runs=1)
+OPTIONS = dict(
+    grid="",  # "key=[v1,v2] key2=[...]": added to a sweep file's grid
+    sweep_dir="",  # where the runs go ('' = the file's sweep_dir/suite_dir, or out-sweep-<name>)
+    gpus="",  # '' = every visible GPU when there are several, else one run at a time; or '0,1,3'
+    dry_run=False,  # print the runs (and check them) without starting any
+    allow_confounds=False,  # run a suite whose variants differ in undeclared keys (the report still says so)
+    cpu_runs=1,  # on a CPU: this many runs at once, each with its share of the cores
+)
 SUITE_KEYS = ("variants", "baseline", "seeds", "metric", "allowed")
 
 
