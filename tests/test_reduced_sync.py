@@ -186,10 +186,7 @@ def _real_equals_simulated(rank, world):
         assert torch.allclose(ls, lr, atol=1e-10, rtol=0), name
         loss_s.backward()
         loss_r.backward()
-        sim_grads = dict(sim.named_parameters())
-        for pname, p in real.named_parameters():
-            expected = shard_tensor(pname, sim_grads[pname].grad, rank, world)
-            assert torch.allclose(p.grad, expected, atol=1e-10, rtol=0), (name, pname)
+        assert_grads_are_shards(sim, real, rank, world, name)
         m = real.metrics()
         assert (m["syncs_forward"], m["syncs_backward"]) == (syncs, syncs), (name, m)
         assert m["allreduce_mib_forward"] == sim.metrics()["allreduce_mib_forward"]
@@ -197,6 +194,14 @@ def _real_equals_simulated(rank, world):
         full = real.full_state_dict()
         assert all(torch.equal(full[k], v) for k, v in sim.state_dict().items()), name
         assert torch.allclose(real.clip_grad_norm_(1e9), sim.clip_grad_norm_(1e9), rtol=1e-6), name
+
+
+def assert_grads_are_shards(sim, real, rank, world, name):
+    """Each real rank's gradient is its shard of the simulated model's gradient."""
+    sim_grads = dict(sim.named_parameters())
+    for pname, p in real.named_parameters():
+        expected = shard_tensor(pname, sim_grads[pname].grad, rank, world)
+        assert torch.allclose(p.grad, expected, atol=1e-10, rtol=0), (name, pname)
 
 
 def test_real_tp_on_two_ranks_equals_simulation_for_every_pattern(tmp_path):
@@ -221,10 +226,7 @@ def _real_equals_simulated_with_dropout(rank, world):
                 assert torch.allclose(ls, lr, atol=1e-10, rtol=0), (name, recompute, (ls - lr).abs().max())
                 loss_s.backward()
                 loss_r.backward()
-            sim_grads = dict(sim.named_parameters())
-            for pname, p in real.named_parameters():
-                expected = shard_tensor(pname, sim_grads[pname].grad, rank, world)
-                assert torch.allclose(p.grad, expected, atol=1e-10, rtol=0), (name, pname)
+            assert_grads_are_shards(sim, real, rank, world, name)
     # The masks are random: another seed, or evaluation mode, gives other logits.
     torch.manual_seed(100)
     a = sim(batch())[0]
