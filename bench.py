@@ -21,9 +21,10 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
+
+import benchrows
 
 # name -> RAConfig overrides. The baseline is the same class with ra_pattern='none' (exactly GPT).
 VARIANTS = {
@@ -108,26 +109,14 @@ def measure(args):
     if device.startswith("cuda"):
         peak, how = torch.cuda.max_memory_allocated(device) / 2**20, "CUDA max_memory_allocated"
     else:
-        peak, how = cpu_peak_tensor_mib(model, step)
+        peak, how = benchrows.peak_live_tensor_mib(step, model), "peak live tensor bytes (MemTracker)"
         if peak is None:  # ru_maxrss: the process's peak, warmup included; its growth since the model
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10 - rss_model
+            how = "peak RSS growth over the steps (weights excluded)"
     step_time = statistics.median(times)
     return dict(variant=args.child, step_ms=1000 * step_time,
                 tokens_per_s=args.batch_size * args.block_size / step_time, peak_mib=peak, memory=how,
                 params=model.get_num_params(), device=device)
-
-
-def cpu_peak_tensor_mib(model, step):
-    try:
-        from torch.distributed._tools.mem_tracker import MemTracker
-    except ImportError:
-        return None, "peak RSS growth over the steps (weights excluded)"
-    tracker = MemTracker()
-    tracker.track_external(model)
-    with tracker:
-        step()
-    peak = sum(by_device["Total"] for by_device in tracker.get_tracker_snapshot("peak").values())
-    return peak / 2**20, "peak live tensor bytes (MemTracker)"
 
 
 def current_rss_mib():
@@ -148,33 +137,19 @@ def main(argv):
     print(f"n_layer={args.n_layer} n_head={args.n_head} n_embd={args.n_embd} block_size={args.block_size} "
           f"vocab_size={args.vocab_size} batch_size={args.batch_size} dtype={args.dtype} attn_impl={args.attn_impl} "
           f"mla_latent_dim={args.mla_latent_dim} ra_window={args.ra_window} steps={args.steps} (median)")
-    runs = {name: [] for name in names}
-    for _ in range(args.repeats):
-        for name in names:
-            if args.in_process:
-                runs[name].append(measure(argparse.Namespace(**{**vars(args), "child": name})))
-                continue
-            proc = subprocess.run([sys.executable, os.path.abspath(__file__), *argv, f"--child={name}"],
-                                  capture_output=True, text=True)
-            if proc.returncode:
-                print(f"{name}: failed\n{proc.stderr[-2000:]}")
-                return 1
-            runs[name].append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    results = []
-    for name in names:
-        r = min(runs[name], key=lambda run: run["step_ms"])  # the least disturbed repeat
-        r["peak_mib"] = max(run["peak_mib"] for run in runs[name])
-        results.append(r)
+    here = (lambda name: measure(argparse.Namespace(**{**vars(args), "child": name}))) if args.in_process else None
+    runs = benchrows.run_rows(os.path.abspath(__file__), argv, names, args.repeats, here)
+    if runs is None:
+        return 1
+    results = benchrows.fastest_with_ratios(runs)
     base = results[0]
     print(f"device={base['device']}; memory = {base['memory']}; time = fastest of {args.repeats} repeat(s)")
     print(f"{'variant':<20}{'params':>12}{'ms/step':>10}{'tok/s':>10}{'peak MiB':>10}{'time x':>8}{'mem x':>8}")
     for r in results:
-        r["time_ratio"], r["memory_ratio"] = r["step_ms"] / base["step_ms"], r["peak_mib"] / base["peak_mib"]
         print(f"{r['variant']:<20}{r['params']:>12,}{r['step_ms']:>10.1f}{r['tokens_per_s']:>10,.0f}"
               f"{r['peak_mib']:>10.1f}{r['time_ratio']:>8.2f}{r['memory_ratio']:>8.2f}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(args={k: v for k, v in vars(args).items() if k != "child"}, results=results), f, indent=2)
+        benchrows.write_json(args.json, args, results)
     return 0
 
 

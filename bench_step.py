@@ -20,9 +20,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
+
+import benchrows
 
 PLAIN = dict(head_loss="full", optimizer_impl="", keep_freed_memory=False, compile=False)
 OPTIONS = {
@@ -105,7 +106,8 @@ def measure(args):
     if args.memory_only:
         with fake:
             step()  # the optimizer's states exist from the first step on
-            result.update(peak_mib=cpu_peak_tensor_mib(model, optimizer, step), memory="live tensor bytes on fake tensors")
+            result.update(peak_mib=benchrows.peak_live_tensor_mib(step, model, optimizer),
+                          memory="live tensor bytes on fake tensors")
         return result
     for _ in range(args.warmup):
         step()
@@ -121,22 +123,11 @@ def measure(args):
     if device.startswith("cuda"):
         peak, how = torch.cuda.max_memory_allocated(device) / 2**20, "CUDA max_memory_allocated"
     else:
-        peak, how = cpu_peak_tensor_mib(model, optimizer, step), "peak live tensor bytes (MemTracker)"
+        peak, how = benchrows.peak_live_tensor_mib(step, model, optimizer), "peak live tensor bytes (MemTracker)"
     step_time = statistics.median(times)
     tokens_per_s = args.batch_size * args.block_size / step_time
     return dict(result, step_ms=1000 * step_time, tokens_per_s=tokens_per_s, peak_mib=peak, memory=how,
                 matmul_peak_gflops=peak_flops / 1e9, mfu=model.estimate_mfu(tokens_per_s, device, peak=peak_flops))
-
-
-def cpu_peak_tensor_mib(model, optimizer, step):
-    """Peak live tensor bytes over one step. torch's MemTracker (torch.distributed._tools, private)
-    counts every tensor's storage once; tracemalloc cannot see torch's allocations."""
-    from torch.distributed._tools.mem_tracker import MemTracker
-    tracker = MemTracker()
-    tracker.track_external(model, optimizer)
-    with tracker:
-        step()
-    return sum(by_device["Total"] for by_device in tracker.get_tracker_snapshot("peak").values()) / 2**20
 
 
 def main(argv):
@@ -147,32 +138,23 @@ def main(argv):
     print(f"n_layer={args.n_layer} n_head={args.n_head} n_embd={args.n_embd} block_size={args.block_size} "
           f"vocab_size={args.vocab_size} batch_size={args.batch_size} steps={args.steps} (median), "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    runs = {name: [] for name in args.names}
-    for _ in range(args.repeats):
-        for name in args.names:
-            proc = subprocess.run([sys.executable, os.path.abspath(__file__), *argv, f"--child={name}"],
-                                  capture_output=True, text=True)
-            if proc.returncode:
-                print(f"{name}: failed\n{proc.stderr[-2000:]}")
-                return 1
-            runs[name].append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    results = [min(runs[name], key=lambda run: run.get("step_ms", 0)) for name in args.names]
+    runs = benchrows.run_rows(os.path.abspath(__file__), argv, args.names, args.repeats)
+    if runs is None:
+        return 1
+    results = benchrows.fastest_with_ratios(runs)
     base = results[0]
     print(f"device={base['device']} dtype={base['dtype']} params={base['params']:,}; memory = {base['memory']}")
     if args.memory_only:
         print(f"{'option':<20}{'peak MiB':>10}{'mem x':>8}")
         for r in results:
-            r["memory_ratio"] = r["peak_mib"] / base["peak_mib"]
             print(f"{r['option']:<20}{r['peak_mib']:>10.0f}{r['memory_ratio']:>8.2f}")
     else:
         print(f"{'option':<20}{'ms/step':>10}{'tok/s':>10}{'peak GF/s':>10}{'MFU':>7}{'peak MiB':>10}{'time x':>8}{'mem x':>8}")
         for r in results:
-            r["time_ratio"], r["memory_ratio"] = r["step_ms"] / base["step_ms"], r["peak_mib"] / base["peak_mib"]
             print(f"{r['option']:<20}{r['step_ms']:>10.1f}{r['tokens_per_s']:>10,.0f}{r['matmul_peak_gflops']:>10.0f}"
                   f"{r['mfu']:>7.2f}{r['peak_mib']:>10.0f}{r['time_ratio']:>8.2f}{r['memory_ratio']:>8.2f}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(args={k: v for k, v in vars(args).items() if k != "child"}, results=results), f, indent=2)
+        benchrows.write_json(args.json, args, results)
     return 0
 
 
