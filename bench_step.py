@@ -15,6 +15,8 @@ fastest. Peak memory: CUDA max_memory_allocated; on CPU the peak of live tensor 
 (weights, gradients, optimizer states, activations, temporaries) by torch's MemTracker.
 --memory_only runs that one step on fake tensors (FakeTensorMode: shapes and bytes, no arithmetic),
 so GPT-2's micro-batch 32 x 1024 is measured on a laptop in seconds.
+--profile runs one more step of each row under torch.profiler and splits its time by what the
+ops do (PROFILE_CATEGORIES): the table says where the time that is not matmuls goes.
 """
 import argparse
 import json
@@ -35,6 +37,22 @@ OPTIONS = {
     "all": dict(head_loss="chunked", optimizer_impl="fused", keep_freed_memory=True),  # train.py's defaults
     "all_compiled": dict(head_loss="chunked", optimizer_impl="fused", keep_freed_memory=True, compile=True),
 }
+# --profile: each op's own (self) time goes to the first category whose rule matches the op's name
+# or the name of a region it runs in; the step's time outside every op is Python and autograd.
+MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
+PROFILE_CATEGORIES = (
+    ("optimizer (clip, AdamW)", lambda op, regions: any(r.startswith(("Optimizer.", "clip_grad_norm")) for r in regions)),
+    ("matmuls", lambda op, regions: op in MATMULS),
+    ("attention (SDPA)", lambda op, regions: "scaled_dot_product" in op),
+    ("copies and casts", lambda op, regions: op in ("aten::copy_", "aten::_to_copy", "aten::clone")),
+    ("softmax + cross-entropy", lambda op, regions: "softmax" in op or "nll_loss" in op
+     or any("LinearCrossEntropy" in r for r in regions)),
+    ("layernorm", lambda op, regions: "layer_norm" in op),
+    ("gelu", lambda op, regions: "gelu" in op),
+    ("embedding", lambda op, regions: "embedding" in op or "index_select" in op),
+    ("fills and zeros", lambda op, regions: op in ("aten::fill_", "aten::zero_")),
+    ("other ops (adds, bias grads, ...)", lambda op, regions: op.startswith("aten::")),
+)
 PRESETS = {
     "twin": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, vocab_size=50304, batch_size=8),
     "gpt2": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304, batch_size=32),
@@ -53,6 +71,7 @@ def parse_args(argv):
     p.add_argument("--repeats", type=int, default=1, help="cycles through the options; the fastest counts")
     p.add_argument("--options", default="", help=f"comma-separated subset of {', '.join(OPTIONS)} (plain always runs)")
     p.add_argument("--memory_only", action="store_true", help="peak memory of one step on fake tensors, no timing")
+    p.add_argument("--profile", action="store_true", help="also split one step's time by op category (torch.profiler)")
     p.add_argument("--json", default="", help="also write the results to this file")
     p.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -97,7 +116,8 @@ def measure(args):
         with autocast:
             _, loss = fwd_bwd(idx, idx)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        with torch.profiler.record_function("clip_grad_norm"):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         sync()
@@ -124,10 +144,46 @@ def measure(args):
         peak, how = torch.cuda.max_memory_allocated(device) / 2**20, "CUDA max_memory_allocated"
     else:
         peak, how = benchrows.peak_live_tensor_mib(step, model, optimizer), "peak live tensor bytes (MemTracker)"
+    if args.profile:
+        result["profile_ms"] = profile_by_category(step)
     step_time = statistics.median(times)
     tokens_per_s = args.batch_size * args.block_size / step_time
     return dict(result, step_ms=1000 * step_time, tokens_per_s=tokens_per_s, peak_mib=peak, memory=how,
                 matmul_peak_gflops=peak_flops / 1e9, mfu=model.estimate_mfu(tokens_per_s, device, peak=peak_flops))
+
+
+def profile_by_category(step):
+    """{category: milliseconds} of one step(), in PROFILE_CATEGORIES' order, then the time outside ops."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
+        step()
+        wall = time.perf_counter() - t0
+    totals = dict.fromkeys([name for name, _ in PROFILE_CATEGORIES], 0.0)
+    for event in prof.events():
+        regions, parent = [], event.cpu_parent
+        while parent is not None:
+            regions.append(parent.name)
+            parent = parent.cpu_parent
+        name = next((name for name, rule in PROFILE_CATEGORIES if rule(event.name, regions)), None)
+        if name is not None:
+            totals[name] += event.self_cpu_time_total / 1000
+    totals["outside ops (Python, autograd)"] = max(0.0, 1000 * wall - sum(totals.values()))
+    return totals
+
+
+def print_profiles(results):
+    names = list(results[0]["profile_ms"])
+    print(f"\nwhere one profiled step's time goes, ms (share of the step)")
+    print(f"{'':<36}" + "".join(f"{r['option'][:19]:>20}" for r in results))
+    for name in names + ["total"]:
+        cells = []
+        for r in results:
+            ms = sum(r["profile_ms"].values()) if name == "total" else r["profile_ms"][name]
+            cells.append(f"{ms:>12.0f} ({100 * ms / sum(r['profile_ms'].values()):>3.0f}%)")
+        print(f"{name:<36}" + "".join(f"{c:>20}" for c in cells))
 
 
 def main(argv):
@@ -153,6 +209,8 @@ def main(argv):
         for r in results:
             print(f"{r['option']:<20}{r['step_ms']:>10.1f}{r['tokens_per_s']:>10,.0f}{r['matmul_peak_gflops']:>10.0f}"
                   f"{r['mfu']:>7.2f}{r['peak_mib']:>10.0f}{r['time_ratio']:>8.2f}{r['memory_ratio']:>8.2f}")
+    if args.profile and not args.memory_only:
+        print_profiles(results)
     if args.json:
         benchrows.write_json(args.json, args, results)
     return 0

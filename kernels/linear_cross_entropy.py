@@ -27,9 +27,9 @@ from configurator import ConfigError
 
 HEAD_LOSSES = ("full", "chunked", "liger", "cce")
 CUDA_LIBRARIES = {"liger": "liger_kernel", "cce": "cut_cross_entropy"}  # head_loss -> module
-# Logits per chunk: 2**25 (128 MiB in fp32, ~670 tokens at V=50304; every token at a small vocabulary).
-# Smaller chunks starve the grad_weight matmul (its inner dimension is the chunk): at the CPU twin 2**23
-# made the whole step cost 1.3x the CPU time of the plain head's step; 2**25 costs the same.
+# Logits per chunk at most: 2**25 (128 MiB in fp32, ~670 tokens at V=50304; every token at a small
+# vocabulary). Smaller chunks starve the grad_weight matmul (its inner dimension is the chunk): at the
+# CPU twin 2**23 made the whole step cost 1.3x the CPU time of the plain head's step; 2**25 costs the same.
 CHUNK_LOGITS = 2**25
 
 
@@ -63,35 +63,42 @@ def linear_cross_entropy(x, weight, targets, head_loss="chunked", ignore_index=-
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, targets, ignore_index):
-        chunk = max(1, CHUNK_LOGITS // weight.size(0))
-        accum_dtype = torch.promote_types(weight.dtype, torch.float32)  # of the loss and grad_weight
+        n_chunks = max(1, -(-x.size(0) * weight.size(0) // CHUNK_LOGITS))
+        chunk = max(1, -(-x.size(0) // n_chunks))  # chunks of equal size: a short last one runs its matmuls slowly
+        accum_dtype = torch.promote_types(weight.dtype, torch.float32)  # of the loss, softmax and grad_weight
         grad_dtype = weight.dtype
         valid = targets != ignore_index
         scale = 1.0 / valid.sum().to(accum_dtype)  # the mean over valid targets (0/0 = nan when none, as F.cross_entropy)
         safe_targets = targets.masked_fill(~valid, 0)  # any class: its row's gradient is zeroed below
-        chunk_losses = []
+        loss_sum = torch.zeros((), dtype=accum_dtype, device=x.device)
         grad_x = torch.empty_like(x)
         grad_weight = torch.zeros_like(weight, dtype=accum_dtype)
         if torch.is_autocast_enabled(x.device.type):  # cast once, not in every chunk's two matmuls
             weight = weight.to(torch.get_autocast_dtype(x.device.type))
         for start in range(0, x.size(0), chunk):
             rows = slice(start, start + chunk)
-            logits = x[rows] @ weight.t()  # (chunk, V), bf16 under autocast; the loss in fp32 (at least) as the plain head's
-            matmul_dtype = logits.dtype
-            logits = logits.to(torch.promote_types(matmul_dtype, accum_dtype))
-            lse = torch.logsumexp(logits, dim=-1)
-            target_logit = logits.gather(1, safe_targets[rows, None]).squeeze(1)
-            chunk_losses.append(torch.where(valid[rows], lse - target_logit, 0.0).sum())
-            # d(mean loss)/d logits = (softmax - one_hot) / n_valid, zero for ignored rows (in logits' memory)
-            grad_logits = logits.sub_(lse[:, None]).exp_()
-            grad_logits.scatter_add_(1, safe_targets[rows, None], -torch.ones_like(lse[:, None]))
-            grad_logits = grad_logits.mul_(valid[rows, None] * scale).to(matmul_dtype)  # as the plain backward casts it
-            grad_x[rows] = grad_logits @ weight
-            grad_weight += grad_logits.t() @ x[rows]
-        ctx.save_for_backward(grad_x, grad_weight.to(grad_dtype))
-        return torch.stack(chunk_losses).sum() * scale
+            ignored, target = ~valid[rows, None], safe_targets[rows, None]
+            logits = x[rows] @ weight.t()  # (chunk, V), bf16 under autocast
+            # The (chunk, V) passes are the head's cost besides its matmuls, and each exp costs more
+            # than the memory it touches: one softmax (one exp per logit) gives the gradient, and the
+            # loss lse - target logit takes lse from the largest probability, which never underflows
+            # (>= 1/V): lse = max logit - log(max probability). No log_softmax, no second exp pass.
+            probs = torch.softmax(logits, dim=-1, dtype=accum_dtype)
+            lse = logits.amax(dim=-1).to(accum_dtype) - probs.amax(dim=-1).log()
+            target_logit = logits.gather(1, target).squeeze(1).to(accum_dtype)
+            loss_sum += (lse - target_logit).masked_fill(ignored.squeeze(1), 0.0).sum()
+            # d(sum of losses)/d logits = softmax - one_hot, in probs' memory and cast as the plain
+            # backward casts it; the mean's scale and the ignored rows are applied on the (chunk, C)
+            # side, 1/V of the work of applying them to the logits' gradient
+            grad_logits = probs.scatter_add_(1, target, torch.full_like(target, -1, dtype=accum_dtype))
+            grad_logits = grad_logits.to(logits.dtype)
+            grad_x[rows] = (grad_logits @ weight).masked_fill(ignored, 0.0)
+            grad_weight += grad_logits.t() @ x[rows].masked_fill(ignored, 0.0)
+        ctx.save_for_backward(grad_x, grad_weight.to(grad_dtype), scale)
+        return loss_sum * scale
 
     @staticmethod
     def backward(ctx, grad_loss):
-        grad_x, grad_weight = ctx.saved_tensors  # gradients of the loss itself: scale by the incoming one
+        grad_x, grad_weight, scale = ctx.saved_tensors  # gradients of the summed loss: scale by the incoming one / n_valid
+        grad_loss = grad_loss * scale
         return grad_x * grad_loss.to(grad_x.dtype), grad_weight * grad_loss.to(grad_weight.dtype), None, None
