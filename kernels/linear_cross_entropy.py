@@ -4,10 +4,10 @@ Kernel's fused linear cross-entropy and of Cut Cross-Entropy).
 
 At GPT-2's 50k vocabulary the logits are the largest tensors of a training step: (B*T, V) in the
 autocast dtype, their fp32 copy for the loss and the gradient of each, 4 x 6.6 GB at micro-batch
-32 x 1024. Here only one chunk of them exists at a time. The gradient of the mean loss with
-respect to a chunk's logits is known in forward (softmax - one_hot) / n_valid, so forward turns
-it into the chunk's share of grad_x and grad_weight right away and backward only scales them by
-the incoming gradient: no logits are kept and none recomputed, the same matmul FLOPs as the plain
+32 x 1024. Here only one chunk of them exists at a time. The gradient of the summed loss with
+respect to a chunk's logits is known in forward, softmax - one_hot, so forward turns it into the
+chunk's share of grad_x and grad_weight right away and backward only scales them by the incoming
+gradient / n_valid: no logits are kept and none recomputed, the same matmul FLOPs as the plain
 head. Each matmul runs under whatever autocast is active, as the plain head's would.
 
 head_loss implementations (GPTConfig.head_loss):
@@ -77,23 +77,10 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
             weight = weight.to(torch.get_autocast_dtype(x.device.type))
         for start in range(0, x.size(0), chunk):
             rows = slice(start, start + chunk)
-            ignored, target = ~valid[rows, None], safe_targets[rows, None]
-            logits = x[rows] @ weight.t()  # (chunk, V), bf16 under autocast
-            # The (chunk, V) passes are the head's cost besides its matmuls, and each exp costs more
-            # than the memory it touches: one softmax (one exp per logit) gives the gradient, and the
-            # loss lse - target logit takes lse from the largest probability, which never underflows
-            # (>= 1/V): lse = max logit - log(max probability). No log_softmax, no second exp pass.
-            probs = torch.softmax(logits, dim=-1, dtype=accum_dtype)
-            lse = logits.amax(dim=-1).to(accum_dtype) - probs.amax(dim=-1).log()
-            target_logit = logits.gather(1, target).squeeze(1).to(accum_dtype)
-            loss_sum += (lse - target_logit).masked_fill(ignored.squeeze(1), 0.0).sum()
-            # d(sum of losses)/d logits = softmax - one_hot, in probs' memory and cast as the plain
-            # backward casts it; the mean's scale and the ignored rows are applied on the (chunk, C)
-            # side, 1/V of the work of applying them to the logits' gradient
-            grad_logits = probs.scatter_add_(1, target, torch.full_like(target, -1, dtype=accum_dtype))
-            grad_logits = grad_logits.to(logits.dtype)
-            grad_x[rows] = (grad_logits @ weight).masked_fill(ignored, 0.0)
-            grad_weight += grad_logits.t() @ x[rows].masked_fill(ignored, 0.0)
+            losses, grad_x[rows], grad_weight_chunk = chunk_losses_and_grads(
+                x[rows], weight, safe_targets[rows, None], ~valid[rows, None], accum_dtype)
+            loss_sum += losses.sum()
+            grad_weight += grad_weight_chunk
         ctx.save_for_backward(grad_x, grad_weight.to(grad_dtype), scale)
         return loss_sum * scale
 
@@ -102,3 +89,23 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
         grad_x, grad_weight, scale = ctx.saved_tensors  # gradients of the summed loss: scale by the incoming one / n_valid
         grad_loss = grad_loss * scale
         return grad_x * grad_loss.to(grad_x.dtype), grad_weight * grad_loss.to(grad_weight.dtype), None, None
+
+
+def chunk_losses_and_grads(x, weight, target, ignored, accum_dtype):
+    """One chunk's per-token losses and the gradients of their sum for x and weight, zero where
+    ignored; a function so that the chunk's (chunk, V) tensors are freed before the next chunk's.
+
+    The (chunk, V) passes are the head's cost besides its matmuls, and an exp costs more than the
+    memory it touches: one softmax (one exp per logit) gives the gradient softmax - one_hot, and the
+    loss lse - target logit takes lse from the largest probability, which never underflows (>= 1/V):
+    lse = max logit - log(max probability). No log_softmax, no second exp pass. The ignored rows (and
+    the mean's scale, in backward) are applied on the (chunk, C) side, 1/V of the work."""
+    logits = x @ weight.t()  # bf16 under autocast
+    probs = torch.softmax(logits, dim=-1, dtype=accum_dtype)  # fp32 at least, as the plain head's loss
+    lse = logits.amax(dim=-1).to(accum_dtype) - probs.amax(dim=-1).log()
+    losses = (lse - logits.gather(1, target).squeeze(1).to(accum_dtype)).masked_fill(ignored.squeeze(1), 0.0)
+    grad_logits = probs.scatter_add_(1, target, torch.full_like(target, -1, dtype=accum_dtype))
+    grad_logits = grad_logits.to(logits.dtype)  # as the plain backward casts it for its matmuls
+    del probs, logits  # the fp32 probabilities are not needed for the matmuls, where the peak is
+    grad_x = (grad_logits @ weight).masked_fill(ignored, 0.0)
+    return losses, grad_x, grad_logits.t() @ x.masked_fill(ignored, 0.0)
