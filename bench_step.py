@@ -51,6 +51,7 @@ PROFILE_CATEGORIES = (
     ("gelu", lambda op, regions: "gelu" in op),
     ("embedding", lambda op, regions: "embedding" in op or "index_select" in op),
     ("fills and zeros", lambda op, regions: op in ("aten::fill_", "aten::zero_")),
+    ("kernels fused by torch.compile", lambda op, regions: "CompiledFxGraph" in op),
     ("other ops (adds, bias grads, ...)", lambda op, regions: op.startswith("aten::")),
 )
 PRESETS = {
@@ -140,12 +141,12 @@ def measure(args):
         step()
         times.append(time.perf_counter() - t0)
     peak_flops = max(peak_flops, runtime.matmul_peak_flops(device, dtype))
+    if args.profile:  # before MemTracker: its global module hooks send a compiled model back to eager
+        result["profile_ms"] = profile_by_category(step)
     if device.startswith("cuda"):
         peak, how = torch.cuda.max_memory_allocated(device) / 2**20, "CUDA max_memory_allocated"
     else:
         peak, how = benchrows.peak_live_tensor_mib(step, model, optimizer), "peak live tensor bytes (MemTracker)"
-    if args.profile:
-        result["profile_ms"] = profile_by_category(step)
     step_time = statistics.median(times)
     tokens_per_s = args.batch_size * args.block_size / step_time
     return dict(result, step_ms=1000 * step_time, tokens_per_s=tokens_per_s, peak_mib=peak, memory=how,

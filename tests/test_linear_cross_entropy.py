@@ -39,6 +39,24 @@ def test_function_matches_plain_cross_entropy(small_chunks):
     torch.testing.assert_close(gw, w.grad, rtol=1e-12, atol=1e-12)
 
 
+def test_loss_stays_finite_where_the_target_probability_underflows():
+    """The chunk takes log-sum-exp from its largest probability (>= 1/V), not from the target's,
+    which is exp(-250) = 0 in fp32 here: the loss is 250, not inf, and the gradients are exact."""
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0]], requires_grad=True)
+    w = torch.tensor([[100.0, 0.0], [-150.0, 3.0], [0.0, 2.0]], requires_grad=True)
+    targets = torch.tensor([1, 2])
+    loss = lce.linear_cross_entropy(x, w, targets, "chunked")
+    loss.backward()
+    gx, gw = x.grad, w.grad
+    x.grad = w.grad = None
+    ref = F.cross_entropy(F.linear(x, w), targets)
+    ref.backward()
+    assert torch.isfinite(loss) and loss.item() > 100
+    torch.testing.assert_close(loss, ref)
+    torch.testing.assert_close(gx, x.grad)
+    torch.testing.assert_close(gw, w.grad)
+
+
 def pair(**overrides):
     """The same weights with the chunked and with the full head."""
     torch.manual_seed(0)
