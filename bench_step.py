@@ -27,7 +27,7 @@ import time
 
 import benchrows
 
-PLAIN = dict(head_loss="full", optimizer_impl="", keep_freed_memory=False, compile=False)
+PLAIN = dict(head_loss="full", optimizer_impl="", keep_freed_memory=False, compile=False, attn_impl="sdpa")
 OPTIONS = {
     "plain": {},
     "chunked_head": dict(head_loss="chunked"),
@@ -36,6 +36,10 @@ OPTIONS = {
     "keep_freed_memory": dict(keep_freed_memory=True),
     "all": dict(head_loss="chunked", optimizer_impl="fused", keep_freed_memory=True),  # train.py's defaults
     "all_compiled": dict(head_loss="chunked", optimizer_impl="fused", keep_freed_memory=True, compile=True),
+    # one option at a time taken back from 'all': the full head, or attention by hand (bf16 matmuls and
+    # a softmax instead of SDPA's CPU flash kernel)
+    "all_full_head": dict(optimizer_impl="fused", keep_freed_memory=True),
+    "all_manual_attention": dict(head_loss="chunked", optimizer_impl="fused", keep_freed_memory=True, attn_impl="manual"),
 }
 # --profile: each op's own (self) time goes to the first category whose rule matches the op's name
 # or the name of a region it runs in; the step's time outside every op is Python and autograd.
@@ -107,7 +111,7 @@ def measure(args):
     fake = torch._subclasses.fake_tensor.FakeTensorMode() if args.memory_only else None
     with fake or torch.device(device):
         torch.manual_seed(0)
-        model = GPT(GPTConfig(**shape, head_loss=option["head_loss"]))
+        model = GPT(GPTConfig(**shape, head_loss=option["head_loss"], attn_impl=option["attn_impl"]))
         optimizer = model.configure_optimizers("adamw", 6e-4, 0.1, impl=option["optimizer_impl"])
         idx = torch.randint(0, args.vocab_size, (args.batch_size, args.block_size))
     fwd_bwd = torch.compile(model) if option["compile"] else model
@@ -177,14 +181,15 @@ def profile_by_category(step):
 
 def print_profiles(results):
     names = list(results[0]["profile_ms"])
-    print(f"\nwhere one profiled step's time goes, ms (share of the step)")
-    print(f"{'':<36}" + "".join(f"{r['option'][:19]:>20}" for r in results))
+    print("\nwhere one profiled step's time goes, ms (share of the step)")
+    width = max(20, 2 + max(len(r["option"]) for r in results))
+    print(f"{'':<36}" + "".join(f"{r['option']:>{width}}" for r in results))
     for name in names + ["total"]:
         cells = []
         for r in results:
             ms = sum(r["profile_ms"].values()) if name == "total" else r["profile_ms"][name]
             cells.append(f"{ms:>12.0f} ({100 * ms / sum(r['profile_ms'].values()):>3.0f}%)")
-        print(f"{name:<36}" + "".join(f"{c:>20}" for c in cells))
+        print(f"{name:<36}" + "".join(f"{c:>{width}}" for c in cells))
 
 
 def main(argv):
