@@ -59,15 +59,10 @@ def test_fsdp_on_two_ranks_equals_ddp_and_exports_one_file(two_rank_runs, tmp_pa
     assert events(fsdp, "checklist")[0]["grad_accum_per_rank"] == 4
     facts = lambda out: json.load(open(os.path.join(out, "run_info.json")))["facts"]
     assert facts(fsdp)["init_weights"] == facts(ddp)["init_weights"]  # gathered whole, not one rank's shards
-    for kind in ("train", "eval"):
-        a, b = losses(ddp, kind), losses(fsdp, kind)
-        assert a.keys() == b.keys() and all(b[i] == pytest.approx(a[i], rel=1e-6) for i in a), kind
     assert sorted(os.listdir(os.path.join(fsdp, "dcp"))) == ["iter_0000004", "latest"]  # iteration 2's removed
-    export_checkpoint.main([f"--out_dir={fsdp}"])
+    assert_trained_alike(ddp, fsdp, 1e-6)
     exported, reference = load_ckpt(fsdp), load_ckpt(ddp)
     assert exported["iter_num"] == 4
-    for key, value in reference["model"].items():
-        assert torch.allclose(exported["model"][key], value, atol=1e-6, rtol=0), key
     for k, state in reference["optimizer"]["state"].items():  # the momentum buffers, in DDP's own layout
         assert torch.allclose(exported["optimizer"]["state"][k]["momentum_buffer"], state["momentum_buffer"],
                               atol=1e-6, rtol=0), k
@@ -92,6 +87,18 @@ def test_fsdp_checkpoint_resumes_on_another_world_size(two_rank_runs, data_dir):
     assert sharding.latest_checkpoint(out).endswith("iter_0000004")
 
 
+def assert_trained_alike(reference, sharded, tolerance):
+    """The same train and eval losses at every logged iteration (relative tolerance), and the sharded
+    run's exported weights those of the reference's ckpt.pt (absolute)."""
+    for kind in ("train", "eval"):
+        a, b = losses(reference, kind), losses(sharded, kind)
+        assert a.keys() == b.keys() and all(b[i] == pytest.approx(a[i], rel=tolerance) for i in a), kind
+    export_checkpoint.main([f"--out_dir={sharded}"])
+    exported = load_ckpt(sharded)["model"]
+    for key, value in load_ckpt(reference)["model"].items():
+        assert torch.allclose(exported[key], value, atol=tolerance, rtol=0), key
+
+
 def test_hsdp_on_four_ranks_equals_ddp(data_dir, tmp_path):
     """2 replicas x shard groups of 2 against DDP on 4 ranks, 2 micro-steps per rank, with dropout (each
     data-parallel rank draws its own masks on both layouts) and activation checkpointing inside FSDP's
@@ -101,12 +108,7 @@ def test_hsdp_on_four_ranks_equals_ddp(data_dir, tmp_path):
     torchrun(4, args(ddp))
     torchrun(4, args(hsdp, "--data_parallel=hsdp", "--hsdp_shard_size=2", "--activation_checkpointing=True"))
     assert events(hsdp, "checklist")[0]["grad_accum_per_rank"] == 2
-    for kind in ("train", "eval"):
-        a, b = losses(ddp, kind), losses(hsdp, kind)
-        assert a.keys() == b.keys() and all(b[i] == pytest.approx(a[i], rel=1e-6) for i in a), kind
-    export_checkpoint.main([f"--out_dir={hsdp}"])
-    for key, value in load_ckpt(ddp)["model"].items():
-        assert torch.allclose(load_ckpt(hsdp)["model"][key], value, atol=1e-6, rtol=0), key
+    assert_trained_alike(ddp, hsdp, 1e-6)
 
 
 def test_fsdp_with_blocks_compiled_one_by_one_trains_like_one_eager_process(data_dir, tmp_path):
@@ -116,12 +118,7 @@ def test_fsdp_with_blocks_compiled_one_by_one_trains_like_one_eager_process(data
     train.main(tiny_args(data_dir, single, *COMMON, "--max_iters=2"))
     torchrun(2, tiny_args(data_dir, compiled, *COMMON, "--max_iters=2", "--data_parallel=fsdp", "--compile=True"))
     assert events(compiled, "checklist")[0]["compile"] is True
-    for kind in ("train", "eval"):
-        a, b = losses(single, kind), losses(compiled, kind)
-        assert a.keys() == b.keys() and all(b[i] == pytest.approx(a[i], rel=1e-5) for i in a), kind
-    export_checkpoint.main([f"--out_dir={compiled}"])
-    for key, value in load_ckpt(single)["model"].items():
-        assert torch.allclose(load_ckpt(compiled)["model"][key], value, atol=1e-5, rtol=0), key
+    assert_trained_alike(single, compiled, 1e-5)
 
 
 def test_a_crash_during_a_save_leaves_the_previous_checkpoint_in_charge(data_dir, tmp_path, monkeypatch):
