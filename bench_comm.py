@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 import configurator
 import runtime
+import sharding
 from reduced_sync_model import REDUCED_SYNC_CONFIGS, SYNC_KEYS, ReducedSyncConfig, ReducedSyncGPT, expected_syncs
 
 BASELINE = "train_gpt2_24comm"
@@ -80,7 +81,7 @@ def timed_step(run, idx, meter):
     t0 = time.perf_counter()
     _, loss = run["model"](idx, idx)
     loss.backward()
-    run["model"].clip_grad_norm_(1.0)
+    sharding.clip_grad_norm(run["model"], 1.0)
     run["optimizer"].step()
     run["optimizer"].zero_grad(set_to_none=True)
     meter.sync()

@@ -5,7 +5,8 @@ config. sample.py, eval.py and hellaswag.py read it; train.py resumes from it wi
     python export_checkpoint.py --out_dir=out-gpt2-350M
     python sample.py --out_dir=out-gpt2-350M
 
-One process reads every rank's shards (the whole model and its optimizer state must fit in CPU memory).
+One process reads every rank's shards, tensor-parallel ones put back together (the whole model and its
+optimizer state must fit in CPU memory).
 """
 import os
 
@@ -29,7 +30,7 @@ def export(out_dir, output=""):
     meta = sharding.read_meta(path)
     model = build_model(meta["config"], meta)  # meta holds no weights: a fresh model of the run's shape
     optimizer = optim.build_optimizer(model, meta["config"])
-    sharding.load(path, model, optimizer)
+    sharding.load_whole(path, model, optimizer, meta["config"]["tp_size"])
     output = output or os.path.join(out_dir, "ckpt.pt")
     rundir.save_checkpoint(output, dict(meta, model=model.state_dict(), optimizer=optimizer.state_dict()))
     return output

@@ -36,8 +36,8 @@ stream instead, so different heads and columns get independent masks. Each train
 takes one seed from the default stream; the stream of (layer, sublayer, shard i) is the default
 generator seeded with seed + its index, forked for that computation alone. A real rank runs only its
 shard's streams, the simulation runs every shard's in turn: the same masks, so both compute the same
-numbers with dropout on. A resumed run restores the default stream and with it every shard's. Per optimizer step, clip_grad_norm_ adds one scalar all-reduce, and
-data parallelism adds DDP's gradient all-reduce over the dp group.
+numbers with dropout on. A resumed run restores the default stream and with it every shard's. Per optimizer step, gradient
+clipping (sharding.clip_grad_norm) adds one scalar all-reduce, and data parallelism adds DDP's gradient all-reduce over the dp group.
 """
 import math
 from contextlib import contextmanager, nullcontext
@@ -279,10 +279,11 @@ class ReducedSyncGPT(GPT):
         if missing:
             raise KeyError(f"state dict lacks {sorted(missing)}")
 
-    def full_state_dict(self):
-        """The full (GPT-layout) state dict; real models all-gather their shards (every rank of the
+    def full_state_dict(self, state=None):
+        """The full (GPT-layout) state dict of this model's state dict, or of `state` (its weights
+        gathered from FSDP's shards); real models all-gather their shards (every rank of the
         tensor-parallel group must call this)."""
-        state = self.state_dict()
+        state = self.state_dict() if state is None else state
         if not self.real:
             return state
         full = {}
@@ -301,25 +302,6 @@ class ReducedSyncGPT(GPT):
 
     def is_sharded(self, name):
         return sharding_of(name) is not None
-
-    @torch.no_grad()
-    def clip_grad_norm_(self, max_norm):
-        """torch.nn.utils.clip_grad_norm_ over the whole model: shards' squared norms are summed
-        across the tensor-parallel ranks (one scalar all-reduce), replicated parameters (whose
-        gradients are identical on every rank) counted once, so every rank clips alike."""
-        sums = torch.zeros(2, dtype=torch.float64, device=self.lm_head.weight.device)  # replicated, sharded
-        grads = []
-        for name, p in self.named_parameters():
-            if p.grad is not None:
-                sums[int(self.is_sharded(name))] += p.grad.detach().double().pow(2).sum()
-                grads.append(p.grad)
-        if self.real:
-            dist.all_reduce(sums[1:], group=self.tp_group)
-        norm = sums.sum().sqrt()
-        coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)
-        for g in grads:
-            g.mul_(coef.to(g.dtype))
-        return norm.float()
 
     # -------------------------------------------------------------- sync points
 

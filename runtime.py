@@ -85,7 +85,7 @@ DEFAULTS = dict(
     sync_layers=[],  # parallel runs also sync after these layers (selective)
     # data parallelism across ranks (sharding.py)
     data_parallel="ddp",  # 'ddp' (replicate), 'fsdp' (shard all, FSDP2), 'hsdp' (shard in a node, replicate across)
-    hsdp_shard_size=0,  # hsdp: ranks per shard group; 0 means one node's (torchrun's LOCAL_WORLD_SIZE)
+    hsdp_shard_size=0,  # hsdp: data-parallel ranks per shard group; 0 means one node's (LOCAL_WORLD_SIZE / tp_size)
     fsdp_reduce_dtype="float32",  # fsdp/hsdp: gradient reductions in 'float32' or 'bfloat16' (weights follow dtype)
     # optimizer
     optimizer="adamw",  # 'adamw', 'adam', 'sgd', 'adamw_spam' (optim.py)
@@ -161,7 +161,7 @@ def setup_distributed(device="", tp_size=1, timeout=600.0):
     device = pick_device(device)
     if not ddp:
         return dict(ddp=False, rank=0, local_rank=0, world_size=1, device=device, master=True,
-                    dp_rank=0, dp_size=1, tp_group=None, dp_group=None)
+                    dp_rank=0, dp_size=1, tp_rank=0, tp_group=None, dp_group=None)
     local_rank = int(os.environ["LOCAL_RANK"])
     if device.startswith("cuda"):
         device = f"cuda:{local_rank}"
@@ -171,11 +171,12 @@ def setup_distributed(device="", tp_size=1, timeout=600.0):
     rank, world = dist.get_rank(), dist.get_world_size()
     start_heartbeat(rank)
     env = dict(ddp=True, rank=rank, local_rank=local_rank, world_size=world, device=device, master=rank == 0,
-               dp_rank=rank, dp_size=world, tp_group=None, dp_group=None)
+               dp_rank=rank, dp_size=world, tp_rank=0, tp_group=None, dp_group=None)
     if tp_size > 1:  # parallel_layout checked it against the world size
         from torch.distributed.device_mesh import init_device_mesh
         mesh = init_device_mesh(device.split(":")[0], (world // tp_size, tp_size), mesh_dim_names=("dp", "tp"))
-        env.update(dp_rank=mesh.get_local_rank("dp"), dp_size=world // tp_size, tp_group=mesh.get_group("tp"),
+        env.update(dp_rank=mesh.get_local_rank("dp"), dp_size=world // tp_size, tp_rank=mesh.get_local_rank("tp"),
+                   tp_group=mesh.get_group("tp"),
                    dp_group=mesh.get_group("dp"))
     return env
 

@@ -6,12 +6,19 @@ memory a layout needs per GPU.
   weights exist only while it runs (all-gathered before, resharded after).
 - hsdp: shard within a group of hsdp_shard_size ranks (one node by default), replicate across the
   groups: all-gathers stay on the node's fast links, only the gradient all-reduce crosses nodes.
+- with a reduced_sync model and tp_size > 1 (a 3-D layout): each of the tp_size ranks of a model
+  replica holds its own heads and MLP columns as plain tensors (reduced_sync_model.py), and FSDP/HSDP
+  shards those across the data-parallel ranks that hold the same tensor-parallel position. The mesh is
+  (shard, tp) or (replicate, shard, tp), with tp innermost: a replica's ranks are consecutive, as
+  under DDP (runtime.setup_distributed).
 
 A sharded checkpoint is a directory out_dir/dcp/iter_NNNNNNN/ written by every rank at once (its
 own shards) plus meta.pt (config, counters, RNG states); out_dir/dcp/latest names the newest
 complete one and is replaced atomically only after every rank has finished writing, so a crash
 mid-save leaves the previous checkpoint in charge. DCP reshards on load: a run may resume on a
-different number of ranks. export_checkpoint.py turns one into an ordinary ckpt.pt.
+different number of data-parallel ranks. Tensor-parallel positions hold different tensors under the
+same names, so each position's state is stored under its own key (tp0, tp1, ...): tp_size is part of
+the model's shape and stays fixed on resume. export_checkpoint.py turns one into an ordinary ckpt.pt.
 """
 import os
 import shutil
@@ -26,6 +33,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 import configurator
 import rundir
 import tokendata
+from reduced_sync_model import shard_tensor, unshard_tensor
 
 DATA_PARALLEL = ("ddp", "fsdp", "hsdp")
 REDUCE_DTYPES = ("float32", "bfloat16")
@@ -44,9 +52,6 @@ def check(cfg, world_size):
         return
     # Ideas whose state lives outside the sharded engine's reach are refused rather than half-sharded.
     refusals = {
-        "tp_size": (cfg["tp_size"] != 1, "our tensor-parallel blocks keep plain local shards that FSDP would "
-                                         "shard again (no 3-D layout yet): use data_parallel='ddp' with tp_size, "
-                                         "or tp_size=1"),
         "compile": (cfg["compile"] and cfg["model_type"] == "reduced_sync",
                     "a reduced-sync model is sharded as one unit, which is not compiled: compile=False"),
         "optimizer_impl": (cfg["optimizer"] == "sgd" and cfg["optimizer_impl"] == "fused",
@@ -64,28 +69,34 @@ def check(cfg, world_size):
     for key, (refused, fix) in refusals.items():
         if refused:
             raise err(f"{key}={cfg[key]!r} does not combine with data_parallel={mode!r}: {fix}")
+    replicas = world_size // cfg["tp_size"]  # runtime.parallel_layout checked the division
     if mode == "hsdp" and world_size > 1:
         shard = shard_size(cfg, world_size)
-        if shard < 1 or world_size % shard:
-            raise err(f"hsdp_shard_size={shard} does not divide the world size {world_size}: launch a multiple "
-                      f"of it or change hsdp_shard_size (0: the ranks of one node)")
+        if shard < 1 or replicas % shard:
+            raise err(f"hsdp_shard_size={shard} does not divide the {replicas} data-parallel ranks (world size "
+                      f"{world_size} / tp_size {cfg['tp_size']}): launch a multiple of it or change hsdp_shard_size "
+                      f"(0: the ranks of one node)")
 
 
 def shard_size(cfg, world_size):
-    """Ranks per shard group: the whole world for fsdp; hsdp_shard_size or one node's ranks for hsdp."""
+    """Data-parallel ranks per shard group: all of them for fsdp; for hsdp hsdp_shard_size, or the
+    model replicas of one node (torchrun's LOCAL_WORLD_SIZE / tp_size)."""
+    tp = cfg["tp_size"]
     if cfg["data_parallel"] == "fsdp":
-        return world_size
-    return cfg["hsdp_shard_size"] or int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+        return world_size // tp
+    return cfg["hsdp_shard_size"] or int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) // tp
 
 
 def device_mesh(cfg, device, world_size):
-    """The data-parallel mesh: 1-D for fsdp, (replicate, shard) for hsdp."""
+    """The mesh FSDP shards over: (shard,) for fsdp, (replicate, shard) for hsdp, each cut out of a
+    mesh whose innermost dimension is tp (so it holds the ranks of one tensor-parallel position)."""
     from torch.distributed.device_mesh import init_device_mesh
-    device_type = device.split(":")[0]
-    if cfg["data_parallel"] == "fsdp":
-        return init_device_mesh(device_type, (world_size,), mesh_dim_names=("shard",))
-    shard = shard_size(cfg, world_size)
-    return init_device_mesh(device_type, (world_size // shard, shard), mesh_dim_names=("replicate", "shard"))
+    tp, shard = cfg["tp_size"], shard_size(cfg, world_size)
+    dims = ("shard",) if cfg["data_parallel"] == "fsdp" else ("replicate", "shard")
+    sizes = (shard,) if cfg["data_parallel"] == "fsdp" else (world_size // (shard * tp), shard)
+    if tp == 1:
+        return init_device_mesh(device.split(":")[0], sizes, mesh_dim_names=dims)
+    return init_device_mesh(device.split(":")[0], (*sizes, tp), mesh_dim_names=(*dims, "tp"))[dims]
 
 
 def shard_model(model, mesh, dtype, reduce_dtype, compile_blocks):
@@ -114,19 +125,34 @@ def full_model_state(model):
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
 
 
-def clip_grad_norm(model, max_norm):
-    """The norm of the whole (sharded) gradient, clipped: the norm of the local shards' DTensors is a
-    partial sum that full_tensor() completes across ranks."""
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    norm = torch.nn.utils.get_total_norm(grads)
-    if isinstance(norm, torch.distributed.tensor.DTensor):
-        norm = norm.full_tensor()
-    # torch.nn.utils.clip_grads_with_norm_ left DTensor gradients unscaled here (torch 2.13, CPU,
-    # found by the FSDP == DDP test): scale each rank's shard in place instead.
-    coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-    for g in grads:
-        g.to_local().mul_(coef)
-    return norm
+@torch.no_grad()
+def clip_grad_norm(model, max_norm, shard_group=None):
+    """torch.nn.utils.clip_grad_norm_ over the whole model when its gradients are split across ranks:
+    FSDP's shards (DTensors: this rank's piece is to_local(); their squared norms summed over
+    shard_group, the ranks that split one tensor) and a real tensor-parallel model's heads and MLP
+    columns (summed over its tp_group; the parameters it replicates have identical gradients on every
+    tp rank and are counted once). One or two scalar all-reduces; every rank clips alike."""
+    tp_group = getattr(model, "tp_group", None)
+    split_over_tp = getattr(model, "is_sharded", lambda name: False)
+    sums = torch.zeros(2, dtype=torch.float64, device=next(model.parameters()).device)  # replicated, split over tp
+    grads = []
+    for name, p in model.named_parameters():
+        if p.grad is None:
+            continue
+        # torch.nn.utils.clip_grads_with_norm_ left DTensor gradients unscaled (torch 2.13, CPU, found
+        # by the FSDP == DDP test): each rank scales its own piece in place instead.
+        grad = p.grad.to_local() if isinstance(p.grad, torch.distributed.tensor.DTensor) else p.grad
+        sums[int(split_over_tp(name))] += grad.double().pow(2).sum()
+        grads.append(grad)
+    if shard_group is not None:
+        dist.all_reduce(sums, group=shard_group)
+    if tp_group is not None:
+        dist.all_reduce(sums[1:], group=tp_group)
+    norm = sums.sum().sqrt()
+    coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+    for grad in grads:
+        grad.mul_(coef.to(grad.dtype))
+    return norm.float()
 
 
 # ----------------------------------------------------------------------------- distributed checkpoints
@@ -148,7 +174,7 @@ def read_meta(path):
     return rundir.load_checkpoint_file(os.path.join(path, "meta.pt"))
 
 
-def save(out_dir, iter_num, model, optimizer, meta, master):
+def save(out_dir, iter_num, model, optimizer, meta, master, tp_rank=0):
     """Every rank writes its shards into a fresh directory; then the master writes meta.pt and
     points `latest` at it (atomic rename), and removes the older ones. Collective."""
     name = f"iter_{iter_num:07d}"
@@ -156,9 +182,7 @@ def save(out_dir, iter_num, model, optimizer, meta, master):
     if master and os.path.exists(path):  # a save of this iteration that crashed earlier
         shutil.rmtree(path)
     barrier()
-    model_state, optimizer_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=path,
-             no_dist=not dist.is_initialized())
+    dcp.save(keyed_state(model, optimizer, tp_rank), checkpoint_id=path, no_dist=not dist.is_initialized())
     barrier()  # every rank's shards are on disk
     if master:
         rundir.save_checkpoint(os.path.join(path, "meta.pt"), meta)
@@ -175,13 +199,47 @@ def barrier():
         dist.barrier()
 
 
-def load(path, model, optimizer):
-    """Fill the model and optimizer from a checkpoint written by any number of ranks: sharded ones
-    on every rank of a run, or plain ones in a single process (export_checkpoint.py)."""
+def keyed_state(model, optimizer, tp_rank):
+    """The state DCP stores, {model, optimizer} x {tp<rank>: fully-qualified names -> tensors}."""
     model_state, optimizer_state = get_state_dict(model, optimizer)
-    state = {"model": model_state, "optimizer": optimizer_state}
+    return {"model": {f"tp{tp_rank}": model_state}, "optimizer": {f"tp{tp_rank}": optimizer_state}}
+
+
+def load(path, model, optimizer, tp_rank=0):
+    """Fill the model and optimizer from a checkpoint written by any number of data-parallel ranks:
+    sharded ones on every rank of a run."""
+    state = keyed_state(model, optimizer, tp_rank)
     dcp.load(state, checkpoint_id=path, no_dist=not dist.is_initialized())
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    set_state_dict(model, optimizer, model_state_dict=state["model"][f"tp{tp_rank}"],
+                   optim_state_dict=state["optimizer"][f"tp{tp_rank}"])
+
+
+def load_whole(path, model, optimizer, tp_size):
+    """Fill one process's whole (GPT-layout) model and its optimizer from a sharded checkpoint that
+    tp_size tensor-parallel positions wrote: each position's heads and MLP columns are read into
+    that position's slice (shard_tensor) and the slices joined (unshard_tensor); an optimizer's
+    per-element states (momentum, Adam's moments) are split and joined like their parameter."""
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+
+    def per_element(name, value):
+        return torch.is_tensor(value) and value.shape == model_state[name].shape
+
+    def position(r):
+        split = lambda name, value: shard_tensor(name, value, r, tp_size) if per_element(name, value) else value
+        state = {name: {k: split(name, v) for k, v in states.items()} for name, states in optimizer_state["state"].items()}
+        return {"model": {f"tp{r}": {name: split(name, v) for name, v in model_state.items()}},
+                "optimizer": {f"tp{r}": dict(optimizer_state, state=state)}}
+
+    positions = [position(r) for r in range(tp_size)]
+    for state in positions:
+        dcp.load(state, checkpoint_id=path, no_dist=True)
+    models = [state["model"][f"tp{r}"] for r, state in enumerate(positions)]
+    states = [state["optimizer"][f"tp{r}"]["state"] for r, state in enumerate(positions)]
+    whole_state = {name: {k: unshard_tensor(name, [s[name][k] for s in states]) if per_element(name, v) else states[0][name][k]
+                          for k, v in per_param.items()} for name, per_param in optimizer_state["state"].items()}
+    whole_model = {name: unshard_tensor(name, [m[name] for m in models]) for name in model_state}
+    set_state_dict(model, optimizer, model_state_dict=whole_model,
+                   optim_state_dict=dict(positions[0]["optimizer"]["tp0"], state=whole_state))
 
 
 # ----------------------------------------------------------------------------- memory per GPU
@@ -207,7 +265,7 @@ def memory_estimate(cfg, n_params, world_size, dtype):
     n_layer, width, vocab = cfg["n_layer"], cfg["n_embd"], cfg["vocab_size"]
     states = {"sgd": 1 if cfg["momentum"] else 0}.get(cfg["optimizer"], 2)
     shards = 1 if cfg["data_parallel"] == "ddp" else shard_size(cfg, world_size) if world_size > 1 else 1
-    accum_local = max(1, cfg["gradient_accumulation_steps"] // max(1, world_size))
+    accum_local = max(1, cfg["gradient_accumulation_steps"] // max(1, world_size // cfg["tp_size"]))
     block_params = 12 * width * width + 13 * width  # attention (4 C^2) + MLP (8 C^2) + biases and norms
     params = 4 * n_params / shards
     if shards > 1:

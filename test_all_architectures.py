@@ -14,7 +14,9 @@ The GPT-2 Medium/Large/XL configs must keep the published parameter counts withi
 
 FSDP_LAYOUTS run a model family under sharding.shard_model (FSDP2) on forked gloo ranks, each rank
 with its own batch, against the unsharded model on every rank's batch: the same losses and the same
-averaged gradient for every parameter (FSDP on 2 ranks, HSDP on 2 x 2).
+averaged gradient for every parameter (FSDP on 2 ranks, HSDP on 2 x 2; a reduced-sync model with
+tp_size 2 on 4 ranks: 2 data-parallel replicas of 2 real tensor-parallel ranks, each rank's gradient
+the slice of the unsharded model's that its tensor-parallel position holds).
 
 A new architecture is one entry in ARCHITECTURES (and, for a new model family, one build function
 in BUILDERS). Exit code 1 when any architecture fails. tests/test_model.py runs this script.
@@ -48,7 +50,7 @@ def build_gpt(**kwargs):
 
 # model family -> function(**GPTConfig kwargs) -> model
 BUILDERS = {"gpt2": build_gpt, "ra": lambda **kwargs: RAGPT(RAConfig(**kwargs)),
-            "reduced_sync": lambda **kwargs: ReducedSyncGPT(ReducedSyncConfig(**kwargs))}
+            "reduced_sync": lambda tp_group=None, **kwargs: ReducedSyncGPT(ReducedSyncConfig(**kwargs), tp_group)}
 
 # name -> (family, kwargs on top of TINY)
 ARCHITECTURES = {
@@ -100,6 +102,8 @@ FSDP_LAYOUTS = {
     "fsdp-ra-mla-gated": ("ra", dict(mla=True, mla_latent_dim=8, ra_pattern="all", attn_gate=True), "fsdp", 2, "float32"),
     "fsdp-rs-tp-spd-parallel": ("reduced_sync", dict(n_layer=3, block_pattern="tp,spd,parallel"), "fsdp", 2, "float32"),
     "hsdp-gpt2-pre-sdpa-2x2": ("gpt2", {}, "hsdp", 4, "float32"),
+    "fsdp-rs-tp2-x-dp2": ("reduced_sync", dict(n_layer=3, block_pattern="tp,spd,parallel", tp_size=2), "fsdp", 4,
+                          "float32"),
 }
 # GPT-2 Medium, Large and XL: config file -> the published parameter count
 GPT2_SIZE_CONFIGS = {"train_gpt2_350m": 355e6, "train_gpt2_774m": 774e6, "train_gpt2_1558m": 1558e6}
@@ -155,33 +159,39 @@ def check_sharded(family, kwargs, data_parallel, world, dtype, seed=0):
     and norms) to a few bf16 roundings (~2% here, 5% allowed). Returns the largest relative gradient
     difference."""
     import sharding
+    from reduced_sync_model import shard_tensor
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
-    rank = torch.distributed.get_rank()
+    rank, tp = torch.distributed.get_rank(), kwargs.get("tp_size", 1)
+    tp_mesh = init_device_mesh("cpu", (world // tp, tp), mesh_dim_names=("dp", "tp")) if tp > 1 else None
     models = []
-    for _ in range(2):
-        torch.manual_seed(seed)
-        models.append(BUILDERS[family](**{**TINY, **kwargs}).train())
+    for real in (False, True):
+        torch.manual_seed(seed)  # a real tensor-parallel rank's weights are slices of the whole model's
+        parallel = dict(tp_group=tp_mesh.get_group("tp")) if real and tp_mesh is not None else {}
+        models.append(BUILDERS[family](**{**TINY, **kwargs}, **parallel).train())
     reference, model = models
-    cfg = dict(data_parallel=data_parallel, hsdp_shard_size=2)
+    cfg = dict(data_parallel=data_parallel, hsdp_shard_size=2, tp_size=tp)
     sharding.shard_model(model, sharding.device_mesh(cfg, "cpu", world), dtype, "float32", compile_blocks=False)
     _, autocast = runtime.precision(dtype, "cpu")
     tolerance = 1e-5 if dtype == "float32" else 5e-2
-    batches = torch.randint(0, TINY["vocab_size"], (world, 2, 2, TINY["block_size"]),
-                            generator=torch.Generator().manual_seed(seed))  # (rank, idx/targets, batch, time)
+    replicas, replica, position = world // tp, rank // tp, rank % tp  # a replica's tp ranks are consecutive
+    batches = torch.randint(0, TINY["vocab_size"], (replicas, 2, 2, TINY["block_size"]),
+                            generator=torch.Generator().manual_seed(seed))  # (replica, idx/targets, batch, time)
     with autocast:
-        _, loss = model(batches[rank][0], batches[rank][1])
+        _, loss = model(batches[replica][0], batches[replica][1])
         loss.backward()
         for idx, targets in batches:
-            (reference(idx, targets)[1] / world).backward()
-        _, own_loss = reference(batches[rank][0], batches[rank][1])
+            (reference(idx, targets)[1] / replicas).backward()
+        _, own_loss = reference(batches[replica][0], batches[replica][1])
     if not torch.allclose(loss.float(), own_loss.float(), atol=0, rtol=tolerance):
         raise AssertionError(f"loss {loss.item()} sharded, {own_loss.item()} unsharded")
     worst = 0.0
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
         grad = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
+        expected = shard_tensor(name, q.grad, position, tp) if tp > 1 else q.grad
         if grad.dtype != torch.float32:
             raise AssertionError(f"{name}: a {grad.dtype} gradient (reductions are float32)")
-        difference = ((grad - q.grad).norm() / q.grad.norm().clamp_min(1e-12)).item()
+        difference = ((grad - expected).norm() / expected.norm().clamp_min(1e-12)).item()
         worst = max(worst, difference)
         if difference > tolerance:
             raise AssertionError(f"{name}: gradients differ by {difference:.2e} of their norm")

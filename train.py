@@ -274,13 +274,12 @@ def optimizer_state_of(checkpoint, env):
     return state[dist.get_rank(tp_group)] if tp_group is not None else state
 
 
-def clip_grad_norm(model, max_norm, sharded):
-    """The whole model's gradient norm, clipped; a tensor-parallel or FSDP model sums its shards across ranks."""
-    if sharded:
-        return sharding.clip_grad_norm(model, max_norm)
-    if hasattr(model, "clip_grad_norm_"):
-        return model.clip_grad_norm_(max_norm)
-    return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+def clip_grad_norm(model, max_norm, env):
+    """The whole model's gradient norm, clipped; FSDP's and real tensor-parallel ranks' pieces are
+    summed across the ranks that split them (sharding.clip_grad_norm)."""
+    if env["mesh"] is None and env["tp_group"] is None:
+        return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    return sharding.clip_grad_norm(model, max_norm, env["mesh"].get_group("shard") if env["mesh"] is not None else None)
 
 
 def rng_state(device):
@@ -331,8 +330,9 @@ def run_facts(cfg, env, model, optimizer, data_dir, counts, dtype, sharded):
     """What was measured at the start of a fresh run, for comparing runs (runrecord.py): the data,
     the evaluation windows, the data order of the first steps and every initial weight (a real
     tensor-parallel model gathers its shards: every rank calls this)."""
-    weights = (sharding.full_model_state(model) if sharded else model.full_state_dict()
-               if env["tp_group"] is not None else model.state_dict())
+    weights = sharding.full_model_state(model) if sharded else model.state_dict()
+    if env["tp_group"] is not None:
+        weights = model.full_state_dict(weights)
     accum = cfg["gradient_accumulation_steps"]
     order = [train_offsets(cfg, counts["train"], it, micro)
              for it in range(runrecord.DATA_ORDER_ITERS) for micro in range(accum)]
@@ -501,7 +501,7 @@ def fit(cfg, env, signals, command):
     iter_num, tokens_seen, train_time, best_val, metrics = 0, 0, 0.0, float("inf"), None
     torch.manual_seed(cfg["seed"] + env["dp_rank"])  # dropout masks differ across replicas
     if checkpoint is not None and "sharded_path" in checkpoint:  # written by any number of ranks
-        sharding.load(checkpoint["sharded_path"], raw_model, optimizer)
+        sharding.load(checkpoint["sharded_path"], raw_model, optimizer, env["tp_rank"])
     elif checkpoint is not None:
         optimizer.load_state_dict(optimizer_state_of(checkpoint, env))
     if checkpoint is not None:
@@ -579,7 +579,7 @@ def fit(cfg, env, signals, command):
                         train_time=train_time, best_val_loss=best_val, rng=rng, metrics=metrics,
                         pruning=pruner.state_dict() if pruner is not None else None)
             if cfg["save_checkpoint"] and iter_num > start_iter and cfg["data_parallel"] != "ddp":
-                sharding.save(cfg["out_dir"], iter_num, raw_model, optimizer, meta, env["master"])
+                sharding.save(cfg["out_dir"], iter_num, raw_model, optimizer, meta, env["master"], env["tp_rank"])
             elif cfg["save_checkpoint"] and iter_num > start_iter:
                 model_state, optimizer_state = model_and_optimizer_states(raw_model, optimizer, env)
                 if env["master"]:
@@ -610,7 +610,7 @@ def fit(cfg, env, signals, command):
         if pruner is not None:
             pruner.mask_grads()  # before clipping: pruned weights add nothing to the norm
         scaler.unscale_(optimizer)
-        grad_norm = clip_grad_norm(raw_model, cfg["grad_clip"] or float("inf"), sharded)
+        grad_norm = clip_grad_norm(raw_model, cfg["grad_clip"] or float("inf"), env)
         scaler.step(optimizer, **optim.step_kwargs(optimizer, grad_norm))
         scaler.update()
         optimizer.zero_grad(set_to_none=True)

@@ -59,15 +59,10 @@ def test_fsdp_on_two_ranks_equals_ddp_and_exports_one_file(two_rank_runs, tmp_pa
     assert events(fsdp, "checklist")[0]["grad_accum_per_rank"] == 4
     facts = lambda out: json.load(open(os.path.join(out, "run_info.json")))["facts"]
     assert facts(fsdp)["init_weights"] == facts(ddp)["init_weights"]  # gathered whole, not one rank's shards
-    for kind in ("train", "eval"):
-        a, b = losses(ddp, kind), losses(fsdp, kind)
-        assert a.keys() == b.keys() and all(b[i] == pytest.approx(a[i], rel=1e-6) for i in a), kind
     assert sorted(os.listdir(os.path.join(fsdp, "dcp"))) == ["iter_0000004", "latest"]  # iteration 2's removed
-    export_checkpoint.main([f"--out_dir={fsdp}"])
+    assert_trained_alike(ddp, fsdp, 1e-6)
     exported, reference = load_ckpt(fsdp), load_ckpt(ddp)
     assert exported["iter_num"] == 4
-    for key, value in reference["model"].items():
-        assert torch.allclose(exported["model"][key], value, atol=1e-6, rtol=0), key
     for k, state in reference["optimizer"]["state"].items():  # the momentum buffers, in DDP's own layout
         assert torch.allclose(exported["optimizer"]["state"][k]["momentum_buffer"], state["momentum_buffer"],
                               atol=1e-6, rtol=0), k
@@ -92,19 +87,38 @@ def test_fsdp_checkpoint_resumes_on_another_world_size(two_rank_runs, data_dir):
     assert sharding.latest_checkpoint(out).endswith("iter_0000004")
 
 
-def test_hsdp_on_four_ranks_equals_one_process(data_dir, tmp_path):
-    """2 replicas x shard groups of 2, 2 micro-steps per rank, against 8 micro-steps in one process
-    (which DDP equals: tests/test_train.py); no dropout, whose masks follow the rank count."""
-    single, hsdp = str(tmp_path / "single"), str(tmp_path / "hsdp")
-    train.main(tiny_args(data_dir, single, *COMMON))
-    torchrun(4, tiny_args(data_dir, hsdp, *COMMON, "--data_parallel=hsdp", "--hsdp_shard_size=2",
-                          "--activation_checkpointing=True"))  # recomputation inside FSDP's units changes nothing
+def assert_trained_alike(reference, sharded, tolerance):
+    """The same train and eval losses at every logged iteration (relative tolerance), and the sharded
+    run's exported weights those of the reference's ckpt.pt (absolute)."""
     for kind in ("train", "eval"):
-        a, b = losses(single, kind), losses(hsdp, kind)
-        assert a.keys() == b.keys() and all(b[i] == pytest.approx(a[i], rel=1e-6) for i in a), kind
-    export_checkpoint.main([f"--out_dir={hsdp}"])
-    for key, value in load_ckpt(single)["model"].items():
-        assert torch.allclose(load_ckpt(hsdp)["model"][key], value, atol=1e-6, rtol=0), key
+        a, b = losses(reference, kind), losses(sharded, kind)
+        assert a.keys() == b.keys() and all(b[i] == pytest.approx(a[i], rel=tolerance) for i in a), kind
+    export_checkpoint.main([f"--out_dir={sharded}"])
+    exported = load_ckpt(sharded)["model"]
+    for key, value in load_ckpt(reference)["model"].items():
+        assert torch.allclose(exported[key], value, atol=tolerance, rtol=0), key
+
+
+def test_hsdp_on_four_ranks_equals_ddp(data_dir, tmp_path):
+    """2 replicas x shard groups of 2 against DDP on 4 ranks, 2 micro-steps per rank, with dropout (each
+    data-parallel rank draws its own masks on both layouts) and activation checkpointing inside FSDP's
+    units (recomputation replays the masks)."""
+    ddp, hsdp = str(tmp_path / "ddp"), str(tmp_path / "hsdp")
+    args = lambda out, *extra: tiny_args(data_dir, out, *COMMON, "--dropout=0.1", *extra)
+    torchrun(4, args(ddp))
+    torchrun(4, args(hsdp, "--data_parallel=hsdp", "--hsdp_shard_size=2", "--activation_checkpointing=True"))
+    assert events(hsdp, "checklist")[0]["grad_accum_per_rank"] == 2
+    assert_trained_alike(ddp, hsdp, 1e-6)
+
+
+def test_fsdp_with_blocks_compiled_one_by_one_trains_like_one_eager_process(data_dir, tmp_path):
+    """compile=True under FSDP compiles each block (FSDP's hooks sit between them); the losses and the
+    exported weights are those of one eager process (no dropout: inductor draws its own masks)."""
+    single, compiled = str(tmp_path / "single"), str(tmp_path / "compiled")
+    train.main(tiny_args(data_dir, single, *COMMON, "--max_iters=2"))
+    torchrun(2, tiny_args(data_dir, compiled, *COMMON, "--max_iters=2", "--data_parallel=fsdp", "--compile=True"))
+    assert events(compiled, "checklist")[0]["compile"] is True
+    assert_trained_alike(single, compiled, 1e-5)
 
 
 def test_a_crash_during_a_save_leaves_the_previous_checkpoint_in_charge(data_dir, tmp_path, monkeypatch):
@@ -158,12 +172,58 @@ def test_sigterm_under_torchrun_writes_a_sharded_checkpoint_that_resumes(data_di
     assert events(out, "end")[-1]["stop_reason"] == "max_iters" and events(out, "train")[-1]["iter"] == end["iter"] + 2
 
 
+def test_fsdp_across_tensor_parallel_replicas_equals_one_simulated_replica(data_dir, tmp_path, capsys):
+    """The 3-D layout: 2 tensor-parallel ranks per replica x 2 replicas, FSDP sharding each tp
+    position's heads and columns over the 2 data-parallel ranks that hold it, against one process
+    simulating both shards (SGD with momentum: equal weights mean equal gradients, and the momentum
+    buffers are the optimizer state the checkpoint must carry). Stopped at iteration 2, its sharded
+    checkpoint resumes on the same 4 ranks, under HSDP (2 replicas x shard groups of 1 x tp 2), and on
+    2 ranks (1 replica: resharded), and exports to one GPT-layout file that sample.py reads."""
+    from test_reduced_sync import tp_args
+    args = lambda out, *extra: tp_args(data_dir, out, "--optimizer=sgd", "--optimizer_impl=foreach", "--vocab_size=256",
+                                       *extra)  # a vocabulary GPT-2's BPE prompt fits
+    runs = {name: str(tmp_path / name) for name in ("single", "fsdp", "hsdp", "two_ranks")}
+    train.main(args(runs["single"]))
+    torchrun(4, args(runs["fsdp"], "--data_parallel=fsdp", "--max_iters=2"))
+    shutil.copytree(runs["fsdp"], runs["hsdp"])
+    shutil.copytree(runs["fsdp"], runs["two_ranks"])
+    assert sorted(os.listdir(os.path.join(runs["fsdp"], "dcp", "iter_0000002"))) == [
+        ".metadata", "__0_0.distcp", "__1_0.distcp", "__2_0.distcp", "__3_0.distcp", "meta.pt"]  # every rank wrote
+    torchrun(4, args(runs["fsdp"], "--data_parallel=fsdp", "--init_from=resume"))
+    torchrun(4, args(runs["hsdp"], "--data_parallel=hsdp", "--hsdp_shard_size=1", "--init_from=resume"))
+    torchrun(2, args(runs["two_ranks"], "--data_parallel=fsdp", "--init_from=resume"))
+    checklist = events(runs["fsdp"], "checklist")[0]
+    assert checklist["tp_execution"].startswith("real") and checklist["data_parallel_replicas"] == 2
+    facts = lambda out: json.load(open(os.path.join(out, "run_info.json")))["facts"]
+    assert facts(runs["fsdp"])["init_weights"] == facts(runs["single"])["init_weights"]  # gathered over dp, then tp
+    reference = losses(runs["single"])
+    for name in ("fsdp", "hsdp", "two_ranks"):
+        got = losses(runs[name])
+        assert got.keys() == reference.keys() == {1, 2, 3, 4}, name
+        assert all(got[i] == pytest.approx(reference[i], rel=1e-5) for i in got), (name, got, reference)
+        assert events(runs[name], "end")[-1]["iter"] == 4
+    assert events(runs["two_ranks"], "checklist")[-1]["world_size"] == 2
+    single = load_ckpt(runs["single"])
+    for name in ("fsdp", "two_ranks"):
+        export_checkpoint.main([f"--out_dir={runs[name]}"])
+        exported = load_ckpt(runs[name])
+        for key, value in single["model"].items():
+            assert torch.allclose(exported["model"][key], value, atol=1e-5, rtol=0), (name, key)
+        for k, state in single["optimizer"]["state"].items():
+            assert torch.allclose(exported["optimizer"]["state"][k]["momentum_buffer"], state["momentum_buffer"],
+                                  atol=1e-5, rtol=0), (name, k)
+    sample.main([f"--out_dir={runs['fsdp']}", "--num_samples=1", "--max_new_tokens=4", "--dtype=float32",
+                 "--device=cpu"])
+    assert capsys.readouterr().out.count("---------------") == 1
+
+
 @pytest.mark.parametrize("extra, message", [
     (dict(data_parallel="zero"), "data_parallel='zero'"),
-    (dict(data_parallel="fsdp", model_type="reduced_sync", tp_size=2), "no 3-D layout"),
+    (dict(data_parallel="hsdp", model_type="reduced_sync", tp_size=2, hsdp_shard_size=4),
+     "hsdp_shard_size=4 does not divide the 2 data-parallel ranks"),
     (dict(data_parallel="fsdp", optimizer="adamw_spam"), "AdamW-SPAM"),
     (dict(data_parallel="fsdp", optimizer="sgd", optimizer_impl="fused"), "no fused SGD"),
-    (dict(data_parallel="hsdp", hsdp_shard_size=3), "hsdp_shard_size=3 does not divide the world size 4"),
+    (dict(data_parallel="hsdp", hsdp_shard_size=3), "hsdp_shard_size=3 does not divide the 4 data-parallel ranks"),
     (dict(data_parallel="fsdp", sample_tokens=10), "export_checkpoint.py"),
     (dict(data_parallel="fsdp", init_from="resume", out_dir="/nonexistent"), "dcp/latest does not exist"),
 ])
