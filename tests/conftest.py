@@ -2,7 +2,15 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # must precede torch's import to take effect
 
+import getpass
 import sys
+import tempfile
+
+# Inductor's kernel cache does not tell a native run from one under ATEN_CPU_CAPABILITY: kernels that
+# an AVX512 run cached crashed the same compiled test under ATEN_CPU_CAPABILITY=avx2. One cache each.
+if os.environ.get("ATEN_CPU_CAPABILITY"):
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
+        tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}_{os.environ['ATEN_CPU_CAPABILITY']}"))
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
 
