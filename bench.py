@@ -46,27 +46,17 @@ PRESETS = {
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--preset", choices=PRESETS, default="small", help="model shape; flags below override it")
-    for key in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "batch_size"):
-        p.add_argument(f"--{key}", type=int, default=None)
+    p = benchrows.parser_with_shape(__doc__, PRESETS, "small")
     p.add_argument("--mla_latent_dim", type=int, default=0, help="0: n_embd // 6 (128 at GPT-2 width)")
     p.add_argument("--ra_window", type=int, default=64, help="window of the *_window and ra_mla variants")
     p.add_argument("--attn_impl", default="sdpa", choices=("sdpa", "manual"))
-    p.add_argument("--device", default="", help="'' picks cuda when available")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--compile", action="store_true")
     p.add_argument("--steps", type=int, default=5, help="timed forward+backward steps (median reported)")
-    p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=1, help="cycles through the variants; the fastest counts")
     p.add_argument("--variants", default="", help="comma-separated subset (baseline is always run)")
-    p.add_argument("--json", default="", help="also write the results to this file")
     p.add_argument("--in_process", action="store_true", help="no fresh process per variant (quicker, less isolated)")
-    p.add_argument("--child", default="", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    for key, value in PRESETS[args.preset].items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    args = benchrows.parse_shape(p, PRESETS, argv)
     args.mla_latent_dim = args.mla_latent_dim or args.n_embd // 6
     return args
 

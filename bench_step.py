@@ -18,7 +18,6 @@ so GPT-2's micro-batch 32 x 1024 is measured on a laptop in seconds.
 --profile runs one more step of each row under torch.profiler and splits its time by what the
 ops do (PROFILE_CATEGORIES): the table says where the time that is not matmuls goes.
 """
-import argparse
 import json
 import os
 import statistics
@@ -65,24 +64,14 @@ PRESETS = {
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--preset", choices=PRESETS, default="twin", help="model shape; flags below override it")
-    for key in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "batch_size"):
-        p.add_argument(f"--{key}", type=int, default=None)
-    p.add_argument("--device", default="", help="'' picks cuda when available")
+    p = benchrows.parser_with_shape(__doc__, PRESETS, "twin")
     p.add_argument("--dtype", default="", help="'' picks the machine's best (runtime.precision)")
     p.add_argument("--steps", type=int, default=5, help="timed training steps (median reported)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (compile happens here)")
     p.add_argument("--repeats", type=int, default=1, help="cycles through the options; the fastest counts")
     p.add_argument("--options", default="", help=f"comma-separated subset of {', '.join(OPTIONS)} (plain always runs)")
     p.add_argument("--memory_only", action="store_true", help="peak memory of one step on fake tensors, no timing")
     p.add_argument("--profile", action="store_true", help="also split one step's time by op category (torch.profiler)")
-    p.add_argument("--json", default="", help="also write the results to this file")
-    p.add_argument("--child", default="", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    for key, value in PRESETS[args.preset].items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    args = benchrows.parse_shape(p, PRESETS, argv)
     names = ["plain"] + [n for n in (args.options.split(",") if args.options else OPTIONS) if n != "plain"]
     unknown = [n for n in names if n not in OPTIONS]
     if unknown:
@@ -159,7 +148,6 @@ def measure(args):
 
 def profile_by_category(step):
     """{category: milliseconds} of one step(), in PROFILE_CATEGORIES' order, then the time outside ops."""
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:

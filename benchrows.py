@@ -2,9 +2,35 @@
 fresh process so that one row's allocations cannot raise another's peak, the rows cycled through
 `repeats` times so that a slow spell of a shared machine hits them all, each row's fastest repeat
 kept; the peak of live tensor bytes on CPU; ratios to the first row; the JSON file."""
+import argparse
 import json
 import subprocess
 import sys
+
+SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "batch_size")
+
+
+def parser_with_shape(doc, presets, default):
+    """An argument parser with --preset, a flag for each shape key that overrides the preset's value,
+    and the options both benchmarks share (device, warmup, repeats, json, the hidden --child)."""
+    p = argparse.ArgumentParser(description=doc.split("\n")[0])
+    p.add_argument("--preset", choices=presets, default=default, help="model shape; flags below override it")
+    for key in SHAPE_KEYS:
+        p.add_argument(f"--{key}", type=int, default=None)
+    p.add_argument("--device", default="", help="'' picks cuda when available")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (compile happens here)")
+    p.add_argument("--json", default="", help="also write the results to this file")
+    p.add_argument("--child", default="", help=argparse.SUPPRESS)
+    return p
+
+
+def parse_shape(p, presets, argv):
+    """Parse argv; shape keys not given on the command line take the preset's values."""
+    args = p.parse_args(argv)
+    for key, value in presets[args.preset].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
 
 
 def run_rows(script, argv, names, repeats, measure_here=None):
