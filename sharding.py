@@ -29,6 +29,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
                                                      set_state_dict)
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 
 import configurator
 import rundir
@@ -134,23 +135,23 @@ def clip_grad_norm(model, max_norm, shard_group=None):
     tp rank and are counted once). One or two scalar all-reduces; every rank clips alike."""
     tp_group = getattr(model, "tp_group", None)
     split_over_tp = getattr(model, "is_sharded", lambda name: False)
-    sums = torch.zeros(2, dtype=torch.float64, device=next(model.parameters()).device)  # replicated, split over tp
-    grads = []
+    pieces = ([], [])  # replicated over tp, split over tp
     for name, p in model.named_parameters():
         if p.grad is None:
             continue
         # torch.nn.utils.clip_grads_with_norm_ left DTensor gradients unscaled (torch 2.13, CPU, found
         # by the FSDP == DDP test): each rank scales its own piece in place instead.
-        grad = p.grad.to_local() if isinstance(p.grad, torch.distributed.tensor.DTensor) else p.grad
-        sums[int(split_over_tp(name))] += grad.double().pow(2).sum()
-        grads.append(grad)
+        pieces[int(split_over_tp(name))].append(p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad)
+    # foreach norms of each group (as torch's own clip), squared and summed across ranks in float64
+    device = next(model.parameters()).device  # an empty group's norm is a CPU zero
+    sums = torch.stack([torch.nn.utils.get_total_norm(group).to(device) for group in pieces]).double().pow(2)
     if shard_group is not None:
         dist.all_reduce(sums, group=shard_group)
     if tp_group is not None:
         dist.all_reduce(sums[1:], group=tp_group)
     norm = sums.sum().sqrt()
     coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)
-    for grad in grads:
+    for grad in pieces[0] + pieces[1]:
         grad.mul_(coef.to(grad.dtype))
     return norm.float()
 
