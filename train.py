@@ -271,7 +271,7 @@ def optimizer_state_of(checkpoint, env):
             "the checkpoint's optimizer state was written " + ("by tensor-parallel ranks" if isinstance(state, list)
                                                                 else "without tensor parallelism")
             + ": resume with the same torchrun layout (world size and tp_size)")
-    return state[dist.get_rank(tp_group)] if tp_group is not None else state
+    return state[env["tp_rank"]] if tp_group is not None else state
 
 
 def clip_grad_norm(model, max_norm, env):
