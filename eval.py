@@ -4,29 +4,16 @@
     python eval.py --init_from=/path/to/gpt2 --dataset=openwebtext --eval_tokens=1000000 --out_json=gpt2.json
     torchrun --standalone --nproc_per_node=8 eval.py --out_dir=out-owt --dataset=openwebtext
 
-The first eval_tokens + 1 tokens of val.bin are cut into contiguous, non-overlapping windows of
-block_size inputs, each with its targets shifted by one, so every evaluated token is predicted
-exactly once. A last window shorter than block_size is dropped (it would predict with a different
-context length), so `tokens` is eval_tokens rounded down to a multiple of block_size. Unlike
-train.py's evaluate (spread windows, a few batches), this reads a fixed prefix: the number to
-compare checkpoints with the same block_size on. Under torchrun rank r evaluates the windows
-i with i % world_size == r; the per-window sums are gathered and added in window order, so the
-result does not depend on the number of ranks beyond the rounding of the forward passes.
+How the windows are cut and shared over ranks is described in evaluation.evaluate_perplexity.
 """
 import json
-import math
 import os
-from contextlib import nullcontext
-
-import numpy as np
-import torch
-import torch.distributed as dist
-from torch.nn import functional as F
 
 import configurator
 import rundir
 import tokendata
-from runtime import data_dir_of, exit_distributed, get_batch, load_model, precision, setup_distributed
+from evaluation import evaluate_perplexity
+from runtime import data_dir_of, exit_distributed, load_model, precision, setup_distributed
 
 DEFAULTS = dict(
     out_dir="out",
@@ -40,38 +27,6 @@ DEFAULTS = dict(
     dtype="",  # 'bfloat16', 'float16', 'float32'; '' picks as train.py does
     out_json="",  # also write the result to this file
 )
-
-
-@torch.no_grad()
-def evaluate_perplexity(model, data_dir, block_size, eval_tokens, device, batch_size=8, autocast=nullcontext()):
-    """dict(loss, ppl, tokens, windows, block_size): mean cross-entropy per token (nats) over the
-    windows described at the top of this file, and its exponential. Under an initialized process
-    group every rank calls this and scores its share of the windows."""
-    predictable = tokendata.split_num_tokens(data_dir, "val") - 1  # the first token has no prediction
-    windows = min(eval_tokens or predictable, predictable) // block_size
-    if windows < 1:
-        raise ValueError(f"{data_dir}/val.bin: eval_tokens={eval_tokens} with {predictable + 1} tokens in the "
-                         f"split leaves no full window of block_size={block_size}")
-    distributed = dist.is_available() and dist.is_initialized()
-    rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
-    was_training = model.training
-    model.eval()
-    window_sums = torch.zeros(windows, dtype=torch.float64, device=device)  # summed loss per window
-    mine = np.arange(rank, windows, world)
-    for i in range(0, len(mine), batch_size):
-        x, y = get_batch(data_dir, "val", mine[i:i + batch_size] * block_size, block_size, device)
-        with autocast:
-            logits, _ = model(x)
-        # Our own cross-entropy rather than the model's loss, which a model may extend (aux losses).
-        losses = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="none")
-        window_sums[mine[i:i + batch_size]] = losses.view(len(x), block_size).double().sum(1)
-    model.train(was_training)
-    if distributed:
-        dist.all_reduce(window_sums)  # each window is nonzero on one rank only: the sum is exact
-    total = math.fsum(window_sums.tolist())
-    tokens = windows * block_size
-    return dict(loss=total / tokens, ppl=math.exp(total / tokens), tokens=tokens, windows=windows,
-                block_size=block_size)
 
 
 def main(argv):

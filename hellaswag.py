@@ -5,36 +5,15 @@
     python hellaswag.py --out_dir=out-gpt2 --input=/path/to/hellaswag_val.jsonl  # no network
     torchrun --standalone --nproc_per_node=8 hellaswag.py --out_dir=out-gpt2
 
-Each example becomes one row per ending, context tokens followed by the tokens of " " + ending.
-An ending's loss is the model's cross-entropy on the ending tokens only; acc picks the ending with
-the smallest summed loss, acc_norm the smallest mean loss per token (length-normalized), as in
-build-nanogpt. (lm-evaluation-harness normalizes by bytes instead, so its acc_norm differs a
-little.) GPT-2 124M reaches acc_norm ~0.295 on the 10,042 validation examples; chance is 0.25.
-
-Ties go to the lowest ending index. A tie is exact: a token's loss depends only on its logit and
-the set of logits at its position (not their vocabulary order, nor the row's place in the batch),
-and an ending's sum only on the set of its tokens' losses, so two endings that the model gives
-the same probability token by token score exactly alike (see order_free_logsumexp).
+Scoring (acc by summed loss, acc_norm by mean loss per token, exact ties) is described in
+evaluation.py, which train.py shares.
 """
 import json
-import math
-import os
-import urllib.request
-from contextlib import nullcontext
-
-import torch
-import torch.distributed as dist
 
 import configurator
 import rundir
-import tokendata
+from evaluation import SPLITS, evaluate_hellaswag, load_examples
 from runtime import exit_distributed, load_model, precision, setup_distributed
-
-REPO_DIR = os.path.dirname(os.path.abspath(__file__))
-DATA_DIR = os.path.join(REPO_DIR, "data", "hellaswag")
-URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_{}.jsonl"
-SPLITS = ("train", "val", "test")
-PAD_ID = 0  # any valid id: padding follows the scored tokens, and causal attention never looks ahead
 
 DEFAULTS = dict(
     out_dir="out",
@@ -49,69 +28,6 @@ DEFAULTS = dict(
 )
 
 
-# ----------------------------------------------------------------------------- data
-
-def download(split, data_dir=DATA_DIR):
-    """Path of hellaswag_<split>.jsonl in data_dir, fetched from the upstream repository once."""
-    path = os.path.join(data_dir, f"hellaswag_{split}.jsonl")
-    if os.path.exists(path):
-        return path
-    url = URL.format(split)
-    try:
-        with urllib.request.urlopen(url, timeout=60) as response:
-            data = response.read()
-    except OSError as e:  # URLError, HTTPError and timeouts are all OSErrors
-        raise FileNotFoundError(f"could not download {url} ({e}): download it on a machine with network "
-                                f"access and pass --input=/path/to/hellaswag_{split}.jsonl") from e
-    os.makedirs(data_dir, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"  # per process: torchrun ranks may download at the same time
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)  # never leave a truncated file that looks cached
-    return path
-
-
-def load_examples(path_or_split, limit=None, data_dir=DATA_DIR):
-    """Examples from a hellaswag jsonl file (or a split name, downloaded on first use), each
-    dict(ctx, endings, label, ctx_ids, ending_ids) with GPT-2 token ids. An ending is encoded with
-    its leading space, the way it continues the context in running text."""
-    path = download(path_or_split, data_dir) if path_or_split in SPLITS else path_or_split
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} not found: pass a hellaswag jsonl file or one of {SPLITS}")
-    enc = tokendata.gpt2_encoding()
-    examples = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if limit and len(examples) >= limit:
-                break
-            if not line.strip():
-                continue
-            row = parse_row(line, f"{path}:{line_no}")
-            examples.append(dict(ctx=row["ctx"], endings=row["endings"], label=int(row["label"]),
-                                 ctx_ids=enc.encode_ordinary(row["ctx"]),
-                                 ending_ids=[enc.encode_ordinary(" " + e) for e in row["endings"]]))
-    return examples
-
-
-ENDINGS = 4
-
-
-def parse_row(line, where):
-    """One example's dict from a line of the jsonl, refused with its file:line when malformed."""
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{where}: not a JSON object ({e.msg}): the file is damaged, download it again") from None
-    if "label" not in row:
-        raise ValueError(f"{where} has no label (the test split's labels are not public): evaluate on the val split")
-    endings = row.get("endings")
-    if not (isinstance(endings, list) and len(endings) == ENDINGS and all(isinstance(e, str) and e for e in endings)):
-        raise ValueError(f"{where}: 'endings' must be {ENDINGS} non-empty strings, got {endings!r:.80}")
-    if not isinstance(row.get("ctx"), str) or str(row["label"]) not in [str(i) for i in range(ENDINGS)]:
-        raise ValueError(f"{where}: needs a 'ctx' string and a label in 0..{ENDINGS - 1}, got label {row['label']!r}")
-    return row
-
-
 def validate(cfg):
     if cfg["split"] not in SPLITS:
         raise configurator.ConfigError(f"split={cfg['split']!r}: use one of {SPLITS}")
@@ -119,105 +35,6 @@ def validate(cfg):
         raise configurator.ConfigError(f"batch_size must be >= 1, got {cfg['batch_size']}")
     if cfg["limit"] < 0:
         raise configurator.ConfigError(f"limit must be >= 0 (0: every example), got {cfg['limit']}")
-
-
-# ----------------------------------------------------------------------------- scoring
-
-@torch.no_grad()
-def ending_losses(model, examples, device, autocast=nullcontext()):
-    """Summed and mean cross-entropy over each ending's tokens given its context: two float64 CPU
-    tensors of shape (len(examples), endings per example), from one forward pass.
-
-    A row longer than block_size loses tokens from the left (the start of the context); an ending
-    token is scored only if the token before it is inside the window.
-    """
-    block_size, vocab_size = model.config.block_size, model.config.vocab_size
-    rows, n_scored = [], []
-    for ex in examples:
-        for ending in ex["ending_ids"]:
-            ids = (ex["ctx_ids"] + ending)[-block_size:]
-            rows.append(ids)
-            n_scored.append(min(len(ending), len(ids) - 1))
-    if min(n_scored) < 1:
-        raise ValueError("an ending has no token to score (empty ending, empty context or block_size 1)")
-    T = max(len(ids) for ids in rows)
-    tokens = torch.full((len(rows), T), PAD_ID, dtype=torch.long)
-    mask = torch.zeros(len(rows), T - 1, dtype=torch.bool)  # over targets tokens[:, 1:]
-    for r, (ids, n) in enumerate(zip(rows, n_scored)):
-        tokens[r, :len(ids)] = torch.tensor(ids)
-        mask[r, len(ids) - 1 - n:len(ids) - 1] = True
-    if tokens.max() >= vocab_size:  # on a GPU this would surface as an opaque device-side assert
-        raise ValueError(f"token id {tokens.max().item()} is outside the model's vocabulary of {vocab_size}")
-    with autocast:
-        logits, _ = model(tokens.to(device))
-    if logits.shape[:2] != tokens.shape:
-        # The mistake behind the old "23.0%" results: logits for the last position alone.
-        raise ValueError(f"model returned logits of shape {tuple(logits.shape)} for input {tuple(tokens.shape)}: "
-                         f"HellaSwag needs logits at every position")
-    row, position = mask.nonzero(as_tuple=True)  # the scored tokens only
-    scored = logits[row.to(device), position.to(device)].float()  # (tokens, vocab)
-    target = scored.gather(1, tokens[row, position + 1].to(device)[:, None])[:, 0]
-    token_losses = (order_free_logsumexp(scored) - target.double()).cpu()
-    # math.fsum rounds the exact sum once: the same losses in any order give the same sum.
-    sums = torch.tensor([math.fsum(token_losses[row == r].tolist()) for r in range(len(rows))], dtype=torch.float64)
-    means = sums / mask.sum(1)
-    return sums.view(len(examples), -1), means.view(len(examples), -1)
-
-
-def order_free_logsumexp(logits, chunk=64):
-    """log(sum(exp(x))) of each row of a float32 (rows, vocab) tensor, in float64, as a function of
-    the row's values alone. A float sum depends on the order of its terms: cross_entropy's float32
-    sum over 50k logits moves a token's loss by up to ~6e-5 with the token's place in the
-    vocabulary, enough to split endings of equal probability. Here each exp(x - max) is rounded to
-    a fixed point of 2^-bits and the integers are added, exactly and in any order; the rounding
-    costs at most vocab * 2^-(bits+1) of a sum that is >= 1 (below 1e-9 for GPT-2's vocabulary)."""
-    bits = 62 - math.ceil(math.log2(logits.size(1)))  # vocab terms of at most 2^bits fit in an int64
-    out = []
-    for part in logits.split(chunk):
-        top = part.max(1, keepdim=True).values.double()
-        total = torch.exp(part.double() - top).mul(2.0 ** bits).round().long().sum(1)
-        out.append(top[:, 0] + torch.log(total.double()) - bits * math.log(2.0))
-    return torch.cat(out)
-
-
-@torch.no_grad()
-def evaluate_hellaswag(model, examples, device, batch_size=8, autocast=nullcontext(), limit=None, replica=None):
-    """dict(acc, acc_norm, n) over examples[:limit] (None or 0: all), as from load_examples.
-
-    Under torchrun (an initialized process group) rank r scores the examples i with
-    i % world_size == r and the counts are summed with all_reduce: every rank must call this with
-    the same examples. A tensor-parallel model spans several ranks, which must score the same
-    examples together: pass replica=(dp_rank, dp_size, dp_group) and the examples are shared out
-    by replica, the counts summed across replicas only. The model's training mode is restored
-    afterwards, so train.py can call it between steps; pass the model before torch.compile, since
-    rows change length every batch.
-    """
-    examples = examples[:limit] if limit else examples
-    if not examples:
-        raise ValueError("no HellaSwag examples to evaluate")
-    # DDP's forward may broadcast buffers, a collective that would hang when ranks run different
-    # numbers of batches; evaluation needs the wrapped module only.
-    model = getattr(model, "module", model)
-    distributed = dist.is_available() and dist.is_initialized()
-    if replica is None:
-        replica = (dist.get_rank(), dist.get_world_size(), None) if distributed else (0, 1, None)
-    index, n_replicas, group = replica
-    was_training = model.training
-    model.eval()
-    counts = torch.zeros(3, dtype=torch.long)  # examples, correct by summed loss, correct by mean loss
-    mine = examples[index::n_replicas]
-    for start in range(0, len(mine), batch_size):
-        batch = mine[start:start + batch_size]
-        sums, means = ending_losses(model, batch, device, autocast)
-        labels = torch.tensor([ex["label"] for ex in batch])
-        counts += torch.stack([torch.tensor(len(batch)), (sums.argmin(1) == labels).sum(),
-                               (means.argmin(1) == labels).sum()])
-    model.train(was_training)
-    if distributed:
-        counts = counts.to(device)  # NCCL reduces GPU tensors only
-        dist.all_reduce(counts, group=group)
-    n, correct, correct_norm = counts.tolist()
-    return dict(acc=correct / n, acc_norm=correct_norm / n, n=n)
 
 
 # ----------------------------------------------------------------------------- command line

@@ -3,13 +3,11 @@
     python sample.py --out_dir=out-shakespeare --start="ROMEO:" --num_samples=2
     python sample.py --init_from=/path/to/gpt2 --start="FILE:prompt.txt"
 """
-from contextlib import nullcontext
-
 import torch
 
 import configurator
 import rundir
-import tokendata
+from evaluation import generate_text
 from runtime import load_model, pick_device, precision
 
 DEFAULTS = dict(
@@ -24,19 +22,6 @@ DEFAULTS = dict(
     device="",
     dtype="",  # 'bfloat16', 'float16', 'float32'; '' picks as train.py does
 )
-
-
-def generate_text(model, prompt, max_new_tokens, device, autocast=nullcontext(), temperature=0.8, top_k=200):
-    enc = tokendata.gpt2_encoding()
-    ids = enc.encode(prompt, allowed_special={"<|endoftext|>"})
-    idx = torch.tensor([ids], dtype=torch.long, device=device)
-    was_training = model.training
-    model.eval()
-    with autocast:
-        out = model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k)
-    model.train(was_training)
-    # A sampled id beyond GPT-2's 50257 (vocab padding) has no text; drop it instead of failing.
-    return enc.decode([t for t in out[0].tolist() if t < tokendata.GPT2_VOCAB_SIZE])
 
 
 def validate(cfg):

@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import configurator
-import hellaswag
+import evaluation
 import optim
 import rundir
 import runrecord
@@ -354,11 +354,11 @@ def load_hellaswag(cfg, env):
         return None
     source = cfg["hellaswag_input"] or "val"
     if env["master"]:
-        examples = hellaswag.load_examples(source, limit=cfg["hellaswag_limit"] or None)
+        examples = evaluation.load_examples(source, limit=cfg["hellaswag_limit"] or None)
     if env["ddp"]:
         dist.barrier()
     if not env["master"]:
-        examples = hellaswag.load_examples(source, limit=cfg["hellaswag_limit"] or None)
+        examples = evaluation.load_examples(source, limit=cfg["hellaswag_limit"] or None)
     return examples
 
 
@@ -568,7 +568,7 @@ def fit(cfg, env, signals, command):
                       f"val ppl {metrics['val_ppl']:.2f}", **metrics)
             if hellaswag_examples and (iter_num % cfg["hellaswag_interval"] == 0 or stop_reason):
                 # The uncompiled model: every batch has a different length and would recompile.
-                result = hellaswag.evaluate_hellaswag(raw_model, hellaswag_examples, device, autocast=autocast,
+                result = evaluation.evaluate_hellaswag(raw_model, hellaswag_examples, device, autocast=autocast,
                                                       replica=(env["dp_rank"], env["dp_size"], env["dp_group"]))
                 log.event("hellaswag", f"step {iter_num}: hellaswag acc {result['acc']:.4f}, acc_norm "
                           f"{result['acc_norm']:.4f} ({result['n']} examples)", iter=iter_num, tokens=tokens_seen,
@@ -660,8 +660,7 @@ def fit(cfg, env, signals, command):
               f"{train_time:.1f} s of training; best val loss {best_val:.4f}", stop_reason=stop_reason,
               signal=signals.received, iter=iter_num, tokens=tokens_seen, train_time=train_time, best_val_loss=best_val)
     if cfg["sample_tokens"] and env["master"]:
-        from sample import generate_text
-        log.say("sample:\n" + generate_text(raw_model, "\n", cfg["sample_tokens"], device=device, autocast=autocast))
+        log.say("sample:\n" + evaluation.generate_text(raw_model, "\n", cfg["sample_tokens"], device=device, autocast=autocast))
     log.close()
     return stop_reason
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+import evaluation
 import tokendata
 from model import GPT, GPTConfig, model_config_fields
 
@@ -61,4 +62,4 @@ def test_perplexity_matches_a_direct_forward(run, eval_tokens, block_size, windo
 def test_too_few_tokens_for_one_window(run):
     model, _, run_dir = run
     with pytest.raises(ValueError, match="no full window"):
-        eval_script.evaluate_perplexity(model, str(run_dir), 16, 15, "cpu")
+        evaluation.evaluate_perplexity(model, str(run_dir), 16, 15, "cpu")

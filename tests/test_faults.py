@@ -14,6 +14,7 @@ import torch
 
 import configurator
 import eval as eval_script
+import evaluation
 import hellaswag
 import rundir
 import runrecord
@@ -400,7 +401,7 @@ def test_malformed_hellaswag_rows_are_named_by_line(tmp_path, row, message):
     path = tmp_path / "h.jsonl"
     path.write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n")
     with pytest.raises(ValueError, match=f"{path}:2: .*{message}"):
-        hellaswag.load_examples(str(path))
+        evaluation.load_examples(str(path))
 
 
 @pytest.mark.parametrize("main, argv, message", [

@@ -1,4 +1,4 @@
-"""hellaswag.py on a small fixture in the upstream jsonl format, with models whose answers are known."""
+"""HellaSwag scoring (evaluation.py) and hellaswag.py on a small fixture in the upstream jsonl format, with models whose answers are known."""
 import json
 import math
 import urllib.request
@@ -9,6 +9,7 @@ import torch
 import torch.multiprocessing as mp
 from torch.nn import functional as F
 
+import evaluation
 import hellaswag
 from model import GPT, GPTConfig, model_config_fields
 
@@ -47,7 +48,7 @@ def fixture_path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def examples(fixture_path):
-    return hellaswag.load_examples(fixture_path)
+    return evaluation.load_examples(fixture_path)
 
 
 class LookupModel(torch.nn.Module):
@@ -100,11 +101,11 @@ def reference_losses(model, ex):
 def test_fixture_lengths(examples):
     assert [[len(e) for e in ex["ending_ids"]] for ex in examples] == LENGTHS
     assert [ex["label"] for ex in examples] == [1, 0, 2, 3, 0]
-    assert examples[0]["ending_ids"][1] == hellaswag.tokendata.gpt2_encoding().encode(" falls down")
+    assert examples[0]["ending_ids"][1] == evaluation.tokendata.gpt2_encoding().encode(" falls down")
 
 
 def test_model_knowing_the_answers_scores_100_percent(examples):
-    result = hellaswag.evaluate_hellaswag(LookupModel(examples, boost=30.0), examples, "cpu", batch_size=2)
+    result = evaluation.evaluate_hellaswag(LookupModel(examples, boost=30.0), examples, "cpu", batch_size=2)
     assert result == dict(acc=1.0, acc_norm=1.0, n=5)
 
 
@@ -112,9 +113,9 @@ def test_uniform_model_scores_the_chance_computed_by_hand(examples):
     # Every token costs log(V), so the summed loss is length * log(V): the shortest ending wins
     # (ties to the lowest index): examples 0 (index 1), 1 (0 ties 1 -> 0) and 3 (index 3) -> 3/5.
     # Mean losses all tie, so acc_norm picks index 0: right for examples 1 and 4 -> 2/5.
-    result = hellaswag.evaluate_hellaswag(LookupModel([], 0.0), examples, "cpu", batch_size=3)
+    result = evaluation.evaluate_hellaswag(LookupModel([], 0.0), examples, "cpu", batch_size=3)
     assert result == dict(acc=3 / 5, acc_norm=2 / 5, n=5)
-    sums, means = hellaswag.ending_losses(LookupModel([], 0.0), examples, "cpu")
+    sums, means = evaluation.ending_losses(LookupModel([], 0.0), examples, "cpu")
     expected = torch.tensor(LENGTHS, dtype=torch.float64) * math.log(VOCAB)
     torch.testing.assert_close(sums, expected, rtol=1e-6, atol=0)
     assert (means == means[0, 0]).all()  # exact ties, not rounding noise
@@ -125,45 +126,45 @@ def test_acc_and_acc_norm_differ_when_lengths_differ(tmp_path):
     # wrong ending, and wins on the mean.
     path = write_jsonl(tmp_path / "h.jsonl", [("The cat sat on the mat and",
                                                ["then it fell asleep in the sun", "ran", "ate", "slept"], 0)])
-    examples = hellaswag.load_examples(path)
+    examples = evaluation.load_examples(path)
     boost = 2.0
     model = LookupModel(examples, boost)
     right = math.log(1 + (VOCAB - 1) * math.exp(-boost))  # loss of the boosted token
     wrong = math.log(math.exp(boost) + VOCAB - 1)  # loss of any other token after a known prefix
-    sums, means = hellaswag.ending_losses(model, examples, "cpu")
+    sums, means = evaluation.ending_losses(model, examples, "cpu")
     assert sums[0].tolist() == pytest.approx([7 * right, wrong, wrong, wrong], rel=1e-5)  # context not scored
     assert means[0].tolist() == pytest.approx([right, wrong, wrong, wrong], rel=1e-5)
-    assert hellaswag.evaluate_hellaswag(model, examples, "cpu") == dict(acc=0.0, acc_norm=1.0, n=1)
+    assert evaluation.evaluate_hellaswag(model, examples, "cpu") == dict(acc=0.0, acc_norm=1.0, n=1)
 
 
 def test_batching_and_padding_match_one_example_at_a_time(examples):
     model = tiny_gpt()
-    sums, means = hellaswag.ending_losses(model, examples, "cpu")  # one padded batch of 20 rows
+    sums, means = evaluation.ending_losses(model, examples, "cpu")  # one padded batch of 20 rows
     for i, ex in enumerate(examples):
         ref_sums, ref_means = reference_losses(model, ex)
         assert sums[i].tolist() == pytest.approx(ref_sums, rel=1e-5, abs=1e-5)
         assert means[i].tolist() == pytest.approx(ref_means, rel=1e-5, abs=1e-5)
-    results = [hellaswag.evaluate_hellaswag(model, examples, "cpu", batch_size=b) for b in (1, 2, 5)]
+    results = [evaluation.evaluate_hellaswag(model, examples, "cpu", batch_size=b) for b in (1, 2, 5)]
     assert results[0] == results[1] == results[2]
-    assert hellaswag.evaluate_hellaswag(model, examples, "cpu", limit=2)["n"] == 2
+    assert evaluation.evaluate_hellaswag(model, examples, "cpu", limit=2)["n"] == 2
 
 
 def test_left_truncation_at_block_size(tmp_path):
     rows = FIXTURE[:2] + [("One two", ["a b c d e f g h i j k", "x", "y z", "w"], 0)]  # an ending longer than the block
-    examples = hellaswag.load_examples(write_jsonl(tmp_path / "h.jsonl", rows))
+    examples = evaluation.load_examples(write_jsonl(tmp_path / "h.jsonl", rows))
     model = tiny_gpt(block_size=8)  # GPT.forward raises beyond block_size: truncation must happen
     assert max(len(ex["ctx_ids"]) + len(e) for ex in examples for e in ex["ending_ids"]) > 8
     for ex in examples:
-        sums, means = hellaswag.ending_losses(model, [ex], "cpu")
+        sums, means = evaluation.ending_losses(model, [ex], "cpu")
         ref_sums, ref_means = reference_losses(model, ex)
         assert sums[0].tolist() == pytest.approx(ref_sums, rel=1e-5)
         assert means[0].tolist() == pytest.approx(ref_means, rel=1e-5)
-    assert hellaswag.evaluate_hellaswag(model, examples, "cpu", batch_size=3)["n"] == 3
+    assert evaluation.evaluate_hellaswag(model, examples, "cpu", batch_size=3)["n"] == 3
 
 
 def test_training_mode_restored_and_last_position_logits_rejected(examples):
     model = tiny_gpt().train()
-    hellaswag.evaluate_hellaswag(model, examples, "cpu")
+    evaluation.evaluate_hellaswag(model, examples, "cpu")
     assert model.training
 
     class LastOnly(LookupModel):
@@ -171,15 +172,15 @@ def test_training_mode_restored_and_last_position_logits_rejected(examples):
             return super().forward(idx)[0][:, -1:], None
 
     with pytest.raises(ValueError, match="every position"):
-        hellaswag.evaluate_hellaswag(LastOnly([], 0.0), examples, "cpu")
+        evaluation.evaluate_hellaswag(LastOnly([], 0.0), examples, "cpu")
 
 
 def _distributed_worker(rank, world, tmp, fixture_path):
     torch.distributed.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous", rank=rank,
                                          world_size=world)
     try:
-        examples = hellaswag.load_examples(fixture_path)
-        result = hellaswag.evaluate_hellaswag(LookupModel([], 0.0), examples, "cpu", batch_size=1)
+        examples = evaluation.load_examples(fixture_path)
+        result = evaluation.evaluate_hellaswag(LookupModel([], 0.0), examples, "cpu", batch_size=1)
         with open(f"{tmp}/rank{rank}.json", "w") as f:
             json.dump(result, f)
     finally:
@@ -201,10 +202,10 @@ def test_download_failure_points_to_input(tmp_path, monkeypatch, fixture_path):
 
     monkeypatch.setattr(urllib.request, "urlopen", offline)
     with pytest.raises(FileNotFoundError, match="--input="):
-        hellaswag.load_examples("val", data_dir=str(tmp_path))
+        evaluation.load_examples("val", data_dir=str(tmp_path))
     # A cached file is read without the network.
     (tmp_path / "hellaswag_val.jsonl").write_text(open(fixture_path).read())
-    assert len(hellaswag.load_examples("val", limit=3, data_dir=str(tmp_path))) == 3
+    assert len(evaluation.load_examples("val", limit=3, data_dir=str(tmp_path))) == 3
 
 
 def test_command_line_on_a_run_directory(tmp_path, fixture_path):
@@ -215,7 +216,7 @@ def test_command_line_on_a_run_directory(tmp_path, fixture_path):
     result = hellaswag.main([f"--out_dir={tmp_path}", f"--input={fixture_path}", "--limit=4", "--device=cpu",
                              "--dtype=float32", f"--out_json={out_json}"])
     assert result["n"] == 4
-    expected = hellaswag.evaluate_hellaswag(model, hellaswag.load_examples(fixture_path), "cpu", limit=4)
+    expected = evaluation.evaluate_hellaswag(model, evaluation.load_examples(fixture_path), "cpu", limit=4)
     assert result == expected
     assert json.loads(out_json.read_text())["acc_norm"] == expected["acc_norm"]
 
@@ -256,10 +257,10 @@ class EqualProbabilityModel(torch.nn.Module):
 def test_endings_with_equal_probability_tie_and_go_to_the_lowest_index(tmp_path):
     rows = [("A man stands in a park. He", ["runs away fast", "eats the cake", "sees a dog", "jumps over it"], 0),
             ("A girl is at home. She", ["opens the door", "walks to school", "reads a book", "drinks some tea"], 2)]
-    examples = hellaswag.load_examples(write_jsonl(tmp_path / "tie.jsonl", rows))
+    examples = evaluation.load_examples(write_jsonl(tmp_path / "tie.jsonl", rows))
     assert {len(e) for ex in examples for e in ex["ending_ids"]} == {3}
-    sums, means = hellaswag.ending_losses(EqualProbabilityModel(examples), examples, "cpu")
+    sums, means = evaluation.ending_losses(EqualProbabilityModel(examples), examples, "cpu")
     for ex_sums, ex_means in zip(sums, means):
         assert len(set(ex_sums.tolist())) == 1 and len(set(ex_means.tolist())) == 1, (ex_sums, ex_means)
-    assert hellaswag.evaluate_hellaswag(EqualProbabilityModel(examples), examples, "cpu") == \
+    assert evaluation.evaluate_hellaswag(EqualProbabilityModel(examples), examples, "cpu") == \
         dict(acc=0.5, acc_norm=0.5, n=2)  # ending 0 wins both: right for the first example only
