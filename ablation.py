@@ -95,17 +95,6 @@ def pairing(run, base_run, allowed):
 
 # ----------------------------------------------------------------------------- runs and the compared point
 
-def run_status(run):
-    kinds = {e["event"] for e in run["events"]}
-    if rundir.finished(run["events"]):
-        return "finished"
-    if "diverged" in kinds:
-        return "diverged"
-    if "end" in kinds:
-        return "preempted"  # stopped by a signal after a checkpoint: the sweep resumes it
-    return "failed" if run["events"] else "not run"
-
-
 def metric_by_tokens(run, metric):
     event, field, _ = METRICS[metric]
     return {e["tokens"]: e[field] for e in run["events"] if e["event"] == event and field in e}
@@ -191,7 +180,7 @@ def compare(suite, runs):
     metric, baseline = suite["metric"], suite["baseline"]
     _, _, goal = check_metric(metric)
     for run in runs.values():
-        run["status"] = run_status(run)
+        run["status"] = rundir.run_status(run["events"])
     finished = [r for r in runs.values() if r["status"] == "finished"]
     tokens = common_tokens(finished, metric)
     value = lambda run: metric_by_tokens(run, metric).get(tokens) if run["status"] == "finished" else None

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 import configurator
+import parallel
 import runtime
 import sharding
 from reduced_sync_model import REDUCED_SYNC_CONFIGS, SYNC_KEYS, ReducedSyncConfig, ReducedSyncGPT, expected_syncs
@@ -156,7 +157,7 @@ def main():
         dist.all_reduce = meter.original
     if master:
         report(results, args, device)
-    runtime.exit_distributed()
+    parallel.exit_distributed()
 
 
 def report(results, args, device):

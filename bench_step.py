@@ -25,6 +25,7 @@ import sys
 import time
 
 import benchrows
+import parallel
 
 PLAIN = dict(head_loss="full", optimizer_impl="", keep_freed_memory=False, compile=False, attn_impl="sdpa")
 OPTIONS = {
@@ -92,7 +93,7 @@ def measure(args):
     from model import GPT, GPTConfig
 
     option = {**PLAIN, **OPTIONS[args.child]}
-    device = runtime.pick_device(args.device)
+    device = parallel.pick_device(args.device)
     dtype, autocast = runtime.precision(args.dtype, device)
     if option["keep_freed_memory"]:
         runtime.keep_freed_memory()

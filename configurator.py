@@ -54,15 +54,24 @@ def apply_config(defaults, argv):
         raise HelpRequested(defaults)
     config = dict(defaults)
     for arg in argv:
-        if arg.startswith("--"):
-            key, sep, raw = arg[2:].partition("=")
-            if not sep:
-                raise ConfigError(f"override {arg!r} needs a value: write --{key}=VALUE")
+        key, raw = split_arg(arg)
+        if key is not None:
             set_key(config, defaults, key, parse_value(raw), source=arg)
         else:
             for key, value in read_config_file(arg).items():
                 set_key(config, defaults, key, value, source=arg)
     return config
+
+
+def split_arg(arg):
+    """(key, raw value) of a --key=value argument, (None, arg) of any other (a file or a directory).
+    The one reading of the command line that train.py, sweep.py and report.py share."""
+    if not arg.startswith("--"):
+        return None, arg
+    key, sep, raw = arg[2:].partition("=")
+    if not sep:
+        raise ConfigError(f"override {arg!r} needs a value: write --{key}=VALUE")
+    return key, raw
 
 
 def read_config_file(path):

@@ -13,7 +13,8 @@ import configurator
 import rundir
 import tokendata
 from evaluation import evaluate_perplexity
-from runtime import data_dir_of, exit_distributed, load_model, precision, setup_distributed
+import parallel
+from runtime import check_dtype, data_dir_of, load_model, precision
 
 DEFAULTS = dict(
     out_dir="out",
@@ -33,8 +34,9 @@ def main(argv):
     cfg = configurator.apply_config(DEFAULTS, argv)
     if not (cfg["dataset"] or cfg["data_dir"]):
         raise configurator.ConfigError("no data: pass --dataset=NAME (reads data/NAME) or --data_dir=PATH")
-    env = setup_distributed(cfg["device"])
-    device = env["device"]
+    layout = parallel.data_parallel(cfg["device"])
+    device = layout.device
+    check_dtype(cfg["dtype"], device)
     dtype, autocast = precision(cfg["dtype"], device)
     data_dir = data_dir_of(cfg)
     if not os.path.exists(os.path.join(data_dir, "val.bin")):
@@ -51,14 +53,14 @@ def main(argv):
     result = evaluate_perplexity(model, data_dir, block_size, cfg["eval_tokens"], device, cfg["batch_size"], autocast)
     source = cfg["out_dir"] if cfg["init_from"] == "resume" else cfg["init_from"]
     result = dict(model=source, data_dir=data_dir, dtype=dtype, **result)
-    if env["master"]:
+    if layout.master:
         print(f"{source} on {data_dir}/val.bin: loss {result['loss']:.4f}, perplexity {result['ppl']:.2f} "
               f"over {result['tokens']:,} tokens ({result['windows']} windows of {block_size})")
         if cfg["out_json"]:
             with open(cfg["out_json"], "w") as f:
                 json.dump(result, f, indent=2)
-    if env["ddp"]:
-        exit_distributed()
+    if layout.distributed:
+        parallel.exit_distributed()
     return result
 
 

@@ -34,9 +34,8 @@ import torch.distributed as dist
 from torch.nn import functional as F
 
 import tokendata
-from runtime import get_batch
+from runtime import REPO_DIR, get_batch
 
-REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 HELLASWAG_DIR = os.path.join(REPO_DIR, "data", "hellaswag")
 URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_{}.jsonl"
 SPLITS = ("train", "val", "test")

@@ -12,6 +12,7 @@ import os
 
 import configurator
 import optim
+import parallel
 import rundir
 import sharding
 from runtime import build_model
@@ -24,14 +25,14 @@ DEFAULTS = dict(
 
 def export(out_dir, output=""):
     """Write the newest sharded checkpoint of out_dir as one file; returns its path."""
-    path = sharding.latest_checkpoint(out_dir)
+    path = parallel.checkpoint_path(out_dir, sharded=True)
     if path is None:
         raise FileNotFoundError(f"{out_dir}/dcp/latest not found: train with data_parallel='fsdp' or 'hsdp' first")
     meta = sharding.read_meta(path)
     model = build_model(meta["config"], meta)  # meta holds no weights: a fresh model of the run's shape
     optimizer = optim.build_optimizer(model, meta["config"])
     sharding.load_whole(path, model, optimizer, meta["config"]["tp_size"])
-    output = output or os.path.join(out_dir, "ckpt.pt")
+    output = output or os.path.join(out_dir, parallel.CHECKPOINT_FILE)
     rundir.save_checkpoint(output, dict(meta, model=model.state_dict(), optimizer=optimizer.state_dict()))
     return output
 

@@ -13,7 +13,8 @@ import json
 import configurator
 import rundir
 from evaluation import SPLITS, evaluate_hellaswag, load_examples
-from runtime import exit_distributed, load_model, precision, setup_distributed
+import parallel
+from runtime import check_dtype, load_model, precision
 
 DEFAULTS = dict(
     out_dir="out",
@@ -42,21 +43,22 @@ def validate(cfg):
 def main(argv):
     cfg = configurator.apply_config(DEFAULTS, argv)
     validate(cfg)
-    env = setup_distributed(cfg["device"])
-    device = env["device"]
+    layout = parallel.data_parallel(cfg["device"])
+    device = layout.device
+    check_dtype(cfg["dtype"], device)
     dtype, autocast = precision(cfg["dtype"], device)
     model = load_model(cfg, device)
     examples = load_examples(cfg["input"] or cfg["split"], limit=cfg["limit"])
     result = evaluate_hellaswag(model, examples, device, cfg["batch_size"], autocast)
-    if env["master"]:
+    if layout.master:
         source = cfg["out_dir"] if cfg["init_from"] == "resume" else cfg["init_from"]
         print(f"{source}: HellaSwag acc {result['acc']:.4f}, acc_norm {result['acc_norm']:.4f} "
               f"over {result['n']} examples")
         if cfg["out_json"]:
             with open(cfg["out_json"], "w") as f:
                 json.dump(dict(model=source, input=cfg["input"] or cfg["split"], dtype=dtype, **result), f, indent=2)
-    if env["ddp"]:
-        exit_distributed()
+    if layout.distributed:
+        parallel.exit_distributed()
     return result
 
 

@@ -13,6 +13,7 @@ import torch.nn as nn
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
+import optim
 from configurator import ConfigError
 from kernels.linear_cross_entropy import check_head_loss, linear_cross_entropy
 
@@ -42,8 +43,6 @@ class GPTConfig:
 
 
 LN_PLACEMENTS = ("pre", "post")
-# optimizer_impl -> the torch optimizer's keyword arguments
-OPTIMIZER_IMPLS = {"fused": dict(fused=True), "foreach": dict(foreach=True), "for_loop": dict(foreach=False), "": {}}
 
 
 def check_model_config(cfg):
@@ -274,17 +273,8 @@ class GPT(nn.Module):
         groups). impl: 'fused' (one kernel for all parameters; CUDA and CPU), 'foreach' (a few
         multi-tensor ops), 'for_loop' (one parameter at a time), '' (torch's default: foreach on
         CUDA, the for-loop on CPU)."""
-        groups = self.param_groups(weight_decay)
-        impl = OPTIMIZER_IMPLS[impl]
-        if optimizer == "adamw":
-            return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **impl)
-        if optimizer == "adam":
-            # Adam's weight_decay is the classic L2 term added to the gradient (coupled), which is
-            # exactly what separates it from AdamW in an optimizer comparison.
-            return torch.optim.Adam(groups, lr=learning_rate, betas=betas, **impl)
-        if optimizer == "sgd":
-            return torch.optim.SGD(groups, lr=learning_rate, momentum=momentum, nesterov=nesterov, **impl)
-        raise ValueError(f"optimizer={optimizer!r}: use one of 'adamw', 'adam', 'sgd'")
+        return optim.torch_optimizer(self.param_groups(weight_decay), optimizer, learning_rate, betas, momentum,
+                                     nesterov, impl)
 
     def flops_per_token(self):
         """Training FLOPs per token: 6N for the matmuls with weights plus 12*L*H*Q*T for attention

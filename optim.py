@@ -20,7 +20,6 @@ import re
 import torch
 
 import configurator
-from model import OPTIMIZER_IMPLS
 
 OPTIMIZERS = ("sgd", "adam", "adamw", "adamw_spam")
 PRUNINGS = ("none", "magnitude", "state")
@@ -28,6 +27,8 @@ PRUNE_RAMPS = ("linear", "cubic")
 PRUNE_THRESHOLDS = ("exact", "sampled")
 ADAM_STATES = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
 EPS = 1e-8
+# optimizer_impl -> the torch optimizer's keyword arguments
+OPTIMIZER_IMPLS = {"fused": dict(fused=True), "foreach": dict(foreach=True), "for_loop": dict(foreach=False), "": {}}
 
 
 # ----------------------------------------------------------------------------- validation and construction
@@ -94,6 +95,20 @@ def build_optimizer(model, cfg):
                          reset_interval=cfg["spam_interval"], rewarm=cfg["spam_warmup"])
     return model.configure_optimizers(cfg["optimizer"], cfg["learning_rate"], cfg["weight_decay"], betas,
                                       cfg["momentum"], cfg["nesterov"], impl=cfg["optimizer_impl"])
+
+
+def torch_optimizer(groups, optimizer, learning_rate, betas, momentum, nesterov, impl):
+    """One of torch's own optimizers over param groups (GPT.configure_optimizers)."""
+    impl = OPTIMIZER_IMPLS[impl]
+    if optimizer == "adamw":
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **impl)
+    if optimizer == "adam":
+        # Adam's weight_decay is the classic L2 term added to the gradient (coupled), which is
+        # exactly what separates it from AdamW in an optimizer comparison.
+        return torch.optim.Adam(groups, lr=learning_rate, betas=betas, **impl)
+    if optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=learning_rate, momentum=momentum, nesterov=nesterov, **impl)
+    raise ValueError(f"optimizer={optimizer!r}: use one of 'adamw', 'adam', 'sgd'")
 
 
 def step_kwargs(optimizer, grad_norm):

@@ -28,13 +28,13 @@ def main(argv):
         raise configurator.HelpRequested(OPTIONS)  # run_script prints this docstring and the options
     options, dirs = dict(OPTIONS), []
     for arg in argv:
-        if arg.startswith("--"):
-            key, sep, raw = arg[2:].partition("=")
-            if key not in OPTIONS or not sep:
-                raise configurator.ConfigError(f"{arg!r}: the options are {', '.join('--' + k + '=' for k in OPTIONS)}")
-            options[key] = str(raw)
-        else:
+        key, raw = configurator.split_arg(arg)
+        if key is None:
             dirs.append(arg)
+        elif key in OPTIONS:
+            options[key] = raw
+        else:
+            raise configurator.ConfigError(f"{arg!r}: the options are {', '.join('--' + k + '=' for k in OPTIONS)}")
     if not dirs:
         raise configurator.ConfigError("give a suite directory or run directories (python report.py --help)")
     missing = [d for d in dirs if not os.path.isdir(d)]

@@ -2,8 +2,8 @@
 run code, write errors said in one line, and a log.jsonl whose torn last line is cut off before
 the next record is appended (readers skip it: runrecord.read_events).
 
-train.py locks out_dir and writes ckpt.pt and log.jsonl through here; every script that loads a
-checkpoint (runtime.load_checkpoint, runtime.load_model) reads it through here.
+train.py locks out_dir and writes ckpt.pt (through parallel.ParallelLayout) and log.jsonl (RunLog)
+through here; every script that loads a checkpoint reads it through here.
 """
 import contextlib
 import errno
@@ -14,11 +14,10 @@ import math
 import os
 import pickle
 import re
+import time
 import zipfile
 
 import torch
-
-import tokendata
 
 LOCK_FILE = "lock"
 
@@ -59,6 +58,25 @@ def out_dir_lock(out_dir):
 
 # ----------------------------------------------------------------------------- checkpoints
 
+@contextlib.contextmanager
+def atomic_write(path, mode="wb"):
+    """A file opened as `path.<pid>.tmp`, fsynced and renamed over `path` when the block ends
+    cleanly and deleted on any error (KeyboardInterrupt included): readers never see a
+    half-written file, and a crash leaves the previous one intact. Token files, checkpoints and run records use it."""
+    tmp = f"{path}.{os.getpid()}.tmp"  # unique: two processes never write into each other's file
+    try:
+        with open(tmp, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    os.replace(tmp, path)
+
+
+
 def describe_write_error(error, path, consequence):
     """One line from an OSError: 'no space left on device while writing ckpt.pt; <consequence>'."""
     cause = (error.strerror or errno.errorcode.get(error.errno, "write error")).lower()
@@ -81,7 +99,7 @@ def save_checkpoint(path, state):
     the file as `RuntimeError: [enforce fail at inline_container.cc] ...`; the real cause (an
     OSError, or the exception a signal handler raised) is its __context__, and that is what we raise."""
     try:
-        with tokendata.atomic_write(path) as f:
+        with atomic_write(path) as f:
             torch.save(state, f)
     except (RuntimeError, OSError) as e:
         cause = e.__context__ if isinstance(e, RuntimeError) and e.__context__ is not None else e
@@ -109,6 +127,69 @@ def load_checkpoint_file(path):
 
 
 # ----------------------------------------------------------------------------- log.jsonl
+
+class RunLog:
+    """log.jsonl for scripts, log.txt and the console for people, W&B when asked (master only).
+
+    Records are strict JSON (a NaN is written as null). A torn last line left by a kill or a full
+    disk is cut off before appending, so no record is ever glued to a fragment. Files are written
+    unbuffered: a failed write raises at once, with its cause, and leaves nothing to flush later."""
+
+    def __init__(self, cfg, master):
+        self.master = master
+        self.wandb = None
+        if not master:
+            return
+        os.makedirs(cfg["out_dir"], exist_ok=True)
+        torn = {name: repair_torn_line(os.path.join(cfg["out_dir"], name)) for name in ("log.jsonl", "log.txt")}
+        self.jsonl = open(os.path.join(cfg["out_dir"], "log.jsonl"), "ab", buffering=0)
+        self.text = open(os.path.join(cfg["out_dir"], "log.txt"), "ab", buffering=0)
+        if torn["log.jsonl"]:
+            self.event("log_repaired", f"cut a torn last line off log.jsonl ({len(torn['log.jsonl'])} characters "
+                       f"of an unfinished record)", torn=torn["log.jsonl"][:200])
+        if cfg["wandb_log"]:
+            import wandb
+            mode = cfg["wandb_mode"] or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
+            self.wandb = wandb.init(project=cfg["wandb_project"], config=cfg, mode=mode, dir=cfg["out_dir"],
+                                    name=cfg["wandb_run_name"] or os.path.basename(os.path.abspath(cfg["out_dir"])),
+                                    group=cfg["wandb_group"] or None)
+
+    def event(self, kind, line, **fields):
+        if not self.master:
+            return
+        record = {"event": kind, "time": time.time(), **fields}
+        self.write(self.jsonl, strict_json(record) + "\n")
+        self.say(line)
+        if self.wandb is not None and "iter" in fields:
+            numbers = {f"{kind}/{k}": v for k, v in fields.items()
+                       if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "iter"}
+            self.wandb.log(numbers, step=fields["iter"])
+
+    def say(self, line):
+        if not self.master:
+            return
+        print(line, flush=True)
+        self.write(self.text, line + "\n")
+
+    @staticmethod
+    def write(f, text):
+        data = text.encode()
+        try:
+            while data:  # an unbuffered write may be partial (a disk filling up): write the rest or fail
+                data = data[f.write(data):]
+        except OSError as e:
+            raise RunDirError(describe_write_error(
+                e, f.name, "the run stopped there; ckpt.pt holds the last checkpoint (resume with "
+                "--init_from=resume once there is room)")) from None
+
+    def close(self):
+        if self.master:
+            self.jsonl.close()
+            self.text.close()
+            if self.wandb is not None:
+                self.wandb.finish()
+
+
 
 def strict_json(record):
     """record as one line of strict JSON: NaN and infinities (which json.dumps writes as the
@@ -141,3 +222,16 @@ def repair_torn_line(path):
 def finished(events):
     """The end events of a run that reached its budget; one stopped by a signal is only paused."""
     return [e for e in events if e["event"] == "end" and e.get("stop_reason") != "signal"]
+
+
+def run_status(events):
+    """'finished', 'diverged' (it would only diverge again), 'preempted' (stopped by a signal after a
+    checkpoint: a sweep resumes it), 'failed' or 'not run', from a run's log.jsonl events."""
+    if finished(events):
+        return "finished"
+    kinds = {e["event"] for e in events}
+    if "diverged" in kinds:
+        return "diverged"
+    if "end" in kinds:
+        return "preempted"
+    return "failed" if events else "not run"

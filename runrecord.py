@@ -23,6 +23,9 @@ import time
 import numpy as np
 import torch
 
+import rundir
+import runtime
+import sharding
 import tokendata
 
 PACKAGES = ("torch", "numpy", "triton", "tiktoken", "scipy", "matplotlib", "wandb")
@@ -155,7 +158,7 @@ def write_run_info(out_dir, repo_dir, start, facts, resumed):
                 f.write(diff)
         info = dict(start=start, resumes=[], facts=facts, code_versions=[start["code_version"] or "unknown"],
                     repeat=repeat_command(repo_dir, out_dir, start))
-    with tokendata.atomic_write(path, "w") as f:
+    with rundir.atomic_write(path, "w") as f:
         json.dump(info, f, indent=1)
     return info
 
@@ -189,3 +192,46 @@ def read_run(out_dir):
         with open(path) as f:
             return json.load(f)
     return dict(out_dir=out_dir, config=load("config.json"), info=load("run_info.json"), events=read_events(out_dir))
+
+
+# ----------------------------------------------------------------------------- what train.py records at start-up
+
+def startup_checklist(cfg, layout, model, counts, data_dir, dtype):
+    """The run's shape at a glance: the console's first lines and log.jsonl's checklist event."""
+    accum = cfg["gradient_accumulation_steps"]
+    return {
+        "dataset": cfg["dataset"], "data_dir": data_dir,
+        "train_tokens": counts["train"], "val_tokens": counts["val"],
+        "model_class": type(model).__name__, "parameters": model.get_num_params(),
+        "block_size": cfg["block_size"], "micro_batch": cfg["batch_size"],
+        "grad_accum_steps": accum, "grad_accum_per_rank": accum // layout.dp,
+        "world_size": layout.world_size,
+        "effective_batch_sequences": cfg["batch_size"] * accum,
+        "tokens_per_iter": cfg["tokens_per_iter"], "token_budget": runtime.last_iter(cfg) * cfg["tokens_per_iter"],
+        "max_iters": cfg["max_iters"], "max_time": cfg["max_time"], "max_tokens": cfg["max_tokens"],
+        "dtype": dtype, "compile": cfg["compile"], "attn_impl": cfg["attn_impl"],
+        "ln_placement": cfg["ln_placement"], "optimizer": cfg["optimizer"], "device": layout.device,
+        "recompute_in_backward": "whole blocks" if cfg["activation_checkpointing"]
+        else "attention core" if cfg["attn_recompute"] else "nothing",
+    }
+
+
+def run_facts(cfg, layout, model, optimizer, data_dir, counts, dtype):
+    """What was measured at the start of a fresh run, for comparing runs: the data, the evaluation
+    windows, the data order of the first steps and every initial weight (a sharded or real
+    tensor-parallel model gathers its pieces: every rank calls this)."""
+    weights = sharding.full_model_state(model) if layout.sharded else model.state_dict()
+    if layout.tp_group is not None:
+        weights = model.full_state_dict(weights)
+    accum = cfg["gradient_accumulation_steps"]
+    order = [runtime.train_offsets(cfg, counts["train"], it, micro)
+             for it in range(DATA_ORDER_ITERS) for micro in range(accum)]
+    meta = tokendata.read_meta(data_dir)
+    dataset = dataset_fingerprint(data_dir)
+    windows = (offsets_digest(runtime.eval_offsets(cfg, counts[split])) for split in ("train", "val"))
+    return dict(dataset_fingerprint=dataset, tokenizer=meta.get("tokenizer"),
+                eval_windows=digest(dataset, *windows),
+                data_order=offsets_digest(order), init_weights=weights_digests(weights),
+                model_class=type(model).__name__, optimizer=type(optimizer).__name__, dtype=dtype,
+                device_type=layout.device.split(":")[0], torch_version=torch.__version__,
+                world_size=layout.world_size, tokens_per_iter=cfg["tokens_per_iter"])

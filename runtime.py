@@ -1,33 +1,31 @@
-"""What the scripts share, one floor below them: the run configuration (DEFAULTS and its checks),
-devices and process groups, precision, the model registry, building a model from a config or a
-checkpoint, and reading batches.
+"""What the scripts share, one floor below them: the run configuration (DEFAULTS, settle and
+validate), precision, the model registry, building a model from a config or a checkpoint, and the
+data (checks, batch windows, reading batches). Devices and process groups: parallel.py.
 
 train.py, sample.py, eval.py, hellaswag.py, sweep.py and the benchmarks import this module; it
 imports only the models, the optimizer's checks and the data helpers, never an entry point.
 """
 import ctypes
-import datetime
 import os
 import sys
-import threading
 import time
 from contextlib import nullcontext
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 import configurator
 import optim
+import parallel
 import rundir
-import sharding
 import tokendata
-from kernels.linear_cross_entropy import check_head_loss
+from kernels.linear_cross_entropy import check_head_loss_runs_on
 from model import GPT, GPTConfig, model_config_fields, unwrap_state_dict
 from ra_model import RAConfig, RAGPT
 from reduced_sync_model import ReducedSyncConfig, ReducedSyncGPT
 
-REPO_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_DIR = os.path.dirname(os.path.abspath(__file__))  # the repository: data/, config/, the scripts
+EVAL_SEED = 20240229  # fixed: the evaluation windows never depend on the run's seed
 
 # The keys of a training run (train.py), each with its default and meaning. Config files and
 # --key=value overrides set them (configurator.py); sweep.py expands them over grids.
@@ -148,126 +146,20 @@ LR_SCHEDULES = ("cosine", "constant", "wsd")
 
 # ----------------------------------------------------------------------------- devices and precision
 
-def setup_distributed(device="", tp_size=1, timeout=600.0):
-    """World size, rank and device; under torchrun one process per device (or CPU rank). device ''
-    picks cuda when available, else cpu. A collective that waits longer than `timeout` seconds for
-    another rank (frozen, or stuck in a different collective) raises instead of hanging for good.
-
-    With tp_size > 1 the ranks form a (dp, tp) device mesh: tp_size consecutive ranks hold one model
-    replica (tp_group) and data parallelism runs across replicas (dp_group), e.g. 8 = DP 4 x TP 2.
-    Data, evaluation batches and dropout seeds follow dp_rank, so a replica's ranks see the same batch.
-    """
-    ddp = int(os.environ.get("RANK", -1)) != -1
-    device = pick_device(device)
-    if not ddp:
-        return dict(ddp=False, rank=0, local_rank=0, world_size=1, device=device, master=True,
-                    dp_rank=0, dp_size=1, tp_rank=0, tp_group=None, dp_group=None)
-    local_rank = int(os.environ["LOCAL_RANK"])
-    if device.startswith("cuda"):
-        device = f"cuda:{local_rank}"
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo",
-                            timeout=datetime.timedelta(seconds=timeout))
-    rank, world = dist.get_rank(), dist.get_world_size()
-    start_heartbeat(rank)
-    env = dict(ddp=True, rank=rank, local_rank=local_rank, world_size=world, device=device, master=rank == 0,
-               dp_rank=rank, dp_size=world, tp_rank=0, tp_group=None, dp_group=None)
-    if tp_size > 1:  # parallel_layout checked it against the world size
-        from torch.distributed.device_mesh import init_device_mesh
-        mesh = init_device_mesh(device.split(":")[0], (world // tp_size, tp_size), mesh_dim_names=("dp", "tp"))
-        env.update(dp_rank=mesh.get_local_rank("dp"), dp_size=world // tp_size, tp_rank=mesh.get_local_rank("tp"),
-                   tp_group=mesh.get_group("tp"),
-                   dp_group=mesh.get_group("dp"))
-    return env
-
-
-HEARTBEAT_SECONDS = 1.0
-
-
-class RankStalled(RuntimeError):
-    pass
-
-
-def job_store():
-    """A client of the job's key-value store (under torchrun, the launcher's own: it outlives any rank)."""
-    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                         timeout=datetime.timedelta(seconds=5))
-
-
-def start_heartbeat(rank):
-    """A thread that stamps this rank's clock into the job store every second. A rank waiting in a
-    collective keeps beating (the wait releases the GIL); a frozen process (SIGSTOP, a swapped-out
-    or wedged node) does not, and that is how name_stalled_ranks tells who to blame."""
-    def beat():
-        try:
-            store = job_store()
-            while True:
-                store.set(f"heartbeat/{rank}", repr(time.time()))
-                time.sleep(HEARTBEAT_SECONDS)
-        except Exception:  # the store went away: the job is ending
-            return
-    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
-
-
-def name_stalled_ranks(error, rank, world_size, timeout):
-    """Raise RankStalled naming the ranks whose heartbeat stopped, when `error` (a failed or timed
-    out collective) is explained by them; return quietly otherwise, for the caller to re-raise."""
-    try:
-        store, now = job_store(), time.time()
-        silent = {r: now - float(store.get(f"heartbeat/{r}")) for r in range(world_size)}
-    except Exception:
-        return
-    # A frozen rank has been silent about as long as the collective waited; a live one, a beat or two.
-    stalled = {r: age for r, age in silent.items() if age > max(3 * HEARTBEAT_SECONDS, timeout / 2)}
-    if not stalled and "timed out" in str(error).lower():
-        raise RankStalled(f"rank {rank} waited dist_timeout={timeout:g} s in a collective that the other ranks, "
-                          f"all alive, never joined: they disagree on which collective comes next (a bug), or one "
-                          f"is busy longer than dist_timeout (raise it)") from None
-    if stalled:
-        names = ", ".join(f"rank {r} (silent for {age:.0f} s)" for r, age in sorted(stalled.items()))
-        raise RankStalled(f"{names} stopped responding, frozen or stuck outside Python; rank {rank} waited "
-                          f"dist_timeout={timeout:g} s in a collective and ended the job "
-                          f"({str(error).splitlines()[0].rsplit('] ', 1)[-1][:120]})") from None
-
-
-def pick_device(device):
-    """The device to run on: '' picks cuda when available, else cpu; a GPU asked for but absent
-    is refused here rather than at the first tensor moved onto it."""
-    if not device:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise configurator.ConfigError(f"device={device!r} but no CUDA GPU is visible to this process: "
-                                       f"use --device=cpu, or run where a GPU is (check CUDA_VISIBLE_DEVICES)")
-    return device
-
-
-def exit_distributed(code=0):
-    """End a successful distributed run: wait for every rank, tear the process group down, and
-    leave the process at once. The barrier keeps a rank that finishes first (rank 0 may still be
-    writing a checkpoint) from closing its gloo connections under the others' feet. os._exit
-    skips the interpreter's finalization, which can abort a finished run otherwise: a gloo worker
-    thread may still be releasing the tensors of the last collectives (a barrier holds the work in
-    flight before it), releasing a tensor takes the GIL, and a thread asking for the GIL while
-    Python finalizes is stopped inside a C++ destructor: std::terminate, SIGABRT, about one run in
-    twenty on a busy 2-core machine. Everything is written and closed by then. Call it on success
-    only: after an error the other ranks may never reach the barrier."""
-    dist.barrier()
-    dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 DTYPES = ("bfloat16", "float16", "float32")
 
 
-def precision(dtype, device):
-    """The autocast dtype to use ('' picks the best supported one) and its autocast context.
-    Used by every script that runs a model, so training and evaluation compute alike."""
+def check_dtype(dtype, device):
+    """A script's dtype key, checked where the script checks its keys (runtime.validate for train.py)."""
     if dtype and dtype not in DTYPES:
         raise configurator.ConfigError(f"dtype={dtype!r}: use one of {DTYPES} or '' (automatic)")
     if dtype == "float16" and not device.startswith("cuda"):
         raise configurator.ConfigError("dtype='float16' needs a GPU; use bfloat16 or float32 on CPU")
+
+
+def precision(dtype, device):
+    """The autocast dtype to use ('' picks the best supported one; check_dtype checked it) and its
+    autocast context. Used by every script that runs a model, so training and evaluation compute alike."""
     if not dtype and device.startswith("cuda"):
         dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
     elif not dtype:
@@ -300,14 +192,10 @@ def matmul_peak_flops(device, dtype, repeats=5):
 
 
 def keep_freed_memory():
-    """Make glibc's malloc keep freed memory for reuse (Linux CPUs; a no-op elsewhere).
-
-    By default each allocation over 128 KiB-32 MiB is a fresh mmap, and a training step's
-    activations and gradients are far larger: every step maps them, page-faults every page in
-    (the kernel zeroes it) and unmaps them again. That churn was the 216 s of system time against
-    366 s of user time of a CPU twin run. With mmap off and trimming off, the heap grows to the
-    step's peak once and later steps reuse it (measured at the CPU twin shape: minor page faults
-    per step 590k -> 25k, system time 1.1 s -> 0.1 s). The process keeps its peak resident."""
+    """Make glibc's malloc keep freed memory for reuse (Linux CPUs; a no-op elsewhere). By default
+    every allocation above the mmap threshold is a fresh mmap, so each step would map, page-fault
+    (zero) and unmap its activations again; with mmap and trimming off the heap grows to the step's
+    peak once and later steps reuse it. The process keeps its peak resident."""
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -325,15 +213,32 @@ def data_dir_of(cfg):
 
 # ----------------------------------------------------------------------------- the run configuration
 
+def resolve(cfg, world_size):
+    """settle, then validate: the run config train.py uses, for a launch of world_size processes.
+    sweep.py checks its runs with the same pair, so its pre-flight refuses what train.py would."""
+    cfg = settle(cfg)
+    validate(cfg, world_size)
+    return cfg
+
+
+def settle(cfg):
+    """A copy of cfg with the derived keys filled in, computed here only: gradient_accumulation_steps
+    from tokens_per_iter where it is 0, and tokens_per_iter from it (validate checks that they agree)."""
+    sequence_tokens = cfg["batch_size"] * cfg["block_size"]
+    accum = cfg["gradient_accumulation_steps"] or (cfg["tokens_per_iter"] // sequence_tokens if sequence_tokens > 0 else 0)
+    return dict(cfg, gradient_accumulation_steps=accum, tokens_per_iter=cfg["tokens_per_iter"] or accum * sequence_tokens)
+
+
 def validate(cfg, world_size):
-    """Every check that can fail before a process group, data or weights exist, for a launch of
-    world_size processes (sweep.py checks its runs with 1); errors name keys and fixes."""
+    """Every check of a settled cfg that can fail before a process group, data or weights exist, each
+    key checked once, for a launch of world_size processes; errors name keys and fixes. Pure."""
     err = configurator.ConfigError
-    model_config(cfg)  # shape checks (n_embd divisible by n_head, ...)
-    check_head_loss(cfg["head_loss"], pick_device(cfg["device"]).split(":")[0])  # a CUDA kernel elsewhere
-    _, dp_size = parallel_layout(cfg, world_size)
+    model_config(cfg)  # shape checks (n_embd divisible by n_head, ...), head_loss's name and package
+    device = parallel.pick_device(cfg["device"])
+    check_head_loss_runs_on(cfg["head_loss"], device.split(":")[0])
+    check_dtype(cfg["dtype"], device)
+    layout = parallel.ParallelLayout.plan(cfg, world_size)  # every degree: tp, data-parallel, shard
     check_model_keys_apply(cfg)
-    sharding.check(cfg, world_size)
     positive = ("batch_size", "block_size", "max_iters", "eval_interval", "eval_iters", "log_interval", "dist_timeout")
     for key in positive:
         if cfg[key] < 1:
@@ -342,7 +247,7 @@ def validate(cfg, world_size):
                 "hellaswag_interval", "hellaswag_limit", "learning_rate", "min_lr", "weight_decay", "grad_clip"):
         if cfg[key] < 0:
             raise err(f"{key} must be >= 0, got {cfg[key]}")
-    resolve_batch(cfg, dp_size)
+    check_batch(cfg, layout.dp)
     optim.validate(cfg, last_iter(cfg))
     if cfg["lr_schedule"] not in LR_SCHEDULES:
         raise err(f"lr_schedule={cfg['lr_schedule']!r}: use one of {LR_SCHEDULES}")
@@ -364,21 +269,14 @@ def validate(cfg, world_size):
     if cfg["hellaswag_interval"] and cfg["vocab_size"] < tokendata.GPT2_VOCAB_SIZE:
         raise err(f"HellaSwag is tokenized with GPT-2's BPE, which needs vocab_size >= {tokendata.GPT2_VOCAB_SIZE}, "
                   f"not {cfg['vocab_size']}: set hellaswag_interval=0")
-    if cfg["init_from"] == "resume" and cfg["data_parallel"] == "ddp" and not os.path.exists(
-            os.path.join(cfg["out_dir"], "ckpt.pt")):
-        sharded = " (dcp/ holds a sharded one: resume with data_parallel='fsdp' or 'hsdp', or write a ckpt.pt " \
-                  "with export_checkpoint.py)" if sharding.latest_checkpoint(cfg["out_dir"]) else ""
-        raise err(f"init_from='resume' but {cfg['out_dir']}/ckpt.pt does not exist{sharded}")
-    if (cfg["init_from"] == "resume" and cfg["data_parallel"] != "ddp"
-            and not sharding.latest_checkpoint(cfg["out_dir"])):
-        raise err(f"init_from='resume' with data_parallel={cfg['data_parallel']!r} but {cfg['out_dir']}/dcp/latest "
-                  f"does not exist (an ordinary ckpt.pt resumes with data_parallel='ddp')")
+    if cfg["init_from"] == "resume":
+        layout.check_resumable(cfg["out_dir"])
 
 
 def check_model_keys_apply(cfg):
     """A key that switches on another model type's idea would be silently ignored (attn_gate=True on
     model_type='gpt' would train the baseline): refuse it. Settings that only shape an idea that is
-    off (a shared recipe's mla_latent_dim) may stay; tp_size is parallel_layout's."""
+    off (a shared recipe's mla_latent_dim) may stay; tp_size is ParallelLayout.plan's."""
     for model_type, keys in MODEL_SWITCHES.items():
         for key in keys if model_type != cfg["model_type"] else ():
             if cfg[key] != DEFAULTS[key]:
@@ -387,54 +285,35 @@ def check_model_keys_apply(cfg):
                                                f"at {DEFAULTS[key]!r}")
 
 
-def parallel_layout(cfg, world_size):
-    """(ranks per model replica, data-parallel replicas) for a launch of world_size processes: the
-    one place where tp_size meets the model type and the launch. A single process simulates all
-    tp_size shards (ReducedSyncConfig checks that they divide the heads)."""
-    tp = cfg["tp_size"]
-    if tp != 1 and cfg["model_type"] != "reduced_sync":
-        raise configurator.ConfigError(f"tp_size={tp} needs model_type='reduced_sync'")
-    if world_size == 1:
-        return 1, 1
-    if world_size % tp:
-        raise configurator.ConfigError(f"tp_size={tp} does not divide the world size {world_size}: launch a "
-                                       f"multiple of {tp} processes or change tp_size")
-    return tp, world_size // tp
-
-
-def resolve_batch(cfg, world_size):
-    """Settle gradient_accumulation_steps and tokens_per_iter, stating one derives the other.
-
-    The notes compare runs at equal tokens per step and equal token budgets, so a budget that the
-    batch shape cannot meet exactly is refused rather than rounded.
-    """
+def check_batch(cfg, dp_size):
+    """gradient_accumulation_steps and tokens_per_iter (settled) against the batch shape and the
+    data-parallel ranks. The notes compare runs at equal tokens per step and equal token budgets, so a
+    budget that the batch shape cannot meet exactly is refused rather than rounded."""
     err = configurator.ConfigError
     sequence_tokens = cfg["batch_size"] * cfg["block_size"]
-    accum, target = cfg["gradient_accumulation_steps"], cfg["tokens_per_iter"]
-    if not accum and not target:
+    accum, tokens = cfg["gradient_accumulation_steps"], cfg["tokens_per_iter"]
+    if tokens % sequence_tokens:
+        raise err(f"tokens_per_iter={tokens} is not a multiple of batch_size {cfg['batch_size']} x block_size "
+                  f"{cfg['block_size']} x world size {dp_size} = {sequence_tokens * dp_size}: change "
+                  f"tokens_per_iter or batch_size")
+    if not accum:
         raise err("gradient_accumulation_steps=0 means 'derive it from tokens_per_iter', which is 0 too: set one")
-    if target:
-        if target % (sequence_tokens * world_size):
-            raise err(f"tokens_per_iter={target} is not a multiple of batch_size {cfg['batch_size']} x block_size "
-                      f"{cfg['block_size']} x world size {world_size} = {sequence_tokens * world_size}: change "
-                      f"tokens_per_iter or batch_size")
-        if accum and accum != target // sequence_tokens:
-            raise err(f"gradient_accumulation_steps={accum} and tokens_per_iter={target} disagree (batch_size x "
-                      f"block_size = {sequence_tokens}): set gradient_accumulation_steps=0 to derive it")
-        accum = target // sequence_tokens
-    if accum % world_size:
+    if accum * sequence_tokens != tokens:
+        raise err(f"gradient_accumulation_steps={accum} and tokens_per_iter={tokens} disagree (batch_size x "
+                  f"block_size = {sequence_tokens}): set gradient_accumulation_steps=0 to derive it")
+    if accum % dp_size:
         raise err(f"gradient_accumulation_steps={accum} is the total over all processes and must be divisible "
-                  f"by the world size {world_size}")
-    cfg["gradient_accumulation_steps"], cfg["tokens_per_iter"] = accum, accum * sequence_tokens
-    if cfg["max_tokens"] % cfg["tokens_per_iter"]:
-        whole = cfg["max_tokens"] // cfg["tokens_per_iter"] * cfg["tokens_per_iter"]
+                  f"by the world size {dp_size} (tokens_per_iter a multiple of batch_size x block_size x "
+                  f"world size = {sequence_tokens * dp_size}): change it, tokens_per_iter or batch_size")
+    if cfg["max_tokens"] % tokens:
+        whole = cfg["max_tokens"] // tokens * tokens
         raise err(f"max_tokens={cfg['max_tokens']} is not a whole number of iterations of tokens_per_iter="
-                  f"{cfg['tokens_per_iter']}: use {whole} or {whole + cfg['tokens_per_iter']}")
+                  f"{tokens}: use {whole} or {whole + tokens}")
 
 
 def last_iter(cfg):
     """The run's last iteration: max_iters, or earlier where max_tokens ends the run (tokens_per_iter
-    settled by resolve_batch). Everything that ends with the run asks here: the learning-rate decay,
+    settled by settle). Everything that ends with the run asks here: the learning-rate decay,
     the pruning ramp, the start-up checklist's token budget. (max_time ends a run unpredictably.)"""
     if cfg["max_tokens"]:
         return min(cfg["max_iters"], cfg["max_tokens"] // cfg["tokens_per_iter"])
@@ -486,14 +365,10 @@ def build_model(cfg, checkpoint=None, tp_group=None):
 RESUMABLE_MODEL_KEYS = ("dropout", "activation_checkpointing", "attn_recompute", "head_loss")
 
 
-def load_checkpoint(cfg):
-    """out_dir/ckpt.pt, or under data_parallel 'fsdp'/'hsdp' the newest sharded checkpoint's meta.pt
-    (its weights and optimizer state are read once the model is sharded: sharding.load)."""
-    if cfg["data_parallel"] != "ddp":
-        path = sharding.latest_checkpoint(cfg["out_dir"])
-        ckpt = dict(sharding.read_meta(path), sharded_path=path)
-    else:
-        ckpt = rundir.load_checkpoint_file(os.path.join(cfg["out_dir"], "ckpt.pt"))
+def load_checkpoint(cfg, layout):
+    """The checkpoint to resume from (the layout knows where it lives and reads it), with the model
+    keys a resume may change taken from cfg; a different model shape is refused."""
+    ckpt = layout.read_checkpoint(cfg["out_dir"])
     saved = ckpt["config"]
     keys = ["model_type"] + model_config_fields(model_classes(saved)[1])
     conflicts = {k: (saved.get(k, DEFAULTS[k]), cfg[k]) for k in keys
@@ -510,17 +385,26 @@ def load_model(cfg, device):
     """The model to evaluate or sample from: out_dir/ckpt.pt when init_from='resume' (built from the
     checkpoint's own config), else a local Hugging Face GPT-2 directory."""
     if cfg["init_from"] == "resume":
-        path = os.path.join(cfg["out_dir"], "ckpt.pt")
-        if not os.path.exists(path) and sharding.latest_checkpoint(cfg["out_dir"]):
-            raise FileNotFoundError(f"{path} not found but {cfg['out_dir']}/dcp holds a sharded checkpoint: write "
-                                    f"one file first with `python export_checkpoint.py --out_dir={cfg['out_dir']}`")
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"{path} not found: train first, or pass --init_from=<HF GPT-2 directory>")
+        path = parallel.checkpoint_path(cfg["out_dir"], sharded=False)
+        if path is None and parallel.checkpoint_path(cfg["out_dir"], sharded=True):
+            raise FileNotFoundError(f"{os.path.join(cfg['out_dir'], parallel.CHECKPOINT_FILE)} not found but {cfg['out_dir']}/dcp "
+                                    f"holds a sharded checkpoint: write one file first with `python "
+                                    f"export_checkpoint.py --out_dir={cfg['out_dir']}`")
+        if path is None:
+            raise FileNotFoundError(f"{os.path.join(cfg['out_dir'], parallel.CHECKPOINT_FILE)} not found: train first, or pass "
+                                    f"--init_from=<HF GPT-2 directory>")
         ckpt = rundir.load_checkpoint_file(path)
         model = build_model(ckpt["config"], ckpt)
     else:
         model = GPT.from_pretrained(cfg["init_from"])
     return model.to(device)
+
+
+def count_params(cfg):
+    """The model's parameter count, from the model built on the meta device (no memory)."""
+    model_cls, _ = model_classes(cfg)
+    with torch.device("meta"):
+        return sum(p.numel() for p in model_cls(model_config(cfg)).parameters())
 
 
 # ----------------------------------------------------------------------------- data
@@ -533,3 +417,58 @@ def get_batch(data_dir, split, offsets, block_size, device):
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
     return x, y
 
+
+def check_data(cfg):
+    """Token counts of both splits; a missing, damaged or too small dataset, or one with ids
+    beyond vocab_size, fails here with the fix."""
+    data_dir = data_dir_of(cfg)
+    prepare = f"prepare it again with `python data/{cfg['dataset']}/prepare.py`"
+    itemsize = np.dtype(tokendata.TOKEN_DTYPE).itemsize
+    for split in ("train", "val"):
+        path = os.path.join(data_dir, f"{split}.bin")
+        if not os.path.exists(path):
+            raise FileNotFoundError(
+                f"{path} not found: prepare the dataset first with "
+                f"`python data/{cfg['dataset']}/prepare.py` (or point data_dir at a prepared directory)")
+        size = os.path.getsize(path)
+        if size % itemsize:
+            raise configurator.ConfigError(f"{path} has {size} bytes, not a whole number of {itemsize}-byte "
+                                           f"tokens: the file is truncated or not a token file; {prepare}")
+        if size == 0:
+            raise configurator.ConfigError(f"{path} is empty: {prepare}")
+    counts = {split: tokendata.split_num_tokens(data_dir, split) for split in ("train", "val")}
+    for split, n in counts.items():
+        if n < cfg["block_size"] + 1:
+            raise configurator.ConfigError(
+                f"block_size={cfg['block_size']} needs at least {cfg['block_size'] + 1} tokens, "
+                f"but {split}.bin has {n}: lower block_size")
+    if cfg["batch_size"] * cfg["block_size"] > counts["train"]:
+        raise configurator.ConfigError(
+            f"one micro-batch (batch_size {cfg['batch_size']} x block_size {cfg['block_size']}) is larger "
+            f"than the whole train split ({counts['train']} tokens): lower batch_size")
+    vocab = tokendata.read_meta(data_dir).get("vocab_size", 0)
+    if vocab > cfg["vocab_size"]:
+        raise configurator.ConfigError(f"the dataset uses {vocab} token ids but vocab_size={cfg['vocab_size']}")
+    # An id >= vocab_size would index past the embedding: garbage on a CPU, a device-side assert on a GPU.
+    for split, top in tokendata.max_token_id(data_dir).items():
+        if top >= cfg["vocab_size"]:
+            raise configurator.ConfigError(f"{data_dir}/{split}.bin holds token id {top} but vocab_size="
+                                           f"{cfg['vocab_size']}: set vocab_size above {top} or {prepare}")
+    return data_dir, counts
+
+
+def train_offsets(cfg, n_tokens, iter_num, global_micro_step):
+    """Random windows drawn from a seed of (seed, iteration, global micro-step), so the data
+    position is just the iteration number (exact resume) and 2 ranks x 2 micro-steps read the
+    same batches as 1 process x 4 micro-steps."""
+    rng = np.random.default_rng([cfg["seed"], iter_num, global_micro_step])
+    return rng.integers(0, n_tokens - cfg["block_size"], size=cfg["batch_size"])
+
+
+def eval_offsets(cfg, n_tokens):
+    """Evenly spaced windows over the split, shuffled once with a fixed seed into eval_iters
+    batches: identical in every run with the same batch and block size."""
+    n = cfg["eval_iters"] * cfg["batch_size"]
+    offsets = np.linspace(0, n_tokens - cfg["block_size"] - 1, n).astype(np.int64)
+    np.random.default_rng(EVAL_SEED).shuffle(offsets)
+    return offsets.reshape(cfg["eval_iters"], cfg["batch_size"])

@@ -8,7 +8,8 @@ import torch
 import configurator
 import rundir
 from evaluation import generate_text
-from runtime import load_model, pick_device, precision
+from parallel import pick_device
+from runtime import check_dtype, load_model, precision
 
 DEFAULTS = dict(
     out_dir="out",
@@ -39,6 +40,7 @@ def main(argv):
     cfg = configurator.apply_config(DEFAULTS, argv)
     validate(cfg)
     device = pick_device(cfg["device"])
+    check_dtype(cfg["dtype"], device)
     torch.manual_seed(cfg["seed"])
     model = load_model(cfg, device)
     prompt = cfg["start"]

@@ -10,7 +10,7 @@ memory a layout needs per GPU.
   replica holds its own heads and MLP columns as plain tensors (reduced_sync_model.py), and FSDP/HSDP
   shards those across the data-parallel ranks that hold the same tensor-parallel position. The mesh is
   (shard, tp) or (replicate, shard, tp), with tp innermost: a replica's ranks are consecutive, as
-  under DDP (runtime.setup_distributed).
+  under DDP (parallel.ParallelLayout).
 
 A sharded checkpoint is a directory out_dir/dcp/iter_NNNNNNN/ written by every rank at once (its
 own shards) plus meta.pt (config, counters, RNG states); out_dir/dcp/latest names the newest
@@ -33,16 +33,15 @@ from torch.distributed.tensor import DTensor
 
 import configurator
 import rundir
-import tokendata
 from reduced_sync_model import shard_tensor, unshard_tensor
 
 DATA_PARALLEL = ("ddp", "fsdp", "hsdp")
 REDUCE_DTYPES = ("float32", "bfloat16")
 
 
-def check(cfg, world_size):
-    """data_parallel, hsdp_shard_size and fsdp_reduce_dtype against the rest of the run (called by
-    runtime.validate before any process group exists)."""
+def check(cfg):
+    """data_parallel and fsdp_reduce_dtype against the rest of the run (parallel.ParallelLayout.plan,
+    which checks the degrees, calls it before any process group exists)."""
     err = configurator.ConfigError
     mode = cfg["data_parallel"]
     if mode not in DATA_PARALLEL:
@@ -70,13 +69,6 @@ def check(cfg, world_size):
     for key, (refused, fix) in refusals.items():
         if refused:
             raise err(f"{key}={cfg[key]!r} does not combine with data_parallel={mode!r}: {fix}")
-    replicas = world_size // cfg["tp_size"]  # runtime.parallel_layout checked the division
-    if mode == "hsdp" and world_size > 1:
-        shard = shard_size(cfg, world_size)
-        if shard < 1 or replicas % shard:
-            raise err(f"hsdp_shard_size={shard} does not divide the {replicas} data-parallel ranks (world size "
-                      f"{world_size} / tp_size {cfg['tp_size']}): launch a multiple of it or change hsdp_shard_size "
-                      f"(0: the ranks of one node)")
 
 
 def shard_size(cfg, world_size):
@@ -86,18 +78,6 @@ def shard_size(cfg, world_size):
     if cfg["data_parallel"] == "fsdp":
         return world_size // tp
     return cfg["hsdp_shard_size"] or int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) // tp
-
-
-def device_mesh(cfg, device, world_size):
-    """The mesh FSDP shards over: (shard,) for fsdp, (replicate, shard) for hsdp, each cut out of a
-    mesh whose innermost dimension is tp (so it holds the ranks of one tensor-parallel position)."""
-    from torch.distributed.device_mesh import init_device_mesh
-    tp, shard = cfg["tp_size"], shard_size(cfg, world_size)
-    dims = ("shard",) if cfg["data_parallel"] == "fsdp" else ("replicate", "shard")
-    sizes = (shard,) if cfg["data_parallel"] == "fsdp" else (world_size // (shard * tp), shard)
-    if tp == 1:
-        return init_device_mesh(device.split(":")[0], sizes, mesh_dim_names=dims)
-    return init_device_mesh(device.split(":")[0], (*sizes, tp), mesh_dim_names=(*dims, "tp"))[dims]
 
 
 def shard_model(model, mesh, dtype, reduce_dtype, compile_blocks):
@@ -187,7 +167,7 @@ def save(out_dir, iter_num, model, optimizer, meta, master, tp_rank=0):
     barrier()  # every rank's shards are on disk
     if master:
         rundir.save_checkpoint(os.path.join(path, "meta.pt"), meta)
-        with tokendata.atomic_write(os.path.join(checkpoint_root(out_dir), "latest"), "w") as f:
+        with rundir.atomic_write(os.path.join(checkpoint_root(out_dir), "latest"), "w") as f:
             f.write(name)
         for old in os.listdir(checkpoint_root(out_dir)):
             if old.startswith("iter_") and old != name:

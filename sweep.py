@@ -49,11 +49,10 @@ import time
 
 import ablation
 import configurator
+import parallel
 import rundir
 import runrecord
 import runtime
-
-REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 OPTIONS = dict(
     grid="",  # "key=[v1,v2] key2=[...]": added to a sweep file's grid
     sweep_dir="",  # where the runs go ('' = the file's sweep_dir/suite_dir, or out-sweep-<name>)
@@ -72,10 +71,8 @@ def parse_args(argv):
     if any(arg in configurator.HELP_FLAGS for arg in argv):
         raise configurator.HelpRequested(OPTIONS)  # the keys of each run: python train.py --help
     for arg in argv:
-        if arg.startswith("--"):
-            key, sep, raw = arg[2:].partition("=")
-            if not sep:
-                raise configurator.ConfigError(f"{arg!r} needs a value: write --{key}=VALUE")
+        key, raw = configurator.split_arg(arg)
+        if key is not None:
             if key == "gpus":
                 options[key] = raw  # '0' or '0,1,3', never a number
             elif key in OPTIONS:
@@ -233,8 +230,7 @@ def resolve(argv, nproc):
     """The config a run will really use (accumulation derived), or the error that stops the sweep
     before any run starts."""
     cfg = configurator.apply_config(runtime.DEFAULTS, argv)
-    runtime.validate(dict(cfg, init_from="scratch"), nproc if nproc % cfg["tp_size"] == 0 else 1)
-    return cfg
+    return runtime.resolve(dict(cfg, init_from="scratch"), nproc if nproc % cfg["tp_size"] == 0 else 1)
 
 
 def suite_points(suite):
@@ -265,14 +261,6 @@ def check_confounds(suite, runs, resolved, spec):
         print(f"warning: not comparable: {problem}")
 
 
-def ended(out_dir):
-    """'end' or 'diverged' for a run that is over (a diverged run would only diverge again), else None."""
-    events = runrecord.read_events(out_dir)
-    if rundir.finished(events):  # an end by a signal is a pause: the run resumes
-        return "end"
-    return "diverged" if any(e["event"] == "diverged" for e in events) else None
-
-
 def launch_subprocess(argv, gpus, log_path, nproc=1):
     """Start one run of train.py (under torchrun with nproc > 1) on the GPUs of its slot; its
     console output goes to log_path."""
@@ -284,8 +272,8 @@ def launch_subprocess(argv, gpus, log_path, nproc=1):
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] \
         if nproc > 1 else [sys.executable]
     out = open(log_path, "a")
-    return subprocess.Popen([*launcher, os.path.join(REPO_DIR, "train.py"), *argv], env=env,
-                            stdout=out, stderr=subprocess.STDOUT, cwd=REPO_DIR, preexec_fn=die_with_parent)
+    return subprocess.Popen([*launcher, os.path.join(runtime.REPO_DIR, "train.py"), *argv], env=env,
+                            stdout=out, stderr=subprocess.STDOUT, cwd=runtime.REPO_DIR, preexec_fn=die_with_parent)
 
 
 def die_with_parent():
@@ -320,11 +308,11 @@ def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
     todo = []
     for name, point, argv in runs:
         out_dir = os.path.join(sweep_dir, name)
-        state = ended(out_dir)
-        if state:
-            print(f"skip {name}: {'finished' if state == 'end' else 'diverged (reported, not rerun)'}")
+        state = rundir.run_status(runrecord.read_events(out_dir))
+        if state in ("finished", "diverged"):  # a diverged run would only diverge again
+            print(f"skip {name}: {'finished' if state == 'finished' else 'diverged (reported, not rerun)'}")
             continue
-        if os.path.exists(os.path.join(out_dir, "ckpt.pt")):
+        if parallel.checkpoint_path(out_dir):  # ckpt.pt or, written by sharded ranks, dcp/latest
             argv = [*argv, "--init_from=resume"]
             print(f"resume {name} from its checkpoint")
         todo.append((name, argv))
@@ -360,10 +348,11 @@ def summarize(runs, sweep_dir):
         events = runrecord.read_events(os.path.join(sweep_dir, name))
         evals = [e for e in events if e["event"] == "eval"]
         end = rundir.finished(events)
+        status = rundir.run_status(events)
         best = min((e["val_loss"] for e in evals), default=None)
         values = {k: os.path.basename(v) if k == "config" else v for k, v in point.items()}
         row = {"run": name, **{k: values.get(k, "") for k in keys},
-               "status": "finished" if end else ("failed" if events else "not run"),
+               "status": status,
                "iters": evals[-1]["iter"] if evals else "", "tokens": evals[-1]["tokens"] if evals else "",
                "best_val_loss": best, "best_val_ppl": math.exp(best) if best is not None else None,
                "final_val_loss": evals[-1]["val_loss"] if evals else None,

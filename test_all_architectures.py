@@ -109,11 +109,10 @@ FSDP_LAYOUTS = {
 GPT2_SIZE_CONFIGS = {"train_gpt2_350m": 355e6, "train_gpt2_774m": 774e6, "train_gpt2_1558m": 1558e6}
 
 # Reduced-synchronization experiments (reduced_sync_model.REDUCED_SYNC_CONFIGS): each config's schedule.
-REPO_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def load_config(name):
-    return configurator.apply_config(runtime.DEFAULTS, [os.path.join(REPO_DIR, "config", f"{name}.py")])
+    return configurator.apply_config(runtime.DEFAULTS, [os.path.join(runtime.REPO_DIR, "config", f"{name}.py")])
 
 
 # Each config's block schedule on a tiny 12-layer model (its tp_size shards, simulated unless --ranks).
@@ -159,19 +158,20 @@ def check_sharded(family, kwargs, data_parallel, world, dtype, seed=0):
     and norms) to a few bf16 roundings (~2% here, 5% allowed). Returns the largest relative gradient
     difference."""
     import sharding
+    from parallel import ParallelLayout
     from reduced_sync_model import shard_tensor
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
     rank, tp = torch.distributed.get_rank(), kwargs.get("tp_size", 1)
-    tp_mesh = init_device_mesh("cpu", (world // tp, tp), mesh_dim_names=("dp", "tp")) if tp > 1 else None
+    layout = ParallelLayout(data_parallel, world, tp, shard=world // tp if data_parallel == "fsdp" else 2)
+    layout.distributed, layout.rank = True, rank  # these forked ranks joined their process group already
+    layout.build_mesh()
     models = []
     for real in (False, True):
         torch.manual_seed(seed)  # a real tensor-parallel rank's weights are slices of the whole model's
-        parallel = dict(tp_group=tp_mesh.get_group("tp")) if real and tp_mesh is not None else {}
-        models.append(BUILDERS[family](**{**TINY, **kwargs}, **parallel).train())
+        group = dict(tp_group=layout.tp_group) if real and layout.tp_group is not None else {}
+        models.append(BUILDERS[family](**{**TINY, **kwargs}, **group).train())
     reference, model = models
-    cfg = dict(data_parallel=data_parallel, hsdp_shard_size=2, tp_size=tp)
-    sharding.shard_model(model, sharding.device_mesh(cfg, "cpu", world), dtype, "float32", compile_blocks=False)
+    sharding.shard_model(model, layout.shard_mesh, dtype, "float32", compile_blocks=False)
     _, autocast = runtime.precision(dtype, "cpu")
     tolerance = 1e-5 if dtype == "float32" else 5e-2
     replicas, replica, position = world // tp, rank // tp, rank % tp  # a replica's tp ranks are consecutive

@@ -4,11 +4,12 @@ Every prepare script writes uint16 token files through `write_split` (one split 
 `SplitWriter` (several at once, for corpora routed document by document) and a `meta.json` through
 `write_meta`; train.py, eval and sampling read them through `open_split` and `read_meta`.
 """
-import contextlib
 import json
 import os
 
 import numpy as np
+
+from rundir import atomic_write
 
 EOT_TOKEN = 50256  # GPT-2's <|endoftext|>, appended after every document
 GPT2_VOCAB_SIZE = 50257
@@ -70,24 +71,6 @@ def write_split(path, token_chunks):
             f.write(arr.tobytes())
             n_tokens += arr.size
     return n_tokens
-
-
-@contextlib.contextmanager
-def atomic_write(path, mode="wb"):
-    """A file opened as `path.<pid>.tmp`, fsynced and renamed over `path` when the block ends
-    cleanly and deleted on any error (KeyboardInterrupt included): readers never see a
-    half-written file, and a crash leaves the previous one intact. Checkpoints use it too."""
-    tmp = f"{path}.{os.getpid()}.tmp"  # unique: two processes never write into each other's file
-    try:
-        with open(tmp, mode) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    os.replace(tmp, path)
 
 
 class SplitWriter:

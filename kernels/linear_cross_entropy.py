@@ -33,17 +33,20 @@ CUDA_LIBRARIES = {"liger": "liger_kernel", "cce": "cut_cross_entropy"}  # head_l
 CHUNK_LOGITS = 2**25
 
 
-def check_head_loss(head_loss, device_type=None):
-    """One-line errors for an unknown implementation, a missing library or a CUDA-only one elsewhere."""
+def check_head_loss(head_loss):
+    """One-line errors for an unknown implementation or a missing library (GPTConfig checks it)."""
     if head_loss not in HEAD_LOSSES:
         raise ConfigError(f"head_loss={head_loss!r}: use one of {HEAD_LOSSES}")
-    if head_loss in CUDA_LIBRARIES:
-        if importlib.util.find_spec(CUDA_LIBRARIES[head_loss]) is None:
-            package = CUDA_LIBRARIES[head_loss].replace("_", "-")
-            raise ConfigError(f"head_loss={head_loss!r} needs `pip install {package}`; or use head_loss='chunked'")
-        if device_type not in (None, "cuda"):
-            raise ConfigError(f"head_loss={head_loss!r} runs Triton kernels on CUDA only; on {device_type} "
-                             f"use head_loss='chunked'")
+    if head_loss in CUDA_LIBRARIES and importlib.util.find_spec(CUDA_LIBRARIES[head_loss]) is None:
+        package = CUDA_LIBRARIES[head_loss].replace("_", "-")
+        raise ConfigError(f"head_loss={head_loss!r} needs `pip install {package}`; or use head_loss='chunked'")
+
+
+def check_head_loss_runs_on(head_loss, device_type):
+    """A CUDA-only implementation on another device (the run's device is known only at start-up)."""
+    if head_loss in CUDA_LIBRARIES and device_type != "cuda":
+        raise ConfigError(f"head_loss={head_loss!r} runs Triton kernels on CUDA only; on {device_type} "
+                          f"use head_loss='chunked'")
 
 
 def linear_cross_entropy(x, weight, targets, head_loss="chunked", ignore_index=-1):

@@ -12,6 +12,7 @@ import ablation
 import configurator
 import report
 import runrecord
+import runtime
 import sweep
 from test_sweep import in_process, toy_args
 
@@ -185,14 +186,14 @@ def test_suite_declaration_errors_are_one_line(tmp_path):
         sweep.main([str(bad), "--dry_run=True"])
 
 
-SUITES = sorted(os.path.join(sweep.REPO_DIR, "suites", f) for f in os.listdir(os.path.join(sweep.REPO_DIR, "suites")))
+SUITES = sorted(os.path.join(runtime.REPO_DIR, "suites", f) for f in os.listdir(os.path.join(runtime.REPO_DIR, "suites")))
 OVERLAID = ("pruning", "ln_warmup", "attn_impl", "lr_batch", "optimizers")  # CPU twins through the overlay
 
 
 @pytest.mark.parametrize("path", SUITES, ids=os.path.basename)
 def test_every_shipped_suite_plans_without_confounds(path):
     """Each suite (and its CPU twin) resolves every run's config and passes the confound check."""
-    overlay = [os.path.join(sweep.REPO_DIR, "config", "small_shakespeare.py")] \
+    overlay = [os.path.join(runtime.REPO_DIR, "config", "small_shakespeare.py")] \
         if os.path.basename(path)[:-3] in OVERLAID else []
     for extra in ([[]] + [overlay] if overlay else [[]]):
         runs = sweep.main([path, *extra, "--dry_run=True"])

@@ -287,7 +287,7 @@ NEW_CONFIGS = ["train_gpt2_adamw.py", "train_gpt2_adamwspam.py", "train_gpt2_ada
 def test_new_configs_apply_and_validate(name):
     path = os.path.join(REPO, "config", name)
     cfg = configurator.apply_config(runtime.DEFAULTS, [path])
-    runtime.validate(dict(cfg), 1)
+    runtime.resolve(dict(cfg), 1)
     if name.startswith("train_gpt2"):  # the notes' recipe, shared from config/train_gpt2.py
         assert (cfg["dataset"], cfg["block_size"], cfg["batch_size"], cfg["gradient_accumulation_steps"]) == \
             ("finewebedu", 1024, 32, 4)
@@ -295,7 +295,7 @@ def test_new_configs_apply_and_validate(name):
         assert cfg["max_iters"] == (12100 if "bitter2" in name else 10000) and cfg["eval_interval"] == 500
         assert cfg["dtype"] == "bfloat16" and cfg["compile"] and cfg["out_dir"] != "out-gpt2-124M"
         small = configurator.apply_config(runtime.DEFAULTS, [path, os.path.join(REPO, "config", "small_shakespeare.py")])
-        runtime.validate(small, 1)
+        runtime.resolve(small, 1)
         assert (small["dataset"], small["n_layer"], small["compile"], small["max_iters"]) == ("shakespeare", 4, False, 300)
         assert (small["optimizer"], small["pruning"], small["prune_score"]) == \
             (cfg["optimizer"], cfg["pruning"], cfg["prune_score"])

@@ -406,13 +406,13 @@ def test_an_open_gate_is_exactly_the_baseline_and_the_gate_learns():
 def test_a_model_key_of_another_model_type_is_refused(argv, message):
     """Silently ignored, attn_gate=True on the baseline GPT would make the positive control a null."""
     with pytest.raises(configurator.ConfigError, match=message):
-        runtime.validate(configurator.apply_config(runtime.DEFAULTS, argv), 1)
+        runtime.resolve(configurator.apply_config(runtime.DEFAULTS, argv), 1)
 
 
 def test_gated_attention_configs_differ_from_the_ra_baseline_in_the_gate_only():
     for suffix in ("", "_shakespeare"):
         gated, base = load_config("train_gated_attn" + suffix), load_config("train_ra_baseline" + suffix)
-        runtime.validate(dict(gated), world_size=1)
+        runtime.resolve(dict(gated), world_size=1)
         assert {k for k in gated if gated[k] != base[k]} == {"attn_gate", "out_dir", "wandb_run_name"} - (
             {"wandb_run_name"} if suffix else set())
         with torch.device("meta"):  # GPT-2 size: shapes only
@@ -544,7 +544,7 @@ def test_every_ra_config_loads_and_builds_its_model_config():
     for name in names:
         cfg = load_config(name)
         assert cfg["model_type"] == "ra", name
-        runtime.validate(dict(cfg), world_size=1)
+        runtime.resolve(dict(cfg), world_size=1)
         model_cfg = runtime.model_config(cfg)
         assert isinstance(model_cfg, RAConfig)
 

@@ -230,7 +230,7 @@ def test_fsdp_across_tensor_parallel_replicas_equals_one_simulated_replica(data_
 def test_impossible_layouts_fail_before_any_work(extra, message):
     cfg = dict(runtime.DEFAULTS, **extra)
     with pytest.raises(configurator.ConfigError, match=message.replace("(", r"\(")):
-        runtime.validate(cfg, 4)
+        runtime.resolve(cfg, 4)
 
 
 def measured_peak_bytes(cfg):
@@ -285,6 +285,5 @@ def test_gpt2_size_configs_start_on_one_or_several_nodes(name):
     path = os.path.join(REPO, "config", f"train_gpt2_{name}.py")
     two_nodes = ["--data_parallel=hsdp", "--batch_size=8", "--gradient_accumulation_steps=16"]  # README's example
     for world, layout in ((8, []), (16, two_nodes)):
-        cfg = configurator.apply_config(runtime.DEFAULTS, [path, *layout])
-        runtime.validate(cfg, world)
+        cfg = runtime.resolve(configurator.apply_config(runtime.DEFAULTS, [path, *layout]), world)
         assert cfg["tokens_per_iter"] == 128 * 1024

@@ -6,6 +6,7 @@ import os
 import pytest
 
 import configurator
+import rundir
 import sweep
 import runtime
 import train
@@ -28,7 +29,7 @@ def in_process(calls, fail=()):
         out_dir = configurator.apply_config(runtime.DEFAULTS, argv)["out_dir"]
         calls.append(os.path.basename(out_dir))
         if calls[-1] in fail:
-            train.RunLog(dict(runtime.DEFAULTS, out_dir=out_dir), True).event("checklist", "crashed")
+            rundir.RunLog(dict(runtime.DEFAULTS, out_dir=out_dir), True).event("checklist", "crashed")
             return Finished(1)
         train.main(argv)
         return Finished(0)
@@ -118,3 +119,32 @@ def test_sweep_file_and_overlay_run_as_subprocesses(data_dir, tmp_path):
     config = json.load(open(sweep_dir / "b" / "config.json"))
     assert (config["learning_rate"], config["beta2"], config["wandb_run_name"]) == (3e-3, 0.9, "sweep-two-overlay-b")
     assert "step 4: train loss" in open(sweep_dir / "b" / "console.txt").read()
+
+
+def test_the_pre_flight_refuses_what_train_py_would(data_dir, tmp_path):
+    """sweep.py settles and validates each run with train.py's own pair (runtime.resolve), dtype included."""
+    with pytest.raises(configurator.ConfigError, match="dtype='bf16': use one of"):
+        sweep.main([GRID, f"--sweep_dir={tmp_path}/s", "--dry_run=True", *toy_args(data_dir), "--dtype=bf16"])
+    assert not os.path.exists(tmp_path / "s")
+
+
+def test_a_sharded_suite_run_stopped_after_a_checkpoint_resumes_from_it(data_dir, tmp_path, capsys):
+    """An FSDP run of a suite (torchrun, 2 gloo ranks) keeps its checkpoint in dcp/, not ckpt.pt: running
+    the suite again continues it from there instead of starting it over at iteration 1."""
+    suite = tmp_path / "suite_fsdp.py"
+    suite.write_text("variants = {'base': {}}\nbaseline = 'base'\nseeds = [1]\nmetric = 'val_loss'\n"
+                     f"allowed = []\nnproc = 2\nsuite_dir = {str(tmp_path / 'out')!r}\n")
+    args = [str(suite), "--data_parallel=fsdp", "--optimizer_impl=foreach",
+            *(a for a in tiny_args(data_dir, "unused") if not a.startswith("--out_dir="))]
+    sweep.main([*args, "--max_iters=4"])
+    run = tmp_path / "out" / "base-seed1"
+    assert os.path.exists(run / "dcp" / "latest") and not os.path.exists(run / "ckpt.pt")
+    # Killed after its checkpoint at iteration 4: the log has no `end` event.
+    log = run / "log.jsonl"
+    log.write_text("".join(line for line in open(log) if '"event": "end"' not in line))
+    capsys.readouterr()
+    sweep.main([*args, "--max_iters=8"])
+    assert "resume base-seed1 from its checkpoint" in capsys.readouterr().out
+    assert [e["iter"] for e in events(str(run), "train")] == list(range(1, 9))  # nothing trained twice
+    assert [e["iter"] for e in events(str(run), "eval")] == [0, 4, 4, 8]  # a resumed run evaluates where it starts
+    assert open(run / "dcp" / "latest").read().strip() == "iter_0000008"

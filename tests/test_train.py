@@ -187,11 +187,11 @@ def test_learning_rate_schedules():
 
 def test_data_windows_are_fixed_and_shared_out_across_ranks():
     cfg = dict(runtime.DEFAULTS, batch_size=4, block_size=16, eval_iters=3)
-    a = train.eval_offsets(dict(cfg, seed=1), 1000)
-    assert np.array_equal(a, train.eval_offsets(dict(cfg, seed=2), 1000)) and a.shape == (3, 4)
+    a = runtime.eval_offsets(dict(cfg, seed=1), 1000)
+    assert np.array_equal(a, runtime.eval_offsets(dict(cfg, seed=2), 1000)) and a.shape == (3, 4)
     # One process's micro-step m*W + r is rank r's micro-step m: the same windows either way.
-    assert np.array_equal(train.train_offsets(cfg, 1000, 7, 3), train.train_offsets(cfg, 1000, 7, 3))
-    assert not np.array_equal(train.train_offsets(cfg, 1000, 7, 3), train.train_offsets(cfg, 1000, 7, 2))
+    assert np.array_equal(runtime.train_offsets(cfg, 1000, 7, 3), runtime.train_offsets(cfg, 1000, 7, 3))
+    assert not np.array_equal(runtime.train_offsets(cfg, 1000, 7, 3), runtime.train_offsets(cfg, 1000, 7, 2))
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -1,7 +1,7 @@
 """Benchmark of causal attention variants at GPT-2 124M shapes: time and peak memory.
 
-    python kernels/bench_ra.py                      # B=8, H=12, D=64, bf16, T = 512 ... 8192
-    python kernels/bench_ra.py --T 1024 --json out.jsonl
+    python bench_ra.py                      # B=8, H=12, D=64, bf16, T = 512 ... 8192
+    python bench_ra.py --T 1024 --json out.jsonl
 
 Rows:
   sdpa               the baseline: F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -16,16 +16,12 @@ Without a GPU it says so and exits 0.
 
 import argparse
 import json
-import os
-import sys
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
-
-from kernels.ra_attention import reciprocal_attention  # noqa: E402
-from ra_model import reciprocal_manual, reciprocal_sdpa  # noqa: E402
+from kernels.ra_attention import reciprocal_attention
+from ra_model import reciprocal_manual, reciprocal_sdpa
 
 RA_MODES = ("swap", "mix", "gate")
 ALPHA, GATE_LOGIT = 0.5, 0.0

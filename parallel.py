@@ -1,0 +1,367 @@
+"""How a run's ranks share the work, decided once: the ParallelLayout, and where checkpoints live.
+
+    layout = ParallelLayout.plan(cfg, world_size)   # checks every degree; no process group yet
+    layout.start(cfg["device"], cfg["dist_timeout"]) # under torchrun: the process group and one mesh
+    model = layout.wrap(raw_model, dtype, cfg)       # DDP, FSDP, HSDP or 3-D; compiled where asked
+
+Ranks are ordered (replicate, shard, tp) with tp innermost: a tensor-parallel replica's ranks are
+consecutive, data parallelism runs across replicas (dp = world / tp), and FSDP/HSDP shard over the
+data-parallel ranks that hold the same tensor-parallel position (sharding.py). One device mesh holds
+those dimensions; the layout hands out its groups. The training loop asks the layout how to wrap
+the model, when gradients are reduced, how to clip them and how to save and load a checkpoint.
+
+A run's checkpoint is out_dir/ckpt.pt (one file) or, written by sharded ranks, the directory that
+out_dir/dcp/latest names (sharding.py); `checkpoint_path` is the one place that knows which.
+"""
+import datetime
+import os
+import sys
+import threading
+import time
+from contextlib import nullcontext
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import configurator
+import rundir
+import sharding
+
+CHECKPOINT_FILE = "ckpt.pt"
+HEARTBEAT_SECONDS = 1.0
+
+
+class RankStalled(RuntimeError):
+    pass
+
+
+class ParallelLayout:
+    """World size, tensor-parallel size tp, data-parallel size dp = world / tp, and for fsdp/hsdp the
+    ranks per shard group (shard) and the shard groups (replicate); after start(), this rank's place."""
+
+    def __init__(self, data_parallel="ddp", world_size=1, tp=1, shard=1):
+        self.data_parallel, self.world_size, self.tp, self.shard = data_parallel, world_size, tp, shard
+        self.dp = world_size // tp
+        self.replicate = self.dp // shard
+        self.distributed, self.rank, self.local_rank, self.device = False, 0, 0, "cpu"
+        self.mesh = self.shard_mesh = self.tp_group = self.dp_group = None
+
+    @classmethod
+    def plan(cls, cfg, world_size):
+        """The layout of a launch of world_size processes, every degree checked (before any process
+        group exists). One process simulates all tp_size shards (ReducedSyncConfig checks that they
+        divide the heads); FSDP on one process trains as usual, with sharded checkpoints."""
+        err = configurator.ConfigError
+        tp = cfg["tp_size"]
+        if tp != 1 and cfg["model_type"] != "reduced_sync":
+            raise err(f"tp_size={tp} needs model_type='reduced_sync'")
+        if world_size > 1 and world_size % tp:
+            raise err(f"tp_size={tp} does not divide the world size {world_size}: launch a multiple of {tp} "
+                      f"processes or change tp_size")
+        sharding.check(cfg)
+        if world_size == 1:
+            return cls(cfg["data_parallel"])
+        shard = 1 if cfg["data_parallel"] == "ddp" else sharding.shard_size(cfg, world_size)
+        replicas = world_size // tp
+        if shard < 1 or replicas % shard:
+            raise err(f"hsdp_shard_size={shard} does not divide the {replicas} data-parallel ranks (world size "
+                      f"{world_size} / tp_size {tp}): launch a multiple of it or change hsdp_shard_size "
+                      f"(0: the ranks of one node)")
+        return cls(cfg["data_parallel"], world_size, tp, shard)
+
+    # ------------------------------------------------------------------------- the launch
+
+    def start(self, device="", timeout=600.0):
+        """This process's device and, under torchrun, the process group and the device mesh. A
+        collective that waits longer than `timeout` seconds for another rank raises instead of hanging."""
+        self.distributed = int(os.environ.get("RANK", -1)) != -1
+        self.device = pick_device(device)
+        if not self.distributed:
+            return self
+        self.local_rank = int(os.environ["LOCAL_RANK"])
+        if self.device.startswith("cuda"):
+            self.device = f"cuda:{self.local_rank}"
+            torch.cuda.set_device(self.device)
+        dist.init_process_group(backend="nccl" if self.device.startswith("cuda") else "gloo",
+                                timeout=datetime.timedelta(seconds=timeout))
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        start_heartbeat(self.rank)
+        return self.build_mesh()
+
+    def build_mesh(self):
+        """The one device mesh of a started layout (none for plain DDP), and the groups cut from it."""
+        dims = self.mesh_dims()
+        if dims:
+            from torch.distributed.device_mesh import init_device_mesh
+            self.mesh = init_device_mesh(self.device.split(":")[0], tuple(dims.values()), mesh_dim_names=tuple(dims))
+        if self.sharded:
+            data_dims = tuple(d for d in dims if d != "tp")
+            self.shard_mesh = self.mesh[data_dims] if self.tp > 1 else self.mesh
+        if self.tp > 1:
+            self.tp_group = self.mesh.get_group("tp")
+            data_dims = tuple(d for d in dims if d != "tp")
+            self.dp_group = (self.mesh[data_dims]._flatten("dp") if len(data_dims) > 1 else self.mesh[data_dims[0]]).get_group()
+        return self
+
+    def mesh_dims(self):
+        """{dimension: size}, outermost first, or {} when plain DDP over all ranks needs no mesh."""
+        dims = {"ddp": {"dp": self.dp}, "fsdp": {"shard": self.shard},
+                "hsdp": {"replicate": self.replicate, "shard": self.shard}}[self.data_parallel]
+        if self.data_parallel == "ddp" and self.tp == 1:
+            return {}
+        return dims | ({"tp": self.tp} if self.tp > 1 else {})
+
+    @property
+    def master(self):
+        return self.rank == 0
+
+    @property
+    def dp_rank(self):
+        """This rank's data-parallel replica: data, evaluation batches and dropout seeds follow it."""
+        return self.rank // self.tp
+
+    @property
+    def tp_rank(self):
+        return self.rank % self.tp
+
+    @property
+    def sharded(self):
+        """FSDP/HSDP holds the weights: only with several processes (one shards too little to matter)."""
+        return self.distributed and self.data_parallel != "ddp"
+
+    def describe(self):
+        return self.data_parallel if self.distributed else "none (one process)"
+
+    # ------------------------------------------------------------------------- training
+
+    def wrap(self, model, dtype, cfg):
+        """The model the training step calls: sharded in place (before the optimizer, which must hold
+        the sharded parameters; blocks compiled one by one), else compiled and wrapped in DDP."""
+        if self.sharded:
+            return sharding.shard_model(model, self.shard_mesh, dtype, cfg["fsdp_reduce_dtype"], cfg["compile"])
+        if cfg["compile"]:
+            model = torch.compile(model)
+        if self.distributed:
+            model = DDP(model, device_ids=[self.local_rank] if self.device.startswith("cuda") else None,
+                        process_group=self.dp_group)
+        return model
+
+    def gradient_sync(self, model, last):
+        """DDP would all-reduce after every backward, FSDP reduce-scatter: only the last micro-step
+        needs it (FSDP accumulates the unsharded gradients in fp32 until then)."""
+        if self.sharded:
+            model.set_requires_gradient_sync(last)
+            return nullcontext()
+        return model.no_sync() if self.distributed and not last else nullcontext()
+
+    def clip_grad_norm(self, model, max_norm):
+        """The whole model's gradient norm, clipped; FSDP's and real tensor-parallel ranks' pieces are
+        summed across the ranks that split them (sharding.clip_grad_norm)."""
+        if not self.sharded and self.tp_group is None:
+            return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        return sharding.clip_grad_norm(model, max_norm, self.shard_mesh.get_group("shard") if self.sharded else None)
+
+    def all_reduce(self, tensor, mean=False):
+        """Sum (or mean) over every rank in place; a no-op on one process."""
+        if self.distributed:
+            dist.all_reduce(tensor)
+            if mean:
+                tensor /= self.world_size
+        return tensor
+
+    def barrier(self):
+        if self.distributed:
+            dist.barrier()
+
+    # ------------------------------------------------------------------------- memory
+
+    def memory_estimate(self, cfg, n_params, dtype):
+        """Bytes per rank (sharding.memory_estimate); a real tensor-parallel rank holds 1/tp of the weights."""
+        return sharding.memory_estimate(cfg, n_params // (self.tp if self.tp_group is not None else 1),
+                                        self.world_size, dtype)
+
+    def check_memory(self, cfg, n_params, dtype):
+        """Refuse a run whose memory lower bound exceeds the device's memory (a CPU's RAM shared by its
+        ranks), before anything is allocated."""
+        if self.device.startswith("cuda"):
+            available, where = torch.cuda.get_device_properties(self.device).total_memory, self.device
+        else:
+            ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+            available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // ranks_here
+            where = "this machine's RAM" + (f" per rank ({ranks_here} ranks)" if ranks_here > 1 else "")
+        # A lower bound: the head's logits are left out (a chunked loss head never holds them whole).
+        need = {k: v for k, v in self.memory_estimate(cfg, n_params, dtype).items() if k not in ("head", "total")}
+        if sum(need.values()) > available:
+            gib = lambda b: f"{b / 2**30:,.1f} GiB"
+            parts = ", ".join(f"{k.replace('_', ' ')} {gib(v)}" for k, v in need.items())
+            raise configurator.ConfigError(
+                f"this run needs at least {gib(sum(need.values()))} per rank ({parts}) but {where} is "
+                f"{gib(available)}: shrink the model, lower batch_size or block_size, or turn on activation_checkpointing")
+
+    # ------------------------------------------------------------------------- checkpoints
+
+    def checkpoint_path(self, out_dir):
+        return checkpoint_path(out_dir, sharded=self.data_parallel != "ddp")
+
+    def check_resumable(self, out_dir):
+        """init_from='resume' needs a checkpoint of this layout's kind: one line naming the other kind."""
+        if self.checkpoint_path(out_dir):
+            return
+        if self.data_parallel == "ddp":
+            sharded = " (dcp/ holds a sharded one: resume with data_parallel='fsdp' or 'hsdp', or write a ckpt.pt " \
+                      "with export_checkpoint.py)" if checkpoint_path(out_dir, sharded=True) else ""
+            raise configurator.ConfigError(f"init_from='resume' but {out_dir}/{CHECKPOINT_FILE} does not exist{sharded}")
+        raise configurator.ConfigError(f"init_from='resume' with data_parallel={self.data_parallel!r} but {out_dir}/dcp/"
+                                       f"latest does not exist (an ordinary {CHECKPOINT_FILE} resumes with data_parallel='ddp')")
+
+    def read_checkpoint(self, out_dir):
+        """The checkpoint's contents; a sharded one's meta.pt with its directory as sharded_path (its weights
+        and optimizer state are read once the model is sharded: restore)."""
+        path = self.checkpoint_path(out_dir)
+        if self.data_parallel != "ddp":
+            return dict(sharding.read_meta(path), sharded_path=path)
+        return rundir.load_checkpoint_file(path)
+
+    def save(self, out_dir, iter_num, model, optimizer, meta):
+        """Write a checkpoint of the model, the optimizer, every rank's RNG state and `meta` (collective:
+        every rank calls it). A tensor-parallel model is gathered into its full (GPT-layout) weights; its
+        optimizer state stays sharded, a list with one state per tp rank."""
+        meta = dict(meta, rng=self.gathered_rng_states())
+        if self.data_parallel != "ddp":
+            sharding.save(out_dir, iter_num, model, optimizer, meta, self.master, self.tp_rank)
+            return
+        model_state, optimizer_state = model.state_dict(), optimizer.state_dict()
+        if self.tp_group is not None:
+            states = [None] * self.tp if self.tp_rank == 0 else None
+            dist.gather_object(optimizer_state, states, dst=dist.get_global_rank(self.tp_group, 0), group=self.tp_group)
+            model_state, optimizer_state = model.full_state_dict(), states
+        if self.master:
+            rundir.save_checkpoint(os.path.join(out_dir, CHECKPOINT_FILE), dict(model=model_state, optimizer=optimizer_state, **meta))
+
+    def restore(self, checkpoint, model, optimizer):
+        """Fill the optimizer (and a sharded checkpoint's model) and this rank's RNG state; an RNG state
+        of another world size is left alone (dropout then differs from an uninterrupted run)."""
+        if "sharded_path" in checkpoint:  # written by any number of ranks
+            sharding.load(checkpoint["sharded_path"], model, optimizer, self.tp_rank)
+        else:
+            optimizer.load_state_dict(self.optimizer_state_of(checkpoint))
+        if len(checkpoint["rng"]) == self.world_size:
+            set_rng_state(checkpoint["rng"][self.rank], self.device)
+
+    def optimizer_state_of(self, checkpoint):
+        """This rank's optimizer state; a sharded (list) state resumes only on the same tp layout."""
+        state = checkpoint["optimizer"]
+        if isinstance(state, list) != (self.tp_group is not None):
+            raise configurator.ConfigError(
+                "the checkpoint's optimizer state was written " + ("by tensor-parallel ranks" if isinstance(state, list)
+                                                                    else "without tensor parallelism")
+                + ": resume with the same torchrun layout (world size and tp_size)")
+        return state[self.tp_rank] if self.tp_group is not None else state
+
+    def gathered_rng_states(self):
+        """Every rank's RNG state (dropout masks differ per rank), collected on all ranks."""
+        own = {"torch": torch.get_rng_state()}
+        if self.device.startswith("cuda"):
+            own["cuda"] = torch.cuda.get_rng_state(self.device)
+        if not self.distributed:
+            return [own]
+        states = [None] * self.world_size
+        dist.all_gather_object(states, own)
+        return states
+
+
+def set_rng_state(state, device):
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and device.startswith("cuda"):
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+# ----------------------------------------------------------------------------- where checkpoints live
+
+def checkpoint_path(out_dir, sharded=None):
+    """out_dir's checkpoint, or None: ckpt.pt (sharded=False), the newest complete sharded one named
+    by dcp/latest (sharded=True), or whichever exists, ckpt.pt first (None). train.py, its resume
+    check, export_checkpoint.py, eval.py, sample.py, hellaswag.py and sweep.py all ask here."""
+    file = os.path.join(out_dir, CHECKPOINT_FILE)
+    if sharded is not True and os.path.exists(file):
+        return file
+    return sharding.latest_checkpoint(out_dir) if sharded is not False else None
+
+
+# ----------------------------------------------------------------------------- devices and process groups
+
+def pick_device(device):
+    """The device to run on: '' picks cuda when available, else cpu; a GPU asked for but absent
+    is refused here rather than at the first tensor moved onto it."""
+    if not device:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise configurator.ConfigError(f"device={device!r} but no CUDA GPU is visible to this process: "
+                                       f"use --device=cpu, or run where a GPU is (check CUDA_VISIBLE_DEVICES)")
+    return device
+
+
+def launched_world_size():
+    """torchrun's WORLD_SIZE (1 without it), known before the process group exists."""
+    return int(os.environ.get("WORLD_SIZE", 1))
+
+
+def data_parallel(device=""):
+    """The layout of an evaluation script: every rank a data-parallel replica of the whole model."""
+    return ParallelLayout(world_size=launched_world_size()).start(device)
+
+
+def job_store():
+    """A client of the job's key-value store (under torchrun, the launcher's own: it outlives any rank)."""
+    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                         timeout=datetime.timedelta(seconds=5))
+
+
+def start_heartbeat(rank):
+    """A thread that stamps this rank's clock into the job store every second. A rank waiting in a
+    collective keeps beating (the wait releases the GIL); a frozen process (SIGSTOP, a swapped-out
+    or wedged node) does not, and that is how name_stalled_ranks tells who to blame."""
+    def beat():
+        try:
+            store = job_store()
+            while True:
+                store.set(f"heartbeat/{rank}", repr(time.time()))
+                time.sleep(HEARTBEAT_SECONDS)
+        except Exception:  # the store went away: the job is ending
+            return
+    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+
+
+def name_stalled_ranks(error, rank, world_size, timeout):
+    """Raise RankStalled naming the ranks whose heartbeat stopped, when `error` (a failed or timed
+    out collective) is explained by them; return quietly otherwise, for the caller to re-raise."""
+    try:
+        store, now = job_store(), time.time()
+        silent = {r: now - float(store.get(f"heartbeat/{r}")) for r in range(world_size)}
+    except Exception:
+        return
+    # A frozen rank has been silent about as long as the collective waited; a live one, a beat or two.
+    stalled = {r: age for r, age in silent.items() if age > max(3 * HEARTBEAT_SECONDS, timeout / 2)}
+    if not stalled and "timed out" in str(error).lower():
+        raise RankStalled(f"rank {rank} waited dist_timeout={timeout:g} s in a collective that the other ranks, "
+                          f"all alive, never joined: they disagree on which collective comes next (a bug), or one "
+                          f"is busy longer than dist_timeout (raise it)") from None
+    if stalled:
+        names = ", ".join(f"rank {r} (silent for {age:.0f} s)" for r, age in sorted(stalled.items()))
+        raise RankStalled(f"{names} stopped responding, frozen or stuck outside Python; rank {rank} waited "
+                          f"dist_timeout={timeout:g} s in a collective and ended the job "
+                          f"({str(error).splitlines()[0].rsplit('] ', 1)[-1][:120]})") from None
+
+
+def exit_distributed(code=0):
+    """End a successful distributed run: every rank waits for the others (rank 0 may still be writing
+    a checkpoint), then leaves with os._exit, skipping an interpreter finalization that can abort
+    while gloo's threads still release the last collectives' tensors. On success only: after an
+    error the other ranks may never reach the barrier."""
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
