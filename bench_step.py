@@ -25,7 +25,6 @@ import sys
 import time
 
 import benchrows
-import parallel
 
 PLAIN = dict(head_loss="full", optimizer_impl="", keep_freed_memory=False, compile=False, attn_impl="sdpa")
 OPTIONS = {
@@ -89,11 +88,13 @@ def measure(args):
     """One row in this process: a dict with its step time, MFU and peak memory."""
     import torch
 
+    import parallel
     import runtime
     from model import GPT, GPTConfig
 
     option = {**PLAIN, **OPTIONS[args.child]}
     device = parallel.pick_device(args.device)
+    runtime.check_dtype(args.dtype, device)
     dtype, autocast = runtime.precision(args.dtype, device)
     if option["keep_freed_memory"]:
         runtime.keep_freed_memory()

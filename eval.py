@@ -34,7 +34,7 @@ def main(argv):
     cfg = configurator.apply_config(DEFAULTS, argv)
     if not (cfg["dataset"] or cfg["data_dir"]):
         raise configurator.ConfigError("no data: pass --dataset=NAME (reads data/NAME) or --data_dir=PATH")
-    layout = parallel.data_parallel(cfg["device"])
+    layout = parallel.data_parallel_layout(cfg["device"])
     device = layout.device
     check_dtype(cfg["dtype"], device)
     dtype, autocast = precision(cfg["dtype"], device)

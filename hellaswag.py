@@ -43,7 +43,7 @@ def validate(cfg):
 def main(argv):
     cfg = configurator.apply_config(DEFAULTS, argv)
     validate(cfg)
-    layout = parallel.data_parallel(cfg["device"])
+    layout = parallel.data_parallel_layout(cfg["device"])
     device = layout.device
     check_dtype(cfg["dtype"], device)
     dtype, autocast = precision(cfg["dtype"], device)

@@ -308,7 +308,7 @@ def launched_world_size():
     return int(os.environ.get("WORLD_SIZE", 1))
 
 
-def data_parallel(device=""):
+def data_parallel_layout(device=""):
     """The layout of an evaluation script: every rank a data-parallel replica of the whole model."""
     return ParallelLayout(world_size=launched_world_size()).start(device)
 

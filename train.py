@@ -184,9 +184,9 @@ def diverged(log, cfg, iter_num, what, **fields):
 # ----------------------------------------------------------------------------- the run
 
 def main(argv):
-    cfg = configurator.apply_config(runtime.DEFAULTS, argv)
-    cfg = runtime.resolve(cfg, launched_world_size())  # before a process group, data or weights exist
-    layout = ParallelLayout.plan(cfg, launched_world_size()).start(cfg["device"], cfg["dist_timeout"])
+    world_size = launched_world_size()  # torchrun's; the process group comes later
+    cfg = runtime.resolve(configurator.apply_config(runtime.DEFAULTS, argv), world_size)  # before any work
+    layout = ParallelLayout.plan(cfg, world_size).start(cfg["device"], cfg["dist_timeout"])
     try:
         with rundir.out_dir_lock(cfg["out_dir"]) if layout.master else nullcontext(), \
                 StopSignals(cfg["out_dir"]) as signals:
