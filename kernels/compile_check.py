@@ -2,10 +2,11 @@
 and shows the register spills (AMD) or shared memory (NVIDIA) of each autotune configuration.
 
     python kernels/compile_check.py --target gfx1100          # RDNA3 (W7900): the AMD lists
-    python kernels/compile_check.py --target sm90 --D 128     # H100: PTX, shared memory
+    python kernels/compile_check.py --target sm90 --D 128     # H100: registers, spills, shared memory
 
-NVIDIA targets stop at PTX (turning PTX into a cubin needs ptxas, which the triton wheel does
-not ship); AMD targets go to AMDGCN assembly, whose metadata gives the VGPR spill count. Each
+NVIDIA targets go to PTX, which ptxas (CUDA's assembler: TRITON_PTXAS_PATH or PATH) turns into
+a cubin reporting registers per thread and spill bytes; AMD targets go to AMDGCN assembly, whose
+metadata gives the VGPR spill count. Each
 (kernel, configuration) compiles in a child process, because the AMD backend can crash outright
 (it segfaults on the column kernel with num_stages=1 for gfx1100, triton 3.8). This uses
 Triton's compiler internals (ASTSource, stages), which change between releases: written for
@@ -16,7 +17,10 @@ import argparse
 import multiprocessing as mp
 import os
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
 
@@ -72,7 +76,25 @@ def compile_one(target_name, kernel, mode, dtype, block_d, config):
     if last == "amdgcn":
         spills = re.search(r"\.vgpr_spill_count:\s+(\d+)", module).group(1)
         return f"vgpr spills {spills:>5}"
-    return f"shared {metadata.get('shared', 0):>6} B"
+    return f"{ptxas_usage(module, target.arch)}, shared {metadata.get('shared', 0):>6} B"
+
+
+def ptxas_usage(ptx, arch):
+    """Registers per thread and spill bytes from `ptxas -v` (the one Triton uses: TRITON_PTXAS_PATH,
+    else ptxas on PATH); shared memory is dynamic in Triton kernels, so it comes from Triton's metadata."""
+    ptxas = os.environ.get("TRITON_PTXAS_PATH") or shutil.which("ptxas")
+    if not ptxas:
+        return "registers ? (no ptxas: set TRITON_PTXAS_PATH or install nvidia-cuda-nvcc)"
+    suffix = "a" if arch == 90 else ""  # Triton targets sm_90a on H100
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "kernel.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        out = subprocess.run([ptxas, "-v", f"--gpu-name=sm_{arch}{suffix}", src, "-o", os.path.join(tmp, "k.cubin")],
+                             capture_output=True, text=True, check=True).stderr
+    registers = re.search(r"Used (\d+) registers", out).group(1)
+    spills = re.search(r"(\d+) bytes spill stores", out).group(1)
+    return f"registers {registers:>3}, spill bytes {spills:>5}"
 
 
 def child(queue, *args):
