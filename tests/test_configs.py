@@ -31,11 +31,25 @@ SUITE_COMMANDS = [
     ["config/sweep_pruning_matrix.py", "config/small_shakespeare.py"],
 ]
 
-# Old name -> the arguments that replace it (a GPU config or suite plus its family's overlay).
-REPLACED = {}
+# A CPU twin that was only its GPU config shrunk -> that config plus its family's overlay. The
+# overlay names one out_dir for its family, so a twin's own out_dir is passed as the docs say.
+RA_TWINS = {"ra_baseline": "ra-baseline", "ra_early": "ra-early", "ra_late": "ra-late", "ra_all": "ra-all",
+            "ra_learn": "ra-learn", "mla": "mla", "ra_mla": "ra-mla", "gated_attn": "gated-attn"}
+SYNC_TWINS = {"gpt2_24comm": "24comm", "gpt2_18comm": "18comm", "gpt2_16comm": "16comm", "gpt2_12comm": "12comm",
+              "gpt2_8comm": "8comm", "gpt2_6comm": "6comm", "spd_12sync": "spd-12sync", "selective_9sync": "selective-9sync",
+              **{f"grouped_{n}sync": f"grouped-{n}sync" for n in (2, 3, 4, 6)}}
+REPLACED = {
+    **{f"config/train_{name}_shakespeare.py": [f"config/train_{name}.py", "config/ra_shakespeare.py",
+                                                f"--out_dir=out-{out}-shakespeare"] for name, out in RA_TWINS.items()},
+    **{f"config/train_{name}_shakespeare.py": [f"config/train_{name}.py", "config/reduced_sync_shakespeare.py",
+                                                f"--out_dir=out-shakespeare-{out}"] for name, out in SYNC_TWINS.items()},
+    # the shared halves of the old twins, now the overlays
+    "config/_ra_shakespeare.py": ["config/ra_shakespeare.py", "--out_dir=out-shakespeare"],
+    "config/_reduced_sync_shakespeare.py": ["config/reduced_sync_shakespeare.py", "--out_dir=out"],
+}
 
 # Files that only make sense on top of another config (pinned through the configs they complete).
-OVERLAYS = set()
+OVERLAYS = {"config/ra_shakespeare.py", "config/reduced_sync_shakespeare.py"}
 
 
 def resolve_config(args):
