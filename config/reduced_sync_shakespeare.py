@@ -1,11 +1,10 @@
-# Overlay: the CPU twin of any reduced-synchronization config given before it (train_gpt2_*comm.py,
-# train_*sync.py): the same 12-layer block pattern, narrow, on 2 CPU ranks (tensor parallelism 2,
-# one replica) in a few minutes (the 50k-token embedding and head dominate at this width).
+# Overlay: any reduced-synchronization recipe given before it (train_gpt2_*comm.py,
+# train_grouped_*sync.py, train_selective_9sync.py, train_spd_12sync.py) at CPU size: the same
+# 12-layer block pattern, narrow, on 2 CPU ranks (tensor parallelism 2) in a few minutes.
 # python data/shakespeare/prepare.py
-# torchrun --standalone --nproc_per_node=2 train.py config/train_gpt2_12comm.py config/reduced_sync_shakespeare.py --out_dir=out-shakespeare-12comm
-# (python train.py with the same arguments runs the same model simulated in one process)
-# python sweep.py suites/comm_shakespeare.py   (suites/comm.py with this overlay; also sync_shakespeare.py)
-out_dir = "out-reduced-sync-shakespeare"  # one per variant: pass --out_dir
+# torchrun --standalone --nproc_per_node=2 train.py config/train_gpt2_12comm.py config/reduced_sync_shakespeare.py
+# (plain `python train.py ...` runs the same model simulated in one process)
+out_dir = "out-reduced-sync-shakespeare"
 dataset = "shakespeare"
 wandb_log = False
 n_layer = 12  # the patterns (sync_every, sync_layers) are written for 12 layers

@@ -1,6 +1,6 @@
-# The RA ablation of seeds/000 as a CPU twin: suites/ra.py's variants (baseline, RAEARLY, RALATE,
-# RAALL, RALEARN) with the overlay config/ra_shakespeare.py on top (it says why the twin is sized as
-# it is), three paired seeds each, compared on validation loss at equal tokens.
+# The RA ablation of seeds/000 as a CPU twin: baseline, RAEARLY, RALATE, RAALL, RALEARN, three
+# paired seeds each, compared on validation loss at equal tokens (the overlay config/ra_shakespeare.py
+# says why the twin is sized as it is).
 # python data/shakespeare/prepare.py --tokenizer=char && python sweep.py suites/ra_shakespeare.py
 import os
 
