@@ -1,8 +1,10 @@
 """Every shipped config and every run of every suite resolves to the config pinned in
-tests/golden/resolved_configs.json: restructuring config/ or suites/ must not change what runs.
+tests/golden/resolved_configs.json, so reorganizing config/ and suites/ cannot change an experiment.
 
-Regenerate the golden file only for a deliberate change of an experiment:
-    python tests/test_configs.py --write
+A config is pinned as what it changes from runtime.DEFAULTS (resolved as sweep.py resolves a run),
+so adding a key with a default leaves the pins alone. A file that was folded into a GPU config plus
+an overlay is looked up under its old name in REPLACED and must resolve exactly as it did. Regenerate the golden file only for a deliberate
+change of an experiment: python tests/test_configs.py --write
 """
 import glob
 import json
@@ -11,78 +13,107 @@ import sys
 
 import pytest
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root, when run as a script
+
+import configurator
+import runtime
+import sweep
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-import configurator  # noqa: E402
-import runtime  # noqa: E402
-import sweep  # noqa: E402
-
 GOLDEN = os.path.join(REPO, "tests", "golden", "resolved_configs.json")
-# A CPU twin that became its GPU config plus its family's overlay: old name -> the files now run.
-TWINS = {
-    **{f"train_ra_{v}_shakespeare": [f"train_ra_{v}.py", "ra_shakespeare.py"]
-       for v in ("baseline", "early", "late", "all", "learn", "mla")},
-    "train_mla_shakespeare": ["train_mla.py", "ra_shakespeare.py"],
-    "train_gated_attn_shakespeare": ["train_gated_attn.py", "ra_shakespeare.py"],
-    **{f"train_gpt2_{n}comm_shakespeare": [f"train_gpt2_{n}comm.py", "reduced_sync_shakespeare.py"]
-       for n in (6, 8, 12, 16, 18, 24)},
-    **{f"train_grouped_{n}sync_shakespeare": [f"train_grouped_{n}sync.py", "reduced_sync_shakespeare.py"]
-       for n in (2, 3, 4, 6)},
-    "train_selective_9sync_shakespeare": ["train_selective_9sync.py", "reduced_sync_shakespeare.py"],
-    "train_spd_12sync_shakespeare": ["train_spd_12sync.py", "reduced_sync_shakespeare.py"],
+
+# The suites' documented CPU twins that are a GPU suite plus command-line configs and overrides.
+SUITE_COMMANDS = [
+    ["suites/attn_impl.py", "config/small_shakespeare.py"],
+    ["suites/ln_warmup.py", "config/small_shakespeare.py"],
+    ["suites/lr_batch.py", "config/small_shakespeare.py", "--max_tokens=1048576"],
+    ["suites/optimizers.py", "config/small_shakespeare.py"],
+    ["suites/pruning.py", "config/small_shakespeare.py"],
+    ["config/sweep_pruning_matrix.py", "config/small_shakespeare.py"],
+]
+
+# A CPU twin that was only its GPU config shrunk -> that config plus its family's overlay. The
+# overlay names one out_dir for its family, so a twin's own out_dir is passed as the docs say.
+RA_TWINS = {"ra_baseline": "ra-baseline", "ra_early": "ra-early", "ra_late": "ra-late", "ra_all": "ra-all",
+            "ra_learn": "ra-learn", "mla": "mla", "ra_mla": "ra-mla", "gated_attn": "gated-attn"}
+SYNC_TWINS = {"gpt2_24comm": "24comm", "gpt2_18comm": "18comm", "gpt2_16comm": "16comm", "gpt2_12comm": "12comm",
+              "gpt2_8comm": "8comm", "gpt2_6comm": "6comm", "spd_12sync": "spd-12sync", "selective_9sync": "selective-9sync",
+              **{f"grouped_{n}sync": f"grouped-{n}sync" for n in (2, 3, 4, 6)}}
+REPLACED = {
+    **{f"config/train_{name}_shakespeare.py": [f"config/train_{name}.py", "config/ra_shakespeare.py",
+                                                f"--out_dir=out-{out}-shakespeare"] for name, out in RA_TWINS.items()},
+    **{f"config/train_{name}_shakespeare.py": [f"config/train_{name}.py", "config/reduced_sync_shakespeare.py",
+                                                f"--out_dir=out-shakespeare-{out}"] for name, out in SYNC_TWINS.items()},
+    # the shared halves of the old twins, now the overlays
+    "config/_ra_shakespeare.py": ["config/ra_shakespeare.py", "--out_dir=out-shakespeare"],
+    "config/_reduced_sync_shakespeare.py": ["config/reduced_sync_shakespeare.py", "--out_dir=out"],
 }
-# Where a twin's runs go is named by the overlay (or --out_dir), no longer by each twin file.
-NAMED_BY_THE_RUN = ("out_dir",)
+
+# Files that only make sense on top of another config (pinned through the configs they complete).
+OVERLAYS = {"config/ra_shakespeare.py", "config/reduced_sync_shakespeare.py"}
 
 
-def config_files():
-    """Train configs a user passes to train.py (not sweep/suite files, not the shared _*.py parts)."""
-    paths = sorted(glob.glob(os.path.join(REPO, "config", "*.py")))
-    return {os.path.basename(p)[:-3]: [p] for p in paths
-            if not os.path.basename(p).startswith("_") and not sweep.is_sweep_file(p)}
+def resolve_config(args):
+    return configurator.apply_config(runtime.DEFAULTS, [os.path.join(REPO, a) if not a.startswith("--") else a
+                                                        for a in args])
 
 
-def suite_runs(suite_file):
-    """{run name: train.py argv} of a suite, as sweep.py plans it (confounds checked)."""
-    spec, _ = sweep.parse_args([suite_file])
-    return {name: argv for name, _, argv in sweep.plan(spec)}
+def resolve_sweep(args):
+    """{run name: resolved config} of a sweep or suite, as sweep.py plans and resolves its runs."""
+    spec, _ = sweep.parse_args([os.path.join(REPO, a) if not a.startswith("--") else a for a in args])
+    nproc = spec["suite"]["nproc"] if spec["suite"] else 1
+    return {name: sweep.resolve(argv, nproc) for name, _, argv in sweep.plan(spec)}
 
 
-def resolved_now():
-    out = {}
-    for name, files in config_files().items():
-        out[f"config/{name}"] = configurator.apply_config(runtime.DEFAULTS, files)
-    for old, files in TWINS.items():
-        out[f"config/{old}"] = configurator.apply_config(runtime.DEFAULTS, [os.path.join(REPO, "config", f)
-                                                                             for f in files])
-    for path in sorted(glob.glob(os.path.join(REPO, "suites", "*.py"))):
-        stem = os.path.basename(path)[:-3]
-        for run, argv in suite_runs(path).items():
-            out[f"suites/{stem}/{run}"] = configurator.apply_config(runtime.DEFAULTS, argv)
-    return json.loads(json.dumps(out))  # tuples and floats as the golden file holds them
+def resolve(key):
+    args = REPLACED.get(key, key.split(" "))
+    return resolve_sweep(args) if sweep.is_sweep_file(os.path.join(REPO, args[0])) else resolve_config(args)
 
 
-def test_every_shipped_config_and_suite_run_resolves_as_pinned():
-    golden = json.load(open(GOLDEN))
-    now = resolved_now()
-    assert sorted(now) == sorted(golden), f"added {sorted(set(now) - set(golden))}, gone {sorted(set(golden) - set(now))}"
-    changed = []
-    for name, cfg in golden.items():
-        skip = NAMED_BY_THE_RUN if name.removeprefix("config/") in TWINS else ()
-        changed += [f"{name}: {k} = {now[name][k]!r}, pinned {v!r}" for k, v in cfg.items()
-                    if k not in skip and now[name].get(k) != v]
-        changed += [f"{name}: new key {k}" for k in set(now[name]) - set(cfg)]
-    assert not changed, "\n".join(changed)
+def shipped():
+    """The key of every shipped config, sweep and suite (relative paths; a command joins them by spaces)."""
+    files = sorted(os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "config", "*.py"))
+                   + glob.glob(os.path.join(REPO, "suites", "*.py")))
+    return [f for f in files if f not in OVERLAYS] + [" ".join(c) for c in SUITE_COMMANDS]
 
 
-@pytest.mark.parametrize("twin", sorted(TWINS))
-def test_a_twin_is_its_gpu_config_plus_one_overlay(twin):
-    files = TWINS[twin]
-    assert len(files) == 2 and os.path.exists(os.path.join(REPO, "config", files[1]))
-    assert not os.path.exists(os.path.join(REPO, "config", f"{twin}.py")), "the parallel twin file is back"
+def pinned_form(resolved):
+    """What a config changes from train.py's defaults (so a new key with a default leaves the pins
+    alone), as JSON; a suite or sweep maps each run name to that."""
+    if "out_dir" not in resolved:
+        return {name: pinned_form(cfg) for name, cfg in resolved.items()}
+    changed = {k: v for k, v in resolved.items() if k not in runtime.DEFAULTS or v != runtime.DEFAULTS[k]}
+    return json.loads(json.dumps(changed, sort_keys=True, default=repr))
 
 
-if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
+def golden():
+    if not os.path.exists(GOLDEN):  # only while --write creates it; the test then fails on every key
+        return {}
+    with open(GOLDEN) as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("key", sorted(set(golden()) | set(shipped())))
+def test_resolved_config_is_pinned(key):
+    pinned = golden()
+    assert key in pinned, f"{key} is new: pin it with python tests/test_configs.py --write"
+    assert pinned_form(resolve(key)) == pinned[key]
+
+
+def test_every_pinned_name_still_runs():
+    """A pinned name that is gone from config/ or suites/ is listed in REPLACED, never just dropped,
+    and a replaced twin file does not come back beside its overlay form."""
+    for key in golden():
+        there = os.path.exists(os.path.join(REPO, key.split(" ")[0]))
+        assert there != (key in REPLACED), f"{key}: {'back beside its replacement' if there else 'vanished'}"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write"]:
+        sys.exit("usage: python tests/test_configs.py --write   (re-pins every resolved config)")
+    os.makedirs(os.path.dirname(GOLDEN), exist_ok=True)
+    pinned = {key: pinned_form(resolve(key)) for key in shipped()}
     with open(GOLDEN, "w") as f:
-        json.dump(resolved_now(), f, indent=1, sort_keys=True)
+        json.dump(pinned, f, indent=1, sort_keys=True)
+        f.write("\n")
+    print(f"pinned {len(pinned)} configs and suites in {GOLDEN}")
