@@ -348,7 +348,8 @@ def train(cfg, layout, signals, command):
             mfu = raw_model.estimate_mfu(tokens_per_sec / layout.world_size, device, peak=measured_peak)
             record = dict(iter=iter_num, tokens=tokens_seen, loss=train_loss, lr=lr, grad_norm=grad_norm,
                           **act_norms.read(), step_time_ms=1000 * step_time, tokens_per_sec=tokens_per_sec,
-                          mfu=mfu, peak_memory_mib=peak_memory_mib(device), tokens_per_iter=tokens_per_iter)
+                          mfu=mfu, peak_memory_mib=peak_memory_mib(device), tokens_per_iter=tokens_per_iter,
+                          load_average=runrecord.load_average())
             mfu_text = "n/a" if mfu is None else f"{100 * mfu:.1f}%"
             log.event("train", f"iter {iter_num}: loss {train_loss:.4f}, lr {lr:.3e}, grad norm {grad_norm:.3f}, "
                       f"{1000 * step_time:.1f} ms/iter, {tokens_per_sec:,.0f} tok/s, mfu {mfu_text}, "
@@ -363,7 +364,8 @@ def train(cfg, layout, signals, command):
                                                                        "--init_from=resume)" if saved else "")
     log.event("end", f"stopped by {by} at iter {iter_num}, {tokens_seen:,} tokens, "
               f"{train_time:.1f} s of training; best val loss {best_val:.4f}", stop_reason=stop_reason,
-              signal=signals.received, iter=iter_num, tokens=tokens_seen, train_time=train_time, best_val_loss=best_val)
+              signal=signals.received, iter=iter_num, tokens=tokens_seen, train_time=train_time, best_val_loss=best_val,
+              load_average=runrecord.load_average())
     if cfg["sample_tokens"] and layout.master:
         log.say("sample:\n" + evaluation.generate_text(raw_model, "\n", cfg["sample_tokens"], device=device, autocast=autocast))
     log.close()
