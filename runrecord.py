@@ -212,6 +212,7 @@ def startup_checklist(cfg, layout, model, counts, data_dir, dtype):
         "dataset": cfg["dataset"], "data_dir": data_dir,
         "train_tokens": counts["train"], "val_tokens": counts["val"],
         "model_class": type(model).__name__, "parameters": model.get_num_params(),
+        "flops_per_token": model.flops_per_token(),
         "block_size": cfg["block_size"], "micro_batch": cfg["batch_size"],
         "grad_accum_steps": accum, "grad_accum_per_rank": accum // layout.dp,
         "world_size": layout.world_size,
