@@ -290,7 +290,11 @@ def train(cfg, layout, signals, command):
             if hellaswag_examples and (iter_num % cfg["hellaswag_interval"] == 0 or stop_reason):
                 # The uncompiled model: every batch has a different length and would recompile.
                 result = evaluation.evaluate_hellaswag(raw_model, hellaswag_examples, device, autocast=autocast,
-                                                      replica=(layout.dp_rank, layout.dp, layout.dp_group))
+                                                      replica=(layout.dp_rank, layout.dp, layout.dp_group), items=True)
+                items = result.pop("items")  # per example: what a report pairs item by item across variants
+                if layout.master:
+                    evaluation.write_items(os.path.join(cfg["out_dir"], evaluation.HELLASWAG_ITEMS), items,
+                                           append=True, iter=iter_num, tokens=tokens_seen)
                 log.event("hellaswag", f"step {iter_num}: hellaswag acc {result['acc']:.4f}, acc_norm "
                           f"{result['acc_norm']:.4f} ({result['n']} examples)", iter=iter_num, tokens=tokens_seen,
                           **result)
