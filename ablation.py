@@ -258,7 +258,7 @@ def sign_flip_test(diffs):
     from scipy import stats
     d = np.asarray(diffs, dtype=np.float64)
     out = dict(below=int((d < 0).sum()), above=int((d > 0).sum()), zero=int((d == 0).sum()), p=None)
-    if len(d):
+    if len(d) >= 2:
         test = stats.permutation_test((d,), np.mean, permutation_type="samples", n_resamples=np.inf,
                                       alternative="two-sided", vectorized=True, axis=-1)
         out["p"] = min(1.0, float(test.pvalue))
