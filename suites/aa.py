@@ -2,7 +2,7 @@
 # (the same network) on the RA CPU twin. The verdict must be "no detectable difference"; anything
 # else is a bug in the model, the pairing or the statistics.
 # python data/shakespeare/prepare.py --tokenizer=char && python sweep.py suites/aa.py
-base = ["../config/train_ra_baseline_shakespeare.py"]
+base = ["../config/train_ra_baseline.py", "../config/ra_shakespeare.py"]
 variants = {"ra_none": {}, "gpt": {"model_type": "gpt"}}
 baseline = "ra_none"
 seeds = [1, 2, 3]

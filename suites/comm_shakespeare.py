@@ -5,5 +5,5 @@
 import os
 
 exec(open(os.path.join(os.path.dirname(__file__), "comm.py")).read())
-variants = {name: {"config": body["config"][:-3] + "_shakespeare.py"} for name, body in variants.items()}
+variants = {name: {"config": [body["config"], "../config/reduced_sync_shakespeare.py"]} for name, body in variants.items()}
 nproc = 2  # tensor parallelism 2 on 2 CPU ranks (gloo)

@@ -5,4 +5,4 @@
 import os
 
 exec(open(os.path.join(os.path.dirname(__file__), "gated_attn.py")).read())
-variants = {name: {"config": body["config"][:-3] + "_shakespeare.py"} for name, body in variants.items()}
+variants = {name: {"config": [body["config"], "../config/ra_shakespeare.py"]} for name, body in variants.items()}
