@@ -470,6 +470,10 @@ def markdown(report, plots):
     return "\n".join(lines) + "\n"
 
 
+def thousands(count):
+    return "-" if count is None else f"{count:,}"
+
+
 def signed(value, digits=4):
     return "-" if value is None else f"{value:+.{digits}g}"
 
@@ -523,8 +527,8 @@ def cost_lines(report):
     for name, c, ratio in costs:
         low, high = c["tokens_per_sec_range"]
         lines.append(f"| {name} | {c['tokens_per_sec']:,.0f} [{low:,.0f}, {high:,.0f}] | "
-                     f"{fmt(ratio.get('tokens_per_sec'), 3)} | {fmt(c['step_time_ms'], 4)} | {fmt(c['parameters'])} | "
-                     f"{fmt(ratio.get('parameters'), 4)} | {fmt(c['flops_per_token'])} | "
+                     f"{fmt(ratio.get('tokens_per_sec'), 3)} | {fmt(c['step_time_ms'], 4)} | {thousands(c['parameters'])} | "
+                     f"{fmt(ratio.get('parameters'), 4)} | {thousands(c['flops_per_token'])} | "
                      f"{fmt(ratio.get('flops_per_token'), 4)} | {fmt(c['peak_memory_mib'], 4)} | {fmt(c['max_load'], 3)} |")
     unreliable = [r for _, c, _ in costs for r in c["unreliable"]]
     if unreliable:
