@@ -123,12 +123,21 @@ def launch_command(argv):
     return shlex.join(["torchrun", *layout, f"--nproc_per_node={per_node}", *argv])
 
 
+def load_average():
+    """The machine's 1, 5 and 15-minute load averages (None where the OS keeps none): a timing taken
+    while other processes competed for the cores is not a measure of the code."""
+    try:
+        return list(os.getloadavg())
+    except (AttributeError, OSError):
+        return None
+
+
 def provenance(repo_dir, argv, device, world_size):
     commit, diff = git_state(repo_dir)
     code_version = None if commit is None else commit + (f"+dirty-{digest(diff)}" if diff else "")
     return dict(time=time.time(), commit=commit, code_version=code_version, dirty=bool(diff), diff=diff,
                 packages=package_versions(), device_name=device_name(device), world_size=world_size,
-                host=platform.node(), cwd=os.getcwd(), command=launch_command(argv))
+                host=platform.node(), cwd=os.getcwd(), command=launch_command(argv), load_average=load_average())
 
 
 def repeat_command(repo_dir, out_dir, start):
@@ -203,6 +212,7 @@ def startup_checklist(cfg, layout, model, counts, data_dir, dtype):
         "dataset": cfg["dataset"], "data_dir": data_dir,
         "train_tokens": counts["train"], "val_tokens": counts["val"],
         "model_class": type(model).__name__, "parameters": model.get_num_params(),
+        "flops_per_token": model.flops_per_token(),
         "block_size": cfg["block_size"], "micro_batch": cfg["batch_size"],
         "grad_accum_steps": accum, "grad_accum_per_rank": accum // layout.dp,
         "world_size": layout.world_size,

@@ -290,7 +290,11 @@ def train(cfg, layout, signals, command):
             if hellaswag_examples and (iter_num % cfg["hellaswag_interval"] == 0 or stop_reason):
                 # The uncompiled model: every batch has a different length and would recompile.
                 result = evaluation.evaluate_hellaswag(raw_model, hellaswag_examples, device, autocast=autocast,
-                                                      replica=(layout.dp_rank, layout.dp, layout.dp_group))
+                                                      replica=(layout.dp_rank, layout.dp, layout.dp_group), items=True)
+                items = result.pop("items")  # per example: what a report pairs item by item across variants
+                if layout.master:
+                    evaluation.write_items(os.path.join(cfg["out_dir"], evaluation.HELLASWAG_ITEMS), items,
+                                           append=True, iter=iter_num, tokens=tokens_seen)
                 log.event("hellaswag", f"step {iter_num}: hellaswag acc {result['acc']:.4f}, acc_norm "
                           f"{result['acc_norm']:.4f} ({result['n']} examples)", iter=iter_num, tokens=tokens_seen,
                           **result)
@@ -348,7 +352,8 @@ def train(cfg, layout, signals, command):
             mfu = raw_model.estimate_mfu(tokens_per_sec / layout.world_size, device, peak=measured_peak)
             record = dict(iter=iter_num, tokens=tokens_seen, loss=train_loss, lr=lr, grad_norm=grad_norm,
                           **act_norms.read(), step_time_ms=1000 * step_time, tokens_per_sec=tokens_per_sec,
-                          mfu=mfu, peak_memory_mib=peak_memory_mib(device), tokens_per_iter=tokens_per_iter)
+                          mfu=mfu, peak_memory_mib=peak_memory_mib(device), tokens_per_iter=tokens_per_iter,
+                          load_average=runrecord.load_average())
             mfu_text = "n/a" if mfu is None else f"{100 * mfu:.1f}%"
             log.event("train", f"iter {iter_num}: loss {train_loss:.4f}, lr {lr:.3e}, grad norm {grad_norm:.3f}, "
                       f"{1000 * step_time:.1f} ms/iter, {tokens_per_sec:,.0f} tok/s, mfu {mfu_text}, "
@@ -363,7 +368,8 @@ def train(cfg, layout, signals, command):
                                                                        "--init_from=resume)" if saved else "")
     log.event("end", f"stopped by {by} at iter {iter_num}, {tokens_seen:,} tokens, "
               f"{train_time:.1f} s of training; best val loss {best_val:.4f}", stop_reason=stop_reason,
-              signal=signals.received, iter=iter_num, tokens=tokens_seen, train_time=train_time, best_val_loss=best_val)
+              signal=signals.received, iter=iter_num, tokens=tokens_seen, train_time=train_time, best_val_loss=best_val,
+              load_average=runrecord.load_average())
     if cfg["sample_tokens"] and layout.master:
         log.say("sample:\n" + evaluation.generate_text(raw_model, "\n", cfg["sample_tokens"], device=device, autocast=autocast))
     log.close()

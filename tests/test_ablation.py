@@ -211,7 +211,7 @@ def synthetic_run(variant, seed, lr, batch, curve, final_tokens, hellaswag_right
     if hellaswag_right is not None:
         events.append(dict(event="hellaswag", tokens=200, n=100, acc=hellaswag_right / 100,
                            acc_norm=hellaswag_right / 100))
-    events.append(dict(event="end", tokens=final_tokens))
+    events.append(dict(event="end", tokens=final_tokens, train_time=final_tokens * batch / 100))
     config = dict(seed=seed, out_dir=f"{variant}-seed{seed}", learning_rate=lr, batch_size=batch)
     return dict(out_dir=config["out_dir"], config=config, info=None, events=events)
 
@@ -233,7 +233,7 @@ def test_time_limited_runs_are_compared_at_equal_tokens_with_every_plot(tmp_path
     assert result["compared_at_tokens"] == 300  # the shortest run ended at 350 tokens, evaluated at 300
     v = result["variants"]["lr0.003_b16"]
     assert v["differences"] == pytest.approx([0.3, 0.3]) and v["verdict"] == "worse"  # identical gaps: sd 0
-    assert v["cost_ratio"]["step_time_ms"] == pytest.approx(2.0)
+    assert v["cost_ratio"]["tokens_per_sec"] == pytest.approx(0.5)  # its tokens / its step time: 100/16 vs 100/8
     h = v["hellaswag"]  # 33 of 100 in each of 2 seeds, pooled
     assert h["n"] == 200 and h["acc_norm"]["value"] == pytest.approx(0.33)
     assert h["acc_norm"]["ci95"] == pytest.approx(ablation.binomial_interval(66, 200))
