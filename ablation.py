@@ -6,10 +6,11 @@ and the config keys a variant may change. This module:
   config and from what was measured (runrecord.py: data, evaluation windows, data order, initial
   weights, classes, dtype, device, versions);
 - compares every variant at the largest token count that every finished run evaluated at;
+- refuses a report whose runs do not measure the metric alike (data, evaluation windows, eval_iters);
 - pairs seeds (same seed = same data order and initial shared weights, checked, not assumed),
-  and gives each variant's paired difference to the baseline a Student-t 95% interval, a
-  p-value and a verdict: better, worse, no detectable difference (with the smallest effect the
-  interval rules out), not comparable, incomplete, one seed;
+  and judges the k paired differences as one planned family (stats.py: Holm, simultaneous
+  intervals, TOST against ±min_effect, power): better, worse, equivalent, inconclusive,
+  deterministic, too few seeds, not comparable, incomplete;
 - writes report.md, report.json and PNG plots.
 
 Used by sweep.py (the check before running, the report after) and report.py (the report rebuilt
@@ -25,6 +26,7 @@ import numpy as np
 import evaluation
 import rundir
 import runrecord
+import stats
 
 # Keys every run of a suite sets differently without changing what is compared.
 BOOKKEEPING = ("seed", "out_dir", "wandb_run_name", "wandb_group", "init_from")
@@ -40,12 +42,19 @@ FACT_CAUSES = {
     "model_class": ("model_type",), "optimizer": ("optimizer",), "dtype": ("dtype",), "device_type": ("device",),
     "world_size": ("tp_size",), "torch_version": (), "code_versions": (),
 }
+# What defines the metric itself: the same in every run of a report (variants and seeds), never "allowed".
+MEASUREMENT_KEYS = ("dataset", "data_dir", "eval_iters")
+MEASUREMENT_FACTS = ("dataset_fingerprint", "tokenizer", "eval_windows")
+# The evaluation windows follow batch_size and block_size: a suite that varies those on purpose (an
+# LR x batch grid) is told its windows differ instead of being refused.
+WINDOW_SHAPE_KEYS = ("batch_size", "block_size")
 PAIRED_FACTS = ("data_order", "init_weights")  # compared between runs of the same seed
 DATA_ORDER_CAUSES = ("dataset", "data_dir", "batch_size", "block_size", "gradient_accumulation_steps",
                      "tokens_per_iter")
 UNITS = {"val_loss": "nats per token", "train_loss": "nats per token", "val_ppl": "perplexity, exp(nats per token)",
          "hellaswag_acc": "fraction right", "hellaswag_acc_norm": "fraction right"}
 CHANCE = {"hellaswag_acc": 0.25, "hellaswag_acc_norm": 0.25}
+DEFAULT_ALPHA = 0.05
 
 
 def check_metric(metric):
@@ -73,6 +82,8 @@ def fact_differences(run, base_run, allowed):
     facts, base = measured_facts(run), measured_facts(base_run)
     diffs = {}
     for fact, causes in FACT_CAUSES.items():
+        if fact in MEASUREMENT_FACTS:  # checked across every run by measurement_problems
+            continue
         if facts.get(fact) != base.get(fact) and not set(causes) & set(allowed):
             diffs[fact] = (facts.get(fact), base.get(fact))
     return diffs
@@ -112,24 +123,6 @@ def common_tokens(runs, metric):
 
 # ----------------------------------------------------------------------------- statistics
 
-def paired_statistics(diffs):
-    """Mean paired difference, its Student-t 95% interval and two-sided p-value (scipy)."""
-    from scipy import stats
-    d = np.asarray(diffs, dtype=np.float64)
-    n = len(d)
-    out = dict(n=n, mean=float(d.mean()) if n else None, sd=None, ci=None, p=None)
-    if n < 2:
-        return out
-    out["sd"] = float(d.std(ddof=1))
-    if out["sd"] == 0.0:  # identical differences (e.g. bitwise-equal runs): a zero-width interval
-        out.update(ci=[out["mean"], out["mean"]], p=1.0 if out["mean"] == 0 else 0.0)
-        return out
-    test = stats.ttest_1samp(d, 0.0)
-    ci = test.confidence_interval(0.95)
-    out.update(ci=[float(ci.low), float(ci.high)], p=float(test.pvalue))
-    return out
-
-
 def binomial_interval(successes, trials):
     """Clopper-Pearson 95% interval of an accuracy (scipy)."""
     from scipy import stats
@@ -137,24 +130,16 @@ def binomial_interval(successes, trials):
     return [float(ci.low), float(ci.high)]
 
 
-def verdict(stats_, goal, confounds, incomplete):
-    """One word for a variant against the baseline, and the sentence that explains it."""
+def blocked_verdict(confounds, incomplete, n):
+    """The verdict when no test may be read: undeclared differences, unfinished runs, no seed."""
     if confounds:
         return "not comparable", "undeclared differences: " + "; ".join(
             f"{k} = {a!r} vs baseline {b!r}" for k, (a, b) in confounds.items())
     if incomplete:
         return "incomplete", incomplete
-    if stats_["n"] == 0:
+    if n == 0:
         return "incomplete", "no paired seed finished"
-    if stats_["n"] == 1:
-        return "one seed", "a single paired seed: no interval, no verdict"
-    low, high = stats_["ci"]
-    if low > 0 or high < 0:
-        helps = (high < 0) == (goal == "lower")
-        return ("better" if helps else "worse"), f"the 95% interval [{low:+.4g}, {high:+.4g}] excludes 0"
-    bound = max(abs(low), abs(high))
-    return "no detectable difference", f"the 95% interval [{low:+.4g}, {high:+.4g}] holds 0; effects beyond " \
-                                       f"±{bound:.3g} are ruled out"
+    return None
 
 
 # ----------------------------------------------------------------------------- the comparison
@@ -175,12 +160,16 @@ def compare(suite, runs):
     base_runs = {s: runs[(baseline, s)] for s in suite["variants"][baseline]}
     base_values = {s: value(r) for s, r in base_runs.items() if value(r) is not None}
     reference = next((r for r in base_runs.values() if r["config"] is not None), None)
+    k = len(suite["variants"]) - 1
+    alpha, min_effect = suite.get("alpha") or DEFAULT_ALPHA, suite.get("min_effect")
     report = dict(suite=suite["name"], metric=metric, goal=goal, baseline=baseline, compared_at_tokens=tokens,
+                  alpha=alpha, min_effect=min_effect, comparisons=k, level=stats.family_level(alpha, k),
+                  measurement=measurement_problems(runs, suite["allowed"]),
                   allowed=sorted(suite["allowed"]), allowed_declared=suite.get("allowed_declared", True),
                   heatmap=suite.get("heatmap") or [],
                   final_tokens={f"{v}-seed{s}": (r["events"][-1].get("tokens") if r["events"] else None)
                                 for (v, s), r in runs.items()},
-                  noise_floor=float(np.std(list(base_values.values()), ddof=1)) if len(base_values) > 1 else None,
+                  baseline_sd=float(np.std(list(base_values.values()), ddof=1)) if len(base_values) > 1 else None,
                   variants={})
     # HellaSwag runs at its own interval: its own largest common token count
     report["hellaswag_tokens"] = common_tokens(finished, "hellaswag_acc_norm")
@@ -195,36 +184,130 @@ def compare(suite, runs):
         if hellaswag:
             entry["hellaswag"] = hellaswag
         if variant != baseline:
-            add_comparison(entry, suite, own, base_runs, base_values, values, reference, goal)
+            add_comparison(entry, report, suite, own, base_runs, base_values, values, reference)
         else:
             entry["verdict"], entry["why"] = "baseline", "the reference of every paired difference"
         report["variants"][variant] = entry
+    decide(report)
+    sd = pooled_difference_sd(report)
+    if sd:
+        seeds = max(len(s) for s in suite["variants"].values())
+        report["plan"] = stats.plan_seeds(sd, seeds, k, alpha, min_effect)
     add_evidence(report, suite, runs)
     return report
 
 
-def add_comparison(entry, suite, own, base_runs, base_values, values, reference, goal):
+def add_comparison(entry, report, suite, own, base_runs, base_values, values, reference):
     allowed = suite["allowed"]
-    confounds, pairing_problems = {}, []
+    confounds, pairing_lines, missing = {}, [], []
     for seed, run in own.items():
         if run["config"] is None or reference is None:
             continue
-        base_run = base_runs.get(seed) if base_runs.get(seed, {}).get("config") else reference
+        paired = base_runs.get(seed, {}).get("config") is not None
+        base_run = base_runs[seed] if paired else reference
         confounds.update(config_differences(run["config"], base_run["config"], allowed))
+        if not run["info"] or not base_run["info"]:
+            missing += [r["out_dir"] for r in (run, base_run) if not r["info"]]
+            continue
         confounds.update(fact_differences(run, base_run, allowed))
-        if base_run is base_runs.get(seed):
-            pairing_problems += [f"seed {seed}: {p}" for p in pairing(run, base_run, allowed)]
+        if paired:
+            problems = pairing(run, base_run, allowed)
+            pairing_lines.append(f"seed {seed}: " + ("; ".join(problems) if problems else "holds"))
+        else:
+            pairing_lines.append(f"seed {seed}: no baseline run of this seed")
     seeds = [s for s in values if s in base_values]
     diffs = [values[s] - base_values[s] for s in seeds]
-    stats_ = paired_statistics(diffs)
+    test = stats.paired_test(diffs, report["level"], report["min_effect"])
     broken = [f"{name} {r['status']}" for name, r in
               [(f"seed {s}", r) for s, r in own.items()] + [(f"baseline seed {s}", r) for s, r in base_runs.items()]
               if r["status"] != "finished"]
     incomplete = ", ".join(broken) + " (counted, not dropped)" if broken else ""
-    entry.update(paired_seeds=seeds, differences=diffs, diff_mean=stats_["mean"], diff_sd=stats_["sd"],
-                 ci95=stats_["ci"], p_value=stats_["p"], confounds={k: list(v) for k, v in confounds.items()},
-                 pairing=pairing_problems or ["holds: same data order and initial shared weights in every seed"])
-    entry["verdict"], entry["why"] = verdict(stats_, goal, confounds, incomplete)
+    if missing:  # a missing fact is never read as a difference, nor as agreement
+        incomplete = "; ".join(filter(None, [incomplete, "no run_info.json in " + ", ".join(sorted(set(missing)))
+                                             + ": the measured facts cannot be checked"]))
+    entry.update(paired_seeds=seeds, differences=diffs, diff_mean=test["mean"], diff_sd=test["sd"],
+                 interval=test["ci"], p_value=test["p"], tost_p=test["tost_p"], deterministic=test["deterministic"],
+                 confounds={k: list(v) for k, v in confounds.items()}, pairing=pairing_lines,
+                 blocked=blocked_verdict(confounds, incomplete, test["n"]))
+
+
+def decide(report):
+    """Holm over the family's raw p-values, then each comparison's verdict. A comparison without a
+    test counts as p = 1, so the family keeps its planned size k."""
+    compared = [(n, v) for n, v in report["variants"].items() if n != report["baseline"]]
+    raw = [v["p_value"] if v["blocked"] is None and v["p_value"] is not None else 1.0 for _, v in compared]
+    for (name, v), adjusted in zip(compared, stats.holm(raw, report["alpha"])):
+        v["p_holm"] = adjusted if v["p_value"] is not None else None
+        if report["measurement"] and not v["confounds"]:
+            v["verdict"], v["why"] = "not comparable", "the metric is not measured alike in every run (see Measurement)"
+        elif v["blocked"]:
+            v["verdict"], v["why"] = v["blocked"]
+        else:
+            test = dict(n=len(v["differences"]), mean=v["diff_mean"], sd=v["diff_sd"], ci=v["interval"],
+                        tost_p=v["tost_p"], deterministic=v["deterministic"])
+            v["verdict"], v["why"] = stats.verdict(test, adjusted, report["alpha"], report["level"], report["goal"],
+                                                   report["min_effect"])
+        del v["blocked"]
+
+
+def pooled_difference_sd(report):
+    """The sd of paired differences pooled over the variants that have one (variances weighted by
+    their degrees of freedom): what the seed planner needs."""
+    parts = [(len(v["differences"]) - 1, v["diff_sd"]) for n, v in report["variants"].items()
+             if n != report["baseline"] and v.get("diff_sd") and len(v.get("differences", [])) > 1]
+    df = sum(d for d, _ in parts)
+    return math.sqrt(sum(d * sd ** 2 for d, sd in parts) / df) if df else None
+
+
+def seed_plan_text(suite, n_runs, pilot_dir):
+    """sweep.py --plan: the planner's answer for this suite before anything runs, from a pilot (or
+    this suite's own finished runs, when there are some)."""
+    k, alpha, min_effect = len(suite["variants"]) - 1, suite["alpha"], suite["min_effect"]
+    lines = [f"suite {suite['name']}: {len(suite['variants'])} variants x {len(suite['seeds'])} seeds = {n_runs} runs, "
+             f"{k} comparison(s) against {suite['baseline']!r}, family-wise alpha {alpha:g}, min_effect "
+             + (f"{min_effect:g}" if min_effect else "not declared (warning: equivalence cannot be shown)")]
+    if not (pilot_dir and os.path.exists(os.path.join(pilot_dir, "suite.json"))):
+        lines.append("no pilot: pass --pilot=SUITE_DIR (a finished suite) for the detectable effect and seeds needed")
+        return "\n".join(lines)
+    pilot, runs = load_suite_dir(pilot_dir)
+    report = compare(dict(pilot, alpha=alpha, min_effect=min_effect), runs)
+    sd = pooled_difference_sd(report)
+    if not sd:
+        lines.append(f"pilot {pilot_dir}: no variant has two paired seeds yet, so no sd to plan from")
+        return "\n".join(lines)
+    lines.append(f"from pilot {pilot_dir}:")
+    lines.append(stats.describe_plan(stats.plan_seeds(sd, len(suite["seeds"]), k, alpha, min_effect)))
+    times = [e["train_time"] for r in runs.values() for e in r["events"][-1:] if e.get("event") == "end"
+             and e.get("train_time")]
+    if times:
+        lines.append(f"training time per run in the pilot: median {np.median(times):.0f} s -> about "
+                     f"{n_runs * np.median(times) / 60:.0f} min of training for {n_runs} runs one at a time "
+                     f"(evaluation and start-up come on top)")
+    return "\n".join(lines)
+
+
+def measurement_problems(runs, allowed):
+    """What makes the metric differ between any two runs of the report (variants and seeds alike):
+    each line names the runs and both values. Runs without the record are left to `incomplete`."""
+    problems = []
+    recorded = [r for r in runs.values() if r["config"] is not None]
+    if not recorded:
+        return problems
+    ref = recorded[0]
+    name = lambda r: os.path.basename(os.path.normpath(r["out_dir"]))
+    for run in recorded[1:]:
+        for key in MEASUREMENT_KEYS:
+            if run["config"].get(key) != ref["config"].get(key):
+                problems.append(f"{key}: {name(run)} has {run['config'].get(key)!r}, {name(ref)} {ref['config'].get(key)!r}")
+        if not (run["info"] and ref["info"]):
+            continue
+        facts, ref_facts = measured_facts(run), measured_facts(ref)
+        for fact in MEASUREMENT_FACTS:
+            if fact == "eval_windows" and set(WINDOW_SHAPE_KEYS) & set(allowed):
+                continue
+            if facts.get(fact) != ref_facts.get(fact):
+                problems.append(f"{fact}: {name(run)} has {facts.get(fact)!r}, {name(ref)} {ref_facts.get(fact)!r}")
+    return list(dict.fromkeys(problems))
 
 
 def hellaswag_summary(runs, tokens):
@@ -335,10 +418,10 @@ def compute_matched(report, runs, variant, seeds, base_seeds):
             values[seed] = metric_at(run, report["metric"], at)
             if values[seed] is not None:
                 diffs.append(values[seed] - metric_at(base, report["metric"], tokens))
-    stats_ = paired_statistics(diffs)
+    test = stats.paired_test(diffs, report["level"])
     return dict(flops=flops, tokens=at, flops_ratio=own_cost["flops_per_token"] / base_cost["flops_per_token"],
-                values={f"seed{s}": v for s, v in values.items()}, differences=diffs, diff_mean=stats_["mean"],
-                ci95=stats_["ci"], p_value=stats_["p"],
+                values={f"seed{s}": v for s, v in values.items()}, differences=diffs, diff_mean=test["mean"],
+                interval=test["ci"], p_value=test["p"],
                 missing=[f"seed{s}" for s, v in values.items() if v is None])
 
 
@@ -441,18 +524,35 @@ def markdown(report, plots):
              f"**{fmt(tokens)} tokens**, the largest token count at which every finished run was evaluated "
              f"(final token counts: {fmt(min(filter(None, report['final_tokens'].values()), default=None))} to "
              f"{fmt(max(filter(None, report['final_tokens'].values()), default=None))}).",
-             f"Paired differences are variant minus baseline (`{report['baseline']}`) on the same seed, with a "
-             f"Student-t 95% interval; the baseline's seed-to-seed standard deviation (the noise floor) is "
-             f"{fmt(report['noise_floor'])}. Keys allowed to differ: {', '.join(report['allowed']) or 'none'}"
+             f"Paired differences are variant minus baseline (`{report['baseline']}`) on the same seed. "
+             f"**{report['comparisons']} comparison(s), Holm** at family-wise alpha {report['alpha']:g}: p-values "
+             f"are Holm-adjusted and each interval is a simultaneous {100 * (1 - report['level']):.4g}% "
+             f"(Bonferroni) Student-t interval. Smallest effect of interest (min_effect): "
+             + (f"**±{report['min_effect']:g}** {UNITS.get(metric, '')}." if report["min_effect"] else
+                "**not declared** (warning: equivalence cannot be shown; declare min_effect in the suite or "
+                "pass --min_effect to report.py).")
+             + f" Keys allowed to differ: {', '.join(report['allowed']) or 'none'}"
              + ("." if report["allowed_declared"] else " (no suite declared them: every config difference "
                                                        "between these runs is treated as intended)."), "",
-             "| variant | verdict | seeds | mean | sd | diff vs baseline | 95% interval | p |", "|" + "---|" * 8]
+             f"| variant | verdict | seeds | mean | sd | diff vs baseline | {100 * (1 - report['level']):.4g}% "
+             f"simultaneous interval | p | p (Holm) |", "|" + "---|" * 9]
     for name, v in report["variants"].items():
-        ci = v.get("ci95")
+        ci = v.get("interval")
         lines.append(" | ".join([
             f"| {name}", f"**{v['verdict']}**", str(v["n"]), fmt(v["mean"]), fmt(v["sd"]),
             fmt(v.get("diff_mean")) if name != report["baseline"] else "-",
-            f"[{ci[0]:+.4g}, {ci[1]:+.4g}]" if ci else "-", fmt(v.get("p_value"), 3)]) + " |")
+            f"[{ci[0]:+.4g}, {ci[1]:+.4g}]" if ci else "-", fmt(v.get("p_value"), 3),
+            fmt(v.get("p_holm"), 3)]) + " |")
+    if report.get("declared_after_the_runs"):
+        lines.append(f"\nNote: {', '.join(report['declared_after_the_runs'])} declared after the runs (report.py), "
+                     f"not before them.")
+    lines.append(f"\nBaseline seed-to-seed sd: {fmt(report['baseline_sd'])} (a property of single runs; each "
+                 f"paired difference is judged against its own standard error).")
+    if report["measurement"]:
+        lines += ["", "## Measurement (must agree in every run): NOT COMPARABLE", ""] + [
+            f"- {m}" for m in report["measurement"]]
+    if report.get("plan"):
+        lines += ["", "## Seed plan", "", "```", stats.describe_plan(report["plan"]), "```"]
     lines += ["", "## Why each verdict", ""]
     lines += [f"- **{name}**: {v['verdict']}: {v['why']}." for name, v in report["variants"].items()]
     pairing = [f"- {name}: {'; '.join(v['pairing'])}" for name, v in report["variants"].items() if "pairing" in v]
@@ -504,11 +604,11 @@ def compute_matched_lines(report):
     lines = ["", f"## At equal model FLOPs", "",
              f"The baseline's model FLOPs at the compared point ({matched[0][1]['flops']:.4g}): each variant's "
              f"{report['metric']} at the token count where it spent as much (linear between its evaluations; "
-             f"'-' where it never got there), paired with the baseline seed, Student-t 95%.", "",
-             "| variant | FLOPs/token x | tokens at equal FLOPs | diff vs baseline | 95% interval | p |",
+             f"'-' where it never got there), paired with the baseline seed, Student-t at the family's simultaneous level.", "",
+             "| variant | FLOPs/token x | tokens at equal FLOPs | diff vs baseline | interval | p |",
              "|---|---|---|---|---|---|"]
     for name, m in matched:
-        ci = m["ci95"]
+        ci = m["interval"]
         lines.append(f"| {name} | {m['flops_ratio']:.3f} | {m['tokens']:,.0f} | {signed(m['diff_mean'])} | "
                      + (f"[{ci[0]:+.4g}, {ci[1]:+.4g}]" if ci else "-") + f" | {fmt(m['p_value'], 3)} |")
     return lines
@@ -640,7 +740,7 @@ def forest_plot(report, compared, plt):
     fig, ax = plt.subplots(figsize=(7.5, 0.6 * len(compared) + 1.8))
     for i, (name, v) in enumerate(compared):
         ax.plot([v["diff_mean"]], [i], "o", color="black")
-        ci = v.get("ci95")
+        ci = v.get("interval")
         if ci:
             ax.plot(ci, [i, i], "-", color="black")
         ax.annotate(f"{v['diff_mean']:+.4f}" + (f" [{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else ""), (v["diff_mean"], i),
@@ -653,7 +753,8 @@ def forest_plot(report, compared, plt):
     ax.set_yticks(range(len(compared)), [f"{n}: {v['verdict']}" for n, v in compared])
     ax.set_ylim(-0.7, len(compared) - 0.3)
     left, right = ("better", "worse") if report["goal"] == "lower" else ("worse", "better")
-    ax.set(xlabel=f"{report['metric']}: variant - baseline (same seed), 95% interval\n{left} <-   |   -> {right}",
+    ax.set(xlabel=f"{report['metric']}: variant - baseline (same seed), {100 * (1 - report['level']):.4g}% "
+                  f"simultaneous interval\n{left} <-   |   -> {right}",
            title="paired differences")
     return fig, "paired_differences.png"
 
@@ -711,7 +812,7 @@ def load_suite_dir(suite_dir):
     """(suite, runs) of a directory written by sweep.py: suite.json names each run's variant and seed."""
     with open(os.path.join(suite_dir, "suite.json")) as f:
         declared = json.load(f)
-    suite = {k: declared.get(k) for k in ("name", "metric", "baseline", "allowed", "heatmap")}
+    suite = {k: declared.get(k) for k in ("name", "metric", "baseline", "allowed", "heatmap", "alpha", "min_effect")}
     suite["variants"], runs = {}, {}
     for run_name, (variant, seed) in declared["runs"].items():
         suite["variants"].setdefault(variant, []).append(seed)
@@ -719,7 +820,7 @@ def load_suite_dir(suite_dir):
     return suite, runs
 
 
-def suite_from_run_dirs(dirs, metric, baseline="", allowed=None):
+def suite_from_run_dirs(dirs, metric, baseline="", allowed=None, alpha=DEFAULT_ALPHA, min_effect=None):
     """(suite, runs) for run directories that no suite produced: runs whose configs agree but for
     bookkeeping keys (seed, out_dir, ...) are one variant, named after their directories; the
     baseline is `baseline` (a variant or a directory) or the first directory's variant. Without
@@ -752,10 +853,20 @@ def suite_from_run_dirs(dirs, metric, baseline="", allowed=None):
         ref = next(r for (v, _), r in runs.items() if v == base)["config"]
         allowed = sorted({k for r in runs.values() for k in config_differences(r["config"], ref, ())})
     suite = dict(name="runs " + ", ".join(variants), metric=metric, baseline=base, allowed=list(allowed),
-                 variants=variants, allowed_declared=declared)
+                 variants=variants, allowed_declared=declared, alpha=alpha, min_effect=min_effect)
     return suite, runs
 
 
-def report_suite_dir(suite_dir, out_dir=None):
+def report_suite_dir(suite_dir, out_dir=None, plan=None):
+    """The suite's report; `plan` (alpha, min_effect) may fill in only what the suite did not declare
+    before its runs, and the report then says it was declared afterwards."""
     suite, runs = load_suite_dir(suite_dir)
-    return write_report(compare(suite, runs), runs, out_dir or suite_dir)
+    late = {k: v for k, v in (plan or {}).items() if suite.get(k) is None}
+    refused = sorted(set(plan or {}) - set(late))
+    if refused:
+        raise ValueError(f"{suite_dir} declared {', '.join(f'{k}={suite[k]!r}' for k in refused)} before its runs: "
+                         f"it cannot be changed here")
+    report = compare(dict(suite, **late), runs)
+    if late:
+        report["declared_after_the_runs"] = sorted(late)
+    return write_report(report, runs, out_dir or suite_dir)

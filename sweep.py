@@ -60,6 +60,8 @@ OPTIONS = dict(
     dry_run=False,  # print the runs (and check them) without starting any
     allow_confounds=False,  # run a suite whose variants differ in undeclared keys (the report still says so)
     cpu_runs=1,  # on a CPU: this many runs at once, each with its share of the cores
+    plan=False,  # a suite: print the seed plan (detectable effect, seeds needed, run count, time) and stop
+    pilot="",  # with --plan: a finished suite directory whose paired differences and run times inform the plan
 )
 SUITE_KEYS = ("variants", "baseline", "seeds", "metric", "allowed")
 
@@ -157,8 +159,14 @@ def read_suite(namespace, name, here):
     heatmap = list(namespace.get("heatmap", []))
     if heatmap and (len(heatmap) != 2 or not set(heatmap) <= set(namespace["allowed"])):
         raise err(f"heatmap={heatmap!r}: name two of the allowed keys (x, y)")
+    alpha, min_effect = namespace.get("alpha", ablation.DEFAULT_ALPHA), namespace.get("min_effect")
+    if not (isinstance(alpha, float) and 0 < alpha < 1):
+        raise err(f"alpha={alpha!r}: the family-wise significance level, a float in (0, 1)")
+    if min_effect is not None and not (isinstance(min_effect, (int, float)) and min_effect > 0):
+        raise err(f"min_effect={min_effect!r}: the smallest effect of interest in the metric's units, > 0")
     return dict(name=name, variants=variants, baseline=namespace["baseline"], seeds=list(seeds),
-                metric=namespace["metric"], allowed=list(namespace["allowed"]), nproc=nproc, heatmap=heatmap)
+                metric=namespace["metric"], allowed=list(namespace["allowed"]), nproc=nproc, heatmap=heatmap,
+                alpha=alpha, min_effect=min_effect)
 
 
 def parse_grid(text):
@@ -382,13 +390,13 @@ def freeze_suite(suite, runs, sweep_dir):
     if os.path.exists(path):
         with open(path) as f:
             first = json.load(f)
-        for key in ("metric", "baseline"):
-            if first[key] != suite[key]:
+        for key in ("metric", "baseline", "alpha", "min_effect"):
+            if key in first and first[key] != suite[key]:
                 raise configurator.ConfigError(
                     f"{path} declared {key}={first[key]!r} before its runs; this suite says {suite[key]!r}: "
                     f"keep it, or start a new suite_dir")
         declared["runs"] = {**first["runs"], **declared["runs"]}
-    with open(path, "w") as f:
+    with rundir.atomic_write(path, "w") as f:  # a torn suite.json would lose the plan
         json.dump(declared, f, indent=1)
     return declared
 
@@ -402,6 +410,11 @@ def main(argv, launch=launch_subprocess):
     for name, _, run_argv in runs:
         print(f"  {name}: {'torchrun --nproc_per_node=%d' % nproc if nproc > 1 else 'python'} train.py "
               f"{' '.join(run_argv)}")
+    if options["plan"]:
+        if not suite:
+            raise configurator.ConfigError("--plan needs a suite file (variants x seeds)")
+        print(ablation.seed_plan_text(suite, len(runs), options["pilot"] or sweep_dir))
+        return runs
     if options["dry_run"]:
         return runs
     os.makedirs(sweep_dir, exist_ok=True)

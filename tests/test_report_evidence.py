@@ -67,7 +67,7 @@ def fake_run(out_dir, value_at, windows_ms, tokens_per_iter=100, iters=50, flops
 def compared(runs, variants, baseline="base"):
     """ablation.add_evidence on a report whose comparison part is filled in by hand (the runs have no
     configs: only what the evidence needs)."""
-    report = dict(metric="val_loss", goal="lower", baseline=baseline, hellaswag_tokens=None,
+    report = dict(metric="val_loss", goal="lower", baseline=baseline, hellaswag_tokens=None, level=0.05,
                   compared_at_tokens=ablation.common_tokens(list(runs.values()), "val_loss"),
                   variants={v: {} for v in variants})
     for run in runs.values():
