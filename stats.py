@@ -9,7 +9,7 @@ and the smallest effect of interest `min_effect` (in the metric's units). Then, 
   and the seeds that min_effect would need.
 The procedures come from scipy and statsmodels; this module only puts them together.
 """
-import math
+import functools
 
 import numpy as np
 
@@ -34,24 +34,36 @@ def holm(p_values, alpha):
     return adjusted
 
 
-def detectable_effect(sd, n, level, power=POWER):
-    """Smallest |mean paired difference| a two-sided paired t-test at `level` detects with `power`
-    from n seeds whose differences have standard deviation sd (statsmodels' t-test power)."""
+@functools.lru_cache(maxsize=None)
+def standardized_detectable(n, level, power=POWER):
+    """Smallest |mean| / sd a two-sided paired t-test at `level` detects with `power` from n seeds
+    (statsmodels' t-test power; it depends on n and the level only, so it is cached)."""
     from statsmodels.stats.power import TTestPower
+    effect = TTestPower().solve_power(effect_size=None, nobs=n, alpha=level, power=power, alternative="two-sided")
+    return float(np.ravel(effect)[0])  # the solver returns a scalar or a one-element array
+
+
+def detectable_effect(sd, n, level, power=POWER):
+    """Smallest |mean paired difference| detectable with `power` from n seeds whose differences
+    have standard deviation sd."""
     if n < 2 or not sd:
         return None
-    return float(TTestPower().solve_power(effect_size=None, nobs=n, alpha=level, power=power,
-                                          alternative="two-sided")) * sd
+    return standardized_detectable(n, level, power) * sd
 
 
-def seeds_needed(sd, min_effect, level, power=POWER):
-    """Paired seeds for which a two-sided t-test at `level` detects min_effect with `power`."""
-    from statsmodels.stats.power import TTestPower
+def seeds_needed(sd, min_effect, level, power=POWER, most=100_000):
+    """Fewest paired seeds (at least MIN_SEEDS) whose detectable effect is within min_effect: the
+    detectable effect falls as seeds are added, so a bisection over n finds it."""
     if not sd or not min_effect:
         return None
-    n = TTestPower().solve_power(effect_size=min_effect / sd, nobs=None, alpha=level, power=power,
-                                 alternative="two-sided")
-    return max(MIN_SEEDS, math.ceil(n))
+    target = min_effect / sd
+    if standardized_detectable(MIN_SEEDS, level, power) <= target:
+        return MIN_SEEDS
+    low, high = MIN_SEEDS, most
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if standardized_detectable(mid, level, power) <= target else (mid, high)
+    return high
 
 
 def paired_test(diffs, level, min_effect=None):

@@ -6,4 +6,5 @@ variants = {"baseline": {}, "lr_10x_low": {"learning_rate": 3e-4, "min_lr": 3e-5
 baseline = "baseline"
 seeds = [1, 2, 3]
 metric = "val_loss"
+min_effect = 0.01  # nats per token: the smallest val-loss difference worth acting on (declared before the runs)
 allowed = ["learning_rate", "min_lr"]
