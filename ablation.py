@@ -808,10 +808,22 @@ def heatmap_axes(report, runs):
 
 # ----------------------------------------------------------------------------- where runs come from
 
+def read_suite_json(path):
+    """A suite's frozen declaration; a damaged file is named in one line, never parsed half-way."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            declared = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is damaged ({e}): it holds the plan declared before the runs; restore it "
+                         f"(or delete it to declare the suite again from its file)") from None
+    if not isinstance(declared, dict) or not {"metric", "baseline", "runs"} <= set(declared):
+        raise ValueError(f"{path} is not a suite declaration (no metric, baseline and runs)")
+    return declared
+
+
 def load_suite_dir(suite_dir):
     """(suite, runs) of a directory written by sweep.py: suite.json names each run's variant and seed."""
-    with open(os.path.join(suite_dir, "suite.json")) as f:
-        declared = json.load(f)
+    declared = read_suite_json(os.path.join(suite_dir, "suite.json"))
     suite = {k: declared.get(k) for k in ("name", "metric", "baseline", "allowed", "heatmap", "alpha", "min_effect")}
     suite["variants"], runs = {}, {}
     for run_name, (variant, seed) in declared["runs"].items():

@@ -29,21 +29,25 @@ class RunDirError(RuntimeError):
 # ----------------------------------------------------------------------------- one run per out_dir
 
 @contextlib.contextmanager
-def out_dir_lock(out_dir):
+def out_dir_lock(out_dir, holder="run"):
     """Hold an exclusive lock on out_dir for the block: a second run on it is refused. The kernel
     releases a flock when its process dies, kill -9 included, so a stale lock never needs cleaning.
     Leftover temporary files of a dead writer are removed: while the lock is held, no other
     process can be writing them."""
-    os.makedirs(out_dir, exist_ok=True)
-    f = open(os.path.join(out_dir, LOCK_FILE), "a+")
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        f = open(os.path.join(out_dir, LOCK_FILE), "a+")
+    except OSError as e:  # read-only file system, no permission, a file in the way
+        raise RunDirError(f"cannot write in {out_dir or repr(out_dir)} ({e.strerror}): choose a writable "
+                          f"out_dir") from None
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         f.seek(0)
         owner = f.read().strip() or "unknown"
         f.close()
-        raise RunDirError(f"{out_dir} is in use by another run (pid {owner}): wait for it to end, stop it, "
-                          f"or choose another out_dir") from None
+        raise RunDirError(f"{out_dir} is in use by another {holder} (pid {owner}): wait for it to end, stop it, "
+                          f"or choose another {'sweep_dir' if holder == 'sweep' else 'out_dir'}") from None
     f.seek(0)
     f.truncate()
     f.write(str(os.getpid()))

@@ -311,6 +311,10 @@ def default_gpus(option, nproc=1, cpu_runs=1):
     return slots or [None]
 
 
+class SweepInterrupted(Exception):
+    exit_code = 130  # the shell's code for Ctrl-C
+
+
 def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
     """Run the unfinished runs, one per GPU slot at a time; returns {name: return code}."""
     todo = []
@@ -340,7 +344,13 @@ def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
                 print(f"{'done' if proc.returncode == 0 else 'FAILED'} {name} (exit {proc.returncode})", flush=True)
                 del active[slot]
         if active:
-            time.sleep(0.5)
+            try:
+                time.sleep(0.5)
+            except KeyboardInterrupt:  # Ctrl-C reached the runs too: each finishes its step and saves
+                for name, proc in active.values():
+                    proc.wait()
+                raise SweepInterrupted(f"interrupted: {len(active)} running run(s) saved a checkpoint and "
+                                       f"stopped; run the same command again to resume them") from None
     return codes
 
 
@@ -388,8 +398,10 @@ def freeze_suite(suite, runs, sweep_dir):
     path = os.path.join(sweep_dir, "suite.json")
     declared = dict(suite, runs={name: [p["variant"], p["seed"]] for name, p, _ in runs})
     if os.path.exists(path):
-        with open(path) as f:
-            first = json.load(f)
+        try:
+            first = ablation.read_suite_json(path)
+        except ValueError as e:
+            raise configurator.ConfigError(str(e)) from None
         for key in ("metric", "baseline", "alpha", "min_effect"):
             if key in first and first[key] != suite[key]:
                 raise configurator.ConfigError(
@@ -417,12 +429,12 @@ def main(argv, launch=launch_subprocess):
         return runs
     if options["dry_run"]:
         return runs
-    os.makedirs(sweep_dir, exist_ok=True)
-    if suite:
-        freeze_suite(suite, runs, sweep_dir)
     if launch is launch_subprocess:
         launch = functools.partial(launch_subprocess, nproc=nproc)
-    codes = run_all(runs, sweep_dir, default_gpus(options["gpus"], nproc, options["cpu_runs"]), launch)
+    with rundir.out_dir_lock(sweep_dir, holder="sweep"):  # two sweeps on one directory would race for its runs
+        if suite:
+            freeze_suite(suite, runs, sweep_dir)
+        codes = run_all(runs, sweep_dir, default_gpus(options["gpus"], nproc, options["cpu_runs"]), launch)
     if suite:
         print(open(ablation.report_suite_dir(sweep_dir)).read())
     else:
@@ -435,4 +447,4 @@ def main(argv, launch=launch_subprocess):
 
 
 if __name__ == "__main__":
-    configurator.run_script(main, RuntimeError)
+    configurator.run_script(main, RuntimeError, SweepInterrupted, rundir.RunDirError)

@@ -30,7 +30,8 @@ import runrecord
 import runtime
 import sharding
 from model import GPTConfig, model_config_fields
-from parallel import ParallelLayout, RankStalled, exit_distributed, launched_world_size, name_stalled_ranks
+from parallel import (ParallelLayout, RankStalled, checkpoint_path, exit_distributed, launched_world_size,
+                      name_stalled_ranks)
 from runtime import get_batch, train_offsets
 
 
@@ -39,7 +40,8 @@ class TrainingDiverged(RuntimeError):
 
 
 class Interrupted(Exception):
-    """A second SIGINT/SIGTERM: the run stops at once, with the shell's exit code for that signal."""
+    """A second signal, or one before the first step: the run stops at once, with the shell's exit
+    code for that signal."""
 
     def __init__(self, message, signum):
         super().__init__(message)
@@ -145,17 +147,22 @@ def budget_reached(cfg, iter_num, tokens_seen, train_time):
 
 
 class StopSignals:
-    """SIGTERM (what Slurm and Kubernetes send before killing a job) and SIGINT (Ctrl-C): the first
-    asks the loop to stop after the current step and write a checkpoint; a second raises
-    Interrupted at once, wherever the process is (inside a save, the previous checkpoint stays)."""
+    """SIGTERM (what Slurm and Kubernetes send before killing a job), SIGINT (Ctrl-C) and SIGHUP (a
+    closed terminal or a lost ssh session): once the loop runs, the first asks it to stop after the
+    current step and write a checkpoint; a second raises Interrupted at once, wherever the process
+    is (inside a save, the previous checkpoint stays). Before the first step there is nothing to
+    save, so a signal stops start-up at once. A SIGHUP ignored at launch (nohup) stays ignored."""
 
     def __init__(self, out_dir):
         self.out_dir = out_dir
         self.received = None  # the first signal's name
+        self.training = False  # set when the loop starts: from then on a first signal is a checkpoint
         self.previous = {}
 
     def __enter__(self):
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            if signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN:
+                continue
             self.previous[signum] = signal.signal(signum, self.handle)
         return self
 
@@ -165,9 +172,11 @@ class StopSignals:
 
     def handle(self, signum, frame):
         name = signal.Signals(signum).name
-        if self.received:
-            raise Interrupted(f"second signal ({name} after {self.received}): stopped at once; "
-                              f"{self.out_dir}/ckpt.pt holds the last checkpoint written", signum)
+        if self.received or not self.training:
+            kept = checkpoint_path(self.out_dir)
+            truth = f"{kept} holds the last checkpoint written" if kept else "no checkpoint was written"
+            when = f"second signal ({name} after {self.received})" if self.received else f"{name} before the first step"
+            raise Interrupted(f"{when}: stopped at once; {truth}", signum)
         self.received = name
         # os.write, not print: a handler that prints while the interrupted code prints raises "reentrant call"
         os.write(2, f"{name} received: finishing this step, then writing a checkpoint and stopping "
@@ -270,6 +279,7 @@ def train(cfg, layout, signals, command):
     start_iter = iter_num
     window = dict(time=0.0, iters=0)  # training steps since the last log line
     stop_reason = budget_reached(cfg, iter_num, tokens_seen, train_time)
+    signals.training = True
     while True:
         checkpoint_due = iter_num % cfg["eval_interval"] == 0 or stop_reason
         if checkpoint_due and stop_reason != "signal":  # a preempted job has seconds: save now, evaluate later
