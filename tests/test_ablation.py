@@ -63,7 +63,7 @@ def test_verdicts():
 def write_suite(tmp_path, variants, allowed, seeds=(1, 2, 3), name="suite_toy"):
     path = tmp_path / f"{name}.py"
     path.write_text(f"variants = {variants!r}\nbaseline = 'base'\nseeds = {list(seeds)!r}\n"
-                    f"metric = 'val_loss'\nallowed = {allowed!r}\nsuite_dir = {str(tmp_path / ('out-' + name))!r}\n")
+                    f"metric = 'val_loss'\nmin_effect = 0.01\nallowed = {allowed!r}\nsuite_dir = {str(tmp_path / ('out-' + name))!r}\n")
     return str(path), str(tmp_path / f"out-{name}")
 
 
@@ -76,7 +76,7 @@ def suite_args(data_dir, path):
                     if not a.startswith("--min_lr="))]
 
 
-def test_aa_suite_and_positive_control(data_dir, tmp_path):
+def test_aa_suite_and_positive_control(data_dir, tmp_path, capsys):
     """gpt against ra with ra_pattern='none' (the same network: bitwise-equal runs, deterministic) and a
     learning rate 10x too low (worse), three paired seeds each."""
     variants = {"base": {"model_type": "ra", **LR}, "same": {"model_type": "gpt", **LR},
@@ -125,6 +125,14 @@ def test_aa_suite_and_positive_control(data_dir, tmp_path):
     assert adhoc["comparisons"] == 1  # two variants here: one comparison, so a wider level than the suite's
     assert adhoc["variants"]["lr_low"]["diff_mean"] == pytest.approx(low["diff_mean"])
     assert not adhoc["allowed_declared"] and adhoc["allowed"] == ["learning_rate", "min_lr"]
+    # The seed planner reads this suite as a pilot: the pooled paired sd, the seeds 0.01 would need.
+    capsys.readouterr()
+    sweep.main([*suite_args(data_dir, path), "--plan=True", f"--pilot={suite_dir}"], launch=in_process(calls))
+    planned = capsys.readouterr().out
+    sd = ablation.pooled_difference_sd(result)
+    needed = stats.plan_seeds(sd, 3, 2, 0.05, 0.01)["seeds_needed"]
+    assert f"paired-difference sd {sd:.4g}, 2 comparison(s)" in planned and f"needs {needed} seeds" in planned
+    assert len(calls) == 9  # planning runs nothing
     # The metric is frozen by the first run.
     text = open(path).read().replace("metric = 'val_loss'", "metric = 'train_loss'")
     open(path, "w").write(text)
