@@ -102,13 +102,15 @@ def save_checkpoint(path, state):
     full disk mid-save keeps the previous checkpoint. torch's zip writer reports a failed write of
     the file as `RuntimeError: [enforce fail at inline_container.cc] ...`; the real cause (an
     OSError, or the exception a signal handler raised) is its __context__, and that is what we raise."""
+    had_one = os.path.exists(path)
     try:
         with atomic_write(path) as f:
             torch.save(state, f)
     except (RuntimeError, OSError) as e:
         cause = e.__context__ if isinstance(e, RuntimeError) and e.__context__ is not None else e
         if isinstance(cause, OSError):
-            raise RunDirError(describe_write_error(cause, path, "the previous checkpoint is intact")) from None
+            kept = "the previous checkpoint is intact" if had_one else "no checkpoint was written yet"
+            raise RunDirError(describe_write_error(cause, path, kept)) from None
         if cause is not e:
             raise cause from None
         raise

@@ -281,6 +281,12 @@ def test_write_errors_name_their_cause_and_lose_nothing(data_dir, tmp_path):
                                         f"checkpoint is intact"]
     assert load_ckpt(out)["iter_num"] == 4
     assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
+    # The first save of a run on a full disk: nothing was there before, and the message says so.
+    first = str(tmp_path / "first")
+    proc = subprocess.run([sys.executable, "train.py", *tiny_args(data_dir, first)], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=120, preexec_fn=limited_file_size(ckpt_size // 2))
+    assert proc.returncode == 1 and error_lines(proc.stderr)[-1] == (
+        f"error: file too large while writing {first}/ckpt.pt; no checkpoint was written yet")
     # A log line that cannot be written whole: the run stops, leaving a torn last line ...
     log_size = os.path.getsize(os.path.join(out, "log.jsonl"))
     limit = max(log_size, os.path.getsize(os.path.join(out, "run_info.json")) + 1500) + 300  # run_info.json fits
@@ -421,6 +427,10 @@ def test_syntax_error_in_a_config_file_is_one_line(tmp_path):
     (["--n_layer=64", "--n_embd=16384", "--n_head=128"], r"this run needs at least [\d,.]+ GiB per rank"),
     (["--hellaswag_limit=-1"], "hellaswag_limit must be >= 0"),
     (["--dist_timeout=0"], "dist_timeout must be >= 1"),
+    (["--out_dir="], "out_dir is empty: name the run directory"),
+    (["--device=tpu"], "device='tpu': use cpu, cuda, cuda:N or mps"),
+    (["--eval_iters=1000000000"], "eval_iters=1000000000 x batch_size=.* evaluation windows exceed the .* tokens of the "
+                                  "smaller split: lower eval_iters"),
 ])
 def test_impossible_runs_fail_before_work_starts(data_dir, tmp_path, extra, message):
     if extra[0] == "--device=cuda" and torch.cuda.is_available():
@@ -434,6 +444,18 @@ def test_empty_val_split_is_refused(tmp_path):
     data = write_data(tmp_path / "data", np.arange(2000) % VOCAB, np.zeros(0, dtype=np.int64))
     with pytest.raises(configurator.ConfigError, match=r"val.bin is empty: prepare it again"):
         train.main(tiny_args(data, str(tmp_path / "run")))
+
+
+def test_eval_names_a_damaged_val_split_before_loading_any_model(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for content, message in ((b"", "val.bin is empty: prepare it again"),
+                             (b"abc", "val.bin has 3 bytes, not a whole number of 2-byte tokens")):
+        (data / "val.bin").write_bytes(content)
+        proc = subprocess.run([sys.executable, "eval.py", f"--data_dir={data}", f"--out_dir={tmp_path / 'none'}"],
+                              cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr
+        assert error_lines(proc.stderr)[-1].startswith(f"error: {data}/{message}"), proc.stderr
 
 
 @pytest.mark.parametrize("row, message", [
@@ -450,6 +472,7 @@ def test_malformed_hellaswag_rows_are_named_by_line(tmp_path, row, message):
 
 
 @pytest.mark.parametrize("main, argv, message", [
+    (eval_script.main, ["--data_dir=unused", "--batch_size=0"], "batch_size must be >= 1"),
     (hellaswag.main, ["--batch_size=0"], "batch_size must be >= 1"),
     (hellaswag.main, ["--limit=-3"], "limit must be >= 0"),
     (sample.main, ["--num_samples=0"], "num_samples must be >= 1"),
