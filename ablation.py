@@ -29,7 +29,7 @@ import runrecord
 import stats
 
 # Keys every run of a suite sets differently without changing what is compared.
-BOOKKEEPING = ("seed", "out_dir", "wandb_run_name", "wandb_group", "init_from")
+BOOKKEEPING = ("seed", "out_dir", "wandb_run_name", "wandb_group", "init_from", "allow_data_change")
 # metric -> (log event, field, which direction is better)
 METRICS = {"val_loss": ("eval", "val_loss", "lower"), "val_ppl": ("eval", "val_ppl", "lower"),
            "train_loss": ("eval", "train_loss", "lower"),
@@ -295,6 +295,11 @@ def measurement_problems(runs, allowed):
         return problems
     ref = recorded[0]
     name = lambda r: os.path.basename(os.path.normpath(r["out_dir"]))
+    for run in recorded:
+        for start in (run["info"] or {}).get("resumes", []):
+            if start.get("data_changed"):
+                problems.append(f"{', '.join(start['data_changed'])}: {name(run)} resumed on changed data "
+                                f"(allow_data_change)")
     for run in recorded[1:]:
         for key in MEASUREMENT_KEYS:
             if run["config"].get(key) != ref["config"].get(key):

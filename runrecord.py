@@ -23,6 +23,7 @@ import time
 import numpy as np
 import torch
 
+import configurator
 import rundir
 import runtime
 import sharding
@@ -226,6 +227,32 @@ def startup_checklist(cfg, layout, model, counts, data_dir, dtype):
     }
 
 
+def eval_windows_fingerprint(cfg, dataset, counts):
+    windows = (offsets_digest(runtime.eval_offsets(cfg, counts[split])) for split in ("train", "val"))
+    return digest(dataset, *windows)
+
+
+def data_changes_since_start(cfg, data_dir, counts):
+    """On resume: the dataset and evaluation-window fingerprints this run recorded when it started,
+    against today's. A change is refused in one line (training and evaluation would silently move to
+    other data), unless allow_data_change=True: the change is then returned for the run record."""
+    path = os.path.join(cfg["out_dir"], "run_info.json")
+    try:
+        with open(path) as f:
+            recorded = json.load(f).get("facts") or {}
+    except (OSError, ValueError):
+        return None  # a run from before run records: nothing to compare against
+    now = dict(dataset_fingerprint=dataset_fingerprint(data_dir))
+    now["eval_windows"] = eval_windows_fingerprint(cfg, now["dataset_fingerprint"], counts)
+    changed = {k: [recorded[k], v] for k, v in now.items() if recorded.get(k) and recorded[k] != v}
+    if changed and not cfg["allow_data_change"]:
+        what = " and ".join(k.replace("_", " ") for k in changed)
+        raise configurator.ConfigError(
+            f"{data_dir} is not the data this run started on ({what} changed since {path} was written): resume on "
+            f"the original data, start a new out_dir, or pass --allow_data_change=True (the run record then says so)")
+    return changed or None
+
+
 def run_facts(cfg, layout, model, optimizer, data_dir, counts, dtype):
     """What was measured at the start of a fresh run, for comparing runs: the data, the evaluation
     windows, the data order of the first steps and every initial weight (a sharded or real
@@ -238,9 +265,8 @@ def run_facts(cfg, layout, model, optimizer, data_dir, counts, dtype):
              for it in range(DATA_ORDER_ITERS) for micro in range(accum)]
     meta = tokendata.read_meta(data_dir)
     dataset = dataset_fingerprint(data_dir)
-    windows = (offsets_digest(runtime.eval_offsets(cfg, counts[split])) for split in ("train", "val"))
     return dict(dataset_fingerprint=dataset, tokenizer=meta.get("tokenizer"),
-                eval_windows=digest(dataset, *windows),
+                eval_windows=eval_windows_fingerprint(cfg, dataset, counts),
                 data_order=offsets_digest(order), init_weights=weights_digests(weights),
                 model_class=type(model).__name__, optimizer=type(optimizer).__name__, dtype=dtype,
                 device_type=layout.device.split(":")[0], torch_version=torch.__version__,

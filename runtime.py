@@ -33,6 +33,7 @@ DEFAULTS = dict(
     # run directory, evaluation and checkpoints
     out_dir="out",  # the run directory: config.json, log.jsonl, log.txt, ckpt.pt
     init_from="scratch",  # 'scratch', 'resume' (from out_dir/ckpt.pt), or a local HF GPT-2 directory
+    allow_data_change=False,  # resume although the dataset or evaluation windows changed since the run started (recorded)
     eval_interval=500,  # also where checkpoints are written
     eval_iters=20,  # fixed batches per split per evaluation: the same windows in every run
     log_interval=10,  # a train log line every this many iterations

@@ -222,6 +222,7 @@ def train(cfg, layout, signals, command):
     data_dir, counts = runtime.check_data(cfg)
     checkpoint = runtime.load_checkpoint(cfg, layout) if cfg["init_from"] == "resume" else None
     resumed = checkpoint is not None
+    data_changes = runrecord.data_changes_since_start(cfg, data_dir, counts) if resumed else None
     hellaswag_examples = load_hellaswag(cfg, layout)
 
     torch.manual_seed(cfg["seed"])  # identical initial weights on every rank
@@ -258,6 +259,8 @@ def train(cfg, layout, signals, command):
             with rundir.atomic_write(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
                 json.dump(cfg, f, indent=2, allow_nan=False)
             start = runrecord.provenance(runtime.REPO_DIR, list(command), device, layout.world_size)
+            if data_changes:
+                start["data_changed"] = data_changes  # allowed by allow_data_change; reports refuse to compare it
             runrecord.write_run_info(cfg["out_dir"], runtime.REPO_DIR, start, facts, resumed)
     memory = layout.memory_estimate(cfg, runtime.count_params(cfg), dtype)
     # MFU on a CPU is against the matmul peak measured here, for this dtype (a GPU's: its data sheet)

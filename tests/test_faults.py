@@ -3,6 +3,7 @@ rank, a second process, bad data): nothing is lost and the user sees one clear l
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -549,3 +550,25 @@ def test_a_read_only_out_dir_is_one_line(data_dir, tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert error_lines(proc.stderr)[-1].startswith(f"error: cannot write in {out} (")
     assert error_lines(proc.stderr)[-1].endswith("): choose a writable out_dir")
+
+
+# ----------------------------------------------------------------------------- resuming on other data
+
+def test_resume_on_a_re_prepared_dataset_is_refused_unless_allowed_and_then_recorded(data_dir, tmp_path):
+    data, out = tmp_path / "data", str(tmp_path / "run")
+    shutil.copytree(data_dir, data)
+    train.main(tiny_args(str(data), out, "--max_iters=4"))
+    tokens = np.fromfile(data / "val.bin", dtype=np.uint16)
+    np.roll(tokens, 7).tofile(data / "val.bin")  # prepared again: same name, other content
+    resume = tiny_args(str(data), out, "--init_from=resume")
+    proc = subprocess.run([sys.executable, "train.py", *resume], cwd=REPO, env=ENV, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1 and error_lines(proc.stderr) == [
+        f"error: {data} is not the data this run started on (dataset fingerprint and eval windows changed since "
+        f"{out}/run_info.json was written): resume on the original data, start a new out_dir, or pass "
+        f"--allow_data_change=True (the run record then says so)"]
+    assert load_ckpt(out)["iter_num"] == 4  # nothing lost
+    train.main([*resume, "--allow_data_change=True"])
+    info = json.load(open(os.path.join(out, "run_info.json")))
+    assert set(info["resumes"][-1]["data_changed"]) == {"dataset_fingerprint", "eval_windows"}
+    assert info["facts"]["dataset_fingerprint"] == info["resumes"][-1]["data_changed"]["dataset_fingerprint"][0]
