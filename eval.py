@@ -10,11 +10,11 @@ import json
 import os
 
 import configurator
+import parallel
 import rundir
 import tokendata
 from evaluation import evaluate_perplexity
-import parallel
-from runtime import check_dtype, data_dir_of, load_model, precision
+from runtime import check_dtype, check_token_file, data_dir_of, load_model, precision
 
 DEFAULTS = dict(
     out_dir="out",
@@ -34,14 +34,15 @@ def main(argv):
     cfg = configurator.apply_config(DEFAULTS, argv)
     if not (cfg["dataset"] or cfg["data_dir"]):
         raise configurator.ConfigError("no data: pass --dataset=NAME (reads data/NAME) or --data_dir=PATH")
+    if cfg["batch_size"] < 1 or cfg["eval_tokens"] < 0 or cfg["block_size"] < 0:
+        raise configurator.ConfigError(f"batch_size must be >= 1 and eval_tokens, block_size >= 0 (0: all / the "
+                                       f"model's), got {cfg['batch_size']}, {cfg['eval_tokens']}, {cfg['block_size']}")
     layout = parallel.data_parallel_layout(cfg["device"])
     device = layout.device
     check_dtype(cfg["dtype"], device)
     dtype, autocast = precision(cfg["dtype"], device)
     data_dir = data_dir_of(cfg)
-    if not os.path.exists(os.path.join(data_dir, "val.bin")):
-        raise FileNotFoundError(f"{data_dir}/val.bin not found: prepare the dataset first "
-                                f"(python data/{cfg['dataset'] or 'NAME'}/prepare.py) or fix --data_dir")
+    check_token_file(os.path.join(data_dir, "val.bin"), cfg["dataset"])  # before the model is loaded
     model = load_model(cfg, device)
     top = tokendata.max_token_id(data_dir, ("val",))["val"]
     if top >= model.config.vocab_size:

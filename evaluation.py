@@ -22,6 +22,7 @@ compare checkpoints with the same block_size on. Under torchrun rank r evaluates
 i with i % world_size == r; the per-window sums are gathered and added in window order, so the
 result does not depend on the number of ranks beyond the rounding of the forward passes.
 """
+import hashlib
 import json
 import math
 import os
@@ -39,6 +40,7 @@ from runtime import REPO_DIR, get_batch
 HELLASWAG_DIR = os.path.join(REPO_DIR, "data", "hellaswag")
 URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_{}.jsonl"
 SPLITS = ("train", "val", "test")
+HELLASWAG_ITEMS = "hellaswag_items.jsonl"  # train.py's per-example HellaSwag scores in a run directory
 PAD_ID = 0  # any valid id: padding follows the scored tokens, and causal attention never looks ahead
 
 
@@ -162,9 +164,19 @@ def order_free_logsumexp(logits, chunk=64):
     return torch.cat(out)
 
 
+def example_digest(ex):
+    """An example's identity (context, endings, label): variants are compared item by item only on
+    the same items, whichever file or limit they were evaluated with."""
+    text = json.dumps([ex["ctx"], ex["endings"], ex["label"]])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 @torch.no_grad()
-def evaluate_hellaswag(model, examples, device, batch_size=8, autocast=nullcontext(), limit=None, replica=None):
+def evaluate_hellaswag(model, examples, device, batch_size=8, autocast=nullcontext(), limit=None, replica=None,
+                       items=False):
     """dict(acc, acc_norm, n) over examples[:limit] (None or 0: all), as from load_examples.
+    items=True adds `items`: per example, in order, its digest, label, the four endings' summed and
+    mean losses and whether acc and acc_norm got it right (what a per-item comparison pairs).
 
     Under torchrun (an initialized process group) rank r scores the examples i with
     i % world_size == r and the counts are summed with all_reduce: every rank must call this with
@@ -186,20 +198,35 @@ def evaluate_hellaswag(model, examples, device, batch_size=8, autocast=nullconte
     index, n_replicas, group = replica
     was_training = model.training
     model.eval()
-    counts = torch.zeros(3, dtype=torch.long)  # examples, correct by summed loss, correct by mean loss
-    mine = examples[index::n_replicas]
+    # Row i: the summed then the mean losses of example i's endings. Each row is filled by one
+    # replica and zero on the others, so a sum over replicas gathers them exactly.
+    losses = torch.zeros(len(examples), 2 * ENDINGS, dtype=torch.float64)
+    mine = list(range(index, len(examples), n_replicas))
     for start in range(0, len(mine), batch_size):
-        batch = mine[start:start + batch_size]
-        sums, means = ending_losses(model, batch, device, autocast)
-        labels = torch.tensor([ex["label"] for ex in batch])
-        counts += torch.stack([torch.tensor(len(batch)), (sums.argmin(1) == labels).sum(),
-                               (means.argmin(1) == labels).sum()])
+        rows = mine[start:start + batch_size]
+        sums, means = ending_losses(model, [examples[i] for i in rows], device, autocast)
+        losses[rows] = torch.cat([sums, means], 1)
     model.train(was_training)
     if distributed:
-        counts = counts.to(device)  # NCCL reduces GPU tensors only
-        dist.all_reduce(counts, group=group)
-    n, correct, correct_norm = counts.tolist()
-    return dict(acc=correct / n, acc_norm=correct_norm / n, n=n)
+        losses = losses.to(device)  # NCCL reduces GPU tensors only
+        dist.all_reduce(losses, group=group)
+        losses = losses.cpu()
+    labels = torch.tensor([ex["label"] for ex in examples])
+    # argmin breaks ties to the lowest index, the exact-tie rule described at the top
+    correct, correct_norm = (losses[:, part].argmin(1) == labels for part in (slice(0, ENDINGS), slice(ENDINGS, None)))
+    n = len(examples)
+    result = dict(acc=correct.sum().item() / n, acc_norm=correct_norm.sum().item() / n, n=n)
+    if items:
+        result["items"] = [dict(example=example_digest(ex), label=ex["label"], loss_sum=row[:ENDINGS],
+                                loss_mean=row[ENDINGS:], correct=int(c), correct_norm=int(cn))
+                           for ex, row, c, cn in zip(examples, losses.tolist(), correct, correct_norm)]
+    return result
+
+
+def write_items(path, items, append=False, **context):
+    """Per-example HellaSwag records as JSON lines, each with `context` (e.g. iter and tokens)."""
+    with open(path, "a" if append else "w") as f:
+        f.write("".join(json.dumps(dict(context, **item)) + "\n" for item in items))
 
 
 # ----------------------------------------------------------------------------- perplexity

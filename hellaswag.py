@@ -3,6 +3,7 @@
     python hellaswag.py --out_dir=out-gpt2                       # a run's ckpt.pt
     python hellaswag.py --init_from=/path/to/gpt2 --limit=1000   # a local HF GPT-2 directory
     python hellaswag.py --out_dir=out-gpt2 --input=/path/to/hellaswag_val.jsonl  # no network
+    python hellaswag.py --out_dir=out-gpt2 --out_items=items.jsonl  # and every example's scores
     torchrun --standalone --nproc_per_node=8 hellaswag.py --out_dir=out-gpt2
 
 Scoring (acc by summed loss, acc_norm by mean loss per token, exact ties) is described in
@@ -12,7 +13,7 @@ import json
 
 import configurator
 import rundir
-from evaluation import SPLITS, evaluate_hellaswag, load_examples
+from evaluation import SPLITS, evaluate_hellaswag, load_examples, write_items
 import parallel
 from runtime import check_dtype, load_model, precision
 
@@ -26,6 +27,7 @@ DEFAULTS = dict(
     device="",
     dtype="",  # 'bfloat16', 'float16', 'float32'; '' picks as train.py does
     out_json="",  # also write the result to this file
+    out_items="",  # also write each example's scores to this file (JSON lines: losses of every ending, right/wrong)
 )
 
 
@@ -49,7 +51,8 @@ def main(argv):
     dtype, autocast = precision(cfg["dtype"], device)
     model = load_model(cfg, device)
     examples = load_examples(cfg["input"] or cfg["split"], limit=cfg["limit"])
-    result = evaluate_hellaswag(model, examples, device, cfg["batch_size"], autocast)
+    result = evaluate_hellaswag(model, examples, device, cfg["batch_size"], autocast, items=bool(cfg["out_items"]))
+    items = result.pop("items", None)
     if layout.master:
         source = cfg["out_dir"] if cfg["init_from"] == "resume" else cfg["init_from"]
         print(f"{source}: HellaSwag acc {result['acc']:.4f}, acc_norm {result['acc_norm']:.4f} "
@@ -57,6 +60,8 @@ def main(argv):
         if cfg["out_json"]:
             with open(cfg["out_json"], "w") as f:
                 json.dump(dict(model=source, input=cfg["input"] or cfg["split"], dtype=dtype, **result), f, indent=2)
+        if items is not None:
+            write_items(cfg["out_items"], items, model=source)
     if layout.distributed:
         parallel.exit_distributed()
     return result

@@ -15,6 +15,7 @@ out_dir/dcp/latest names (sharding.py); `checkpoint_path` is the one place that 
 """
 import datetime
 import os
+import re
 import sys
 import threading
 import time
@@ -297,6 +298,9 @@ def pick_device(device):
     is refused here rather than at the first tensor moved onto it."""
     if not device:
         return "cuda" if torch.cuda.is_available() else "cpu"
+    if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
+        raise configurator.ConfigError(f"device={device!r}: use cpu, cuda, cuda:N or mps ('' picks cuda when "
+                                       f"there is one, else cpu)")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise configurator.ConfigError(f"device={device!r} but no CUDA GPU is visible to this process: "
                                        f"use --device=cpu, or run where a GPU is (check CUDA_VISIBLE_DEVICES)")

@@ -20,7 +20,14 @@ OPTIONS = dict(
     baseline="",  # run directories only: a variant name or a directory ('' = the first directory's variant)
     allowed="",  # run directories only: comma-separated keys allowed to differ ('' = every difference)
     out="",  # where report.md goes ('' = the suite directory, or out-report for run directories)
+    alpha=0.05,  # family-wise significance level (a suite keeps the one it declared)
+    min_effect=0.0,  # smallest effect of interest in the metric's units; 0 = not declared (no equivalence verdict)
 )
+
+
+def plan_given(options):
+    """The plan keys passed here, for a suite that declared none before its runs."""
+    return {k: (options[k] or None) for k in ("alpha", "min_effect") if options[k] != OPTIONS[k]}
 
 
 def main(argv):
@@ -31,10 +38,14 @@ def main(argv):
         key, raw = configurator.split_arg(arg)
         if key is None:
             dirs.append(arg)
+        elif key in ("alpha", "min_effect"):
+            options[key] = configurator.check_type(key, configurator.parse_value(raw), OPTIONS[key], arg)
         elif key in OPTIONS:
             options[key] = raw
         else:
             raise configurator.ConfigError(f"{arg!r}: the options are {', '.join('--' + k + '=' for k in OPTIONS)}")
+    if not 0 < options["alpha"] < 1 or options["min_effect"] < 0:
+        raise configurator.ConfigError("--alpha must lie in (0, 1) and --min_effect be >= 0")
     if not dirs:
         raise configurator.ConfigError("give a suite directory or run directories (python report.py --help)")
     missing = [d for d in dirs if not os.path.isdir(d)]
@@ -44,11 +55,15 @@ def main(argv):
         if any(options[k] != OPTIONS[k] for k in ("metric", "baseline", "allowed")):
             raise configurator.ConfigError(f"{dirs[0]} is a suite: its metric, baseline and allowed keys were "
                                            f"declared before its runs and cannot be changed here")
-        path = ablation.report_suite_dir(dirs[0], options["out"] or None)
+        try:
+            path = ablation.report_suite_dir(dirs[0], options["out"] or None, plan_given(options))
+        except ValueError as e:
+            raise configurator.ConfigError(str(e)) from None
     else:
         allowed = [k for k in options["allowed"].split(",") if k] if options["allowed"] else None
         try:
-            suite, runs = ablation.suite_from_run_dirs(dirs, options["metric"], options["baseline"], allowed)
+            suite, runs = ablation.suite_from_run_dirs(dirs, options["metric"], options["baseline"], allowed,
+                                                       options["alpha"], options["min_effect"] or None)
         except ValueError as e:
             raise configurator.ConfigError(str(e)) from None
         path = ablation.write_report(ablation.compare(suite, runs), runs, options["out"] or "out-report")

@@ -29,21 +29,25 @@ class RunDirError(RuntimeError):
 # ----------------------------------------------------------------------------- one run per out_dir
 
 @contextlib.contextmanager
-def out_dir_lock(out_dir):
+def out_dir_lock(out_dir, holder="run"):
     """Hold an exclusive lock on out_dir for the block: a second run on it is refused. The kernel
     releases a flock when its process dies, kill -9 included, so a stale lock never needs cleaning.
     Leftover temporary files of a dead writer are removed: while the lock is held, no other
     process can be writing them."""
-    os.makedirs(out_dir, exist_ok=True)
-    f = open(os.path.join(out_dir, LOCK_FILE), "a+")
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        f = open(os.path.join(out_dir, LOCK_FILE), "a+")
+    except OSError as e:  # read-only file system, no permission, a file in the way
+        raise RunDirError(f"cannot write in {out_dir or repr(out_dir)} ({e.strerror}): choose a writable "
+                          f"out_dir") from None
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         f.seek(0)
         owner = f.read().strip() or "unknown"
         f.close()
-        raise RunDirError(f"{out_dir} is in use by another run (pid {owner}): wait for it to end, stop it, "
-                          f"or choose another out_dir") from None
+        raise RunDirError(f"{out_dir} is in use by another {holder} (pid {owner}): wait for it to end, stop it, "
+                          f"or choose another {'sweep_dir' if holder == 'sweep' else 'out_dir'}") from None
     f.seek(0)
     f.truncate()
     f.write(str(os.getpid()))
@@ -98,13 +102,15 @@ def save_checkpoint(path, state):
     full disk mid-save keeps the previous checkpoint. torch's zip writer reports a failed write of
     the file as `RuntimeError: [enforce fail at inline_container.cc] ...`; the real cause (an
     OSError, or the exception a signal handler raised) is its __context__, and that is what we raise."""
+    had_one = os.path.exists(path)
     try:
         with atomic_write(path) as f:
             torch.save(state, f)
     except (RuntimeError, OSError) as e:
         cause = e.__context__ if isinstance(e, RuntimeError) and e.__context__ is not None else e
         if isinstance(cause, OSError):
-            raise RunDirError(describe_write_error(cause, path, "the previous checkpoint is intact")) from None
+            kept = "the previous checkpoint is intact" if had_one else "no checkpoint was written yet"
+            raise RunDirError(describe_write_error(cause, path, kept)) from None
         if cause is not e:
             raise cause from None
         raise

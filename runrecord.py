@@ -23,6 +23,7 @@ import time
 import numpy as np
 import torch
 
+import configurator
 import rundir
 import runtime
 import sharding
@@ -123,12 +124,21 @@ def launch_command(argv):
     return shlex.join(["torchrun", *layout, f"--nproc_per_node={per_node}", *argv])
 
 
+def load_average():
+    """The machine's 1, 5 and 15-minute load averages (None where the OS keeps none): a timing taken
+    while other processes competed for the cores is not a measure of the code."""
+    try:
+        return list(os.getloadavg())
+    except (AttributeError, OSError):
+        return None
+
+
 def provenance(repo_dir, argv, device, world_size):
     commit, diff = git_state(repo_dir)
     code_version = None if commit is None else commit + (f"+dirty-{digest(diff)}" if diff else "")
     return dict(time=time.time(), commit=commit, code_version=code_version, dirty=bool(diff), diff=diff,
                 packages=package_versions(), device_name=device_name(device), world_size=world_size,
-                host=platform.node(), cwd=os.getcwd(), command=launch_command(argv))
+                host=platform.node(), cwd=os.getcwd(), command=launch_command(argv), load_average=load_average())
 
 
 def repeat_command(repo_dir, out_dir, start):
@@ -203,6 +213,7 @@ def startup_checklist(cfg, layout, model, counts, data_dir, dtype):
         "dataset": cfg["dataset"], "data_dir": data_dir,
         "train_tokens": counts["train"], "val_tokens": counts["val"],
         "model_class": type(model).__name__, "parameters": model.get_num_params(),
+        "flops_per_token": model.flops_per_token(),
         "block_size": cfg["block_size"], "micro_batch": cfg["batch_size"],
         "grad_accum_steps": accum, "grad_accum_per_rank": accum // layout.dp,
         "world_size": layout.world_size,
@@ -214,6 +225,32 @@ def startup_checklist(cfg, layout, model, counts, data_dir, dtype):
         "recompute_in_backward": "whole blocks" if cfg["activation_checkpointing"]
         else "attention core" if cfg["attn_recompute"] else "nothing",
     }
+
+
+def eval_windows_fingerprint(cfg, dataset, counts):
+    windows = (offsets_digest(runtime.eval_offsets(cfg, counts[split])) for split in ("train", "val"))
+    return digest(dataset, *windows)
+
+
+def data_changes_since_start(cfg, data_dir, counts):
+    """On resume: the dataset and evaluation-window fingerprints this run recorded when it started,
+    against today's. A change is refused in one line (training and evaluation would silently move to
+    other data), unless allow_data_change=True: the change is then returned for the run record."""
+    path = os.path.join(cfg["out_dir"], "run_info.json")
+    try:
+        with open(path) as f:
+            recorded = json.load(f).get("facts") or {}
+    except (OSError, ValueError):
+        return None  # a run from before run records: nothing to compare against
+    now = dict(dataset_fingerprint=dataset_fingerprint(data_dir))
+    now["eval_windows"] = eval_windows_fingerprint(cfg, now["dataset_fingerprint"], counts)
+    changed = {k: [recorded[k], v] for k, v in now.items() if recorded.get(k) and recorded[k] != v}
+    if changed and not cfg["allow_data_change"]:
+        what = " and ".join(k.replace("_", " ") for k in changed)
+        raise configurator.ConfigError(
+            f"{data_dir} is not the data this run started on ({what} changed since {path} was written): resume on "
+            f"the original data, start a new out_dir, or pass --allow_data_change=True (the run record then says so)")
+    return changed or None
 
 
 def run_facts(cfg, layout, model, optimizer, data_dir, counts, dtype):
@@ -228,9 +265,8 @@ def run_facts(cfg, layout, model, optimizer, data_dir, counts, dtype):
              for it in range(DATA_ORDER_ITERS) for micro in range(accum)]
     meta = tokendata.read_meta(data_dir)
     dataset = dataset_fingerprint(data_dir)
-    windows = (offsets_digest(runtime.eval_offsets(cfg, counts[split])) for split in ("train", "val"))
     return dict(dataset_fingerprint=dataset, tokenizer=meta.get("tokenizer"),
-                eval_windows=digest(dataset, *windows),
+                eval_windows=eval_windows_fingerprint(cfg, dataset, counts),
                 data_order=offsets_digest(order), init_weights=weights_digests(weights),
                 model_class=type(model).__name__, optimizer=type(optimizer).__name__, dtype=dtype,
                 device_type=layout.device.split(":")[0], torch_version=torch.__version__,

@@ -33,6 +33,7 @@ DEFAULTS = dict(
     # run directory, evaluation and checkpoints
     out_dir="out",  # the run directory: config.json, log.jsonl, log.txt, ckpt.pt
     init_from="scratch",  # 'scratch', 'resume' (from out_dir/ckpt.pt), or a local HF GPT-2 directory
+    allow_data_change=False,  # resume although the dataset or evaluation windows changed since the run started (recorded)
     eval_interval=500,  # also where checkpoints are written
     eval_iters=20,  # fixed batches per split per evaluation: the same windows in every run
     log_interval=10,  # a train log line every this many iterations
@@ -233,6 +234,8 @@ def validate(cfg, world_size):
     """Every check of a settled cfg that can fail before a process group, data or weights exist, each
     key checked once, for a launch of world_size processes; errors name keys and fixes. Pure."""
     err = configurator.ConfigError
+    if not cfg["out_dir"]:
+        raise err("out_dir is empty: name the run directory (--out_dir=out-NAME)")
     model_config(cfg)  # shape checks (n_embd divisible by n_head, ...), head_loss's name and package
     device = parallel.pick_device(cfg["device"])
     check_head_loss_runs_on(cfg["head_loss"], device.split(":")[0])
@@ -418,24 +421,27 @@ def get_batch(data_dir, split, offsets, block_size, device):
     return x, y
 
 
+def check_token_file(path, dataset):
+    """A split file that exists, is not empty and holds whole tokens; otherwise one line naming it."""
+    prepare = f"prepare it again with `python data/{dataset or 'NAME'}/prepare.py`"
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not found: prepare the dataset first with `python data/{dataset or 'NAME'}/"
+                                f"prepare.py` (or point data_dir at a prepared directory)")
+    size, itemsize = os.path.getsize(path), np.dtype(tokendata.TOKEN_DTYPE).itemsize
+    if size % itemsize:
+        raise configurator.ConfigError(f"{path} has {size} bytes, not a whole number of {itemsize}-byte "
+                                       f"tokens: the file is truncated or not a token file; {prepare}")
+    if size == 0:
+        raise configurator.ConfigError(f"{path} is empty: {prepare}")
+
+
 def check_data(cfg):
     """Token counts of both splits; a missing, damaged or too small dataset, or one with ids
     beyond vocab_size, fails here with the fix."""
     data_dir = data_dir_of(cfg)
     prepare = f"prepare it again with `python data/{cfg['dataset']}/prepare.py`"
-    itemsize = np.dtype(tokendata.TOKEN_DTYPE).itemsize
     for split in ("train", "val"):
-        path = os.path.join(data_dir, f"{split}.bin")
-        if not os.path.exists(path):
-            raise FileNotFoundError(
-                f"{path} not found: prepare the dataset first with "
-                f"`python data/{cfg['dataset']}/prepare.py` (or point data_dir at a prepared directory)")
-        size = os.path.getsize(path)
-        if size % itemsize:
-            raise configurator.ConfigError(f"{path} has {size} bytes, not a whole number of {itemsize}-byte "
-                                           f"tokens: the file is truncated or not a token file; {prepare}")
-        if size == 0:
-            raise configurator.ConfigError(f"{path} is empty: {prepare}")
+        check_token_file(os.path.join(data_dir, f"{split}.bin"), cfg["dataset"])
     counts = {split: tokendata.split_num_tokens(data_dir, split) for split in ("train", "val")}
     for split, n in counts.items():
         if n < cfg["block_size"] + 1:
@@ -446,6 +452,11 @@ def check_data(cfg):
         raise configurator.ConfigError(
             f"one micro-batch (batch_size {cfg['batch_size']} x block_size {cfg['block_size']}) is larger "
             f"than the whole train split ({counts['train']} tokens): lower batch_size")
+    smallest = min(counts.values())
+    if cfg["eval_iters"] * cfg["batch_size"] > smallest:  # more windows than tokens: only duplicates and memory
+        raise configurator.ConfigError(
+            f"eval_iters={cfg['eval_iters']} x batch_size={cfg['batch_size']} evaluation windows exceed the "
+            f"{smallest:,} tokens of the smaller split: lower eval_iters")
     vocab = tokendata.read_meta(data_dir).get("vocab_size", 0)
     if vocab > cfg["vocab_size"]:
         raise configurator.ConfigError(f"the dataset uses {vocab} token ids but vocab_size={cfg['vocab_size']}")

@@ -60,6 +60,8 @@ OPTIONS = dict(
     dry_run=False,  # print the runs (and check them) without starting any
     allow_confounds=False,  # run a suite whose variants differ in undeclared keys (the report still says so)
     cpu_runs=1,  # on a CPU: this many runs at once, each with its share of the cores
+    plan=False,  # a suite: print the seed plan (detectable effect, seeds needed, run count, time) and stop
+    pilot="",  # with --plan: a finished suite directory whose paired differences and run times inform the plan
 )
 SUITE_KEYS = ("variants", "baseline", "seeds", "metric", "allowed")
 
@@ -157,8 +159,14 @@ def read_suite(namespace, name, here):
     heatmap = list(namespace.get("heatmap", []))
     if heatmap and (len(heatmap) != 2 or not set(heatmap) <= set(namespace["allowed"])):
         raise err(f"heatmap={heatmap!r}: name two of the allowed keys (x, y)")
+    alpha, min_effect = namespace.get("alpha", ablation.DEFAULT_ALPHA), namespace.get("min_effect")
+    if not (isinstance(alpha, float) and 0 < alpha < 1):
+        raise err(f"alpha={alpha!r}: the family-wise significance level, a float in (0, 1)")
+    if min_effect is not None and not (isinstance(min_effect, (int, float)) and min_effect > 0):
+        raise err(f"min_effect={min_effect!r}: the smallest effect of interest in the metric's units, > 0")
     return dict(name=name, variants=variants, baseline=namespace["baseline"], seeds=list(seeds),
-                metric=namespace["metric"], allowed=list(namespace["allowed"]), nproc=nproc, heatmap=heatmap)
+                metric=namespace["metric"], allowed=list(namespace["allowed"]), nproc=nproc, heatmap=heatmap,
+                alpha=alpha, min_effect=min_effect)
 
 
 def parse_grid(text):
@@ -303,6 +311,10 @@ def default_gpus(option, nproc=1, cpu_runs=1):
     return slots or [None]
 
 
+class SweepInterrupted(Exception):
+    exit_code = 130  # the shell's code for Ctrl-C
+
+
 def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
     """Run the unfinished runs, one per GPU slot at a time; returns {name: return code}."""
     todo = []
@@ -332,7 +344,13 @@ def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
                 print(f"{'done' if proc.returncode == 0 else 'FAILED'} {name} (exit {proc.returncode})", flush=True)
                 del active[slot]
         if active:
-            time.sleep(0.5)
+            try:
+                time.sleep(0.5)
+            except KeyboardInterrupt:  # Ctrl-C reached the runs too: each finishes its step and saves
+                for name, proc in active.values():
+                    proc.wait()
+                raise SweepInterrupted(f"interrupted: {len(active)} running run(s) saved a checkpoint and "
+                                       f"stopped; run the same command again to resume them") from None
     return codes
 
 
@@ -380,15 +398,17 @@ def freeze_suite(suite, runs, sweep_dir):
     path = os.path.join(sweep_dir, "suite.json")
     declared = dict(suite, runs={name: [p["variant"], p["seed"]] for name, p, _ in runs})
     if os.path.exists(path):
-        with open(path) as f:
-            first = json.load(f)
-        for key in ("metric", "baseline"):
-            if first[key] != suite[key]:
+        try:
+            first = ablation.read_suite_json(path)
+        except ValueError as e:
+            raise configurator.ConfigError(str(e)) from None
+        for key in ("metric", "baseline", "alpha", "min_effect"):
+            if key in first and first[key] != suite[key]:
                 raise configurator.ConfigError(
                     f"{path} declared {key}={first[key]!r} before its runs; this suite says {suite[key]!r}: "
                     f"keep it, or start a new suite_dir")
         declared["runs"] = {**first["runs"], **declared["runs"]}
-    with open(path, "w") as f:
+    with rundir.atomic_write(path, "w") as f:  # a torn suite.json would lose the plan
         json.dump(declared, f, indent=1)
     return declared
 
@@ -402,14 +422,19 @@ def main(argv, launch=launch_subprocess):
     for name, _, run_argv in runs:
         print(f"  {name}: {'torchrun --nproc_per_node=%d' % nproc if nproc > 1 else 'python'} train.py "
               f"{' '.join(run_argv)}")
+    if options["plan"]:
+        if not suite:
+            raise configurator.ConfigError("--plan needs a suite file (variants x seeds)")
+        print(ablation.seed_plan_text(suite, len(runs), options["pilot"] or sweep_dir))
+        return runs
     if options["dry_run"]:
         return runs
-    os.makedirs(sweep_dir, exist_ok=True)
-    if suite:
-        freeze_suite(suite, runs, sweep_dir)
     if launch is launch_subprocess:
         launch = functools.partial(launch_subprocess, nproc=nproc)
-    codes = run_all(runs, sweep_dir, default_gpus(options["gpus"], nproc, options["cpu_runs"]), launch)
+    with rundir.out_dir_lock(sweep_dir, holder="sweep"):  # two sweeps on one directory would race for its runs
+        if suite:
+            freeze_suite(suite, runs, sweep_dir)
+        codes = run_all(runs, sweep_dir, default_gpus(options["gpus"], nproc, options["cpu_runs"]), launch)
     if suite:
         print(open(ablation.report_suite_dir(sweep_dir)).read())
     else:
@@ -422,4 +447,4 @@ def main(argv, launch=launch_subprocess):
 
 
 if __name__ == "__main__":
-    configurator.run_script(main, RuntimeError)
+    configurator.run_script(main, RuntimeError, SweepInterrupted, rundir.RunDirError)

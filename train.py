@@ -30,7 +30,8 @@ import runrecord
 import runtime
 import sharding
 from model import GPTConfig, model_config_fields
-from parallel import ParallelLayout, RankStalled, exit_distributed, launched_world_size, name_stalled_ranks
+from parallel import (ParallelLayout, RankStalled, checkpoint_path, exit_distributed, launched_world_size,
+                      name_stalled_ranks)
 from runtime import get_batch, train_offsets
 
 
@@ -39,7 +40,8 @@ class TrainingDiverged(RuntimeError):
 
 
 class Interrupted(Exception):
-    """A second SIGINT/SIGTERM: the run stops at once, with the shell's exit code for that signal."""
+    """A second signal, or one before the first step: the run stops at once, with the shell's exit
+    code for that signal."""
 
     def __init__(self, message, signum):
         super().__init__(message)
@@ -145,17 +147,22 @@ def budget_reached(cfg, iter_num, tokens_seen, train_time):
 
 
 class StopSignals:
-    """SIGTERM (what Slurm and Kubernetes send before killing a job) and SIGINT (Ctrl-C): the first
-    asks the loop to stop after the current step and write a checkpoint; a second raises
-    Interrupted at once, wherever the process is (inside a save, the previous checkpoint stays)."""
+    """SIGTERM (what Slurm and Kubernetes send before killing a job), SIGINT (Ctrl-C) and SIGHUP (a
+    closed terminal or a lost ssh session): once the loop runs, the first asks it to stop after the
+    current step and write a checkpoint; a second raises Interrupted at once, wherever the process
+    is (inside a save, the previous checkpoint stays). Before the first step there is nothing to
+    save, so a signal stops start-up at once. A SIGHUP ignored at launch (nohup) stays ignored."""
 
     def __init__(self, out_dir):
         self.out_dir = out_dir
         self.received = None  # the first signal's name
+        self.training = False  # set when the loop starts: from then on a first signal is a checkpoint
         self.previous = {}
 
     def __enter__(self):
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            if signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN:
+                continue
             self.previous[signum] = signal.signal(signum, self.handle)
         return self
 
@@ -165,9 +172,11 @@ class StopSignals:
 
     def handle(self, signum, frame):
         name = signal.Signals(signum).name
-        if self.received:
-            raise Interrupted(f"second signal ({name} after {self.received}): stopped at once; "
-                              f"{self.out_dir}/ckpt.pt holds the last checkpoint written", signum)
+        if self.received or not self.training:
+            kept = checkpoint_path(self.out_dir)
+            truth = f"{kept} holds the last checkpoint written" if kept else "no checkpoint was written"
+            when = f"second signal ({name} after {self.received})" if self.received else f"{name} before the first step"
+            raise Interrupted(f"{when}: stopped at once; {truth}", signum)
         self.received = name
         # os.write, not print: a handler that prints while the interrupted code prints raises "reentrant call"
         os.write(2, f"{name} received: finishing this step, then writing a checkpoint and stopping "
@@ -213,6 +222,7 @@ def train(cfg, layout, signals, command):
     data_dir, counts = runtime.check_data(cfg)
     checkpoint = runtime.load_checkpoint(cfg, layout) if cfg["init_from"] == "resume" else None
     resumed = checkpoint is not None
+    data_changes = runrecord.data_changes_since_start(cfg, data_dir, counts) if resumed else None
     hellaswag_examples = load_hellaswag(cfg, layout)
 
     torch.manual_seed(cfg["seed"])  # identical initial weights on every rank
@@ -249,6 +259,8 @@ def train(cfg, layout, signals, command):
             with rundir.atomic_write(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
                 json.dump(cfg, f, indent=2, allow_nan=False)
             start = runrecord.provenance(runtime.REPO_DIR, list(command), device, layout.world_size)
+            if data_changes:
+                start["data_changed"] = data_changes  # allowed by allow_data_change; reports refuse to compare it
             runrecord.write_run_info(cfg["out_dir"], runtime.REPO_DIR, start, facts, resumed)
     memory = layout.memory_estimate(cfg, runtime.count_params(cfg), dtype)
     # MFU on a CPU is against the matmul peak measured here, for this dtype (a GPU's: its data sheet)
@@ -270,6 +282,7 @@ def train(cfg, layout, signals, command):
     start_iter = iter_num
     window = dict(time=0.0, iters=0)  # training steps since the last log line
     stop_reason = budget_reached(cfg, iter_num, tokens_seen, train_time)
+    signals.training = True
     while True:
         checkpoint_due = iter_num % cfg["eval_interval"] == 0 or stop_reason
         if checkpoint_due and stop_reason != "signal":  # a preempted job has seconds: save now, evaluate later
@@ -290,7 +303,11 @@ def train(cfg, layout, signals, command):
             if hellaswag_examples and (iter_num % cfg["hellaswag_interval"] == 0 or stop_reason):
                 # The uncompiled model: every batch has a different length and would recompile.
                 result = evaluation.evaluate_hellaswag(raw_model, hellaswag_examples, device, autocast=autocast,
-                                                      replica=(layout.dp_rank, layout.dp, layout.dp_group))
+                                                      replica=(layout.dp_rank, layout.dp, layout.dp_group), items=True)
+                items = result.pop("items")  # per example: what a report pairs item by item across variants
+                if layout.master:
+                    evaluation.write_items(os.path.join(cfg["out_dir"], evaluation.HELLASWAG_ITEMS), items,
+                                           append=True, iter=iter_num, tokens=tokens_seen)
                 log.event("hellaswag", f"step {iter_num}: hellaswag acc {result['acc']:.4f}, acc_norm "
                           f"{result['acc_norm']:.4f} ({result['n']} examples)", iter=iter_num, tokens=tokens_seen,
                           **result)
@@ -348,7 +365,8 @@ def train(cfg, layout, signals, command):
             mfu = raw_model.estimate_mfu(tokens_per_sec / layout.world_size, device, peak=measured_peak)
             record = dict(iter=iter_num, tokens=tokens_seen, loss=train_loss, lr=lr, grad_norm=grad_norm,
                           **act_norms.read(), step_time_ms=1000 * step_time, tokens_per_sec=tokens_per_sec,
-                          mfu=mfu, peak_memory_mib=peak_memory_mib(device), tokens_per_iter=tokens_per_iter)
+                          mfu=mfu, peak_memory_mib=peak_memory_mib(device), tokens_per_iter=tokens_per_iter,
+                          load_average=runrecord.load_average())
             mfu_text = "n/a" if mfu is None else f"{100 * mfu:.1f}%"
             log.event("train", f"iter {iter_num}: loss {train_loss:.4f}, lr {lr:.3e}, grad norm {grad_norm:.3f}, "
                       f"{1000 * step_time:.1f} ms/iter, {tokens_per_sec:,.0f} tok/s, mfu {mfu_text}, "
@@ -363,7 +381,8 @@ def train(cfg, layout, signals, command):
                                                                        "--init_from=resume)" if saved else "")
     log.event("end", f"stopped by {by} at iter {iter_num}, {tokens_seen:,} tokens, "
               f"{train_time:.1f} s of training; best val loss {best_val:.4f}", stop_reason=stop_reason,
-              signal=signals.received, iter=iter_num, tokens=tokens_seen, train_time=train_time, best_val_loss=best_val)
+              signal=signals.received, iter=iter_num, tokens=tokens_seen, train_time=train_time, best_val_loss=best_val,
+              load_average=runrecord.load_average())
     if cfg["sample_tokens"] and layout.master:
         log.say("sample:\n" + evaluation.generate_text(raw_model, "\n", cfg["sample_tokens"], device=device, autocast=autocast))
     log.close()

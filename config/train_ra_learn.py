@@ -1,6 +1,6 @@
 # RA ablation, RALEARN: every layer computes (1-p) * attn(S) + p * attn(S^T), p = sigmoid of a
 # learned per-layer logit (starting at p = 0.5); the gates p are logged as ra_gate_layer<i> at
-# every evaluation. Two SDPA calls per layer, no T x T scores (the notes' version ran out of memory).
+# every evaluation. Two SDPA calls per layer, so no T x T score matrix is materialized.
 # python train.py config/train_ra_learn.py   (recipe: _ra_common.py)
 import os
 

@@ -1,5 +1,5 @@
 # A small GPT on the Shakespeare plays: 300 steps on 2 CPU cores in about 2.5 minutes, val loss
-# 10.8 -> 5.5 (measured: 135 s of training steps at ~440 ms each), then a sample.
+# 10.8 -> 5.5, then a sample.
 # python data/shakespeare/prepare.py && python train.py config/train_shakespeare.py
 out_dir = "out-shakespeare"
 dataset = "shakespeare"

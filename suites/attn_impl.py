@@ -7,4 +7,5 @@ variants = {"sdpa": {"attn_impl": "sdpa"}, "manual": {"attn_impl": "manual"}}
 baseline = "sdpa"
 seeds = [1, 2, 3]
 metric = "val_loss"
+min_effect = 0.01  # nats per token: the smallest val-loss difference worth acting on (declared before the runs)
 allowed = ["attn_impl"]

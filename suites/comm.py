@@ -6,5 +6,6 @@ variants = {f"{n}comm": {"config": f"../config/train_gpt2_{n}comm.py"} for n in 
 baseline = "24comm"
 seeds = [1, 2, 3]
 metric = "val_loss"
+min_effect = 0.01  # nats per token: the smallest val-loss difference worth acting on (declared before the runs)
 allowed = ["block_pattern"]
 nproc = 8

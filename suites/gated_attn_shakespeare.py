@@ -1,8 +1,9 @@
 # Gated attention (arXiv 2505.06708: a per-head sigmoid gate on the attention output, computed from
-# the block's input) against the RA baseline recipe, CPU twin of suites/gated_attn.py; three paired seeds.
+# the block's input) against the RA baseline recipe, CPU twin: suites/gated_attn.py
+# with config/ra_shakespeare.py; three paired seeds.
 # RESEARCH.md: in the larger study it improved quality reproducibly.
 # python sweep.py suites/gated_attn_shakespeare.py
 import os
 
 exec(open(os.path.join(os.path.dirname(__file__), "gated_attn.py")).read())
-variants = {name: {"config": body["config"][:-3] + "_shakespeare.py"} for name, body in variants.items()}
+variants = {name: {"config": [body["config"], "../config/ra_shakespeare.py"]} for name, body in variants.items()}

@@ -9,4 +9,5 @@ variants = {"pre": {}, "post": {"ln_placement": "post"},
 baseline = "pre"
 seeds = [1, 2, 3]
 metric = "val_loss"
+min_effect = 0.01  # nats per token: the smallest val-loss difference worth acting on (declared before the runs)
 allowed = ["ln_placement", "warmup_iters"]

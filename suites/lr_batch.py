@@ -10,5 +10,6 @@ overrides = {"tokens_per_iter": 0, "gradient_accumulation_steps": 1, "max_tokens
 baseline = "lr0.0006_b16"
 seeds = [1, 2, 3]
 metric = "val_loss"
+min_effect = 0.01  # nats per token: the smallest val-loss difference worth acting on (declared before the runs)
 allowed = ["learning_rate", "batch_size", "tokens_per_iter"]
 heatmap = ["learning_rate", "batch_size"]

@@ -1,6 +1,7 @@
-# MLA and RA+MLA against the baseline (seeds/001), three paired seeds, CPU twin of suites/mla.py.
+# MLA and RA+MLA against the baseline (seeds/001), three paired seeds, CPU twin: suites/mla.py with
+# config/ra_shakespeare.py.
 # python sweep.py suites/mla_shakespeare.py
 import os
 
 exec(open(os.path.join(os.path.dirname(__file__), "mla.py")).read())
-variants = {name: {"config": body["config"][:-3] + "_shakespeare.py"} for name, body in variants.items()}
+variants = {name: {"config": [body["config"], "../config/ra_shakespeare.py"]} for name, body in variants.items()}

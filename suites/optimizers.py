@@ -9,4 +9,5 @@ overrides = {"min_lr": 0.0}
 baseline = "adamw"
 seeds = [1, 2, 3]
 metric = "val_loss"
+min_effect = 0.01  # nats per token: the smallest val-loss difference worth acting on (declared before the runs)
 allowed = ["optimizer", "learning_rate"]

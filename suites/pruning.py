@@ -9,4 +9,5 @@ variants = {name: {"config": f"../config/train_gpt2_{name}.py"} for name in _nam
 baseline = "adamw"
 seeds = [1, 2, 3]
 metric = "val_loss"
+min_effect = 0.01  # nats per token: the smallest val-loss difference worth acting on (declared before the runs)
 allowed = ["optimizer", "pruning", "prune_score", "target_sparsity", "max_iters", "spam_theta", "spam_interval"]

@@ -8,4 +8,5 @@ variants = {name: {"config": f"../config/train_ra_{name}.py"}
 baseline = "baseline"
 seeds = [1, 2, 3]
 metric = "val_loss"
+min_effect = 0.01  # nats per token: the smallest val-loss difference worth acting on (declared before the runs)
 allowed = ["ra_pattern", "ra_mode", "ra_alpha"]

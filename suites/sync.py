@@ -8,5 +8,6 @@ variants = {"24comm": {"config": "../config/train_gpt2_24comm.py"},
 baseline = "24comm"
 seeds = [1, 2, 3]
 metric = "val_loss"
+min_effect = 0.01  # nats per token: the smallest val-loss difference worth acting on (declared before the runs)
 allowed = ["block_pattern", "sync_every", "sync_layers"]
 nproc = 8

@@ -13,23 +13,26 @@ import configurator
 import report
 import runrecord
 import runtime
+import stats
 import sweep
 from test_sweep import in_process, toy_args
 
 T_975_DF2 = 4.302652729911275  # Student t quantile 0.975 with 2 degrees of freedom (tables)
 
 
-def test_paired_statistics_match_a_hand_computation():
+def test_paired_test_matches_a_hand_computation():
     d = [0.1, 0.2, 0.3]  # mean 0.2, sd 0.1, standard error 0.1 / sqrt(3)
-    stats = ablation.paired_statistics(d)
+    test = stats.paired_test(d, level=0.05)
     se = 0.1 / math.sqrt(3)
-    assert stats["n"] == 3 and stats["mean"] == pytest.approx(0.2) and stats["sd"] == pytest.approx(0.1)
-    assert stats["ci"] == pytest.approx([0.2 - T_975_DF2 * se, 0.2 + T_975_DF2 * se])
+    assert test["n"] == 3 and test["mean"] == pytest.approx(0.2) and test["sd"] == pytest.approx(0.1)
+    assert test["ci"] == pytest.approx([0.2 - T_975_DF2 * se, 0.2 + T_975_DF2 * se])
     # two-sided p of t = 0.2 / se = 2 sqrt(3) with 2 df: the t(2) tail is 1/2 - t / (2 sqrt(t^2 + 2))
     t = 0.2 / se
-    assert stats["p"] == pytest.approx(2 * (0.5 - t / (2 * math.sqrt(t * t + 2))))
-    assert ablation.paired_statistics([0.0, 0.0, 0.0])["ci"] == [0.0, 0.0]  # bitwise-equal runs
-    assert ablation.paired_statistics([0.5])["ci"] is None  # one seed: no interval
+    assert test["p"] == pytest.approx(2 * (0.5 - t / (2 * math.sqrt(t * t + 2))))
+    for same in ([0.0, 0.0, 0.0], [1e-6, 1e-6, 1e-6]):  # equal runs, a constant offset: no p, no interval
+        assert stats.paired_test(same, 0.05) == dict(n=3, mean=same[0], sd=0.0, p=None, ci=None, tost_p=None,
+                                                     deterministic=True)
+    assert stats.paired_test([0.5], 0.05)["ci"] is None  # one seed: no interval
 
 
 def test_clopper_pearson_interval_matches_its_closed_form():
@@ -39,22 +42,28 @@ def test_clopper_pearson_interval_matches_its_closed_form():
 
 
 def test_verdicts():
-    s = lambda ci: dict(n=3, mean=sum(ci) / 2, ci=ci)
-    assert ablation.verdict(s([-0.3, -0.1]), "lower", {}, "")[0] == "better"
-    assert ablation.verdict(s([0.1, 0.3]), "lower", {}, "")[0] == "worse"
-    assert ablation.verdict(s([0.1, 0.3]), "higher", {}, "")[0] == "better"
-    word, why = ablation.verdict(s([-0.02, 0.05]), "lower", {}, "")
-    assert word == "no detectable difference" and "±0.05" in why
-    assert ablation.verdict(dict(n=1, mean=0.1, ci=None), "lower", {}, "")[0] == "one seed"
-    assert ablation.verdict(s([0.1, 0.3]), "lower", {}, "seed 2 failed")[0] == "incomplete"
-    word, why = ablation.verdict(s([0.1, 0.3]), "lower", {"batch_size": (8, 4)}, "")
+    def v(diffs, goal="lower", min_effect=0.05, adjusted=None, level=0.05):
+        test = stats.paired_test(diffs, level, min_effect)
+        return stats.verdict(test, test["p"] if adjusted is None else adjusted, 0.05, level, goal, min_effect)
+    assert v([-0.3, -0.2, -0.25])[0] == "better"
+    assert v([0.3, 0.2, 0.25])[0] == "worse" and v([0.3, 0.2, 0.25], "higher")[0] == "better"
+    assert v([0.3, 0.2, 0.25], adjusted=0.2)[0] == "inconclusive"  # Holm decides, not the raw p
+    word, why = v([0.001, -0.002, 0.0005, 0.0015, -0.001], min_effect=0.05)
+    assert word == "equivalent" and "±0.05" in why
+    word, why = v([-0.02, 0.05, 0.01])
+    assert word == "inconclusive" and "seeds would detect 0.05" in why and "80% power" in why
+    assert v([0.1, 0.3])[0] == "too few seeds"  # n = 2: no t-test with one degree of freedom
+    assert v([1e-6] * 3)[0] == "deterministic" and "constant offset" in v([1e-6] * 3)[1]
+    assert v([0.0] * 3)[1].startswith("exactly equal runs")
+    assert ablation.blocked_verdict({}, "seed 2 failed", 3)[0] == "incomplete"
+    word, why = ablation.blocked_verdict({"batch_size": (8, 4)}, "", 3)
     assert word == "not comparable" and "batch_size = 8 vs baseline 4" in why
 
 
 def write_suite(tmp_path, variants, allowed, seeds=(1, 2, 3), name="suite_toy"):
     path = tmp_path / f"{name}.py"
     path.write_text(f"variants = {variants!r}\nbaseline = 'base'\nseeds = {list(seeds)!r}\n"
-                    f"metric = 'val_loss'\nallowed = {allowed!r}\nsuite_dir = {str(tmp_path / ('out-' + name))!r}\n")
+                    f"metric = 'val_loss'\nmin_effect = 0.01\nallowed = {allowed!r}\nsuite_dir = {str(tmp_path / ('out-' + name))!r}\n")
     return str(path), str(tmp_path / f"out-{name}")
 
 
@@ -67,8 +76,8 @@ def suite_args(data_dir, path):
                     if not a.startswith("--min_lr="))]
 
 
-def test_aa_suite_and_positive_control(data_dir, tmp_path):
-    """gpt against ra with ra_pattern='none' (the same model: no detectable difference) and a
+def test_aa_suite_and_positive_control(data_dir, tmp_path, capsys):
+    """gpt against ra with ra_pattern='none' (the same network: bitwise-equal runs, deterministic) and a
     learning rate 10x too low (worse), three paired seeds each."""
     variants = {"base": {"model_type": "ra", **LR}, "same": {"model_type": "gpt", **LR},
                 "lr_low": {"model_type": "ra", "learning_rate": 3e-4, "min_lr": 3e-5}}
@@ -80,11 +89,12 @@ def test_aa_suite_and_positive_control(data_dir, tmp_path):
     # iterations x batch x block x accumulation: every run's last evaluation
     assert result["compared_at_tokens"] == 16 * 12 * 16 * 2 and result["metric"] == "val_loss"
     same, low = result["variants"]["same"], result["variants"]["lr_low"]
-    assert same["verdict"] == "no detectable difference", same
-    assert low["verdict"] == "worse" and low["ci95"][0] > 0, low
+    assert same["verdict"] == "deterministic" and same["differences"] == [0.0, 0.0, 0.0], same
+    assert low["verdict"] == "worse" and low["interval"][0] > 0 and low["p_holm"] < 0.05, low
+    assert result["comparisons"] == 2 and result["level"] == 0.025
     for entry in (same, low):
         assert entry["n"] == 3 and entry["paired_seeds"] == [1, 2, 3] and not entry["confounds"]
-        assert entry["pairing"][0].startswith("holds")
+        assert entry["pairing"] == ["seed 1: holds", "seed 2: holds", "seed 3: holds"]
     # the paired difference is exactly the per-seed gap of the logged final evaluations
     evals = lambda run: [e for e in runrecord.read_events(os.path.join(suite_dir, run)) if e["event"] == "eval"]
     gaps = [evals(f"lr_low-seed{s}")[-1]["val_loss"] - evals(f"base-seed{s}")[-1]["val_loss"] for s in (1, 2, 3)]
@@ -112,8 +122,17 @@ def test_aa_suite_and_positive_control(data_dir, tmp_path):
     report.main([*dirs, f"--out={tmp_path / 'adhoc'}"])
     adhoc = json.load(open(tmp_path / "adhoc" / "report.json"))
     assert adhoc["baseline"] == "base" and adhoc["variants"]["lr_low"]["verdict"] == "worse"
-    assert adhoc["variants"]["lr_low"]["ci95"] == pytest.approx(low["ci95"])
+    assert adhoc["comparisons"] == 1  # two variants here: one comparison, so a wider level than the suite's
+    assert adhoc["variants"]["lr_low"]["diff_mean"] == pytest.approx(low["diff_mean"])
     assert not adhoc["allowed_declared"] and adhoc["allowed"] == ["learning_rate", "min_lr"]
+    # The seed planner reads this suite as a pilot: the pooled paired sd, the seeds 0.01 would need.
+    capsys.readouterr()
+    sweep.main([*suite_args(data_dir, path), "--plan=True", f"--pilot={suite_dir}"], launch=in_process(calls))
+    planned = capsys.readouterr().out
+    sd = ablation.pooled_difference_sd(result)
+    needed = stats.plan_seeds(sd, 3, 2, 0.05, 0.01)["seeds_needed"]
+    assert f"paired-difference sd {sd:.4g}, 2 comparison(s)" in planned and f"needs {needed} seeds" in planned
+    assert len(calls) == 9  # planning runs nothing
     # The metric is frozen by the first run.
     text = open(path).read().replace("metric = 'val_loss'", "metric = 'train_loss'")
     open(path, "w").write(text)
@@ -153,7 +172,9 @@ def test_hidden_confounds_are_refused_and_reported(data_dir, tmp_path):
         return in_process(order)(argv, gpu, log_path)
     sweep.main(args, launch=launch)
     entry = json.load(open(os.path.join(suite_dir, "report.json")))["variants"]["later"]
-    assert entry["verdict"] == "not comparable" and set(entry["confounds"]) == {"dataset_fingerprint", "eval_windows"}
+    measurement = json.load(open(os.path.join(suite_dir, "report.json")))["measurement"]
+    assert entry["verdict"] == "not comparable" and [m.split(":")[0] for m in measurement] == [
+        "dataset_fingerprint", "eval_windows"] and "later-seed1" in measurement[0] and "base-seed1" in measurement[0]
 
 
 def test_a_failed_run_is_shown_and_makes_the_verdict_incomplete(data_dir, tmp_path):
@@ -211,7 +232,7 @@ def synthetic_run(variant, seed, lr, batch, curve, final_tokens, hellaswag_right
     if hellaswag_right is not None:
         events.append(dict(event="hellaswag", tokens=200, n=100, acc=hellaswag_right / 100,
                            acc_norm=hellaswag_right / 100))
-    events.append(dict(event="end", tokens=final_tokens))
+    events.append(dict(event="end", tokens=final_tokens, train_time=final_tokens * batch / 100))
     config = dict(seed=seed, out_dir=f"{variant}-seed{seed}", learning_rate=lr, batch_size=batch)
     return dict(out_dir=config["out_dir"], config=config, info=None, events=events)
 
@@ -232,8 +253,9 @@ def test_time_limited_runs_are_compared_at_equal_tokens_with_every_plot(tmp_path
     result = ablation.compare(suite, runs)
     assert result["compared_at_tokens"] == 300  # the shortest run ended at 350 tokens, evaluated at 300
     v = result["variants"]["lr0.003_b16"]
-    assert v["differences"] == pytest.approx([0.3, 0.3]) and v["verdict"] == "worse"  # identical gaps: sd 0
-    assert v["cost_ratio"]["step_time_ms"] == pytest.approx(2.0)
+    assert v["differences"] == pytest.approx([0.3, 0.3]) and v["verdict"] == "incomplete"  # no run record
+    assert "no run_info.json" in v["why"]
+    assert v["cost_ratio"]["tokens_per_sec"] == pytest.approx(0.5)  # its tokens / its step time: 100/16 vs 100/8
     h = v["hellaswag"]  # 33 of 100 in each of 2 seeds, pooled
     assert h["n"] == 200 and h["acc_norm"]["value"] == pytest.approx(0.33)
     assert h["acc_norm"]["ci95"] == pytest.approx(ablation.binomial_interval(66, 200))
@@ -259,7 +281,7 @@ def test_a_suite_with_nproc_runs_each_variant_under_torchrun(data_dir, tmp_path)
                 "--batch_size=2"])
     result = json.load(open(os.path.join(suite_dir, "report.json")))
     spd = result["variants"]["spd"]
-    assert spd["verdict"] == "one seed" and spd["runs"]["seed1"]["status"] == "finished" and not spd["confounds"]
+    assert spd["verdict"] == "too few seeds" and spd["runs"]["seed1"]["status"] == "finished" and not spd["confounds"]
     info = json.load(open(os.path.join(suite_dir, "spd-seed1", "run_info.json")))
     assert info["facts"]["world_size"] == 2 and info["start"]["command"].startswith("torchrun --standalone "
                                                                                      "--nproc_per_node=2")

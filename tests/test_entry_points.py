@@ -94,10 +94,13 @@ def test_hellaswag_under_torchrun_equals_one_process(run_dir, tmp_path):
     import hellaswag
     args = [f"--out_dir={run_dir}", f"--input={run_dir}/hellaswag_val.jsonl", "--device=cpu", "--dtype=float32",
             "--batch_size=1"]
-    alone = hellaswag.main(args)
-    proc = torchrun(os.path.join(REPO, "hellaswag.py"), [*args, f"--out_json={tmp_path}/h.json"], tmp_path)
+    alone = hellaswag.main([*args, f"--out_items={tmp_path}/alone.jsonl"])
+    proc = torchrun(os.path.join(REPO, "hellaswag.py"), [*args, f"--out_json={tmp_path}/h.json",
+                                                         f"--out_items={tmp_path}/ranks.jsonl"], tmp_path)
     result = json.loads((tmp_path / "h.json").read_text())
     assert {k: result[k] for k in alone} == alone and alone["n"] == len(FIXTURE)
+    # every example's scores, gathered from the rank that scored it, as one process wrote them
+    assert (tmp_path / "ranks.jsonl").read_text() == (tmp_path / "alone.jsonl").read_text()
     assert proc.stdout.count("HellaSwag acc") == 1  # the master reports, once
 
 

@@ -3,6 +3,7 @@ rank, a second process, bad data): nothing is lost and the user sees one clear l
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,9 +31,16 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1")
 LONG = ("--max_iters=100000", "--lr_decay_iters=50", "--eval_interval=1000")  # runs until stopped
 
 
+def default_signals():
+    """In a child before it runs: the default handlers a terminal gives, whatever this test run
+    inherited (a background job ignores SIGINT, nohup ignores SIGHUP)."""
+    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def start(args, **kwargs):
     return subprocess.Popen([sys.executable, "train.py", *args], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kwargs)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_signals, **kwargs)
 
 
 def wait_for_training(out_dir, proc, min_iter=1, timeout=120):
@@ -147,17 +155,51 @@ def test_sigterm_stops_after_the_step_with_a_checkpoint_and_resume_matches(data_
     assert rundir.finished(runrecord.read_events(out))[-1]["stop_reason"] == "max_iters"
 
 
-def test_sigterm_under_torchrun_stops_every_rank_after_the_same_step(data_dir, tmp_path):
+def test_sighup_stops_like_sigterm_with_a_checkpoint(data_dir, tmp_path):
+    """A closed terminal or a lost ssh session sends SIGHUP: the run saves and ends as on SIGTERM."""
     out = str(tmp_path / "run")
+    proc = start(tiny_args(data_dir, out, *LONG))
+    wait_for_training(out, proc, min_iter=2)
+    proc.send_signal(signal.SIGHUP)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == train.EXIT_STOPPED_BY_SIGNAL, stderr[-2000:]
+    end = events(out, "end")[-1]
+    assert (end["stop_reason"], end["signal"]) == ("signal", "SIGHUP")
+    assert load_ckpt(out)["iter_num"] == end["iter"]
+
+
+def test_a_signal_before_the_first_step_stops_start_up_at_once_and_says_nothing_was_saved(data_dir, tmp_path,
+                                                                                          monkeypatch):
+    """Start-up (model building, data checks, memory estimate) can take minutes at large sizes; a
+    signal then stops it at once with the truth instead of waiting for a step that has not begun."""
+    out = str(tmp_path / "run")
+    real_check_data = train.runtime.check_data
+
+    def slow_start(cfg):
+        os.kill(os.getpid(), signal.SIGTERM)  # as the scheduler would, while the run is still setting up
+        return real_check_data(cfg)
+
+    monkeypatch.setattr(train.runtime, "check_data", slow_start)
+    previous = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(train.Interrupted, match="SIGTERM before the first step: stopped at once; no checkpoint "
+                                                "was written") as stopped:
+        train.main(tiny_args(data_dir, out))
+    assert stopped.value.exit_code == 128 + signal.SIGTERM
+    assert not os.path.exists(os.path.join(out, "ckpt.pt")) and signal.getsignal(signal.SIGTERM) == previous
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_under_torchrun_stops_every_rank_after_the_same_step(data_dir, tmp_path, signum):
+    out, name = str(tmp_path / "run"), signal.Signals(signum).name
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                              "train.py", *tiny_args(data_dir, out, *LONG)], cwd=REPO, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
     wait_for_training(out, proc, min_iter=3)
-    proc.send_signal(signal.SIGTERM)  # torchrun passes it on to both ranks
+    proc.send_signal(signum)  # torchrun passes it on to both ranks
     _, stderr = proc.communicate(timeout=120)
-    assert stderr.count("SIGTERM received: finishing this step") == 2, stderr[-3000:]
+    assert stderr.count(f"{name} received: finishing this step") == 2, stderr[-3000:]
     end = events(out, "end")[-1]
-    assert (end["stop_reason"], end["signal"]) == ("signal", "SIGTERM")
+    assert (end["stop_reason"], end["signal"]) == ("signal", name)
     assert load_ckpt(out)["iter_num"] == end["iter"] and len(load_ckpt(out)["rng"]) == 2
 
 
@@ -205,11 +247,15 @@ def test_a_second_signal_during_a_save_keeps_the_previous_checkpoint(data_dir, t
         return real_save(obj, SignalledFile(f) if len(saves) == 2 else f, *args, **kwargs)
 
     monkeypatch.setattr(torch, "save", save)
-    with pytest.raises(train.Interrupted, match="second signal .SIGINT after SIGINT.: stopped at once"):
-        train.main(tiny_args(data_dir, out))
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even in a background job
+    try:
+        with pytest.raises(train.Interrupted, match="second signal .SIGINT after SIGINT.: stopped at once"):
+            train.main(tiny_args(data_dir, out))
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler that was there before
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert load_ckpt(out)["iter_num"] == 4 and len(saves) == 2
     assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
 
 
 # ----------------------------------------------------------------------------- write errors and torn logs
@@ -236,6 +282,12 @@ def test_write_errors_name_their_cause_and_lose_nothing(data_dir, tmp_path):
                                         f"checkpoint is intact"]
     assert load_ckpt(out)["iter_num"] == 4
     assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
+    # The first save of a run on a full disk: nothing was there before, and the message says so.
+    first = str(tmp_path / "first")
+    proc = subprocess.run([sys.executable, "train.py", *tiny_args(data_dir, first)], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=120, preexec_fn=limited_file_size(ckpt_size // 2))
+    assert proc.returncode == 1 and error_lines(proc.stderr)[-1] == (
+        f"error: file too large while writing {first}/ckpt.pt; no checkpoint was written yet")
     # A log line that cannot be written whole: the run stops, leaving a torn last line ...
     log_size = os.path.getsize(os.path.join(out, "log.jsonl"))
     limit = max(log_size, os.path.getsize(os.path.join(out, "run_info.json")) + 1500) + 300  # run_info.json fits
@@ -376,6 +428,10 @@ def test_syntax_error_in_a_config_file_is_one_line(tmp_path):
     (["--n_layer=64", "--n_embd=16384", "--n_head=128"], r"this run needs at least [\d,.]+ GiB per rank"),
     (["--hellaswag_limit=-1"], "hellaswag_limit must be >= 0"),
     (["--dist_timeout=0"], "dist_timeout must be >= 1"),
+    (["--out_dir="], "out_dir is empty: name the run directory"),
+    (["--device=tpu"], "device='tpu': use cpu, cuda, cuda:N or mps"),
+    (["--eval_iters=1000000000"], "eval_iters=1000000000 x batch_size=.* evaluation windows exceed the .* tokens of the "
+                                  "smaller split: lower eval_iters"),
 ])
 def test_impossible_runs_fail_before_work_starts(data_dir, tmp_path, extra, message):
     if extra[0] == "--device=cuda" and torch.cuda.is_available():
@@ -389,6 +445,18 @@ def test_empty_val_split_is_refused(tmp_path):
     data = write_data(tmp_path / "data", np.arange(2000) % VOCAB, np.zeros(0, dtype=np.int64))
     with pytest.raises(configurator.ConfigError, match=r"val.bin is empty: prepare it again"):
         train.main(tiny_args(data, str(tmp_path / "run")))
+
+
+def test_eval_names_a_damaged_val_split_before_loading_any_model(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for content, message in ((b"", "val.bin is empty: prepare it again"),
+                             (b"abc", "val.bin has 3 bytes, not a whole number of 2-byte tokens")):
+        (data / "val.bin").write_bytes(content)
+        proc = subprocess.run([sys.executable, "eval.py", f"--data_dir={data}", f"--out_dir={tmp_path / 'none'}"],
+                              cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr
+        assert error_lines(proc.stderr)[-1].startswith(f"error: {data}/{message}"), proc.stderr
 
 
 @pytest.mark.parametrize("row, message", [
@@ -405,6 +473,7 @@ def test_malformed_hellaswag_rows_are_named_by_line(tmp_path, row, message):
 
 
 @pytest.mark.parametrize("main, argv, message", [
+    (eval_script.main, ["--data_dir=unused", "--batch_size=0"], "batch_size must be >= 1"),
     (hellaswag.main, ["--batch_size=0"], "batch_size must be >= 1"),
     (hellaswag.main, ["--limit=-3"], "limit must be >= 0"),
     (sample.main, ["--num_samples=0"], "num_samples must be >= 1"),
@@ -415,3 +484,91 @@ def test_malformed_hellaswag_rows_are_named_by_line(tmp_path, row, message):
 def test_evaluation_and_sampling_keys_out_of_range(tmp_path, main, argv, message):
     with pytest.raises(configurator.ConfigError, match=message):
         main([f"--out_dir={tmp_path}", *argv])
+
+
+# ----------------------------------------------------------------------------- sweeps: lock, Ctrl-C, damaged suite.json
+
+def sweep_command(sweep_dir, data_dir, *extra):
+    args = [a for a in tiny_args(data_dir, "unused", *extra) if not a.startswith("--out_dir=")]
+    return [sys.executable, "sweep.py", "--grid=seed=[1,2]", f"--sweep_dir={sweep_dir}", "--gpus=0", *args]
+
+
+def test_a_second_sweep_on_the_same_directory_is_refused_naming_the_first(data_dir, tmp_path):
+    sweep_dir = tmp_path / "out-sweep"
+    first = subprocess.Popen(sweep_command(sweep_dir, data_dir, *LONG), cwd=REPO, env=ENV, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, preexec_fn=default_signals)
+    try:
+        wait_for_training(str(sweep_dir / "seed-1"), first, min_iter=1)
+        second = subprocess.run(sweep_command(sweep_dir, data_dir, *LONG), cwd=REPO, env=ENV, capture_output=True,
+                                text=True, timeout=120)
+        assert second.returncode == 1
+        assert error_lines(second.stderr)[-1] == (f"error: {sweep_dir} is in use by another sweep (pid {first.pid}): "
+                                                  f"wait for it to end, stop it, or choose another sweep_dir")
+    finally:
+        first.kill()
+        first.wait()
+
+
+def test_ctrl_c_to_a_sweep_pauses_its_run_with_a_checkpoint_and_one_line(data_dir, tmp_path):
+    """Ctrl-C in a terminal reaches the whole foreground group: the sweep and its running train.py."""
+    sweep_dir = tmp_path / "out-sweep"
+    proc = subprocess.Popen(sweep_command(sweep_dir, data_dir, *LONG), cwd=REPO, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=default_signals)
+    wait_for_training(str(sweep_dir / "seed-1"), proc, min_iter=2)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]
+    assert error_lines(stderr)[-1] == ("error: interrupted: 1 running run(s) saved a checkpoint and stopped; run the "
+                                       "same command again to resume them")
+    end = events(str(sweep_dir / "seed-1"), "end")[-1]
+    assert end["signal"] == "SIGINT" and load_ckpt(str(sweep_dir / "seed-1"))["iter_num"] == end["iter"]
+
+
+def test_a_truncated_suite_json_is_named_in_one_line(tmp_path):
+    import sweep
+    suite_dir = tmp_path / "out-suite"
+    suite_dir.mkdir()
+    (suite_dir / "suite.json").write_text('{"metric": "val_loss", "baseline": "ba')
+    suite = dict(name="s", metric="val_loss", baseline="base", alpha=0.05, min_effect=None)
+    with pytest.raises(configurator.ConfigError, match=f"{suite_dir}/suite.json is damaged"):
+        sweep.freeze_suite(suite, [], str(suite_dir))
+    with pytest.raises(configurator.ConfigError, match="suite.json is damaged"):
+        import report
+        report.main([str(suite_dir)])
+
+
+def test_a_read_only_out_dir_is_one_line(data_dir, tmp_path):
+    if os.geteuid() == 0:  # root writes anywhere: make the path impossible instead (a file in the way)
+        (tmp_path / "taken").write_text("a file, not a directory")
+        out = str(tmp_path / "taken" / "run")
+    else:
+        (tmp_path / "ro").mkdir(mode=0o500)
+        out = str(tmp_path / "ro" / "run")
+    proc = subprocess.run([sys.executable, "train.py", *tiny_args(data_dir, out)], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert error_lines(proc.stderr)[-1].startswith(f"error: cannot write in {out} (")
+    assert error_lines(proc.stderr)[-1].endswith("): choose a writable out_dir")
+
+
+# ----------------------------------------------------------------------------- resuming on other data
+
+def test_resume_on_a_re_prepared_dataset_is_refused_unless_allowed_and_then_recorded(data_dir, tmp_path):
+    data, out = tmp_path / "data", str(tmp_path / "run")
+    shutil.copytree(data_dir, data)
+    train.main(tiny_args(str(data), out, "--max_iters=4"))
+    tokens = np.fromfile(data / "val.bin", dtype=np.uint16)
+    np.roll(tokens, 7).tofile(data / "val.bin")  # prepared again: same name, other content
+    resume = tiny_args(str(data), out, "--init_from=resume")
+    proc = subprocess.run([sys.executable, "train.py", *resume], cwd=REPO, env=ENV, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1 and error_lines(proc.stderr) == [
+        f"error: {data} is not the data this run started on (dataset fingerprint and eval windows changed since "
+        f"{out}/run_info.json was written): resume on the original data, start a new out_dir, or pass "
+        f"--allow_data_change=True (the run record then says so)"]
+    assert load_ckpt(out)["iter_num"] == 4  # nothing lost
+    train.main([*resume, "--allow_data_change=True"])
+    info = json.load(open(os.path.join(out, "run_info.json")))
+    assert set(info["resumes"][-1]["data_changed"]) == {"dataset_fingerprint", "eval_windows"}
+    assert info["facts"]["dataset_fingerprint"] == info["resumes"][-1]["data_changed"]["dataset_fingerprint"][0]

@@ -1,6 +1,7 @@
 """ra_model: reciprocal attention and MLA against direct references, causality, equivalence with the
 baseline, SDPA == manual, MLA parameter counts, the configs, logging of learned gates."""
 import glob
+import itertools
 import math
 import os
 from dataclasses import MISSING, fields
@@ -410,11 +411,11 @@ def test_a_model_key_of_another_model_type_is_refused(argv, message):
 
 
 def test_gated_attention_configs_differ_from_the_ra_baseline_in_the_gate_only():
-    for suffix in ("", "_shakespeare"):
-        gated, base = load_config("train_gated_attn" + suffix), load_config("train_ra_baseline" + suffix)
+    for overlay in ("", CPU_TWIN):
+        gated, base = load_config("train_gated_attn", overlay), load_config("train_ra_baseline", overlay)
         runtime.resolve(dict(gated), world_size=1)
-        assert {k for k in gated if gated[k] != base[k]} == {"attn_gate", "out_dir", "wandb_run_name"} - (
-            {"wandb_run_name"} if suffix else set())
+        assert {k for k in gated if gated[k] != base[k]} == ({"attn_gate"} if overlay else
+                                                             {"attn_gate", "out_dir", "wandb_run_name"})
         with torch.device("meta"):  # GPT-2 size: shapes only
             model = runtime.build_model(gated)
         assert gated["attn_gate"] is True and all(hasattr(b.attn, "c_gate") for b in model.transformer.h)
@@ -533,16 +534,20 @@ RA_KEYS = ("out_dir", "wandb_run_name", "attn_recompute") + tuple(
     f.name for f in fields(RAConfig) if f.name.startswith(("ra_", "mla")))
 
 
-def load_config(name):
-    return configurator.apply_config(runtime.DEFAULTS, [os.path.join(REPO, "config", name + ".py")])
+CPU_TWIN = "ra_shakespeare"  # the overlay that makes any RA recipe its CPU twin
+
+
+def load_config(name, overlay=""):
+    files = [name] + ([overlay] if overlay else [])
+    return configurator.apply_config(runtime.DEFAULTS, [os.path.join(REPO, "config", f + ".py") for f in files])
 
 
 def test_every_ra_config_loads_and_builds_its_model_config():
     names = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(REPO, "config", "train_ra*.py"))
                    + glob.glob(os.path.join(REPO, "config", "train_mla*.py")))
-    assert set(GPT2_CONFIGS) | {n + "_shakespeare" for n in GPT2_CONFIGS} == set(names)
-    for name in names:
-        cfg = load_config(name)
+    assert set(GPT2_CONFIGS) == set(names)
+    for name, overlay in itertools.product(names, ("", CPU_TWIN)):
+        cfg = load_config(name, overlay)
         assert cfg["model_type"] == "ra", name
         runtime.resolve(dict(cfg), world_size=1)
         model_cfg = runtime.model_config(cfg)
@@ -551,13 +556,14 @@ def test_every_ra_config_loads_and_builds_its_model_config():
 
 def test_ra_ablation_configs_differ_only_in_ra_keys():
     """Identical optimizer, batch, schedule and budget across the set, and the trunk's recipe: GPT-2's
-    for the full-size set, the character-level twin's own (_ra_shakespeare.py) for the CPU set."""
-    for suffix, base_file in (("", "train_gpt2"), ("_shakespeare", "_ra_shakespeare")):
-        configs = {name: load_config(name + suffix) for name in GPT2_CONFIGS}
+    for the full-size set, the character-level twin's overlay (ra_shakespeare.py) for the CPU set."""
+    for overlay, base_file in (("", "train_gpt2"), (CPU_TWIN, CPU_TWIN)):
+        configs = {name: load_config(name, overlay) for name in GPT2_CONFIGS}
         reference = configs["train_ra_baseline"]
         for name, cfg in configs.items():
             diff = {k for k in cfg if cfg[k] != reference[k]}
             assert diff <= set(RA_KEYS), (name, diff)
+        if not overlay:  # each GPU run has its own directory; the twins' runs are named by the suite
             assert len({cfg["out_dir"] for cfg in configs.values()}) == len(configs)
         trunk = load_config(base_file)
         diff = {k for k in reference if reference[k] != trunk[k]}
@@ -618,7 +624,7 @@ def test_ra_mla_config_with_the_triton_kernel_builds_and_trains(data_dir, tmp_pa
     monkeypatch.setattr(ra_model.fused_kernels(), "INTERPRET", False)
     out = str(tmp_path / "run")
     with pytest.warns(UserWarning, match="running the PyTorch SDPA path"):
-        train.main([os.path.join(REPO, "config", "train_ra_mla_shakespeare.py"),
+        train.main([os.path.join(REPO, "config", "train_ra_mla.py"), os.path.join(REPO, "config", f"{CPU_TWIN}.py"),
                     *tiny_args(data_dir, out, "--attn_impl=triton", "--mla_latent_dim=8", "--max_iters=1",
                                "--lr_decay_iters=1", "--warmup_iters=0", f"--mla_per_head_q_latent={q_latent}")])
     assert [e["iter"] for e in events(out, "eval")] == [0, 1]

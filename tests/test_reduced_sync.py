@@ -420,8 +420,9 @@ COMM_CONFIGS = {  # config file -> syncs per forward pass that its name promises
 
 @pytest.mark.parametrize("name", COMM_CONFIGS)
 def test_comm_configs_promise_what_they_count(name):
-    for variant in ("", "_shakespeare"):
-        cfg = configurator.apply_config(runtime.DEFAULTS, [os.path.join(REPO, "config", f"{name}{variant}.py")])
+    for variant in ("", "reduced_sync_shakespeare"):  # the GPU recipe, and its CPU twin through the overlay
+        files = [name] + ([variant] if variant else [])
+        cfg = configurator.apply_config(runtime.DEFAULTS, [os.path.join(REPO, "config", f"{f}.py") for f in files])
         config = runtime.model_config(cfg)
         assert cfg["model_type"] == "reduced_sync" and expected_syncs(config) == COMM_CONFIGS[name]
         if not variant:

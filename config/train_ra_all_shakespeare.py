@@ -1,9 +1,0 @@
-# The CPU-sized version of config/train_ra_all.py (shared settings: _ra_shakespeare.py).
-# python data/shakespeare/prepare.py && python train.py config/train_ra_all_shakespeare.py
-import os
-
-exec(open(os.path.join(os.path.dirname(__file__), "_ra_shakespeare.py")).read())
-out_dir = "out-ra-all-shakespeare"
-ra_pattern = "all"
-ra_mode = "mix"
-ra_alpha = 0.5

@@ -1,0 +1,270 @@
+"""What a report rests on (ablation.py): per-seed evidence and the exact sign-flip test, cost that
+adds up, FLOPs per token, the compute-matched view, HellaSwag compared item by item, and what a run
+records for them (load average, FLOPs per token, per-example HellaSwag scores)."""
+import itertools
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import ablation
+import evaluation
+import hellaswag
+import runrecord
+import train
+from ra_model import RAGPT, RAConfig
+from test_hellaswag import FIXTURE, tiny_gpt, write_jsonl
+from test_train import tiny_args
+
+
+def enumerated_sign_flip_p(d):
+    """The two-sided sign-flip p by hand: the share of the 2^n sign patterns whose mean is at least
+    as far from 0, on the same side, as the observed one, doubled (the null is symmetric)."""
+    d = np.asarray(d, dtype=np.float64)
+    means = np.array([np.mean(d * signs) for signs in itertools.product((1, -1), repeat=len(d))])
+    observed = d.mean()
+    tail = min(np.mean(means >= observed - 1e-12), np.mean(means <= observed + 1e-12))
+    return min(1.0, 2 * tail)
+
+
+@pytest.mark.parametrize("diffs", [[-0.03, -0.02, -0.05], [0.01, -0.004, 0.02, 0.015], [0.0, 0.02, -0.01],
+                                   [-0.01, -0.02, -0.015, -0.03, -0.012, -0.001]])
+def test_sign_flip_p_equals_the_enumeration_of_every_sign_pattern(diffs):
+    result = ablation.sign_flip_test(diffs)
+    assert result["p"] == pytest.approx(enumerated_sign_flip_p(diffs), abs=1e-12)
+    assert (result["below"], result["above"], result["zero"]) == (
+        sum(d < 0 for d in diffs), sum(d > 0 for d in diffs), sum(d == 0 for d in diffs))
+
+
+def test_three_seeds_of_one_sign_give_a_quarter_and_six_give_one_in_thirty_two():
+    assert ablation.sign_flip_test([-0.03, -0.02, -0.05])["p"] == pytest.approx(0.25)
+    assert ablation.sign_flip_test([-1, -2, -3, -4, -5, -6])["p"] == pytest.approx(2 / 64)
+    assert ablation.sign_flip_test([0.2]) == dict(below=0, above=1, zero=0, p=None)  # one seed: no test
+
+
+# ----------------------------------------------------------------------------- synthetic run directories
+
+def fake_run(out_dir, value_at, windows_ms, tokens_per_iter=100, iters=50, flops_per_token=1000, parameters=10,
+             every=500, status_end=True, loads=(0.5,)):
+    """A run as read_run returns it: evaluations every `every` tokens of value_at(tokens), a train
+    record per logged window (step_time_ms), a checklist and an end event whose train_time is the
+    sum of the windows' step times (10 steps each)."""
+    tokens = tokens_per_iter * iters
+    events = [dict(event="checklist", parameters=parameters, flops_per_token=flops_per_token,
+                   tokens_per_iter=tokens_per_iter)]
+    events += [dict(event="eval", tokens=t, val_loss=value_at(t)) for t in range(0, tokens + 1, every)]
+    events += [dict(event="train", step_time_ms=ms, tokens_per_sec=tokens_per_iter / ms * 1000, peak_memory_mib=64.0,
+                    load_average=[loads[i % len(loads)], 0, 0]) for i, ms in enumerate(windows_ms)]
+    train_time = sum(10 * ms / 1000 for ms in windows_ms)
+    if status_end:
+        events.append(dict(event="end", tokens=tokens, train_time=train_time))
+    return dict(out_dir=str(out_dir), config=None, info=None, events=events)
+
+
+def compared(runs, variants, baseline="base"):
+    """ablation.add_evidence on a report whose comparison part is filled in by hand (the runs have no
+    configs: only what the evidence needs)."""
+    report = dict(metric="val_loss", goal="lower", baseline=baseline, hellaswag_tokens=None, level=0.05,
+                  compared_at_tokens=ablation.common_tokens(list(runs.values()), "val_loss"),
+                  variants={v: {} for v in variants})
+    for run in runs.values():
+        run["status"] = "finished"
+    for v, seeds in variants.items():
+        if v != baseline:
+            at = report["compared_at_tokens"]
+            diffs = [ablation.metric_by_tokens(runs[(v, s)], "val_loss")[at]
+                     - ablation.metric_by_tokens(runs[(baseline, s)], "val_loss")[at] for s in seeds]
+            report["variants"][v].update(paired_seeds=list(seeds), differences=diffs)
+    ablation.add_evidence(report, dict(variants=variants), runs)
+    return report
+
+
+# ----------------------------------------------------------------------------- cost
+
+def test_throughput_is_total_tokens_over_total_step_time_and_step_time_follows_from_it(tmp_path):
+    """Unevenly loaded runs: one throughput per run (tokens / summed step time, not a median of
+    windows), the median over seeds, and tokens/s x step time = tokens per step for every variant
+    (the old report showed 1.35x tokens/s next to 0.59x step time for equal tokens per step)."""
+    calm, loaded = [100.0] * 5, [100.0, 100.0, 300.0, 300.0, 300.0]
+    runs = {("base", 1): fake_run(tmp_path / "b1", lambda t: 3.0, calm),
+            ("base", 2): fake_run(tmp_path / "b2", lambda t: 3.0, loaded),
+            ("base", 3): fake_run(tmp_path / "b3", lambda t: 3.0, [200.0] * 5),
+            ("mix", 1): fake_run(tmp_path / "m1", lambda t: 2.9, [150.0] * 5, flops_per_token=1250),
+            ("mix", 2): fake_run(tmp_path / "m2", lambda t: 2.9, [120.0] * 5, flops_per_token=1250),
+            ("mix", 3): fake_run(tmp_path / "m3", lambda t: 2.9, [90.0] * 5, flops_per_token=1250)}
+    report = compared(runs, {"base": [1, 2, 3], "mix": [1, 2, 3]})
+    base, mix = report["variants"]["base"]["cost"], report["variants"]["mix"]["cost"]
+    # base: 5000 tokens over 5 s, 11 s and 10 s; the median run: 500 tokens/s
+    assert base["tokens_per_sec_range"] == pytest.approx([5000 / 11, 1000])
+    assert base["tokens_per_sec"] == pytest.approx(500)
+    assert mix["tokens_per_sec"] == pytest.approx(5000 / 6)
+    for c in (base, mix):
+        assert c["tokens_per_sec"] * c["step_time_ms"] / 1000 == pytest.approx(100)  # tokens per step
+    ratio = report["variants"]["mix"]["cost_ratio"]
+    assert ratio["tokens_per_sec"] == pytest.approx((5000 / 6) / 500)
+    assert ratio["flops_per_token"] == pytest.approx(1.25) and ratio["parameters"] == 1
+    # b2's windows after the first, 100, 300, 300, 300 ms: 90th percentile 300, 10th 160: not trusted
+    assert base["unreliable"] == ["b2 (step times spread x1.88)"] and mix["unreliable"] == []
+
+
+def test_the_load_average_and_flops_per_token_are_recorded_by_a_run(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    train.main(tiny_args(data_dir, out, "--model_type=ra", "--ra_pattern=all", "--ra_mode=mix", "--max_iters=3",
+                         "--lr_decay_iters=3"))
+    run = runrecord.read_run(out)
+    loads = [run["info"]["start"]["load_average"]] + [e["load_average"] for e in run["events"]
+                                                      if e["event"] in ("train", "end")]
+    assert len(loads) == 5 and all(len(x) == 3 and min(x) >= 0 for x in loads)
+    checklist = next(e for e in run["events"] if e["event"] == "checklist")
+    L, C, T = 2, 32, 16
+    assert checklist["flops_per_token"] == 6 * checklist["parameters"] + L * 18 * C * T
+    run["status"] = "finished"
+    cost = ablation.cost([run])
+    end = run["events"][-1]
+    assert cost["tokens_per_sec"] == pytest.approx(end["tokens"] / end["train_time"])
+
+
+def test_flops_per_token_of_mix_and_gate_against_a_hand_count():
+    """Hand count for C = 32, T = 16, L = 2, V = 64: parameters per layer 12C^2 + 13C, plus the tied
+    embedding and the final norm; attention per layer 6T x (score width + C): C for a plain layer, 2C
+    for mix ([q, a k] . [k, q]), and two attentions for the learned gate (plus its one logit)."""
+    C, T, L, V = 32, 16, 2, 64
+    N = L * (12 * C * C + 13 * C) + V * C + 2 * C
+    shape = dict(n_layer=L, n_head=2, n_embd=C, block_size=T, vocab_size=V)
+    plain = RAGPT(RAConfig(**shape, ra_pattern="none"))
+    mix = RAGPT(RAConfig(**shape, ra_pattern="all", ra_mode="mix", ra_alpha=0.5))
+    gate = RAGPT(RAConfig(**shape, ra_pattern="learned"))
+    assert plain.get_num_params() == mix.get_num_params() == N
+    assert plain.flops_per_token() == 6 * N + L * 6 * T * (C + C)  # nanoGPT's 6N + 12LCT
+    assert mix.flops_per_token() == 6 * N + L * 6 * T * (2 * C + C)
+    n_gate = gate.get_num_params()
+    assert n_gate - N == sum(p.numel() for n, p in gate.named_parameters() if "ra_" in n or "gate" in n)
+    assert gate.flops_per_token() == 6 * n_gate + L * 2 * 6 * T * (C + C)
+
+
+# ----------------------------------------------------------------------------- compute-matched view
+
+def test_compute_matched_view_interpolates_each_seed_at_the_baselines_flops(tmp_path):
+    """Linear curves: at the baseline's FLOPs (1000/token x 5000 tokens) the variant that costs 1250
+    per token has seen 4000 tokens; on a straight line the interpolation is exact. At equal tokens it
+    looks better by 0.05; at equal FLOPs it is 0.05 worse."""
+    base = lambda s: (lambda t: 3.0 - t / 10000 + 0.01 * s)
+    dear = lambda s: (lambda t: 2.95 - t / 10000 + 0.01 * s + 0.001 * s * (s - 2))
+    runs = {}
+    for s in (1, 2, 3):
+        runs[("base", s)] = fake_run(tmp_path / f"b{s}", base(s), [100.0] * 5)
+        runs[("dear", s)] = fake_run(tmp_path / f"d{s}", dear(s), [100.0] * 5, flops_per_token=1250)
+    report = compared(runs, {"base": [1, 2, 3], "dear": [1, 2, 3]})
+    m = report["variants"]["dear"]["compute_matched"]
+    assert report["compared_at_tokens"] == 5000 and m["tokens"] == pytest.approx(4000)
+    expected = [dear(s)(4000) - base(s)(5000) for s in (1, 2, 3)]
+    assert m["differences"] == pytest.approx(expected) and m["diff_mean"] == pytest.approx(0.05 + 0.002 / 3)
+    assert m["flops"] == 5_000_000 and m["flops_ratio"] == 1.25
+    assert report["variants"]["dear"]["differences"] == pytest.approx([-0.05 + 0.001 * s * (s - 2) for s in (1, 2, 3)])
+    # A cheaper variant would need tokens past its last evaluation: no value, never an extrapolation.
+    cheap = {k: v for k, v in runs.items() if k[0] == "base"}
+    for s in (1, 2, 3):
+        cheap[("cheap", s)] = fake_run(tmp_path / f"c{s}", base(s), [100.0] * 5, flops_per_token=800)
+    m = compared(cheap, {"base": [1, 2, 3], "cheap": [1, 2, 3]})["variants"]["cheap"]["compute_matched"]
+    assert m["tokens"] == pytest.approx(6250) and m["differences"] == [] and m["missing"] == ["seed1", "seed2", "seed3"]
+
+
+# ----------------------------------------------------------------------------- HellaSwag per item
+
+def write_items(out_dir, right, tokens=200, extra=(), append=False):
+    """hellaswag_items.jsonl with example i right (1) or wrong (0) as `right` says, at `tokens`."""
+    os.makedirs(out_dir, exist_ok=True)
+    items = [dict(example=f"ex{i}", label=0, loss_sum=[1, 2, 3, 4], loss_mean=[1, 2, 3, 4], correct=int(r),
+                  correct_norm=int(r)) for i, r in enumerate(right)] + list(extra)
+    evaluation.write_items(os.path.join(out_dir, evaluation.HELLASWAG_ITEMS), items, append, iter=2, tokens=tokens)
+
+
+def test_hellaswag_is_compared_on_the_same_items_paired_over_items_and_seeds(tmp_path):
+    rng = np.random.default_rng(0)
+    n = 40
+    base_right = {s: rng.integers(0, 2, n) for s in (1, 2)}
+    var_right = {s: np.where(rng.random(n) < 0.3, 1 - base_right[s], base_right[s]) for s in (1, 2)}
+    runs = {}
+    for s in (1, 2):
+        # an item the other side never saw is left out, not paired with nothing
+        write_items(tmp_path / f"b{s}", base_right[s], extra=[dict(example="only-base", correct=1, correct_norm=1)])
+        write_items(tmp_path / f"v{s}", var_right[s])
+        write_items(tmp_path / f"v{s}", 1 - var_right[s], tokens=100, append=True)  # another evaluation: not this one
+        runs[("base", s)] = dict(out_dir=str(tmp_path / f"b{s}"), status="finished")
+        runs[("var", s)] = dict(out_dir=str(tmp_path / f"v{s}"), status="finished")
+    result = ablation.hellaswag_per_item({s: runs[("var", s)] for s in (1, 2)},
+                                         {s: runs[("base", s)] for s in (1, 2)}, 200)
+    per_item = np.mean([var_right[s] - base_right[s] for s in (1, 2)], axis=0)
+    reference = stats.ttest_1samp(per_item, 0.0)
+    assert result["items"] == n and result["seeds"] == [1, 2]
+    assert result["diff"] == pytest.approx(np.mean([var_right[s].mean() - base_right[s].mean() for s in (1, 2)]))
+    assert result["p"] == pytest.approx(reference.pvalue)
+    assert result["variant_only"] == sum(int(((var_right[s] == 1) & (base_right[s] == 0)).sum()) for s in (1, 2))
+    assert result["baseline_only"] == sum(int(((var_right[s] == 0) & (base_right[s] == 1)).sum()) for s in (1, 2))
+    # the same answers on every item: no spread, a difference of exactly 0, no test pretended
+    same = ablation.hellaswag_per_item({1: runs[("base", 1)]}, {1: runs[("base", 1)]}, 200)
+    assert same["diff"] == 0 and same["p"] == 1.0 and same["ci95"] == [0.0, 0.0]
+
+
+def test_per_example_scores_agree_with_the_counts_and_the_losses(tmp_path):
+    path = write_jsonl(tmp_path / "h.jsonl", FIXTURE)
+    examples = evaluation.load_examples(path)
+    model = tiny_gpt()
+    result = evaluation.evaluate_hellaswag(model, examples, "cpu", batch_size=2, items=True)
+    sums, means = evaluation.ending_losses(model, examples, "cpu")
+    items = result["items"]
+    assert [i["loss_sum"] for i in items] == sums.tolist() and [i["loss_mean"] for i in items] == means.tolist()
+    assert sum(i["correct"] for i in items) == round(result["acc"] * 5)
+    assert sum(i["correct_norm"] for i in items) == round(result["acc_norm"] * 5)
+    assert len({i["example"] for i in items}) == 5
+    assert {k: v for k, v in result.items() if k != "items"} == evaluation.evaluate_hellaswag(model, examples, "cpu")
+
+
+def test_hellaswag_script_and_train_write_the_per_example_scores(data_dir, tmp_path):
+    fixture = write_jsonl(tmp_path / "hellaswag_val.jsonl", FIXTURE)
+    out = str(tmp_path / "run")
+    train.main(tiny_args(data_dir, out, "--vocab_size=50304", "--max_iters=4", "--lr_decay_iters=4",
+                         "--hellaswag_interval=4", f"--hellaswag_input={fixture}", "--hellaswag_limit=3"))
+    with open(os.path.join(out, evaluation.HELLASWAG_ITEMS)) as f:
+        records = [json.loads(line) for line in f]
+    assert [(r["iter"], r["tokens"]) for r in records] == [(0, 0)] * 3 + [(4, 4 * 128)] * 3
+    logged = [e for e in runrecord.read_events(out) if e["event"] == "hellaswag"]
+    assert [sum(r["correct_norm"] for r in records if r["iter"] == e["iter"]) for e in logged] == \
+           [round(e["acc_norm"] * 3) for e in logged]
+    result = hellaswag.main([f"--out_dir={out}", f"--input={fixture}", "--device=cpu", "--dtype=float32",
+                             f"--out_items={tmp_path}/items.jsonl"])
+    with open(tmp_path / "items.jsonl") as f:
+        written = [json.loads(line) for line in f]
+    assert len(written) == 5 and sum(r["correct"] for r in written) == round(result["acc"] * 5)
+    assert records[0]["example"] == written[0]["example"] == evaluation.example_digest(
+        evaluation.load_examples(fixture)[0])
+
+
+# ----------------------------------------------------------------------------- the written report
+
+def test_report_shows_the_evidence_per_seed_the_cost_and_the_plots(tmp_path):
+    runs = {}
+    for s in (1, 2, 3):
+        runs[("base", s)] = fake_run(tmp_path / f"b{s}", lambda t, s=s: 3.0 - t / 10000 + 0.01 * s, [100.0] * 5)
+        runs[("mix", s)] = fake_run(tmp_path / f"m{s}", lambda t, s=s: 2.97 - t / 10000 + 0.01 * s - 0.001 * s,
+                                    [120.0] * 5, flops_per_token=1250)
+        for (v, _), run in runs.items():
+            run["config"] = dict(seed=s, out_dir=run["out_dir"])
+    suite = dict(name="toy", metric="val_loss", baseline="base", allowed=[], variants={"base": [1, 2, 3],
+                                                                                        "mix": [1, 2, 3]})
+    for (v, s), run in runs.items():
+        run["config"] = dict(seed=s, out_dir=run["out_dir"])
+    report = ablation.compare(suite, runs)
+    mix = report["variants"]["mix"]
+    assert mix["signs"]["below"] == 3 and mix["signs"]["p"] == pytest.approx(0.25)
+    path = ablation.write_report(report, runs, str(tmp_path / "report"))
+    text = open(path).read()
+    assert "| mix | -0.031 | -0.032 | -0.033 | 3 / 0 | 0.25 |" in text
+    assert "## At equal model FLOPs" in text and "| mix | 1.250 | 4,000 |" in text
+    assert "## Cost" in text and "| 1.25 |" in text
+    for png in ("metric_vs_tokens.png", "paired_differences.png", "differences_over_tokens.png"):
+        assert os.path.getsize(tmp_path / "report" / png) > 1000, png
+        assert f"({png})" in text
