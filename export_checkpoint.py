@@ -43,4 +43,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    configurator.run_script(main, FileNotFoundError)
+    configurator.run_script(main, FileNotFoundError, rundir.RunDirError)

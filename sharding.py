@@ -21,11 +21,13 @@ same names, so each position's state is stored under its own key (tp0, tp1, ...)
 the model's shape and stays fixed on resume. export_checkpoint.py turns one into an ordinary ckpt.pt.
 """
 import os
+import re
 import shutil
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
                                                      set_state_dict)
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -186,11 +188,24 @@ def keyed_state(model, optimizer, tp_rank):
     return {"model": {f"tp{tp_rank}": model_state}, "optimizer": {f"tp{tp_rank}": optimizer_state}}
 
 
+def read_shards(state, path, no_dist):
+    """dcp.load, with a damaged checkpoint (a half-written or truncated shard file, a missing one)
+    named in one line on every rank instead of the storage reader's traceback."""
+    try:
+        dcp.load(state, checkpoint_id=path, no_dist=no_dist)
+    except (Exception, CheckpointException) as e:  # the latter derives from BaseException
+        # CheckpointException carries each rank's traceback as text: its last error line is the cause
+        causes = [l.strip() for l in str(e).splitlines() if re.match(r"\s*\w+(Error|Exception): ", l)]
+        cause = (causes[-1] if causes else f"{type(e).__name__}: {e}").split(". ")[0][:160]
+        raise rundir.RunDirError(f"the sharded checkpoint {path} cannot be read ({cause}): it is damaged; restore "
+                                 f"it, or remove it and point {os.path.dirname(path)}/latest at an intact one") from None
+
+
 def load(path, model, optimizer, tp_rank=0):
     """Fill the model and optimizer from a checkpoint written by any number of data-parallel ranks:
     sharded ones on every rank of a run."""
     state = keyed_state(model, optimizer, tp_rank)
-    dcp.load(state, checkpoint_id=path, no_dist=not dist.is_initialized())
+    read_shards(state, path, no_dist=not dist.is_initialized())
     set_state_dict(model, optimizer, model_state_dict=state["model"][f"tp{tp_rank}"],
                    optim_state_dict=state["optimizer"][f"tp{tp_rank}"])
 
@@ -213,7 +228,7 @@ def load_whole(path, model, optimizer, tp_size):
 
     positions = [position(r) for r in range(tp_size)]
     for state in positions:
-        dcp.load(state, checkpoint_id=path, no_dist=True)
+        read_shards(state, path, no_dist=True)
     models = [state["model"][f"tp{r}"] for r, state in enumerate(positions)]
     states = [state["optimizer"][f"tp{r}"]["state"] for r, state in enumerate(positions)]
     whole_state = {name: {k: unshard_tensor(name, [s[name][k] for s in states]) if per_element(name, v) else states[0][name][k]

@@ -287,3 +287,35 @@ def test_gpt2_size_configs_start_on_one_or_several_nodes(name):
     for world, layout in ((8, []), (16, two_nodes)):
         cfg = runtime.resolve(configurator.apply_config(runtime.DEFAULTS, [path, *layout]), world)
         assert cfg["tokens_per_iter"] == 128 * 1024
+
+
+def test_a_damaged_sharded_checkpoint_is_named_in_one_line_on_export_and_resume(two_rank_runs, data_dir, tmp_path):
+    """A half-written shard (a node died mid-copy, a full disk) and a hostile meta.pt: export and a
+    2-rank resume each end in one line naming the checkpoint; the payload never runs."""
+    run = str(tmp_path / "damaged")
+    shutil.copytree(two_rank_runs["at2"], run)
+    ckpt = os.path.join(run, "dcp", "iter_0000002")
+    shard = next(os.path.join(ckpt, f) for f in sorted(os.listdir(ckpt)) if f.endswith(".distcp"))
+    with open(shard, "r+b") as f:
+        f.truncate(os.path.getsize(shard) // 2)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    export = subprocess.run([sys.executable, "export_checkpoint.py", f"--out_dir={run}"], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=120)
+    lines = [l for l in export.stderr.splitlines() if l.strip()]
+    assert export.returncode == 1 and "Traceback" not in export.stderr, export.stderr[-2000:]
+    assert lines[-1].startswith(f"error: the sharded checkpoint {ckpt} cannot be read (") and "damaged" in lines[-1]
+    resume = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             "train.py", *tiny_args(data_dir, run, *COMMON, "--dropout=0.1", "--data_parallel=fsdp",
+                                                    "--init_from=resume")],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert resume.returncode != 0
+    assert resume.stderr.count(f"error: the sharded checkpoint {ckpt} cannot be read (") == 2, resume.stderr[-3000:]
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path}/pwned",))
+    torch.save({"config": Payload()}, os.path.join(ckpt, "meta.pt"))
+    export = subprocess.run([sys.executable, "export_checkpoint.py", f"--out_dir={run}"], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert export.returncode == 1 and "Traceback" not in export.stderr and not os.path.exists(tmp_path / "pwned")
+    assert [l for l in export.stderr.splitlines() if l.strip()][-1].startswith("error: ")
