@@ -165,6 +165,7 @@ def compare(suite, runs):
     report = dict(suite=suite["name"], metric=metric, goal=goal, baseline=baseline, compared_at_tokens=tokens,
                   alpha=alpha, min_effect=min_effect, comparisons=k, level=stats.family_level(alpha, k),
                   measurement=measurement_problems(runs, suite["allowed"]),
+                  damaged=[note for run in runs.values() for note in run.get("damage", [])],
                   allowed=sorted(suite["allowed"]), allowed_declared=suite.get("allowed_declared", True),
                   heatmap=suite.get("heatmap") or [],
                   final_tokens={f"{v}-seed{s}": (r["events"][-1].get("tokens") if r["events"] else None)
@@ -202,12 +203,13 @@ def add_comparison(entry, report, suite, own, base_runs, base_values, values, re
     confounds, pairing_lines, missing = {}, [], []
     for seed, run in own.items():
         if run["config"] is None or reference is None:
+            missing.append(run["out_dir"] + " (config.json)")
             continue
         paired = base_runs.get(seed, {}).get("config") is not None
         base_run = base_runs[seed] if paired else reference
         confounds.update(config_differences(run["config"], base_run["config"], allowed))
         if not run["info"] or not base_run["info"]:
-            missing += [r["out_dir"] for r in (run, base_run) if not r["info"]]
+            missing += [r["out_dir"] + " (run_info.json)" for r in (run, base_run) if not r["info"]]
             continue
         confounds.update(fact_differences(run, base_run, allowed))
         if paired:
@@ -223,7 +225,7 @@ def add_comparison(entry, report, suite, own, base_runs, base_values, values, re
               if r["status"] != "finished"]
     incomplete = ", ".join(broken) + " (counted, not dropped)" if broken else ""
     if missing:  # a missing fact is never read as a difference, nor as agreement
-        incomplete = "; ".join(filter(None, [incomplete, "no run_info.json in " + ", ".join(sorted(set(missing)))
+        incomplete = "; ".join(filter(None, [incomplete, "missing or damaged: " + ", ".join(sorted(set(missing)))
                                              + ": the measured facts cannot be checked"]))
     entry.update(paired_seeds=seeds, differences=diffs, diff_mean=test["mean"], diff_sd=test["sd"],
                  interval=test["ci"], p_value=test["p"], tost_p=test["tost_p"], deterministic=test["deterministic"],
@@ -556,6 +558,8 @@ def markdown(report, plots):
     if report["measurement"]:
         lines += ["", "## Measurement (must agree in every run): NOT COMPARABLE", ""] + [
             f"- {m}" for m in report["measurement"]]
+    if report["damaged"]:
+        lines += ["", "## Damaged files (and what was done about them)", ""] + [f"- {d}" for d in report["damaged"]]
     if report.get("plan"):
         lines += ["", "## Seed plan", "", "```", stats.describe_plan(report["plan"]), "```"]
     lines += ["", "## Why each verdict", ""]

@@ -153,6 +153,9 @@ def read_suite(namespace, name, here):
             raise err(f"variant {variant!r} sets unknown keys {sorted(unknown)}")
         configs = body.get("config", [])
         body["config"] = [os.path.normpath(os.path.join(here, c)) for c in ([configs] if isinstance(configs, str) else configs)]
+    fixed = sorted(set(namespace["allowed"]) & set(ablation.MEASUREMENT_KEYS))
+    if fixed:
+        raise err(f"allowed names {fixed}: these define how the metric is measured and must be equal in every run")
     nproc = namespace.get("nproc", 1)
     if not isinstance(nproc, int) or nproc < 1:
         raise err(f"nproc={nproc!r}: the ranks per run, an integer >= 1")

@@ -254,7 +254,7 @@ def test_time_limited_runs_are_compared_at_equal_tokens_with_every_plot(tmp_path
     assert result["compared_at_tokens"] == 300  # the shortest run ended at 350 tokens, evaluated at 300
     v = result["variants"]["lr0.003_b16"]
     assert v["differences"] == pytest.approx([0.3, 0.3]) and v["verdict"] == "incomplete"  # no run record
-    assert "no run_info.json" in v["why"]
+    assert "missing or damaged" in v["why"] and "(run_info.json)" in v["why"]
     assert v["cost_ratio"]["tokens_per_sec"] == pytest.approx(0.5)  # its tokens / its step time: 100/16 vs 100/8
     h = v["hellaswag"]  # 33 of 100 in each of 2 seeds, pooled
     assert h["n"] == 200 and h["acc_norm"]["value"] == pytest.approx(0.33)
@@ -288,3 +288,63 @@ def test_a_suite_with_nproc_runs_each_variant_under_torchrun(data_dir, tmp_path)
     syncs = [e["syncs_forward"] for e in runrecord.read_events(os.path.join(suite_dir, "spd-seed1"))
              if e["event"] == "eval"]
     assert syncs and set(syncs) == {2}  # 2 spd layers, one all-reduce each
+
+
+def write_run_dir(path, seed, lr, val_losses, facts):
+    os.makedirs(path)
+    cfg = dict(runtime.DEFAULTS, seed=seed, out_dir=str(path), learning_rate=lr)
+    json.dump(cfg, open(os.path.join(path, "config.json"), "w"))
+    json.dump(dict(facts=facts, resumes=[], code_versions=["x"]), open(os.path.join(path, "run_info.json"), "w"))
+    with open(os.path.join(path, "log.jsonl"), "w") as f:
+        for i, v in enumerate(val_losses):
+            f.write(json.dumps(dict(event="eval", iter=i, tokens=1000 * i, val_loss=v)) + "\n")
+        f.write(json.dumps(dict(event="end", iter=i, tokens=1000 * i, stop_reason="max_iters")) + "\n")
+
+
+def test_a_report_names_every_damaged_file_and_draws_nothing_from_it(tmp_path):
+    """A torn line in the middle of a log, a byte that is not UTF-8, a record with a NaN token count
+    and a truncated run_info.json: each is named with what was done, and the variant whose facts are
+    unreadable is incomplete, never "different"."""
+    facts = dict(dataset_fingerprint="d", tokenizer="t", eval_windows="w", data_order="o", init_weights={})
+    dirs = []
+    for v, lr, shift in (("base", 1e-3, 0.0), ("other", 2e-3, 0.05)):
+        for seed in (1, 2, 3):
+            path = tmp_path / f"{v}-seed{seed}"
+            write_run_dir(path, seed, lr, [3.0 + shift, 2.5 + shift + 0.01 * seed, 2.0 + shift + 0.01 * seed], facts)
+            dirs.append(str(path))
+    log = tmp_path / "other-seed1" / "log.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    log.write_bytes(lines[0] + b'{"event": "ev' + b"\n" + b"\xff\xfe\n" + b'{"event": "eval", "iter": 9, "tokens": NaN}\n'
+                    + b"".join(lines[1:]))
+    (tmp_path / "other-seed2" / "run_info.json").write_text('{"facts": {"dataset_fing')
+    report.main([*dirs, f"--out={tmp_path / 'out'}", "--min_effect=0.01"])
+    result = json.load(open(tmp_path / "out" / "report.json"))
+    assert result["damaged"] == [f"{tmp_path}/other-seed1/log.jsonl:2: not a whole JSON record: line skipped",
+                                 f"{tmp_path}/other-seed1/log.jsonl:3: not UTF-8: line skipped",
+                                 f"{tmp_path}/other-seed1/log.jsonl:4: a non-finite token or iteration count: line skipped",
+                                 f"{tmp_path}/other-seed2/run_info.json is damaged (JSONDecodeError): read as missing"]
+    assert result["compared_at_tokens"] == 2000  # the torn lines moved no comparison point
+    other = result["variants"]["other"]
+    assert other["verdict"] == "incomplete" and "other-seed2 (run_info.json)" in other["why"]
+    assert not other["confounds"] and not result["measurement"]  # missing is not different
+    text = open(tmp_path / "out" / "report.md").read()
+    assert "## Damaged files" in text and "other-seed2/run_info.json is damaged" in text
+
+
+def test_eval_iters_can_never_differ_ad_hoc_or_in_a_suite(tmp_path):
+    facts = dict(dataset_fingerprint="d", tokenizer="t", eval_windows="w", data_order="o", init_weights={})
+    dirs = []
+    for v, lr in (("base", 1e-3), ("other", 2e-3)):
+        for seed in (1, 2, 3):
+            write_run_dir(tmp_path / f"{v}-seed{seed}", seed, lr, [3.0, 2.5 + 0.01 * seed + lr], facts)
+            dirs.append(str(tmp_path / f"{v}-seed{seed}"))
+    cfg_path = tmp_path / "other-seed3" / "config.json"
+    cfg = json.load(open(cfg_path))
+    json.dump(dict(cfg, eval_iters=cfg["eval_iters"] + 5), open(cfg_path, "w"))
+    report.main([*dirs, f"--out={tmp_path / 'out'}", "--min_effect=0.01"])  # every difference "intended" ad hoc
+    result = json.load(open(tmp_path / "out" / "report.json"))
+    assert result["variants"]["other"]["verdict"] == "not comparable"
+    assert result["measurement"] == [f"eval_iters: other-seed3 has {cfg['eval_iters'] + 5}, base-seed1 {cfg['eval_iters']}"]
+    path, _ = write_suite(tmp_path, {"base": {}, "more": {"eval_iters": 40}}, ["eval_iters"], name="suite_eval")
+    with pytest.raises(configurator.ConfigError, match=r"allowed names \['eval_iters'\]: these define how the metric"):
+        sweep.parse_args([path])
