@@ -294,7 +294,7 @@ def test_a_damaged_sharded_checkpoint_is_named_in_one_line_on_export_and_resume(
     2-rank resume each end in one line naming the checkpoint; the payload never runs."""
     run = str(tmp_path / "damaged")
     shutil.copytree(two_rank_runs["at2"], run)
-    ckpt = os.path.join(run, "dcp", "iter_0000002")
+    ckpt = sharding.latest_checkpoint(run)  # another test may have resumed the original past iteration 2
     shard = next(os.path.join(ckpt, f) for f in sorted(os.listdir(ckpt)) if f.endswith(".distcp"))
     with open(shard, "r+b") as f:
         f.truncate(os.path.getsize(shard) // 2)
