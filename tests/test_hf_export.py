@@ -1,0 +1,170 @@
+"""export_checkpoint.py --format=hf: a trained run as a Hugging Face GPT2LMHeadModel directory that
+transformers loads and that computes our logits; the export read back with --init_from gives our
+weights; variants that are not GPT-2 are refused in one line."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import configurator
+import export_checkpoint
+import runtime
+import tokendata
+import train
+from test_train import REPO, tiny_args
+
+transformers = pytest.importorskip("transformers")
+
+N = tokendata.GPT2_VOCAB_SIZE
+
+
+@pytest.fixture(scope="session")
+def gpt2_data_dir(tmp_path_factory):
+    """GPT-2 token ids (every id of the vocabulary can occur) for runs with GPT-2's vocabulary."""
+    d = tmp_path_factory.mktemp("gpt2_tokens")
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 6000), ("val", 2000)):
+        tokendata.write_split(str(d / f"{split}.bin"), [rng.integers(0, N, n)])
+    return str(d)
+
+
+def train_gpt2(data_dir, out, *extra):
+    """A tiny GPT-2-vocabulary model trained for four steps (AdamW moves every weight off its init)."""
+    train.main(tiny_args(data_dir, out, "--vocab_size=50304", "--n_embd=16", "--max_iters=4", "--lr_decay_iters=4",
+                         "--eval_interval=4", *extra))
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(gpt2_data_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf_runs")
+    return {name: train_gpt2(gpt2_data_dir, str(root / name), *extra) for name, extra in {
+        "bias_tied": (), "nobias_tied": ("--bias=False",), "bias_untied": ("--tie_weights=False",)}.items()}
+
+
+def ours(run):
+    ckpt = torch.load(os.path.join(run, "ckpt.pt"), map_location="cpu", weights_only=True)
+    return runtime.build_model(ckpt["config"], ckpt).eval()
+
+
+def export(run, out):
+    export_checkpoint.main([f"--out_dir={run}", "--format=hf", f"--out={out}"])
+    return str(out)
+
+
+@pytest.mark.parametrize("name", ["bias_tied", "nobias_tied", "bias_untied"])
+def test_transformers_loads_the_export_and_computes_our_logits(runs, name, tmp_path):
+    model = ours(runs[name])
+    hf = transformers.GPT2LMHeadModel.from_pretrained(export(runs[name], tmp_path / "hf"), dtype=torch.float32).eval()
+    assert hf.config.vocab_size == N and hf.config.n_positions == model.config.block_size
+    tied = hf.lm_head.weight.data_ptr() == hf.transformer.wte.weight.data_ptr()
+    assert tied == model.config.tie_weights
+    idx = torch.randint(0, N, (3, model.config.block_size), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected, _ = model(idx)
+        got = hf(idx).logits
+    torch.testing.assert_close(got, expected[..., :N], rtol=1e-5, atol=1e-5)
+    if not model.config.bias:  # a model without biases exports zero biases, which change nothing
+        assert all(torch.all(p == 0) for n, p in hf.named_parameters() if n.endswith(".bias"))
+
+
+@pytest.mark.parametrize("name", ["bias_tied", "nobias_tied", "bias_untied"])
+def test_init_from_reads_the_export_back_to_the_same_weights(runs, name, tmp_path):
+    model = ours(runs[name])
+    cfg = dict(runtime.DEFAULTS, init_from=export(runs[name], tmp_path / "hf"))
+    back = runtime.build_model(cfg)  # what train.py --init_from=DIR and sample.py --init_from=DIR build
+    mine, theirs = model.state_dict(), back.state_dict()
+    assert set(mine) <= set(theirs)
+    for key, value in theirs.items():
+        if key in mine:
+            expected = mine[key][:N] if key in export_checkpoint.VOCAB_ROWS else mine[key]
+            assert torch.equal(value, expected), key
+        else:  # the biases the model did not have
+            assert not model.config.bias and key.endswith(".bias") and torch.all(value == 0), key
+    assert back.config.tie_weights == model.config.tie_weights
+
+
+def test_the_export_reexports_to_identical_files(runs, tmp_path):
+    """export -> --init_from -> ckpt.pt -> export: the same tensors, bit for bit."""
+    from safetensors.torch import load_file
+    first = export(runs["nobias_tied"], tmp_path / "first")
+    back = runtime.build_model(dict(runtime.DEFAULTS, init_from=first))
+    run2 = tmp_path / "run2"
+    run2.mkdir()
+    config = dict(runtime.DEFAULTS, **{k: getattr(back.config, k) for k in ("n_layer", "n_head", "n_embd", "block_size",
+                                                                             "vocab_size", "bias", "tie_weights")})
+    torch.save(dict(model=back.state_dict(), config=config), run2 / "ckpt.pt")
+    second = export(run2, tmp_path / "second")
+    a, b = (load_file(os.path.join(d, "model.safetensors")) for d in (first, second))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_tokenizer_and_model_card(runs, tmp_path):
+    out = export(runs["bias_tied"], tmp_path / "hf")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    text = "The river runs past the old mill, and the children's boats drift by.<|endoftext|>"
+    assert tokenizer(text)["input_ids"] == tokendata.gpt2_encoding().encode(text, allowed_special="all")
+    card = open(os.path.join(out, "README.md")).read()
+    info = json.load(open(os.path.join(runs["bias_tied"], "run_info.json")))
+    for fact in ("n_layer", "learning_rate", "dataset_fingerprint", info["facts"]["dataset_fingerprint"], "repeat"):
+        assert fact in card
+    assert json.load(open(os.path.join(out, "config.json")))["architectures"] == ["GPT2LMHeadModel"]
+
+
+def tiny_checkpoint(run, **keys):
+    """run/ckpt.pt of an untrained model of the given keys (the refusals need no training)."""
+    cfg = dict(runtime.DEFAULTS, n_layer=2, n_head=2, n_embd=16, block_size=16, **keys)
+    run.mkdir(parents=True)
+    torch.save(dict(model=runtime.build_model(cfg).state_dict(), config=cfg), run / "ckpt.pt")
+    return str(run)
+
+
+@pytest.mark.parametrize("keys, named", [
+    (dict(model_type="ra", ra_pattern="late"), "reciprocal attention"),
+    (dict(model_type="ra", mla=True, mla_latent_dim=8), "MLA"),
+    (dict(model_type="ra", attn_gate=True), "gated attention"),
+    (dict(model_type="reduced_sync", block_pattern="tp,spd", tp_size=2), "'spd'"),
+    (dict(model_type="reduced_sync", block_pattern="parallel", tp_size=2), "'parallel'"),
+    (dict(ln_placement="post"), "ln_placement='post'"),
+    (dict(vocab_size=64), "vocab_size=64"),
+])
+def test_variants_that_are_not_gpt2_are_refused_in_one_line(tmp_path, keys, named):
+    run = tiny_checkpoint(tmp_path / "run", **keys)
+    with pytest.raises(configurator.ConfigError, match="lm-eval adapter") as refused:
+        export(run, tmp_path / "hf")
+    assert named in str(refused.value) and "\n" not in str(refused.value)
+    assert not os.path.exists(tmp_path / "hf")
+    script = subprocess.run([sys.executable, "export_checkpoint.py", f"--out_dir={run}", "--format=hf",
+                             f"--out={tmp_path / 'hf'}"], cwd=REPO, capture_output=True, text=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert script.returncode == 1 and script.stderr.count("\n") == 1 and "lm-eval adapter" in script.stderr
+
+
+def test_reduced_sync_of_tp_blocks_and_plain_ra_are_gpt2(tmp_path):
+    """tp blocks split GPT-2 over ranks and ra_pattern='none' without MLA or gates is GPT-2's attention."""
+    for keys in (dict(model_type="reduced_sync", block_pattern="tp", tp_size=2), dict(model_type="ra")):
+        run = tiny_checkpoint(tmp_path / keys["model_type"], **keys)
+        model = ours(run)
+        hf = transformers.GPT2LMHeadModel.from_pretrained(export(run, tmp_path / f"{keys['model_type']}_hf")).eval()
+        idx = torch.randint(0, N, (2, 16), generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            torch.testing.assert_close(hf(idx).logits, model(idx)[0][..., :N], rtol=1e-5, atol=1e-5)
+
+
+def test_bad_output_directory_and_format(runs, tmp_path):
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "file").write_text("keep me")
+    with pytest.raises(configurator.ConfigError, match="not empty"):
+        export(runs["bias_tied"], taken)
+    assert (taken / "file").read_text() == "keep me"
+    with pytest.raises(configurator.ConfigError, match="needs --out"):
+        export_checkpoint.main([f"--out_dir={runs['bias_tied']}", "--format=hf"])
+    with pytest.raises(configurator.ConfigError, match="format='onnx'"):
+        export_checkpoint.main([f"--out_dir={runs['bias_tied']}", "--format=onnx"])
+    with pytest.raises(FileNotFoundError, match="train first"):
+        export(str(tmp_path / "empty"), tmp_path / "hf")
