@@ -65,6 +65,16 @@ class WorkbenchLM(TemplateLM):
         self.max_gen_toks = int(max_gen_toks)
         self.encoding = tokendata.gpt2_encoding()
 
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict, additional_config=None):
+        """model_args win over the command line's --device and --batch_size (lm-eval passes both)."""
+        extra = {k: v for k, v in (additional_config or {}).items() if v is not None and k not in arg_dict}
+        return cls(**arg_dict, **extra)
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string, additional_config=None):
+        return cls.create_from_arg_obj(lm_utils.simple_parse_args_string(arg_string), additional_config)
+
     # ------------------------------------------------------------------ tokens
 
     @property

@@ -15,6 +15,7 @@ import os
 import sys
 
 import configurator
+import parallel
 from lm_eval_results import RESULTS_DIR
 
 
@@ -28,17 +29,23 @@ def option(argv, name):
     return None
 
 
-def with_run_outputs(argv):
-    """argv, plus --output_path out_dir/lm_eval and --log_samples when evaluating a run directory."""
-    if option(argv, "--model") != "workbench" or option(argv, "--output_path") is not None:
+def workbench_defaults(argv):
+    """argv for a workbench model, completed with our defaults: the device the workbench picks
+    (lm-eval's own default is cuda:0 even without a GPU) and, for a run directory, --output_path
+    out_dir/lm_eval and --log_samples."""
+    if option(argv, "--model") != "workbench":
         return argv
     from lm_eval.utils import simple_parse_args_string
-    out_dir = simple_parse_args_string(option(argv, "--model_args") or "").get("out_dir")
-    if not out_dir:
-        return argv
-    # a path ending in .json makes lm-eval write results_<date>.json and samples_* in its directory
-    extra = ["--output_path", os.path.join(out_dir, RESULTS_DIR, "results.json")]
-    return argv + extra + ([] if "--log_samples" in argv or "-s" in argv else ["--log_samples"])
+    model_args = simple_parse_args_string(option(argv, "--model_args") or "")
+    extra = []
+    if option(argv, "--device") is None:
+        extra += ["--device", parallel.pick_device(model_args.get("device", ""))]
+    if model_args.get("out_dir") and option(argv, "--output_path") is None:
+        # a path ending in .json makes lm-eval write results_<date>.json and samples_* in its directory
+        extra += ["--output_path", os.path.join(model_args["out_dir"], RESULTS_DIR, "results.json")]
+        if "--log_samples" not in argv and "-s" not in argv:
+            extra.append("--log_samples")
+    return argv + extra
 
 
 def main(argv):
@@ -46,7 +53,7 @@ def main(argv):
         print(__doc__)
     import lm_eval_backend  # noqa: F401  registers "workbench" with lm-eval
     from lm_eval.__main__ import cli_evaluate
-    sys.argv = ["lm_eval", *with_run_outputs(argv)]
+    sys.argv = ["lm_eval", *workbench_defaults(argv)]
     cli_evaluate()
 
 

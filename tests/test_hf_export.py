@@ -117,7 +117,7 @@ def test_tokenizer_and_model_card(runs, tmp_path):
 
 def tiny_checkpoint(run, **keys):
     """run/ckpt.pt of an untrained model of the given keys (the refusals need no training)."""
-    cfg = dict(runtime.DEFAULTS, n_layer=2, n_head=2, n_embd=16, block_size=16, **keys)
+    cfg = {**runtime.DEFAULTS, **dict(n_layer=2, n_head=2, n_embd=16, block_size=16), **keys}
     run.mkdir(parents=True)
     torch.save(dict(model=runtime.build_model(cfg).state_dict(), config=cfg), run / "ckpt.pt")
     return str(run)
