@@ -24,6 +24,7 @@ import re
 import numpy as np
 
 import evaluation
+import lm_eval_results
 import rundir
 import runrecord
 import stats
@@ -184,6 +185,9 @@ def compare(suite, runs):
         hellaswag = hellaswag_summary(own.values(), report["hellaswag_tokens"])
         if hellaswag:
             entry["hellaswag"] = hellaswag
+        tasks = lm_eval_results.pooled_task_scores([r["out_dir"] for r in own.values() if r["status"] == "finished"])
+        if tasks:
+            entry["lm_eval"] = tasks
         if variant != baseline:
             add_comparison(entry, report, suite, own, base_runs, base_values, values, reference)
         else:
@@ -568,6 +572,7 @@ def markdown(report, plots):
     if pairing:
         lines += ["", "## Pairing (same seed = same data order and initial shared weights)", "", *pairing]
     lines += evidence_lines(report) + compute_matched_lines(report) + cost_lines(report) + hellaswag_lines(report)
+    lines += lm_eval_results.report_lines(report)
     lines += ["", "## Runs", "", "| variant | seed | status | value at compared point | final tokens | out_dir |",
               "|---|---|---|---|---|---|"]
     for name, v in report["variants"].items():

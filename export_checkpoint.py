@@ -15,8 +15,8 @@ model card (README.md) with the run's config and run_info.json facts. Only model
 function are exported: model_type='gpt' with pre-LN (or a reduced_sync model of tp blocks only, the
 same function split over ranks). A model without biases gets zero biases, which computes the same
 thing. The vocabulary padding (rows 50257.. of the embedding and head) is cut off: the export's
-softmax runs over GPT-2's 50,257 tokens, so its log-probabilities are ours plus log(1 + the
-probability our model gives the padding rows), which training drives towards zero. Every other
+softmax runs over GPT-2's 50,257 tokens, so its log-probabilities are ours minus log(1 - p), p the
+probability our model gives the padding rows (never a target: training drives it towards zero). Every other
 variant is evaluated through the lm-eval adapter instead (docs/ecosystem.md).
 """
 import json

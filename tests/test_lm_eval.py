@@ -240,3 +240,22 @@ def test_pooled_task_scores_over_seeds(tmp_path):
     assert lm_eval_results.pooled_task_scores([str(tmp_path / "none")]) == {}
     report = {"variants": {"base": {"lm_eval": lm_eval_results.pooled_task_scores(seeds)}, "other": {}}}
     assert any("| base | hellaswag | acc | 3 | 100 | 0.3200 |" in line for line in lm_eval_results.report_lines(report))
+
+
+def test_the_ablation_report_pools_each_variants_task_scores(tmp_path):
+    import ablation
+    from test_ablation import synthetic_run
+    runs = {}
+    for variant, accs in (("base", (0.30, 0.32)), ("wide", (0.36, 0.40))):
+        for seed, acc in zip((1, 2), accs):
+            run = synthetic_run(variant, seed, 1e-3, 8, lambda t: 3 - t / 1000, final_tokens=300)
+            run["out_dir"] = str(tmp_path / f"{variant}-seed{seed}")
+            write_result(run["out_dir"], "2026-01-01T00-00-00", "arc_easy", acc, 0.02)
+            runs[(variant, seed)] = run
+    suite = dict(name="toy", metric="val_loss", baseline="base", allowed=[], variants={"base": [1, 2], "wide": [1, 2]})
+    report = ablation.compare(suite, runs)
+    wide = report["variants"]["wide"]["lm_eval"]["arc_easy"]["acc"]
+    assert wide["value"] == pytest.approx(0.38) and wide["seeds"] == 2
+    assert wide["ci95"] == pytest.approx(lm_eval_results.pooled_task_scores(
+        [runs[("wide", s)]["out_dir"] for s in (1, 2)])["arc_easy"]["acc"]["ci95"])
+    assert "| wide | arc_easy | acc | 2 | 100 | 0.3800 |" in ablation.markdown(report, [])
