@@ -112,18 +112,18 @@ def submit(runs, sweep_dir, nproc, res, status_command):
         return []
     logs = os.path.join(sweep_dir, "slurm")
     os.makedirs(logs, exist_ok=True)
-    script = os.path.abspath(os.path.join(logs, f"array-{time.strftime('%Y%m%d-%H%M%S')}.sbatch"))
+    script = os.path.abspath(os.path.join(logs, f"array-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.sbatch"))
     with rundir.atomic_write(script, "w") as f:
         f.write(array_script(todo, sweep_dir, res, nproc,
                              os.path.basename(os.path.normpath(sweep_dir)).removeprefix("out-")))
     array = sbatch([script])
+    status_job = sbatch([f"--dependency=afterany:{array}", "--job-name=status", f"--chdir={os.getcwd()}",
+                         f"--output={os.path.abspath(logs)}/status-%j.out", f"--wrap={shlex.join(status_command)}"])
     for i, (name, _) in enumerate(todo):
         os.makedirs(os.path.join(sweep_dir, name), exist_ok=True)
         with rundir.atomic_write(os.path.join(sweep_dir, name, RECORD), "w") as f:
             json.dump(dict(job=f"{array}_{i}", log=os.path.join(os.path.abspath(logs), f"{array}_{i}.out"),
-                           script=script, submitted=time.time()), f)
-    status_job = sbatch([f"--dependency=afterany:{array}", "--job-name=status", f"--chdir={os.getcwd()}",
-                         f"--output={os.path.abspath(logs)}/status-%j.out", f"--wrap={shlex.join(status_command)}"])
+                           script=script, status_job=status_job, submitted=time.time()), f)
     print(f"submitted {len(todo)} runs as job array {array} ({script}); job {status_job} builds the report when "
           f"they end; `sweep.py ... --status` shows where they stand")
     return [name for name, _ in todo]
@@ -206,9 +206,14 @@ def progress_line(out_dirs, running, queued, parallel):
     durations = [run_duration(events) for events in finished]
     if durations and len(finished) < len(out_dirs):
         left = sum(durations) / len(durations) * (len(out_dirs) - len(finished)) / max(1, parallel)
-        line += f"; about {left / 60:.0f} min left" if left >= 60 else f"; about {left:.0f} s left"
+        line += f"; about {duration_text(left)} left"
         line += f" (mean of {len(durations)} finished runs, {max(1, parallel)} at a time)"
     return line
+
+
+def duration_text(seconds):
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else \
+        f"{seconds / 3600:.1f} h"
 
 
 def status_text(states, sweep_dir):
