@@ -218,5 +218,5 @@ def test_progress_line_counts_runs_and_estimates_the_time_left_from_finished_run
             str(tmp_path / "d"), str(tmp_path / "e")]
     line = slurm_launch.progress_line(dirs, running=1, queued=1, parallel=2)
     assert line.startswith("2/5 runs done, 1 running, 1 queued, 1 stopped")
-    assert line.endswith("about 135 s left (mean of 2 finished runs, 2 at a time)")  # 3 runs x 90 s / 2
+    assert line.endswith("about 2 min left (mean of 2 finished runs, 2 at a time)")  # 3 runs x 90 s / 2 = 135 s
     assert slurm_launch.progress_line(dirs[:2], 0, 0, 1) == "2/2 runs done, 0 running, 0 queued"
