@@ -11,7 +11,8 @@
 # resubmitted job). Slurm's signal before the time limit (--signal=TERM@N) or a preemption reaches
 # every process of the job step (python, or each rank under one torchrun per node);
 # train.py finishes the step, writes a checkpoint, logs an `end` event with stop_reason "signal"
-# and exits 3. Then this script requeues the job, which starts again from that checkpoint.
+# and exits 3. Then this script requeues the job, which starts again from that checkpoint (unless
+# the job was cancelled).
 set -u
 PYTHON=${PYTHON:-python}
 NPROC_PER_NODE=${NPROC_PER_NODE:-1}
@@ -65,9 +66,18 @@ done
 STOP_REASON=$(cd "$REPO" && "$PYTHON" -c 'import os, sys, runrecord
 events = runrecord.read_events(os.path.join(sys.argv[1], sys.argv[2]))
 print(events[-1].get("stop_reason") if events and events[-1]["event"] == "end" else "none")' "$PWD" "$OUT_DIR")
-if [ "$STOP_REASON" = "signal" ]; then
+# A job that is still RUNNING was signalled ahead of its time limit (or by scancel --signal): requeue
+# it. One that is already COMPLETING was cancelled or preempted (Slurm requeues a preempted one itself
+# where the cluster says so): it is not requeued here, and submitting it again resumes it.
+JOB_STATE=$(squeue -h -j "$SLURM_JOB_ID" -o %T 2>/dev/null)
+if [ "$STOP_REASON" = "signal" ] && [ "$JOB_STATE" = RUNNING ]; then
     echo "stopped by a signal after a checkpoint; requeueing job $SLURM_JOB_ID to resume from $OUT_DIR"
     scontrol requeue "$SLURM_JOB_ID"
+    exit 0
+fi
+if [ "$STOP_REASON" = "signal" ]; then
+    echo "stopped by a signal after a checkpoint; job $SLURM_JOB_ID is ${JOB_STATE:-gone} (cancelled or preempted):" \
+         "not requeued; submit it again to resume from $OUT_DIR"
     exit 0
 fi
 echo "finished: stop_reason $STOP_REASON, exit status $STATUS"
