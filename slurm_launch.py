@@ -25,18 +25,6 @@ import rundir
 import runrecord
 import runtime
 
-OPTIONS = dict(
-    slurm_partition="",  # '' = the cluster's default partition
-    slurm_time="",  # each run's time limit, e.g. '04:00:00' ('' = the partition's); a requeued run gets it anew
-    slurm_nodes=1,  # nodes per run; the run's ranks (a suite's nproc) are split evenly over them
-    slurm_gpus_per_node=0,
-    slurm_cpus_per_task=0,  # CPUs per node; 0 = one per rank
-    slurm_account="",
-    slurm_qos="",
-    slurm_sbatch="",  # more sbatch options, ';'-separated: "--constraint=a100;--mem=200G"
-    slurm_max_running=0,  # runs at once (the array's %N); 0 = as many as the cluster gives
-    slurm_signal_s=300,  # SIGTERM this many seconds before the time limit: the last step and the save must fit
-)
 RECORD = "slurm.json"  # in a run directory: its latest job id, log and script
 QUEUED = {"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
 RUNNING = {"CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESIZING"}
@@ -44,17 +32,17 @@ DONE = ("finished", "diverged")  # a diverged run would only diverge again: it i
 NO_SLURM = "start one (on a test machine: sudo slurm/start_test_cluster.sh; docs/slurm.md)"
 
 
-def resources(options, declared, nproc):
+def resources(options, declared, nproc, defaults):
     """Each run's resources: the suite's `slurm` dict (keys without the slurm_ prefix), and every
-    --slurm_* flag given on the command line over it."""
-    names = {key.removeprefix("slurm_"): key for key in OPTIONS}
+    --slurm_* flag given on the command line over it; `defaults` are sweep.py's OPTIONS."""
+    names = {key.removeprefix("slurm_"): key for key in defaults if key.startswith("slurm_")}
     unknown = set(declared) - set(names)
     if unknown:
         raise configurator.ConfigError(f"slurm={{...}} sets unknown keys {sorted(unknown)}: use {sorted(names)}")
-    res = {name: OPTIONS[key] for name, key in names.items()}
+    res = {name: defaults[key] for name, key in names.items()}
     for name, value in declared.items():
-        res[name] = configurator.check_type(names[name], value, OPTIONS[names[name]], f"slurm[{name!r}]")
-    res.update({name: options[key] for name, key in names.items() if options[key] != OPTIONS[key]})
+        res[name] = configurator.check_type(names[name], value, defaults[names[name]], f"slurm[{name!r}]")
+    res.update({name: options[key] for name, key in names.items() if options[key] != defaults[key]})
     for name in ("nodes", "gpus_per_node", "cpus_per_task", "max_running", "signal_s"):
         if res[name] < (1 if name == "nodes" else 0):
             raise configurator.ConfigError(f"slurm_{name}={res[name]}: a count, >= {1 if name == 'nodes' else 0}")
@@ -116,7 +104,11 @@ def submit(runs, sweep_dir, nproc, res, status_command):
     with rundir.atomic_write(script, "w") as f:
         f.write(array_script(todo, sweep_dir, res, nproc,
                              os.path.basename(os.path.normpath(sweep_dir)).removeprefix("out-")))
-    array = sbatch([script])
+    try:
+        array = sbatch([script])
+    except configurator.ConfigError:
+        os.remove(script)
+        raise
     status_job = sbatch([f"--dependency=afterany:{array}", "--job-name=status", f"--chdir={os.getcwd()}",
                          f"--output={os.path.abspath(logs)}/status-%j.out", f"--wrap={shlex.join(status_command)}"])
     for i, (name, _) in enumerate(todo):

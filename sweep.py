@@ -66,7 +66,17 @@ OPTIONS = dict(
     pilot="",  # with --plan: a finished suite directory whose paired differences and run times inform the plan
     launcher="local",  # 'local' (this machine) or 'slurm' (one job array per submission; docs/slurm.md)
     status=False,  # show where each run stands (and build the report once all have finished), start nothing
-    **slurm_launch.OPTIONS,  # --launcher=slurm: each run's resources (or a suite's `slurm` dict)
+    # --launcher=slurm: each run's resources; a suite may set them as slurm = dict(partition=..., time=...)
+    slurm_partition="",  # '' = the cluster's default partition
+    slurm_time="",  # each run's time limit, e.g. '04:00:00' ('' = the partition's); a requeued run gets it anew
+    slurm_nodes=1,  # nodes per run; the run's ranks (a suite's nproc) are split evenly over them
+    slurm_gpus_per_node=0,  # GPUs per node (0 = ask for none)
+    slurm_cpus_per_task=0,  # CPUs per node; 0 = one per rank
+    slurm_account="",  # --account ('' = your default)
+    slurm_qos="",  # --qos ('' = the default)
+    slurm_sbatch="",  # more sbatch options, ';'-separated: "--constraint=a100;--mem=200G"
+    slurm_max_running=0,  # runs at once (the array's %N); 0 = as many as the cluster gives
+    slurm_signal_s=300,  # SIGTERM this many seconds before the time limit: the last step and the save must fit
 )
 SUITE_KEYS = ("variants", "baseline", "seeds", "metric", "allowed")
 
@@ -433,7 +443,7 @@ def main(argv, launch=launch_subprocess):
     nproc = suite["nproc"] if suite else 1
     if options["status"]:
         return show_status(runs, suite, sweep_dir)
-    slurm = slurm_launch.resources(options, spec["slurm"], nproc) if options["launcher"] == "slurm" else None
+    slurm = slurm_launch.resources(options, spec["slurm"], nproc, OPTIONS) if options["launcher"] == "slurm" else None
     print(f"{len(runs)} runs in {sweep_dir}:")
     for name, _, run_argv in runs:
         print(f"  {name}: {'torchrun --nproc_per_node=%d' % nproc if nproc > 1 else 'python'} train.py "

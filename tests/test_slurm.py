@@ -5,6 +5,7 @@ srun torchrun with HSDP's sharded checkpoints), a cancelled job shows in --statu
 submitted again; resubmitting never submits a live run twice; the progress line's estimate."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import time
 
 import pytest
 
+import configurator
 import rundir
 import runrecord
 import slurm_launch
@@ -221,3 +223,21 @@ def test_progress_line_counts_runs_and_estimates_the_time_left_from_finished_run
     assert line.startswith("2/5 runs done, 1 running, 1 queued, 1 stopped")
     assert line.endswith("about 2 min left (mean of 2 finished runs, 2 at a time)")  # 3 runs x 90 s / 2 = 135 s
     assert slurm_launch.progress_line(dirs[:2], 0, 0, 1) == "2/2 runs done, 0 running, 0 queued"
+
+
+def test_bad_slurm_settings_are_refused_in_one_line_and_nothing_is_submitted(cluster, data_dir, tmp_path):
+    sweep_dir = str(tmp_path / "s")
+    args = [*grid_args(data_dir), f"--sweep_dir={sweep_dir}", "--launcher=slurm"]
+    for bad, message in (("--launcher=k8s", "--launcher='k8s': use 'local' or 'slurm'"),
+                         ("--slurm_nodes=0", "slurm_nodes=0: a count, >= 1"),
+                         ("--slurm_nodes=2", "slurm_nodes=2 does not divide the run's 1 ranks"),
+                         ("--slurm_partition=nowhere", "sbatch refused the jobs: sbatch: error: Batch job submission failed: Invalid partition")):
+        with pytest.raises(configurator.ConfigError, match=re.escape(message)):
+            sweep.main([*args, bad])
+    assert not [name for name in os.listdir(sweep_dir) if slurm_launch.read_record(os.path.join(sweep_dir, name))]
+    assert not os.listdir(os.path.join(sweep_dir, "slurm"))  # no script left behind for jobs never submitted
+    suite = tmp_path / "suite_cluster.py"
+    suite.write_text("variants = {'base': {}}\nbaseline = 'base'\nseeds = [1]\nmetric = 'val_loss'\nallowed = []\n"
+                     "slurm = {'gpus': 8}\n")
+    with pytest.raises(configurator.ConfigError, match=re.escape("slurm={...} sets unknown keys ['gpus']")):
+        sweep.main([str(suite), *toy_args(data_dir), f"--sweep_dir={tmp_path / 'suite'}", "--launcher=slurm"])
