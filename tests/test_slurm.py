@@ -237,7 +237,7 @@ def test_bad_slurm_settings_are_refused_in_one_line_and_nothing_is_submitted(clu
     assert not [name for name in os.listdir(sweep_dir) if slurm_launch.read_record(os.path.join(sweep_dir, name))]
     assert not os.listdir(os.path.join(sweep_dir, "slurm"))  # no script left behind for jobs never submitted
     suite = tmp_path / "suite_cluster.py"
-    suite.write_text("variants = {'base': {}}\nbaseline = 'base'\nseeds = [1]\nmetric = 'val_loss'\nallowed = []\n"
+    suite.write_text("variants = {'base': {'learning_rate': 3e-3}}\nbaseline = 'base'\nseeds = [1]\nmetric = 'val_loss'\nallowed = []\n"
                      "slurm = {'gpus': 8}\n")
     with pytest.raises(configurator.ConfigError, match=re.escape("slurm={...} sets unknown keys ['gpus']")):
         sweep.main([str(suite), *toy_args(data_dir), f"--sweep_dir={tmp_path / 'suite'}", "--launcher=slurm"])
