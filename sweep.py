@@ -6,6 +6,8 @@ train.py runs; run them; tabulate a grid, report a suite.
     python sweep.py config/sweep_pruning_matrix.py                  # the notes' pruning matrix
     python sweep.py config/sweep_pruning_matrix.py config/small_shakespeare.py   # its CPU version
     python sweep.py config/sweep_wikitext2_optimizers.py --max_iters=500 --dry_run=True
+    python sweep.py suites/ra.py --launcher=slurm --slurm_partition=gpu --slurm_gpus_per_node=8   # docs/slurm.md
+    python sweep.py suites/ra.py --status                           # each run's state, progress, time left
 
 Arguments: sweep files (Python, defining `grid` and optionally `base`, `overrides`, `sweep_dir`),
 train config files, `--key=value` overrides for every run, and the sweep's own options:
