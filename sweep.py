@@ -6,6 +6,8 @@ train.py runs; run them; tabulate a grid, report a suite.
     python sweep.py config/sweep_pruning_matrix.py                  # the notes' pruning matrix
     python sweep.py config/sweep_pruning_matrix.py config/small_shakespeare.py   # its CPU version
     python sweep.py config/sweep_wikitext2_optimizers.py --max_iters=500 --dry_run=True
+    python sweep.py suites/ra.py --launcher=slurm --slurm_partition=gpu --slurm_gpus_per_node=8   # docs/slurm.md
+    python sweep.py suites/ra.py --status                           # each run's state, progress, time left
 
 Arguments: sweep files (Python, defining `grid` and optionally `base`, `overrides`, `sweep_dir`),
 train config files, `--key=value` overrides for every run, and the sweep's own options:
@@ -53,6 +55,8 @@ import parallel
 import rundir
 import runrecord
 import runtime
+import slurm_launch
+
 OPTIONS = dict(
     grid="",  # "key=[v1,v2] key2=[...]": added to a sweep file's grid
     sweep_dir="",  # where the runs go ('' = the file's sweep_dir/suite_dir, or out-sweep-<name>)
@@ -62,13 +66,26 @@ OPTIONS = dict(
     cpu_runs=1,  # on a CPU: this many runs at once, each with its share of the cores
     plan=False,  # a suite: print the seed plan (detectable effect, seeds needed, run count, time) and stop
     pilot="",  # with --plan: a finished suite directory whose paired differences and run times inform the plan
+    launcher="local",  # 'local' (this machine) or 'slurm' (one job array per submission; docs/slurm.md)
+    status=False,  # show where each run stands (and build the report once all have finished), start nothing
+    # --launcher=slurm: each run's resources; a suite may set them as slurm = dict(partition=..., time=...)
+    slurm_partition="",  # '' = the cluster's default partition
+    slurm_time="",  # each run's time limit, e.g. '04:00:00' ('' = the partition's); a requeued run gets it anew
+    slurm_nodes=1,  # nodes per run; the run's ranks (a suite's nproc) are split evenly over them
+    slurm_gpus_per_node=0,  # GPUs per node (0 = ask for none)
+    slurm_cpus_per_task=0,  # CPUs per node; 0 = one per rank
+    slurm_account="",  # --account ('' = your default)
+    slurm_qos="",  # --qos ('' = the default)
+    slurm_sbatch="",  # more sbatch options, ';'-separated: "--constraint=a100;--mem=200G"
+    slurm_max_running=0,  # runs at once (the array's %N); 0 = as many as the cluster gives
+    slurm_signal_s=300,  # SIGTERM this many seconds before the time limit: the last step and the save must fit
 )
 SUITE_KEYS = ("variants", "baseline", "seeds", "metric", "allowed")
 
 
 def parse_args(argv):
     """(sweep spec, options): the spec merges the sweep files, command-line configs and overrides."""
-    spec = dict(base=[], grid=[], configs=[], overrides={}, sweep_dir="", suite=None)
+    spec = dict(base=[], grid=[], configs=[], overrides={}, sweep_dir="", suite=None, slurm={})
     options = dict(OPTIONS)
     if any(arg in configurator.HELP_FLAGS for arg in argv):
         raise configurator.HelpRequested(OPTIONS)  # the keys of each run: python train.py --help
@@ -85,6 +102,8 @@ def parse_args(argv):
             read_sweep_file(arg, spec)
         else:
             spec["configs"].append(arg)
+    if options["launcher"] not in ("local", "slurm"):
+        raise configurator.ConfigError(f"--launcher={options['launcher']!r}: use 'local' or 'slurm'")
     if options["grid"]:
         spec["grid"].append(parse_grid(options["grid"]))
     spec["allow_confounds"] = options["allow_confounds"]
@@ -123,6 +142,7 @@ def read_sweep_file(path, spec):
     here = os.path.dirname(os.path.abspath(path))
     spec["base"].extend(os.path.normpath(os.path.join(here, b)) if spec["suite"] else b for b in namespace.get("base", []))
     spec["overrides"].update(namespace.get("overrides", {}))
+    spec["slurm"].update(namespace.get("slurm", {}))  # each run's Slurm resources: slurm_launch.resources
     default_dir = f"out-suite-{stem}" if spec["suite"] else "out-sweep-" + stem.removeprefix("sweep_")
     spec["sweep_dir"] = namespace.get("suite_dir", namespace.get("sweep_dir", "")) or spec["sweep_dir"] or default_dir
 
@@ -346,6 +366,8 @@ def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
                 codes[name] = proc.returncode
                 print(f"{'done' if proc.returncode == 0 else 'FAILED'} {name} (exit {proc.returncode})", flush=True)
                 del active[slot]
+                print(slurm_launch.progress_line([os.path.join(sweep_dir, n) for n, _, _ in runs], len(active),
+                                                 len(todo), len(gpus)), flush=True)
         if active:
             try:
                 time.sleep(0.5)
@@ -421,6 +443,9 @@ def main(argv, launch=launch_subprocess):
     runs = plan(spec)
     sweep_dir, suite = spec["sweep_dir"], spec["suite"]
     nproc = suite["nproc"] if suite else 1
+    if options["status"]:
+        return show_status(runs, suite, sweep_dir)
+    slurm = slurm_launch.resources(options, spec["slurm"], nproc, OPTIONS) if options["launcher"] == "slurm" else None
     print(f"{len(runs)} runs in {sweep_dir}:")
     for name, _, run_argv in runs:
         print(f"  {name}: {'torchrun --nproc_per_node=%d' % nproc if nproc > 1 else 'python'} train.py "
@@ -431,6 +456,13 @@ def main(argv, launch=launch_subprocess):
         print(ablation.seed_plan_text(suite, len(runs), options["pilot"] or sweep_dir))
         return runs
     if options["dry_run"]:
+        return runs
+    if slurm:
+        with rundir.out_dir_lock(sweep_dir, holder="sweep"):  # two submissions would both submit the same runs
+            if suite:
+                freeze_suite(suite, runs, sweep_dir)
+            slurm_launch.submit(runs, sweep_dir, nproc, slurm,
+                                [sys.executable, os.path.join(runtime.REPO_DIR, "sweep.py"), *argv, "--status=True"])
         return runs
     if launch is launch_subprocess:
         launch = functools.partial(launch_subprocess, nproc=nproc)
@@ -446,6 +478,21 @@ def main(argv, launch=launch_subprocess):
     failed = [name for name, code in codes.items() if code != 0]
     if failed:
         raise RuntimeError(f"{len(failed)} runs failed: {', '.join(failed)} (see their console.txt)")
+    return runs
+
+
+def show_status(runs, suite, sweep_dir):
+    """Where each run stands (sweep.py --status); once every run has finished, the report (a suite)
+    or the table (a grid) is built."""
+    states = slurm_launch.run_states(runs, sweep_dir)
+    print(slurm_launch.status_text(states, sweep_dir))
+    if all(s["state"] in slurm_launch.DONE for s in states):
+        if suite:
+            path = ablation.report_suite_dir(sweep_dir)
+        else:
+            summarize(runs, sweep_dir)
+            path = os.path.join(sweep_dir, "summary.md")
+        print(f"every run has finished: {path}")
     return runs
 
 

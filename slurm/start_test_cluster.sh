@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# A one-node Slurm cluster on this machine, for tests/test_slurm.py and for trying the Slurm launcher
+# by hand (docs/slurm.md). Needs root and Debian's packages:
+#
+#   apt-get update && apt-get install -y slurm-wlm munge
+#   sudo slurm/start_test_cluster.sh          # idempotent: a cluster that answers is left alone
+#
+# The node is this machine (`hostname`) with its CPUs, in one partition `debug`; no GPUs, no
+# accounting daemon (status comes from squeue and the run directories, never sacct).
+set -euo pipefail
+
+for tool in munged slurmctld slurmd sbatch; do
+    command -v "$tool" >/dev/null || { echo "no $tool: apt-get install -y slurm-wlm munge" >&2; exit 1; }
+done
+if scontrol ping 2>/dev/null | grep -q UP && sinfo -h -o %t 2>/dev/null | grep -qE '^(idle|mix|alloc)'; then
+    echo "a Slurm cluster already answers: $(sinfo -h -o '%P %D node(s) %c CPUs %t')"
+    exit 0
+fi
+
+node=$(hostname)
+mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge
+cat > /etc/slurm/slurm.conf <<EOF
+ClusterName=test
+SlurmctldHost=$node
+SlurmUser=root
+AuthType=auth/munge
+# A requeued job may start again after cred_expire + 1 s (default 120 s): short, for the tests
+AuthInfo=cred_expire=10
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+StateSaveLocation=/var/spool/slurmctld
+SlurmdSpoolDir=/var/spool/slurmd
+SlurmctldPidFile=/run/slurmctld.pid
+SlurmdPidFile=/run/slurmd.pid
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+ReturnToService=2
+JobRequeue=1
+MinJobAge=60
+KillWait=30
+# the main scheduler looks at pending (requeued) jobs every 2 s, not every 60 s
+SchedulerParameters=sched_interval=2
+NodeName=$node CPUs=$(nproc) State=UNKNOWN
+PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
+EOF
+
+# munged refuses to run as root: run it as its own user, with its socket directory.
+chown munge:munge /run/munge
+pgrep -x munged >/dev/null || runuser -u munge -- munged
+pgrep -x slurmctld >/dev/null || slurmctld
+pgrep -x slurmd >/dev/null || slurmd
+for _ in $(seq 30); do
+    if sinfo -h -o %t 2>/dev/null | grep -qE '^(idle|mix|alloc)'; then
+        echo "Slurm cluster up: $(sinfo -h -o '%P %D node(s) %c CPUs %t')"
+        exit 0
+    fi
+    scontrol update nodename="$node" state=resume 2>/dev/null || true
+    sleep 1
+done
+echo "the cluster did not come up: see /var/log/slurm/slurmctld.log and slurmd.log" >&2
+exit 1

@@ -1,0 +1,243 @@
+"""Suites and runs on a real Slurm cluster (slurm/start_test_cluster.sh: this machine as one node):
+sweep.py --launcher=slurm reports as the local launcher does, a signalled job checkpoints, requeues
+itself and continues exactly (one rank and, through slurm/train_multinode.sbatch, two ranks under
+srun torchrun with HSDP's sharded checkpoints), a cancelled job shows in --status and resumes when
+submitted again; resubmitting never submits a live run twice; the progress line's estimate."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+import configurator
+import rundir
+import runrecord
+import slurm_launch
+import sweep
+from test_ablation import LR, suite_args, write_suite
+from test_sweep import in_process, toy_args
+from test_train import tiny_args
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Long enough (a few seconds) for a signal to land mid-run; dropout makes the RNG part of the resume.
+LONG = ("--max_iters=1000", "--lr_decay_iters=1000", "--eval_interval=200", "--dropout=0.1")
+START = "sudo slurm/start_test_cluster.sh (after apt-get install -y slurm-wlm munge)"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A Slurm cluster that answers; none is a failure that says how to start one, never a skip."""
+    if not shutil.which("sinfo"):
+        pytest.fail(f"these tests need a Slurm cluster and this machine has no Slurm: {START}")
+    nodes = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True)
+    if nodes.returncode or not {"idle", "mix", "alloc"} & set(nodes.stdout.split()):
+        pytest.fail(f"no Slurm node is up ({(nodes.stderr or nodes.stdout).strip()[:200]}): {START}")
+
+
+@pytest.fixture
+def jobs():
+    """Job ids a test submitted: cancelled afterwards, whatever happened."""
+    ids = []
+    yield ids
+    if ids:
+        subprocess.run(["scancel", *ids], capture_output=True)
+
+
+def wait_for(condition, what, timeout=240):
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.1)
+
+
+def submitted(sweep_dir, jobs):
+    """The sweep's job ids (array tasks and the status job), recorded for cleaning up."""
+    records = [r for r in (slurm_launch.read_record(os.path.join(sweep_dir, name)) for name in os.listdir(sweep_dir)) if r]
+    ids = {r["job"] for r in records} | {r["status_job"] for r in records}
+    jobs.extend(ids)
+    return records
+
+
+def live(job):
+    return job in slurm_launch.squeue()
+
+
+def row(status, name):
+    """A run's line of `sweep.py --status`: name, state, job, log."""
+    return next(line.split()[:4] for line in status.splitlines() if line.startswith(name + " "))
+
+
+def losses(out_dir):
+    return {e["iter"]: e["loss"] for e in runrecord.read_events(out_dir) if e["event"] == "train"}
+
+
+def verdicts_and_values(report):
+    """What a report concludes and the numbers it concludes from (not timings or paths)."""
+    keys = ("n", "mean", "differences", "diff_mean", "interval", "p_value", "p_holm", "verdict", "why")
+    return {name: ({k: entry.get(k) for k in keys}, {seed: run["value"] for seed, run in entry["runs"].items()})
+            for name, entry in report["variants"].items()}
+
+
+def test_a_suite_on_slurm_reports_as_run_locally_and_resubmitting_submits_nothing_live(
+        cluster, jobs, data_dir, tmp_path, capsys):
+    variants = {"base": LR, "lr_low": {"learning_rate": 3e-4, "min_lr": 3e-5}}
+    path, _ = write_suite(tmp_path, variants, ["learning_rate", "min_lr"], seeds=(1, 2))
+    args = suite_args(data_dir, path)
+    local, on_slurm = str(tmp_path / "local"), str(tmp_path / "slurm")
+    sweep.main([*args, f"--sweep_dir={local}"], launch=in_process([]))
+    assert "4/4 runs done, 0 running, 0 queued" in capsys.readouterr().out  # the local launcher's progress
+
+    slurm_args = [*args, f"--sweep_dir={on_slurm}", "--launcher=slurm", "--slurm_max_running=2"]
+    sweep.main(slurm_args)
+    records = submitted(on_slurm, jobs)
+    assert len(records) == 4 and len({r["job"].split("_")[0] for r in records}) == 1  # one job array
+    script = open(records[0]["script"]).read()
+    assert "#SBATCH --array=0-3%2" in script and "#SBATCH --signal=TERM@300" in script and "--requeue" in script
+    # Again at once: every run is queued or running, nothing is submitted.
+    capsys.readouterr()
+    sweep.main(slurm_args)
+    out = capsys.readouterr().out
+    assert "nothing to submit" in out and out.count("skip ") == 4
+    assert len([f for f in os.listdir(os.path.join(on_slurm, "slurm")) if f.endswith(".sbatch")]) == 1
+
+    # The dependent status job builds the report once every run has ended.
+    wait_for(lambda: os.path.exists(os.path.join(on_slurm, "report.json")), "the status job's report")
+    assert verdicts_and_values(json.load(open(os.path.join(on_slurm, "report.json")))) == \
+        verdicts_and_values(json.load(open(os.path.join(local, "report.json"))))
+    capsys.readouterr()
+    sweep.main([*slurm_args, "--status=True"])
+    out = capsys.readouterr().out
+    for name in ("base-seed1", "base-seed2", "lr_low-seed1", "lr_low-seed2"):
+        record = slurm_launch.read_record(os.path.join(on_slurm, name))
+        assert row(out, name) == [name, "finished", record["job"], record["log"]]
+    assert "4/4 runs done, 0 running, 0 queued" in out and "every run has finished" in out
+    sweep.main(slurm_args)
+    assert "nothing to submit" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(data_dir, tmp_path_factory):
+    """The one-run grid of the signal tests, run locally without a stop."""
+    sweep_dir = str(tmp_path_factory.mktemp("reference"))
+    sweep.main([*grid_args(data_dir), f"--sweep_dir={sweep_dir}"], launch=in_process([]))
+    return losses(os.path.join(sweep_dir, RUN))
+
+
+RUN = "learning_rate-0.003"
+
+
+def grid_args(data_dir):
+    return ["--grid=learning_rate=[3e-3]", *toy_args(data_dir, *LONG)]
+
+
+def start_on_slurm(data_dir, sweep_dir, jobs, steps):
+    sweep.main([*grid_args(data_dir), f"--sweep_dir={sweep_dir}", "--launcher=slurm"])
+    job = submitted(sweep_dir, jobs)[0]["job"]
+    out_dir = os.path.join(sweep_dir, RUN)
+    wait_for(lambda: len(losses(out_dir)) >= steps, f"the job's first {steps} steps")
+    return job, out_dir
+
+
+def test_a_signalled_job_checkpoints_requeues_and_continues_exactly(cluster, jobs, data_dir, tmp_path, uninterrupted):
+    sweep_dir = str(tmp_path / "s")
+    job, out_dir = start_on_slurm(data_dir, sweep_dir, jobs, steps=20)
+    subprocess.run(["scancel", "--signal=TERM", job], check=True)  # what Slurm sends before the time limit
+    wait_for(lambda: rundir.run_status(runrecord.read_events(out_dir)) == "finished", "the requeued job to finish")
+    ends = [e for e in runrecord.read_events(out_dir) if e["event"] == "end"]
+    assert [e["stop_reason"] for e in ends] == ["signal", "max_iters"] and ends[0]["iter"] < 1000
+    log = open(slurm_launch.read_record(out_dir)["log"]).read()
+    assert "requeueing job" in log and "resuming" in log
+    assert losses(out_dir) == uninterrupted  # exact equality, every iteration, dropout's RNG included
+
+
+def test_a_cancelled_job_shows_in_status_and_resubmitting_resumes_it(cluster, jobs, data_dir, tmp_path, uninterrupted,
+                                                                     capsys):
+    sweep_dir = str(tmp_path / "s")
+    job, out_dir = start_on_slurm(data_dir, sweep_dir, jobs, steps=202)  # past the checkpoint at step 200
+    subprocess.run(["scancel", job], check=True)  # no signal named: the job is cancelled for good
+    wait_for(lambda: not live(job), "the cancelled job to leave the queue", timeout=90)
+    capsys.readouterr()
+    sweep.main([*grid_args(data_dir), f"--sweep_dir={sweep_dir}", "--status=True"])
+    out = capsys.readouterr().out
+    _, state, shown_job, log = row(out, RUN)
+    assert state in ("preempted", "failed") and shown_job == job and os.path.exists(log), out
+    assert "0/1 runs done, 0 running, 0 queued, 1 stopped" in out
+    sweep.main([*grid_args(data_dir), f"--sweep_dir={sweep_dir}", "--launcher=slurm"])
+    assert slurm_launch.read_record(out_dir)["job"] != job
+    submitted(sweep_dir, jobs)
+    wait_for(lambda: rundir.run_status(runrecord.read_events(out_dir)) == "finished", "the resubmitted run")
+    events = runrecord.read_events(out_dir)
+    second = [i for i, e in enumerate(events) if e["event"] == "checklist"][1]
+    assert next(e["iter"] for e in events[second:] if e["event"] == "train") > 200  # from a checkpoint, not scratch
+    assert losses(out_dir) == uninterrupted
+
+
+def test_the_multinode_example_runs_two_ranks_and_requeues_on_the_test_cluster(cluster, jobs, data_dir, tmp_path):
+    """slurm/train_multinode.sbatch as shipped (HSDP, sharded checkpoints), with small overrides: one
+    node, two CPU ranks under srun torchrun (gloo)."""
+    (tmp_path / "tiny.py").write_text("device = 'cpu'\n")
+
+    def submit(name):
+        env = dict(os.environ, CONFIG=str(tmp_path / "tiny.py"), OUT_DIR=str(tmp_path / name), NPROC_PER_NODE="2",
+                   TRAIN_ARGS=" ".join(tiny_args(data_dir, str(tmp_path / name), *LONG, "--batch_size=4",
+                                                 "--gradient_accumulation_steps=2")))
+        job = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--gpus-per-node=0", "--cpus-per-task=1",
+                              "--time=10", f"--output={tmp_path}/{name}.out", "slurm/train_multinode.sbatch"],
+                             cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout.strip()
+        jobs.append(job)
+        return job, str(tmp_path / name)
+
+    (straight_job, straight), (job, split) = submit("straight"), submit("split")
+    wait_for(lambda: len(losses(split)) >= 20, "the two-rank job's first 20 steps")
+    subprocess.run(["scancel", "--signal=TERM", job], check=True)
+    done = lambda out: rundir.run_status(runrecord.read_events(out)) == "finished"
+    wait_for(lambda: done(split) and done(straight), "both two-rank jobs to finish")
+    ends = [e for e in runrecord.read_events(split) if e["event"] == "end"]
+    assert [e["stop_reason"] for e in ends] == ["signal", "max_iters"]
+    assert os.path.exists(os.path.join(split, "dcp", "latest"))  # HSDP's sharded checkpoint was resumed
+    log = open(tmp_path / "split.out").read()
+    assert log.count("SIGTERM received: finishing this step") == 2, log[-3000:]  # once per rank, not twice
+    assert losses(split) == losses(straight) and len(losses(straight)) == 1000
+
+
+def test_progress_line_counts_runs_and_estimates_the_time_left_from_finished_runs(tmp_path):
+    def run(name, spans, finished=True):
+        out = tmp_path / name
+        out.mkdir()
+        records = []
+        for i, (start, end) in enumerate(spans):
+            last = finished or i < len(spans) - 1
+            records += [{"event": "checklist", "time": start},
+                        {"event": "end", "time": end, "stop_reason": "max_iters" if last else "signal"}]
+        (out / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        return str(out)
+
+    # 60 s and, over two attempts with an hour in the queue between them, 30 + 90 s: 90 s on average.
+    dirs = [run("a", [(0, 60)]), run("b", [(0, 30), (3630, 3720)]), run("c", [(0, 10)], finished=False),
+            str(tmp_path / "d"), str(tmp_path / "e")]
+    line = slurm_launch.progress_line(dirs, running=1, queued=1, parallel=2)
+    assert line.startswith("2/5 runs done, 1 running, 1 queued, 1 stopped")
+    assert line.endswith("about 2 min left (mean of 2 finished runs, 2 at a time)")  # 3 runs x 90 s / 2 = 135 s
+    assert slurm_launch.progress_line(dirs[:2], 0, 0, 1) == "2/2 runs done, 0 running, 0 queued"
+
+
+def test_bad_slurm_settings_are_refused_in_one_line_and_nothing_is_submitted(cluster, data_dir, tmp_path):
+    sweep_dir = str(tmp_path / "s")
+    args = [*grid_args(data_dir), f"--sweep_dir={sweep_dir}", "--launcher=slurm"]
+    for bad, message in (("--launcher=k8s", "--launcher='k8s': use 'local' or 'slurm'"),
+                         ("--slurm_nodes=0", "slurm_nodes=0: a count, >= 1"),
+                         ("--slurm_nodes=2", "slurm_nodes=2 does not divide the run's 1 ranks"),
+                         ("--slurm_partition=nowhere", "sbatch refused the jobs: sbatch: error: Batch job submission failed: Invalid partition")):
+        with pytest.raises(configurator.ConfigError, match=re.escape(message)):
+            sweep.main([*args, bad])
+    assert not [name for name in os.listdir(sweep_dir) if slurm_launch.read_record(os.path.join(sweep_dir, name))]
+    assert not os.listdir(os.path.join(sweep_dir, "slurm"))  # no script left behind for jobs never submitted
+    suite = tmp_path / "suite_cluster.py"
+    suite.write_text("variants = {'base': {'learning_rate': 3e-3}}\nbaseline = 'base'\nseeds = [1]\nmetric = 'val_loss'\nallowed = []\n"
+                     "slurm = {'gpus': 8}\n")
+    with pytest.raises(configurator.ConfigError, match=re.escape("slurm={...} sets unknown keys ['gpus']")):
+        sweep.main([str(suite), *toy_args(data_dir), f"--sweep_dir={tmp_path / 'suite'}", "--launcher=slurm"])
