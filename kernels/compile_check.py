@@ -27,8 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import kernels.ra_attention as ra  # noqa: E402
 
 KERNELS = {"fwd": "_ra_fwd_kernel", "col": "_ra_bwd_col_kernel", "row": "_ra_bwd_row_kernel"}
-FP32_POINTERS = {"Alpha", "L1", "L2", "Delta1", "Delta2", "DQ", "DK", "DV", "DAlpha"}
-SCALARS = {"H", "T", "D", "W", "n_partials"}
+FP32_POINTERS = {"Alpha", "L", "Delta", "DQ", "DK", "DV", "DAlpha"}
+SCALARS = {"H", "T", "D", "W", "T_BUCKET", "n_partials"}
 
 
 def compile_one(target_name, kernel, mode, dtype, block_d, config):
@@ -43,9 +43,8 @@ def compile_one(target_name, kernel, mode, dtype, block_d, config):
     else:
         target, last = GPUTarget("hip", target_name, 32 if target_name.startswith("gfx11") else 64), "amdgcn"
     fn = getattr(ra, KERNELS[kernel])
-    has1, mix, has2 = ra._stream_flags(mode)
     block_m, block_n, warps, stages = config
-    constants = dict(HAS1=has1, MIX=mix, HAS2=has2, ACC=tl.float32, DOT=getattr(tl, dtype),
+    constants = dict(MIX=mode == "mix", ACC=tl.float32, DOT=getattr(tl, dtype), PRECISION="ieee",
                      BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d)
     ptr = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}[dtype]
     signature = {}
@@ -74,8 +73,9 @@ def compile_one(target_name, kernel, mode, dtype, block_d, config):
         if name == last:
             break
     if last == "amdgcn":
+        vgprs = re.search(r"\.vgpr_count:\s+(\d+)", module).group(1)
         spills = re.search(r"\.vgpr_spill_count:\s+(\d+)", module).group(1)
-        return f"vgpr spills {spills:>5}"
+        return f"vgprs {vgprs:>3}, vgpr spills {spills:>5}, shared {metadata.get('shared', 0):>6} B"
     return f"{ptxas_usage(module, target.arch)}, shared {metadata.get('shared', 0):>6} B"
 
 
