@@ -70,18 +70,18 @@ def _per_head(x, like):
 # band masks (W = T: the causal mask). Softmax runs in base 2 (exp2 with log2(e) folded into the
 # scale): the saved log-sum-exp is in log2 units and only the kernels read it.
 
-# The conservative configuration every list keeps: (BLOCK_M, BLOCK_N, warps, stages).
-CONSERVATIVE = (32, 32, 4, 1)
-
-
+# (BLOCK_M, BLOCK_N, warps, stages) lists; the first of each is the conservative configuration,
+# free of register spills at D = 64 (kernels/compile_check.py, docs/kernels.md). On RDNA3 (gfx1100,
+# wave32) registers are the limit: a WMMA operand is held twice per wave and each warp takes 16
+# rows of the output tile, so tiles are 16 x warps rows by 16-32 columns, with one stage.
 def autotune_space(hip):
     """(forward, column, row) kernel configurations as (BLOCK_M, BLOCK_N, warps, stages) lists."""
     if hip:
-        return ([CONSERVATIVE, (32, 32, 8, 1), (64, 32, 4, 1)],
-                [CONSERVATIVE, (32, 32, 8, 1)],
-                [CONSERVATIVE, (32, 32, 8, 1)])
-    bwd = [CONSERVATIVE, (32, 32, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2), (64, 64, 4, 2)]
-    return [CONSERVATIVE, (64, 32, 4, 2), (64, 64, 4, 2), (128, 64, 8, 2)], bwd, bwd
+        return ([(32, 16, 2, 1), (64, 16, 4, 1), (64, 32, 4, 1)],
+                [(16, 32, 4, 1), (16, 32, 2, 1), (16, 64, 4, 1)],
+                [(32, 16, 2, 1), (64, 16, 4, 1)])
+    bwd = [(32, 32, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2), (64, 64, 4, 2)]
+    return [(32, 32, 4, 2), (64, 32, 4, 2), (64, 64, 4, 2), (128, 64, 8, 2)], bwd, bwd
 
 
 if triton is not None:
@@ -98,17 +98,19 @@ if triton is not None:
         return tl.load(base + rows[:, None] * stride_t + cols[None, :], mask=mask, other=0.0).to(DOT)
 
     @triton.jit
-    def _logits(q_i, k_j, k_i, q_j, alpha, offs_m, offs_n, T, W, qk_scale,
+    def _logits(a, b, a2, b2, alpha, i, j, T, W, qk_scale,
                 MIX: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr):
-        """Base-2 logits of one (query block, key block) tile, -inf where masked; the band; and
-        (MIX) the reciprocal scores inside it, which the backward needs for dalpha."""
-        causal = (offs_m[:, None] >= offs_n[None, :]) & (offs_n[None, :] < T) & (offs_m[:, None] < T)
-        band = causal & (offs_m[:, None] - offs_n[None, :] < W)
-        s = tl.dot(q_i, tl.trans(k_j), out_dtype=ACC, input_precision=PRECISION)
+        """Base-2 logits of one tile, -inf where masked; the band; and (MIX) the reciprocal scores
+        inside it, which the backward needs for dalpha. Query rows x key columns: (a, b, a2, b2) =
+        (q_i, k_j, k_i, q_j) with i, j = offs_m[:, None], offs_n[None, :]; the transposed tile (key
+        rows) takes (k_j, q_i, q_j, k_i) with i, j = offs_m[None, :], offs_n[:, None]."""
+        causal = (i >= j) & (j < T) & (i < T)
+        band = causal & (i - j < W)
+        s = tl.dot(a, tl.trans(b), out_dtype=ACC, input_precision=PRECISION)
         r = s  # unused unless MIX
         allowed = band
         if MIX:
-            r = tl.where(band, tl.dot(k_i, tl.trans(q_j), out_dtype=ACC, input_precision=PRECISION), 0.0)
+            r = tl.where(band, tl.dot(a2, tl.trans(b2), out_dtype=ACC, input_precision=PRECISION), 0.0)
             s += alpha * r
             allowed = causal
         return tl.where(allowed, s * qk_scale, float("-inf")), band, r
@@ -146,7 +148,8 @@ if triton is not None:
             q_j = k_j  # unused unless MIX
             if MIX:
                 q_j = _load_tile(Q, in_off, start_n, stride_t, T, D, BLOCK_N, BLOCK_D, DOT)
-            x, band, r = _logits(q_i, k_j, k_i, q_j, alpha, offs_m, offs_n, T, W, qk_scale, MIX, ACC, PRECISION)
+            x, band, r = _logits(q_i, k_j, k_i, q_j, alpha, offs_m[:, None], offs_n[None, :], T, W, qk_scale,
+                                 MIX, ACC, PRECISION)
             v_j = _load_tile(V, in_off, start_n, stride_t, T, D, BLOCK_N, BLOCK_D, DOT)
             m_new = tl.maximum(m, tl.max(x, 1))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a fully masked row stays 0, not NaN
@@ -187,10 +190,10 @@ if triton is not None:
     @triton.jit
     def _ra_bwd_col_kernel(Q, K, V, Alpha, DO, L, Delta, DK, DV, DQ, DAlpha,
                            stride_b, stride_h, stride_t, H, T, D, W, scale, T_BUCKET, n_partials,
-                           MIX: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
+                           MIX: tl.constexpr, RECIP: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
-        """Per key block j: dV_j, the column half of dK_j (from S_ij) and, MIX, of dQ_j (from
-        alpha R_ij) with a partial sum of dalpha."""
+        """Per key block j: dV_j and the column half of dK_j (from S_ij); or, RECIP (MIX only), the
+        column half of dQ_j (from alpha R_ij) and a partial sum of dalpha."""
         bh = tl.program_id(0).to(tl.int64)
         pid = tl.program_id(1)
         start_n = pid * BLOCK_N  # the longest columns (from the left) come first already
@@ -221,28 +224,34 @@ if triton is not None:
             k_i = q_i  # unused unless MIX
             if MIX:
                 k_i = _load_tile(K, in_off, start_m, stride_t, T, D, BLOCK_M, BLOCK_D, DOT)
-            x, band, r = _logits(q_i, k_j, k_i, q_j, alpha, offs_m, offs_n, T, W, qk_scale, MIX, ACC, PRECISION)
+            # the transposed tile (key rows): dV, dK and dQ then need no transposed operand
+            xt, band_t, rt = _logits(k_j, q_i, q_j, k_i, alpha, offs_m[None, :], offs_n[:, None], T, W, qk_scale,
+                                     MIX, ACC, PRECISION)
             do, lse, delta = _load_rows(DO, L, Delta, bh, start_m, T, D, BLOCK_M, BLOCK_D, DOT)
-            p, g = _score_grad(x, lse, delta, do, v_j, ACC, PRECISION)
-            dv += tl.dot(tl.trans(p.to(DOT)), do, out_dtype=ACC, input_precision=PRECISION)
-            dk += tl.dot(tl.trans(g.to(DOT)), q_i, out_dtype=ACC, input_precision=PRECISION)  # S_ij = q_i . k_j
-            if MIX:
-                gb = tl.where(band, g, 0.0)
-                dq += tl.dot(tl.trans(gb.to(DOT)), k_i, out_dtype=ACC, input_precision=PRECISION)  # R_ij = k_i . q_j
-                dalpha += tl.sum(g * r, 0)
-        _store_tile(DV, bh, offs_n, dv, T, D, BLOCK_D)
-        _store_tile(DK, bh, offs_n, dk * scale, T, D, BLOCK_D)
-        if MIX:
+            pt = tl.exp2(xt - lse[None, :])  # masked logits are -inf: P = 0 there
+            dpt = tl.dot(v_j, tl.trans(do), out_dtype=ACC, input_precision=PRECISION)
+            gt = pt * (dpt - delta[None, :])
+            if not RECIP:
+                dv += tl.dot(pt.to(DOT), do, out_dtype=ACC, input_precision=PRECISION)
+                dk += tl.dot(gt.to(DOT), q_i, out_dtype=ACC, input_precision=PRECISION)  # S_ij = q_i . k_j
+            else:
+                gbt = tl.where(band_t, gt, 0.0)
+                dq += tl.dot(gbt.to(DOT), k_i, out_dtype=ACC, input_precision=PRECISION)  # R_ij = k_i . q_j
+                dalpha += tl.sum(gt * rt, 1)
+        if not RECIP:
+            _store_tile(DV, bh, offs_n, dv, T, D, BLOCK_D)
+            _store_tile(DK, bh, offs_n, dk * scale, T, D, BLOCK_D)
+        else:
             _store_tile(DQ, bh, offs_n, dq * (alpha * scale), T, D, BLOCK_D)
             tl.store(DAlpha + bh * n_partials + pid, tl.sum(dalpha, 0) * scale)
 
     @triton.jit
     def _ra_bwd_row_kernel(Q, K, V, Alpha, DO, L, Delta, DQ, DK,
                            stride_b, stride_h, stride_t, H, T, D, W, scale, T_BUCKET,
-                           MIX: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
+                           MIX: tl.constexpr, RECIP: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
-        """Per query block i: the row half of dQ_i (from S_ij) and, MIX, of dK_i (from alpha R_ij),
-        written to their own buffers (the launcher adds the column kernel's halves)."""
+        """Per query block i: the row half of dQ_i (from S_ij); or, RECIP (MIX only), of dK_i (from
+        alpha R_ij). Written to their own buffers: the launcher adds the column kernel's halves."""
         bh = tl.program_id(0).to(tl.int64)
         start_m = (tl.num_programs(1) - 1 - tl.program_id(1)) * BLOCK_M  # the longest rows first
         in_off = (bh // H) * stride_b + (bh % H) * stride_h
@@ -270,15 +279,18 @@ if triton is not None:
             q_j = k_j  # unused unless MIX
             if MIX:
                 q_j = _load_tile(Q, in_off, start_n, stride_t, T, D, BLOCK_N, BLOCK_D, DOT)
-            x, band, r = _logits(q_i, k_j, k_i, q_j, alpha, offs_m, offs_n, T, W, qk_scale, MIX, ACC, PRECISION)
+            x, band, r = _logits(q_i, k_j, k_i, q_j, alpha, offs_m[:, None], offs_n[None, :], T, W, qk_scale,
+                                 MIX, ACC, PRECISION)
             v_j = _load_tile(V, in_off, start_n, stride_t, T, D, BLOCK_N, BLOCK_D, DOT)
             p, g = _score_grad(x, lse, delta, do, v_j, ACC, PRECISION)
-            dq += tl.dot(g.to(DOT), k_j, out_dtype=ACC, input_precision=PRECISION)  # S_ij = q_i . k_j
-            if MIX:
+            if not RECIP:
+                dq += tl.dot(g.to(DOT), k_j, out_dtype=ACC, input_precision=PRECISION)  # S_ij = q_i . k_j
+            else:
                 gb = tl.where(band, g, 0.0)
                 dk += tl.dot(gb.to(DOT), q_j, out_dtype=ACC, input_precision=PRECISION)  # R_ij = k_i . q_j
-        _store_tile(DQ, bh, offs_m, dq * scale, T, D, BLOCK_D)
-        if MIX:
+        if not RECIP:
+            _store_tile(DQ, bh, offs_m, dq * scale, T, D, BLOCK_D)
+        else:
             _store_tile(DK, bh, offs_m, dk * (alpha * scale), T, D, BLOCK_D)
 
     # Autotuning runs on GPUs only (the interpreter has no benchmarker).
@@ -288,10 +300,11 @@ if triton is not None:
     _FWD_CONFIGS, _COL_CONFIGS, _ROW_CONFIGS = map(_configs, autotune_space(bool(torch.version.hip)))
     # T by its power-of-two bucket: generate() and evaluation batches change T call after call
     _KEY = ["T_BUCKET", "BLOCK_D", "MIX", "DOT", "PRECISION"]
+    _BWD_KEY = _KEY + ["RECIP"]
     _fwd_tuned = triton.autotune(_FWD_CONFIGS, key=_KEY)(_ra_fwd_kernel)
     # each key block writes one dAlpha partial: the slots a wider BLOCK_N leaves out must read zero
-    _bwd_col_tuned = triton.autotune(_COL_CONFIGS, key=_KEY, reset_to_zero=["DAlpha"])(_ra_bwd_col_kernel)
-    _bwd_row_tuned = triton.autotune(_ROW_CONFIGS, key=_KEY)(_ra_bwd_row_kernel)
+    _bwd_col_tuned = triton.autotune(_COL_CONFIGS, key=_BWD_KEY, reset_to_zero=["DAlpha"])(_ra_bwd_col_kernel)
+    _bwd_row_tuned = triton.autotune(_ROW_CONFIGS, key=_BWD_KEY)(_ra_bwd_row_kernel)
 
 # (BLOCK_M, BLOCK_N) under the interpreter: small, so tiny test shapes span several blocks
 INTERPRET_TILE = (16, 16)
@@ -350,21 +363,30 @@ def _forward_stream(q, k, v, alpha, W, mix):
 
 
 def _backward_stream(q, k, v, alpha, o, lse, do, W, mix):
-    """(dq, dk, dv, dalpha or None) of one stream: the column kernel's halves plus the row kernel's."""
+    """(dq, dk, dv, dalpha or None) of one stream: the column kernel's halves plus the row kernel's.
+    MIX runs each kernel twice, the second time (RECIP) for the reciprocal term's gradients, so
+    that no launch holds more than two accumulators."""
     B, H, T, D = q.shape
     meta = _meta(q, W, mix)
     do = do.contiguous()
     delta = (do.to(lse.dtype) * o.to(lse.dtype)).sum(-1).view(B * H, T)  # rowsum(dO * O)
-    dv, dk_col, dq_row = (torch.empty(q.shape, device=q.device, dtype=lse.dtype) for _ in range(3))
-    dq_col, dk_row = (torch.empty_like(dv), torch.empty_like(dv)) if mix else (dv, dv)  # never written without MIX
+    new = lambda: torch.empty(q.shape, device=q.device, dtype=lse.dtype)
+    dv, dk_col, dq_row = new(), new(), new()
     n_partials = triton.cdiv(T, _MIN_BLOCK_N)
     dalpha = torch.zeros(B * H, n_partials, device=q.device, dtype=lse.dtype)
     common = (q, k, v, alpha, do, lse, delta)
-    _launch(_ra_bwd_col_kernel, _bwd_col_tuned, "BLOCK_N", q, common + (dk_col, dv, dq_col, dalpha) + _strides(q),
-            dict(meta, n_partials=n_partials))
-    _launch(_ra_bwd_row_kernel, _bwd_row_tuned, "BLOCK_M", q, common + (dq_row, dk_row) + _strides(q), meta)
+
+    def run(recip, dq_col, dk_row):
+        _launch(_ra_bwd_col_kernel, _bwd_col_tuned, "BLOCK_N", q, common + (dk_col, dv, dq_col, dalpha) + _strides(q),
+                dict(meta, n_partials=n_partials, RECIP=recip))
+        _launch(_ra_bwd_row_kernel, _bwd_row_tuned, "BLOCK_M", q, common + (dq_row, dk_row) + _strides(q),
+                dict(meta, RECIP=recip))
+
+    run(False, dv, dv)  # the RECIP outputs' slots are never written here
     if not mix:
         return dq_row, dk_col, dv, None
+    dq_col, dk_row = new(), new()
+    run(True, dq_col, dk_row)
     return dq_row + dq_col, dk_col + dk_row, dv, dalpha.view(B, H, n_partials).sum((0, 2))
 
 
