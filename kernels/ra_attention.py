@@ -19,14 +19,16 @@ For (B, H, T, D) tensors q, k, v, scale = 1/sqrt(D), and positions i (query row)
 `softmax(x | m)` is the softmax over the positions where m holds.
 
 The Triton path follows FlashAttention-2: the forward walks key blocks with an online softmax
-(O(T) memory) and saves each row's log-sum-exp; `gate` keeps two online-softmax accumulators
-(S and R) in the same pass over the key blocks. The backward recomputes the scores from the
-saved statistics. Because R_ij = k_i . q_j, the gradient of a score reaches both the row's and
-the column's q and k, so the backward runs two kernels without atomics: a column kernel (one
-program per key block) accumulating dV and the column halves of dK, dQ (and per-block partial
-sums of dalpha), then a row kernel (one program per query block) adding the row halves. The
-gate weights p are applied in PyTorch to the two branch outputs (cheap elementwise), so the
-kernels only see attention streams.
+(O(T) memory) and saves each row's log-sum-exp; the backward recomputes the scores from the saved
+statistics. Each launch runs one stream: the reciprocal stream is the ordinary one with q and k
+exchanged (R = S with q, k swapped), so `gate` runs two launches and holds one stream's
+accumulators at a time. Because mix's R_ij = k_i . q_j, its score gradients reach both the row's
+and the column's q and k, so the backward runs without atomics: a column kernel (one program per
+key block) for dV and the column half of dK, a row kernel (one program per query block) for the
+row half of dQ, and for mix a second pass of each for the reciprocal term's halves of dQ and dK
+(and per-block partial sums of dalpha). Every launch writes its own buffers; the halves are added
+in PyTorch, and so are the gate weights p (cheap elementwise). docs/kernels.md has each kernel's
+registers, spills and shared memory on gfx1100 and sm90 (kernels/compile_check.py).
 
 The kernels run when Triton is importable and the inputs are on a GPU (CUDA or ROCm), or under
 TRITON_INTERPRET=1 (then on CPU tensors, slowly: that is how the tests prove them right).
@@ -36,8 +38,8 @@ every mode, which materializes the T x T scores, is ra_model.reciprocal_manual (
 the kernels against it in float64).
 
 Dtypes: float32, float16, bfloat16 (accumulation in float32) and float64 (float64 accumulation;
-meant for gradcheck under the interpreter). On NVIDIA GPUs float32 inputs use TF32 in tl.dot,
-Triton's default. Head sizes up to 128 (padded to a power of two, at least 16); any T >= 1.
+meant for gradcheck under the interpreter). float32 inputs use TF32 dots only where PyTorch allows
+TF32 matmuls (torch.backends.cuda.matmul.allow_tf32, NVIDIA). Head sizes up to 128 (padded to a power of two, at least 16); any T >= 1.
 """
 
 import math
