@@ -1,16 +1,18 @@
-"""Compile the RA kernels for a GPU target without a GPU: proves they build for NVIDIA and AMD,
-and shows the register spills (AMD) or shared memory (NVIDIA) of each autotune configuration.
+"""Compile the RA kernels for a GPU target without a GPU: registers, spills and shared memory of
+every (kernel, mode, autotune configuration), and the occupancy they allow.
 
-    python kernels/compile_check.py --target gfx1100          # RDNA3 (W7900): the AMD lists
-    python kernels/compile_check.py --target sm90 --D 128     # H100: registers, spills, shared memory
+    python kernels/compile_check.py --target gfx1100 --D 64    # RDNA3 (W7900): the AMD lists
+    python kernels/compile_check.py --target sm90 --D 128      # H100: the NVIDIA lists
 
 NVIDIA targets go to PTX, which ptxas (CUDA's assembler: TRITON_PTXAS_PATH or PATH) turns into
 a cubin reporting registers per thread and spill bytes; AMD targets go to AMDGCN assembly, whose
-metadata gives the VGPR spill count. Each
-(kernel, configuration) compiles in a child process, because the AMD backend can crash outright
-(it segfaults on the column kernel with num_stages=1 for gfx1100, triton 3.8). This uses
-Triton's compiler internals (ASTSource, stages), which change between releases: written for
-triton 3.8.
+metadata gives VGPRs and VGPR spills. The kernels are specialized as a launch on real tensors
+specializes them (16-byte aligned pointers, strides divisible by 16). Modes: every mode but mix
+runs the single-stream kernel (gate launches it twice, windowed changes only a runtime argument),
+so `swap` stands for standard, swap, gate and windowed; mix runs its own kernels, and its backward
+a second pass (colR, rowR) for the reciprocal term. Each compile runs in a child process, because
+the AMD backend can crash outright. This uses Triton's compiler internals (ASTSource, stages),
+which change between releases: written for triton 3.8.
 """
 
 import argparse
@@ -26,13 +28,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 import kernels.ra_attention as ra  # noqa: E402
 
-KERNELS = {"fwd": "_ra_fwd_kernel", "col": "_ra_bwd_col_kernel", "row": "_ra_bwd_row_kernel"}
-FP32_POINTERS = {"Alpha", "L1", "L2", "Delta1", "Delta2", "DQ", "DK", "DV", "DAlpha"}
-SCALARS = {"H", "T", "D", "W", "n_partials"}
+# kernel name: (function, RECIP); colR and rowR are mix's second backward pass (the reciprocal term)
+KERNELS = {"fwd": ("_ra_fwd_kernel", None), "col": ("_ra_bwd_col_kernel", False), "row": ("_ra_bwd_row_kernel", False),
+           "colR": ("_ra_bwd_col_kernel", True), "rowR": ("_ra_bwd_row_kernel", True)}
+FP32_POINTERS = {"Alpha", "L", "Delta", "DQ", "DK", "DV", "DAlpha"}
+SCALARS = {"H", "T", "D", "W", "T_BUCKET", "n_partials"}
 
 
 def compile_one(target_name, kernel, mode, dtype, block_d, config):
-    """Returns a short report string, or raises."""
+    """{"registers", "spills", "shared"} of one compiled kernel (spills: bytes on NVIDIA, VGPRs on AMD)."""
     import triton.language as tl
     from triton._C.libtriton import ir
     from triton.backends.compiler import GPUTarget
@@ -42,10 +46,10 @@ def compile_one(target_name, kernel, mode, dtype, block_d, config):
         target, last = GPUTarget("cuda", int(target_name[2:]), 32), "ptx"
     else:
         target, last = GPUTarget("hip", target_name, 32 if target_name.startswith("gfx11") else 64), "amdgcn"
-    fn = getattr(ra, KERNELS[kernel])
-    has1, mix, has2 = ra._stream_flags(mode)
+    name, recip = KERNELS[kernel]
+    fn = getattr(ra, name)
     block_m, block_n, warps, stages = config
-    constants = dict(HAS1=has1, MIX=mix, HAS2=has2, ACC=tl.float32, DOT=getattr(tl, dtype),
+    constants = dict(MIX=mode == "mix", **({} if recip is None else {"RECIP": recip}), ACC=tl.float32, DOT=getattr(tl, dtype), PRECISION="ieee",
                      BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d)
     ptr = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}[dtype]
     signature = {}
@@ -58,12 +62,19 @@ def compile_one(target_name, kernel, mode, dtype, block_d, config):
             signature[name] = "i32"
         else:
             signature[name] = "*fp32" if name in FP32_POINTERS else ptr
+    # what a launch on real tensors specializes: 16-byte aligned pointers (AMD: buffer loads, as
+    # tensors under 2 GB get), strides and head size divisible by 16
+    aligned = [["tt.divisibility", 16]]
+    attrs = {(i,): aligned + ([["tt.pointer_range", 32]] if target.backend == "hip" else [])
+             for i, name in enumerate(fn.arg_names) if signature[name].startswith("*")}
+    attrs.update({(fn.arg_names.index(name),): aligned for name in ("stride_b", "stride_h", "stride_t", "D")
+                  if block_d % 16 == 0})
     backend = make_backend(target)
     options = backend.parse_options({"num_warps": warps, "num_stages": stages})
     context = ir.context()
     ir.load_dialects(context)
     backend.load_dialects(context)
-    source = ASTSource(fn, signature, constants)
+    source = ASTSource(fn, signature, constants, attrs)
     module = source.make_ir(target, options, backend.get_codegen_implementation(options),
                             backend.get_module_map(), context)
     stages_ = {}
@@ -74,9 +85,11 @@ def compile_one(target_name, kernel, mode, dtype, block_d, config):
         if name == last:
             break
     if last == "amdgcn":
-        spills = re.search(r"\.vgpr_spill_count:\s+(\d+)", module).group(1)
-        return f"vgpr spills {spills:>5}"
-    return f"{ptxas_usage(module, target.arch)}, shared {metadata.get('shared', 0):>6} B"
+        registers = int(re.search(r"\.vgpr_count:\s+(\d+)", module).group(1))
+        spills = int(re.search(r"\.vgpr_spill_count:\s+(\d+)", module).group(1))
+    else:
+        registers, spills = ptxas_usage(module, target.arch)
+    return dict(registers=registers, spills=spills, shared=metadata.get("shared", 0))
 
 
 def ptxas_usage(ptx, arch):
@@ -84,7 +97,7 @@ def ptxas_usage(ptx, arch):
     else ptxas on PATH); shared memory is dynamic in Triton kernels, so it comes from Triton's metadata."""
     ptxas = os.environ.get("TRITON_PTXAS_PATH") or shutil.which("ptxas")
     if not ptxas:
-        return "registers ? (no ptxas: set TRITON_PTXAS_PATH or install nvidia-cuda-nvcc)"
+        raise RuntimeError("no ptxas: set TRITON_PTXAS_PATH or install nvidia-cuda-nvcc")
     suffix = "a" if arch == 90 else ""  # Triton targets sm_90a on H100
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "kernel.ptx")
@@ -92,9 +105,27 @@ def ptxas_usage(ptx, arch):
             f.write(ptx)
         out = subprocess.run([ptxas, "-v", f"--gpu-name=sm_{arch}{suffix}", src, "-o", os.path.join(tmp, "k.cubin")],
                              capture_output=True, text=True, check=True).stderr
-    registers = re.search(r"Used (\d+) registers", out).group(1)
-    spills = re.search(r"(\d+) bytes spill stores", out).group(1)
-    return f"registers {registers:>3}, spill bytes {spills:>5}"
+    return int(re.search(r"Used (\d+) registers", out).group(1)), int(re.search(r"(\d+) bytes spill stores", out).group(1))
+
+
+# Per target: (register file per SIMD lane or per SM, allocation granule, most warps/waves, shared
+# memory per WGP or SM, per-block reservation). RDNA3 (Navi 31): 1536 VGPRs per lane in wave32,
+# allocated in 24s, at most 16 waves per SIMD, 128 KB LDS per WGP (4 SIMDs). NVIDIA: 65,536
+# registers per SM allocated per warp in 256s, at most 64 warps (sm80, sm90), 164 / 228 KB shared.
+LIMITS = {"gfx1100": (1536, 24, 16, 128 * 1024, 0), "sm80": (65536, 256, 64, 164 * 1024, 1024),
+          "sm90": (65536, 256, 64, 228 * 1024, 1024)}
+
+
+def occupancy(target, warps, registers, shared):
+    """Resident warps per SIMD (AMD) or per SM (NVIDIA) allowed by registers and shared memory."""
+    regs, granule, most, smem, reserved = LIMITS[target]
+    if target.startswith("gfx"):  # waves of one block spread over the WGP's 4 SIMDs
+        by_regs = min(most, regs // (-(-registers // granule) * granule))
+        by_smem = smem // shared * warps / 4 if shared else most
+        return min(by_regs, by_smem)
+    per_warp = -(-registers * 32 // granule) * granule
+    blocks = min(regs // per_warp // warps, smem // (shared + reserved), 32)
+    return blocks * warps
 
 
 def child(queue, *args):
@@ -104,29 +135,55 @@ def child(queue, *args):
         queue.put(f"FAILED {type(e).__name__}: {str(e)[:200]}")
 
 
+def compile_in_child(*args):
+    """compile_one in a fresh process; a string saying why on failure or crash."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=child, args=(queue, *args))
+    proc.start()
+    proc.join()
+    return queue.get() if proc.exitcode == 0 else f"FAILED: compiler process exit code {proc.exitcode}"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", default="gfx1100", help="sm80, sm90, gfx1100, gfx942 ...")
-    parser.add_argument("--modes", nargs="+", default=["mix", "gate"], choices=ra.MODES)
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--D", type=int, default=64, help="head size (padded to a power of two)")
     args = parser.parse_args()
     block_d = max(16, 1 << (args.D - 1).bit_length())
-    spaces = dict(zip(KERNELS, ra.autotune_space(hip=not args.target.startswith("sm"))))
-    failures = 0
-    ctx = mp.get_context("spawn")
+    fwd, col, row = ra.autotune_space(hip=not args.target.startswith("sm"))
+    spaces = {"fwd": fwd, "col": col, "row": row, "colR": col, "rowR": row}
+    spill_unit = "bytes" if args.target.startswith("sm") else "VGPRs"
+    failures, chosen = 0, []
     for kernel, configs in spaces.items():
-        for config in configs:
-            for mode in args.modes:
-                queue = ctx.Queue()
-                proc = ctx.Process(target=child, args=(queue, args.target, kernel, mode, args.dtype, block_d, config))
-                proc.start()
-                proc.join()
-                result = queue.get() if proc.exitcode == 0 else f"FAILED: compiler process exit code {proc.exitcode}"
-                failures += result.startswith("FAILED")
-                print(f"{args.target} {kernel:<4} {mode:<8} tile {config[0]:>3}x{config[1]:<3} "
-                      f"warps {config[2]} stages {config[3]}: {result}", flush=True)
-    print(f"{failures} failures")
+        for mode in ("swap", "mix") if kernel in ("fwd", "col", "row") else ("mix",):
+            free = []
+            for config in configs:
+                result = compile_in_child(args.target, kernel, mode, args.dtype, block_d, config)
+                line = f"{args.target} {kernel:<4} {mode:<4} tile {config[0]:>3}x{config[1]:<3} warps {config[2]} stages {config[3]}: "
+                if isinstance(result, str):
+                    failures += 1
+                    print(line + result, flush=True)
+                    continue
+                print(line + f"registers {result['registers']:>3}, spills {result['spills']:>5} {spill_unit}, "
+                      f"shared {result['shared']:>6} B", flush=True)
+                if result["spills"] == 0:
+                    free.append((config, result))
+            chosen.append((kernel, mode, free[0] if free else None))
+    unit = "waves/SIMD" if args.target.startswith("gfx") else "warps/SM"
+    print(f"\nfirst spill-free configuration of each list, {args.target}, D={args.D}, {args.dtype}:")
+    print(f"| kernel | mode | tile | warps | stages | registers | spills | shared (B) | {unit} |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for kernel, mode, found in chosen:
+        if found is None:
+            print(f"| {kernel} | {mode} | none spill-free | | | | | | |")
+            continue
+        (m, n, warps, stages), r = found
+        occ = f"{occupancy(args.target, warps, r['registers'], r['shared']):g}" if args.target in LIMITS else "?"
+        print(f"| {kernel} | {mode} | {m}x{n} | {warps} | {stages} | {r['registers']} | 0 | {r['shared']} | {occ} |")
+    missing = sum(found is None for *_, found in chosen)
+    print(f"{failures} failures, {missing} of {len(chosen)} kernels without a spill-free configuration")
     sys.exit(1 if failures else 0)
 
 

@@ -19,14 +19,16 @@ For (B, H, T, D) tensors q, k, v, scale = 1/sqrt(D), and positions i (query row)
 `softmax(x | m)` is the softmax over the positions where m holds.
 
 The Triton path follows FlashAttention-2: the forward walks key blocks with an online softmax
-(O(T) memory) and saves each row's log-sum-exp; `gate` keeps two online-softmax accumulators
-(S and R) in the same pass over the key blocks. The backward recomputes the scores from the
-saved statistics. Because R_ij = k_i . q_j, the gradient of a score reaches both the row's and
-the column's q and k, so the backward runs two kernels without atomics: a column kernel (one
-program per key block) accumulating dV and the column halves of dK, dQ (and per-block partial
-sums of dalpha), then a row kernel (one program per query block) adding the row halves. The
-gate weights p are applied in PyTorch to the two branch outputs (cheap elementwise), so the
-kernels only see attention streams.
+(O(T) memory) and saves each row's log-sum-exp; the backward recomputes the scores from the saved
+statistics. Each launch runs one stream: the reciprocal stream is the ordinary one with q and k
+exchanged (R = S with q, k swapped), so `gate` runs two launches and holds one stream's
+accumulators at a time. Because mix's R_ij = k_i . q_j, its score gradients reach both the row's
+and the column's q and k, so the backward runs without atomics: a column kernel (one program per
+key block) for dV and the column half of dK, a row kernel (one program per query block) for the
+row half of dQ, and for mix a second pass of each for the reciprocal term's halves of dQ and dK
+(and per-block partial sums of dalpha). Every launch writes its own buffers; the halves are added
+in PyTorch, and so are the gate weights p (cheap elementwise). docs/kernels.md has each kernel's
+registers, spills and shared memory on gfx1100 and sm90 (kernels/compile_check.py).
 
 The kernels run when Triton is importable and the inputs are on a GPU (CUDA or ROCm), or under
 TRITON_INTERPRET=1 (then on CPU tensors, slowly: that is how the tests prove them right).
@@ -36,8 +38,8 @@ every mode, which materializes the T x T scores, is ra_model.reciprocal_manual (
 the kernels against it in float64).
 
 Dtypes: float32, float16, bfloat16 (accumulation in float32) and float64 (float64 accumulation;
-meant for gradcheck under the interpreter). On NVIDIA GPUs float32 inputs use TF32 in tl.dot,
-Triton's default. Head sizes up to 128 (padded to a power of two, at least 16); any T >= 1.
+meant for gradcheck under the interpreter). float32 inputs use TF32 dots only where PyTorch allows
+TF32 matmuls (torch.backends.cuda.matmul.allow_tf32, NVIDIA). Head sizes up to 128 (padded to a power of two, at least 16); any T >= 1.
 """
 
 import math
@@ -63,22 +65,23 @@ def _per_head(x, like):
 
 
 # ----------------------------------------------------------------------------------------------
-# Triton kernels. Streams: stream 1 has logits S (+ alpha [band] R for mix) under the causal
-# mask, stream 2 has logits R under the band. standard and mix use stream 1, swap stream 2,
-# gate both. Softmax runs in base 2 (exp2 with log2(e) folded into the scale): the saved
-# log-sum-exp is in log2 units and only the kernels read it.
+# Triton kernels. Each launch runs one attention stream with logits S_ij = q_i . k_j: the
+# launcher passes (q, k) for the ordinary stream and (k, q) for the reciprocal one (R = S with q
+# and k exchanged), so gate runs its two streams as two launches and never holds two sets of
+# accumulators. Logits: MIX adds alpha * [band] k_i . q_j under the causal mask; otherwise the
+# band masks (W = T: the causal mask). Softmax runs in base 2 (exp2 with log2(e) folded into the
+# scale): the saved log-sum-exp is in log2 units and only the kernels read it.
 
-# (32, 32, 4 warps, 2 stages) is the conservative configuration every list keeps. On RDNA3
-# (gfx1100, wave32) register pressure is the limit. Compiled offline for gfx1100 with triton 3.8
-# (kernels/compile_check.py; D = 64, bf16, mix and gate): 64-wide tiles spill 500-2200 VGPRs
-# against 90-900 for 32 x 32; 8 warps halve the spills of the row kernel, and 1 stage halves
-# them again there; num_stages=1 crashes the compiler (segfault) on the column kernel.
+# (BLOCK_M, BLOCK_N, warps, stages) lists; the first of each is the conservative configuration,
+# free of register spills at D = 64 (kernels/compile_check.py, docs/kernels.md). On RDNA3 (gfx1100,
+# wave32) registers are the limit: a WMMA operand is held twice per wave and each warp takes 16
+# rows of the output tile, so tiles are 16 x warps rows by 16-32 columns, with one stage.
 def autotune_space(hip):
     """(forward, column, row) kernel configurations as (BLOCK_M, BLOCK_N, warps, stages) lists."""
     if hip:
-        return ([(32, 32, 4, 2), (32, 32, 8, 2), (64, 32, 4, 2)],
-                [(32, 32, 4, 2), (32, 32, 8, 2)],
-                [(32, 32, 4, 2), (32, 32, 8, 2), (32, 32, 8, 1)])
+        return ([(32, 16, 2, 1), (64, 16, 4, 1), (64, 32, 4, 1)],
+                [(16, 32, 4, 1), (16, 32, 2, 1), (16, 64, 4, 1)],
+                [(32, 16, 2, 1), (64, 16, 4, 1)])
     bwd = [(32, 32, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2), (64, 64, 4, 2)]
     return [(32, 32, 4, 2), (64, 32, 4, 2), (64, 64, 4, 2), (128, 64, 8, 2)], bwd, bwd
 
@@ -86,123 +89,128 @@ def autotune_space(hip):
 if triton is not None:
 
     @triton.jit
-    def _online_update(x, v, m, l, acc, DOT: tl.constexpr, ACC: tl.constexpr):
-        """One key block of the online softmax: rescale the running sums to the new row max."""
-        m_new = tl.maximum(m, tl.max(x, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a fully masked row stays 0, not NaN
-        p = tl.exp2(x - m_safe[:, None])
-        corr = tl.exp2(m - m_safe)
-        l = l * corr + tl.sum(p, 1)
-        acc = acc * corr[:, None] + tl.dot(p.to(DOT), v, out_dtype=ACC)
-        return m_new, l, acc
+    def _load_tile(X, in_off, start, stride_t, T, D, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr,
+                   DOT: tl.constexpr):
+        """Rows start .. start + BLOCK of one head of q, k or v (a strided view), zero outside the
+        sequence and head. The row offset goes into the 64-bit base: T * stride_t may pass 2**31."""
+        rows = tl.arange(0, BLOCK)
+        cols = tl.arange(0, BLOCK_D)
+        base = X + in_off + tl.cast(start, tl.int64) * stride_t
+        mask = (start + rows[:, None] < T) & (cols[None, :] < D)
+        return tl.load(base + rows[:, None] * stride_t + cols[None, :], mask=mask, other=0.0).to(DOT)
 
     @triton.jit
-    def _store_stream(O, L, acc, m, l, out_off, bh, offs_m, offs_d, T, D):
-        l_safe = tl.where(l == 0.0, 1.0, l)
-        o = acc / l_safe[:, None]
-        mask = (offs_m[:, None] < T) & (offs_d[None, :] < D)
-        tl.store(O + out_off + offs_m[:, None] * D + offs_d[None, :], o.to(O.dtype.element_ty), mask=mask)
-        tl.store(L + bh * T + offs_m, m + tl.log2(l_safe), mask=offs_m < T)
+    def _logits(a, b, a2, b2, alpha, i, j, T, W, qk_scale,
+                MIX: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr):
+        """Base-2 logits of one tile, -inf where masked; the band; and (MIX) the reciprocal scores
+        inside it, which the backward needs for dalpha. Query rows x key columns: (a, b, a2, b2) =
+        (q_i, k_j, k_i, q_j) with i, j = offs_m[:, None], offs_n[None, :]; the transposed tile (key
+        rows) takes (k_j, q_i, q_j, k_i) with i, j = offs_m[None, :], offs_n[:, None]."""
+        causal = (i >= j) & (j < T) & (i < T)
+        band = causal & (i - j < W)
+        s = tl.dot(a, tl.trans(b), out_dtype=ACC, input_precision=PRECISION)
+        r = s  # unused unless MIX
+        allowed = band
+        if MIX:
+            r = tl.where(band, tl.dot(a2, tl.trans(b2), out_dtype=ACC, input_precision=PRECISION), 0.0)
+            s += alpha * r
+            allowed = causal
+        return tl.where(allowed, s * qk_scale, float("-inf")), band, r
 
     @triton.jit
-    def _load_tile(X, in_off, offs_t, offs_d, stride_t, T, D, DOT: tl.constexpr):
-        """Rows offs_t of one head of q, k or v (a strided view); zero outside the sequence and head."""
-        mask = (offs_t[:, None] < T) & (offs_d[None, :] < D)
-        return tl.load(X + in_off + offs_t[:, None] * stride_t + offs_d[None, :], mask=mask, other=0.0).to(DOT)
-
-    @triton.jit
-    def _allowed(offs_m, offs_n, T, W):
-        """Query rows x key columns: the causal set (j <= i, both in the sequence) and its band i - j < W."""
-        causal = (offs_m[:, None] >= offs_n[None, :]) & (offs_n[None, :] < T) & (offs_m[:, None] < T)
-        return causal, causal & (offs_m[:, None] - offs_n[None, :] < W)
-
-    @triton.jit
-    def _ra_fwd_kernel(Q, K, V, Alpha, O1, O2, L1, L2,
-                       stride_b, stride_h, stride_t, H, T, D, W, scale,
-                       HAS1: tl.constexpr, MIX: tl.constexpr, HAS2: tl.constexpr,
-                       ACC: tl.constexpr, DOT: tl.constexpr,
+    def _ra_fwd_kernel(Q, K, V, Alpha, O, L,
+                       stride_b, stride_h, stride_t, H, T, D, W, scale, T_BUCKET,
+                       MIX: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
-        start_m = tl.program_id(0) * BLOCK_M
-        bh = tl.program_id(1).to(tl.int64)  # 64-bit offsets: B * H * T * D may pass 2**31
+        bh = tl.program_id(0).to(tl.int64)  # B * H on axis 0 (axis 1 allows 65,535 programs only)
+        start_m = (tl.num_programs(1) - 1 - tl.program_id(1)) * BLOCK_M  # the longest rows first
         in_off = (bh // H) * stride_b + (bh % H) * stride_h  # q, k, v may be strided views
-        out_off = bh * T * D  # outputs are contiguous
         qk_scale = scale * 1.4426950408889634  # log2(e)
-        alpha = tl.load(Alpha + bh % H).to(ACC)
+        alpha = 0.0
+        if MIX:
+            alpha = tl.load(Alpha + bh % H).to(ACC)
 
         offs_m = start_m + tl.arange(0, BLOCK_M)
         offs_d = tl.arange(0, BLOCK_D)
-        q_i = _load_tile(Q, in_off, offs_m, offs_d, stride_t, T, D, DOT)
-        k_i = _load_tile(K, in_off, offs_m, offs_d, stride_t, T, D, DOT)
-
-        m1 = tl.full([BLOCK_M], float("-inf"), ACC)
-        l1 = tl.zeros([BLOCK_M], ACC)
-        acc1 = tl.zeros([BLOCK_M, BLOCK_D], ACC)
-        m2 = tl.full([BLOCK_M], float("-inf"), ACC)
-        l2 = tl.zeros([BLOCK_M], ACC)
-        acc2 = tl.zeros([BLOCK_M, BLOCK_D], ACC)
+        q_i = _load_tile(Q, in_off, start_m, stride_t, T, D, BLOCK_M, BLOCK_D, DOT)
+        k_i = q_i  # unused unless MIX
+        if MIX:
+            k_i = _load_tile(K, in_off, start_m, stride_t, T, D, BLOCK_M, BLOCK_D, DOT)
+        m = tl.full([BLOCK_M], float("-inf"), ACC)
+        l = tl.zeros([BLOCK_M], ACC)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], ACC)
 
         hi = tl.minimum(start_m + BLOCK_M, T)  # causal: no key beyond this block's last row
         lo = 0
-        if not HAS1:  # swap alone: key blocks entirely left of the band are skipped
+        if not MIX:  # key blocks entirely left of the band are skipped (W = T: none)
             lo = tl.maximum(start_m - W + 1, 0) // BLOCK_N * BLOCK_N
         for start_n in range(lo, hi, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
-            k_j = _load_tile(K, in_off, offs_n, offs_d, stride_t, T, D, DOT)
-            q_j = _load_tile(Q, in_off, offs_n, offs_d, stride_t, T, D, DOT)
-            v_j = _load_tile(V, in_off, offs_n, offs_d, stride_t, T, D, DOT)
-            causal, band = _allowed(offs_m, offs_n, T, W)
-            if HAS1:
-                s = tl.dot(q_i, tl.trans(k_j), out_dtype=ACC)
-                if MIX:
-                    r = tl.dot(k_i, tl.trans(q_j), out_dtype=ACC)
-                    s += alpha * tl.where(band, r, 0.0)
-                x = tl.where(causal, s * qk_scale, float("-inf"))
-                m1, l1, acc1 = _online_update(x, v_j, m1, l1, acc1, DOT, ACC)
-            if HAS2:
-                r2 = tl.dot(k_i, tl.trans(q_j), out_dtype=ACC)
-                x2 = tl.where(band, r2 * qk_scale, float("-inf"))
-                m2, l2, acc2 = _online_update(x2, v_j, m2, l2, acc2, DOT, ACC)
-        if HAS1:
-            _store_stream(O1, L1, acc1, m1, l1, out_off, bh, offs_m, offs_d, T, D)
-        if HAS2:
-            _store_stream(O2, L2, acc2, m2, l2, out_off, bh, offs_m, offs_d, T, D)
+            k_j = _load_tile(K, in_off, start_n, stride_t, T, D, BLOCK_N, BLOCK_D, DOT)
+            q_j = k_j  # unused unless MIX
+            if MIX:
+                q_j = _load_tile(Q, in_off, start_n, stride_t, T, D, BLOCK_N, BLOCK_D, DOT)
+            x, band, r = _logits(q_i, k_j, k_i, q_j, alpha, offs_m[:, None], offs_n[None, :], T, W, qk_scale,
+                                 MIX, ACC, PRECISION)
+            v_j = _load_tile(V, in_off, start_n, stride_t, T, D, BLOCK_N, BLOCK_D, DOT)
+            m_new = tl.maximum(m, tl.max(x, 1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a fully masked row stays 0, not NaN
+            p = tl.exp2(x - m_safe[:, None])
+            corr = tl.exp2(m - m_safe)
+            l = l * corr + tl.sum(p, 1)
+            acc = acc * corr[:, None] + tl.dot(p.to(DOT), v_j, out_dtype=ACC, input_precision=PRECISION)
+            m = m_new
+        l_safe = tl.where(l == 0.0, 1.0, l)
+        out = O + bh * T * D  # outputs are contiguous
+        mask = (offs_m[:, None] < T) & (offs_d[None, :] < D)
+        tl.store(out + offs_m[:, None] * D + offs_d[None, :], (acc / l_safe[:, None]).to(O.dtype.element_ty), mask=mask)
+        tl.store(L + bh * T + offs_m, m + tl.log2(l_safe), mask=offs_m < T)
 
     @triton.jit
-    def _load_rows(DO, L, Delta, out_off, bh, offs_m, offs_d, T, D, DOT: tl.constexpr):
+    def _load_rows(DO, L, Delta, bh, start_m, T, D, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+                   DOT: tl.constexpr):
         """A query block's output gradient, log-sum-exp and Delta = rowsum(dO * O)."""
-        mask = (offs_m[:, None] < T) & (offs_d[None, :] < D)
-        do = tl.load(DO + out_off + offs_m[:, None] * D + offs_d[None, :], mask=mask, other=0.0).to(DOT)
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        do = _load_tile(DO + bh * T * D, 0, start_m, D, T, D, BLOCK_M, BLOCK_D, DOT)
         lse = tl.load(L + bh * T + offs_m, mask=offs_m < T, other=0.0)
         delta = tl.load(Delta + bh * T + offs_m, mask=offs_m < T, other=0.0)
         return do, lse, delta
 
     @triton.jit
-    def _score_grad(x, lse, delta, allowed, do, v_j, DOT: tl.constexpr, ACC: tl.constexpr):
-        """Recomputed probabilities P and G = dLoss/dlogits = P * (dO.v_j - Delta)."""
-        p = tl.where(allowed, tl.exp2(x - lse[:, None]), 0.0)
-        dp = tl.dot(do, tl.trans(v_j), out_dtype=ACC)
+    def _score_grad(x, lse, delta, do, v_j, ACC: tl.constexpr, PRECISION: tl.constexpr):
+        """Recomputed probabilities P and G = dLoss/dlogits = P * (dO . v_j - Delta)."""
+        p = tl.exp2(x - lse[:, None])  # masked logits are -inf: P = 0 there
+        dp = tl.dot(do, tl.trans(v_j), out_dtype=ACC, input_precision=PRECISION)
         return p, p * (dp - delta[:, None])
 
     @triton.jit
-    def _ra_bwd_col_kernel(Q, K, V, Alpha, DO1, DO2, L1, L2, Delta1, Delta2, DQ, DK, DV, DAlpha,
-                           stride_b, stride_h, stride_t, H, T, D, W, scale, n_partials,
-                           HAS1: tl.constexpr, MIX: tl.constexpr, HAS2: tl.constexpr,
-                           ACC: tl.constexpr, DOT: tl.constexpr,
+    def _store_tile(X, bh, offs, x, T, D, BLOCK_D: tl.constexpr):
+        offs_d = tl.arange(0, BLOCK_D)
+        mask = (offs[:, None] < T) & (offs_d[None, :] < D)
+        tl.store(X + bh * T * D + offs[:, None] * D + offs_d[None, :], x, mask=mask)
+
+    @triton.jit
+    def _ra_bwd_col_kernel(Q, K, V, Alpha, DO, L, Delta, DK, DV, DQ, DAlpha,
+                           stride_b, stride_h, stride_t, H, T, D, W, scale, T_BUCKET, n_partials,
+                           MIX: tl.constexpr, RECIP: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
-        """Per key block j: dV_j, and the halves of dK_j (from S_ij) and dQ_j (from R_ij)."""
-        pid = tl.program_id(0)
-        start_n = pid * BLOCK_N
-        bh = tl.program_id(1).to(tl.int64)  # 64-bit offsets: B * H * T * D may pass 2**31
+        """Per key block j: dV_j and the column half of dK_j (from S_ij); or, RECIP (MIX only), the
+        column half of dQ_j (from alpha R_ij) and a partial sum of dalpha."""
+        bh = tl.program_id(0).to(tl.int64)
+        pid = tl.program_id(1)
+        start_n = pid * BLOCK_N  # the longest columns (from the left) come first already
         in_off = (bh // H) * stride_b + (bh % H) * stride_h
-        out_off = bh * T * D
         qk_scale = scale * 1.4426950408889634
-        alpha = tl.load(Alpha + bh % H).to(ACC)
+        alpha = 0.0
+        if MIX:
+            alpha = tl.load(Alpha + bh % H).to(ACC)
 
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        offs_d = tl.arange(0, BLOCK_D)
-        k_j = _load_tile(K, in_off, offs_n, offs_d, stride_t, T, D, DOT)
-        q_j = _load_tile(Q, in_off, offs_n, offs_d, stride_t, T, D, DOT)
-        v_j = _load_tile(V, in_off, offs_n, offs_d, stride_t, T, D, DOT)
+        k_j = _load_tile(K, in_off, start_n, stride_t, T, D, BLOCK_N, BLOCK_D, DOT)
+        v_j = _load_tile(V, in_off, start_n, stride_t, T, D, BLOCK_N, BLOCK_D, DOT)
+        q_j = k_j  # unused unless MIX
+        if MIX:
+            q_j = _load_tile(Q, in_off, start_n, stride_t, T, D, BLOCK_N, BLOCK_D, DOT)
         dv = tl.zeros([BLOCK_N, BLOCK_D], ACC)
         dk = tl.zeros([BLOCK_N, BLOCK_D], ACC)
         dq = tl.zeros([BLOCK_N, BLOCK_D], ACC)
@@ -210,125 +218,119 @@ if triton is not None:
 
         lo = start_n // BLOCK_M * BLOCK_M  # causal: rows i >= j only
         hi = T
-        if not HAS1:  # swap alone: rows beyond the band of this key block are skipped
+        if not MIX:  # rows beyond the band of this key block are skipped (W = T: none)
             hi = tl.minimum(start_n + BLOCK_N + W - 1, T)
         for start_m in range(lo, hi, BLOCK_M):
             offs_m = start_m + tl.arange(0, BLOCK_M)
-            q_i = _load_tile(Q, in_off, offs_m, offs_d, stride_t, T, D, DOT)
-            k_i = _load_tile(K, in_off, offs_m, offs_d, stride_t, T, D, DOT)
-            causal, band = _allowed(offs_m, offs_n, T, W)
-            if HAS1:
-                do, lse, delta = _load_rows(DO1, L1, Delta1, out_off, bh, offs_m, offs_d, T, D, DOT)
-                s = tl.dot(q_i, tl.trans(k_j), out_dtype=ACC)
-                if MIX:
-                    r = tl.where(band, tl.dot(k_i, tl.trans(q_j), out_dtype=ACC), 0.0)
-                    s += alpha * r
-                p, g = _score_grad(s * qk_scale, lse, delta, causal, do, v_j, DOT, ACC)
-                dv += tl.dot(tl.trans(p.to(DOT)), do, out_dtype=ACC)
-                dk += tl.dot(tl.trans(g.to(DOT)), q_i, out_dtype=ACC)  # S_ij = q_i . k_j
-                if MIX:
-                    gb = tl.where(band, g, 0.0)
-                    dq += alpha * tl.dot(tl.trans(gb.to(DOT)), k_i, out_dtype=ACC)  # R_ij = k_i . q_j
-                    dalpha += tl.sum(gb * r, 0)
-            if HAS2:
-                do2, lse2, delta2 = _load_rows(DO2, L2, Delta2, out_off, bh, offs_m, offs_d, T, D, DOT)
-                r2 = tl.dot(k_i, tl.trans(q_j), out_dtype=ACC)
-                p2, g2 = _score_grad(r2 * qk_scale, lse2, delta2, band, do2, v_j, DOT, ACC)
-                dv += tl.dot(tl.trans(p2.to(DOT)), do2, out_dtype=ACC)
-                dq += tl.dot(tl.trans(g2.to(DOT)), k_i, out_dtype=ACC)
-        out_tile = out_off + offs_n[:, None] * D + offs_d[None, :]
-        mask_nd = (offs_n[:, None] < T) & (offs_d[None, :] < D)
-        tl.store(DV + out_tile, dv, mask=mask_nd)
-        tl.store(DK + out_tile, dk * scale, mask=mask_nd)
-        tl.store(DQ + out_tile, dq * scale, mask=mask_nd)
-        if MIX:
+            q_i = _load_tile(Q, in_off, start_m, stride_t, T, D, BLOCK_M, BLOCK_D, DOT)
+            k_i = q_i  # unused unless MIX
+            if MIX:
+                k_i = _load_tile(K, in_off, start_m, stride_t, T, D, BLOCK_M, BLOCK_D, DOT)
+            # the transposed tile (key rows): dV, dK and dQ then need no transposed operand
+            xt, band_t, rt = _logits(k_j, q_i, q_j, k_i, alpha, offs_m[None, :], offs_n[:, None], T, W, qk_scale,
+                                     MIX, ACC, PRECISION)
+            do, lse, delta = _load_rows(DO, L, Delta, bh, start_m, T, D, BLOCK_M, BLOCK_D, DOT)
+            pt = tl.exp2(xt - lse[None, :])  # masked logits are -inf: P = 0 there
+            dpt = tl.dot(v_j, tl.trans(do), out_dtype=ACC, input_precision=PRECISION)
+            gt = pt * (dpt - delta[None, :])
+            if not RECIP:
+                dv += tl.dot(pt.to(DOT), do, out_dtype=ACC, input_precision=PRECISION)
+                dk += tl.dot(gt.to(DOT), q_i, out_dtype=ACC, input_precision=PRECISION)  # S_ij = q_i . k_j
+            else:
+                gbt = tl.where(band_t, gt, 0.0)
+                dq += tl.dot(gbt.to(DOT), k_i, out_dtype=ACC, input_precision=PRECISION)  # R_ij = k_i . q_j
+                dalpha += tl.sum(gt * rt, 1)
+        if not RECIP:
+            _store_tile(DV, bh, offs_n, dv, T, D, BLOCK_D)
+            _store_tile(DK, bh, offs_n, dk * scale, T, D, BLOCK_D)
+        else:
+            _store_tile(DQ, bh, offs_n, dq * (alpha * scale), T, D, BLOCK_D)
             tl.store(DAlpha + bh * n_partials + pid, tl.sum(dalpha, 0) * scale)
 
     @triton.jit
-    def _ra_bwd_row_kernel(Q, K, V, Alpha, DO1, DO2, L1, L2, Delta1, Delta2, DQ, DK,
-                           stride_b, stride_h, stride_t, H, T, D, W, scale,
-                           HAS1: tl.constexpr, MIX: tl.constexpr, HAS2: tl.constexpr,
-                           ACC: tl.constexpr, DOT: tl.constexpr,
+    def _ra_bwd_row_kernel(Q, K, V, Alpha, DO, L, Delta, DQ, DK,
+                           stride_b, stride_h, stride_t, H, T, D, W, scale, T_BUCKET,
+                           MIX: tl.constexpr, RECIP: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
-        """Per query block i: adds the halves of dQ_i (from S_ij) and dK_i (from R_ij)."""
-        start_m = tl.program_id(0) * BLOCK_M
-        bh = tl.program_id(1).to(tl.int64)  # 64-bit offsets: B * H * T * D may pass 2**31
+        """Per query block i: the row half of dQ_i (from S_ij); or, RECIP (MIX only), of dK_i (from
+        alpha R_ij). Written to their own buffers: the launcher adds the column kernel's halves."""
+        bh = tl.program_id(0).to(tl.int64)
+        start_m = (tl.num_programs(1) - 1 - tl.program_id(1)) * BLOCK_M  # the longest rows first
         in_off = (bh // H) * stride_b + (bh % H) * stride_h
-        out_off = bh * T * D
         qk_scale = scale * 1.4426950408889634
-        alpha = tl.load(Alpha + bh % H).to(ACC)
+        alpha = 0.0
+        if MIX:
+            alpha = tl.load(Alpha + bh % H).to(ACC)
 
         offs_m = start_m + tl.arange(0, BLOCK_M)
-        offs_d = tl.arange(0, BLOCK_D)
-        q_i = _load_tile(Q, in_off, offs_m, offs_d, stride_t, T, D, DOT)
-        k_i = _load_tile(K, in_off, offs_m, offs_d, stride_t, T, D, DOT)
-        if HAS1:
-            do, lse, delta = _load_rows(DO1, L1, Delta1, out_off, bh, offs_m, offs_d, T, D, DOT)
-        if HAS2:
-            do2, lse2, delta2 = _load_rows(DO2, L2, Delta2, out_off, bh, offs_m, offs_d, T, D, DOT)
+        q_i = _load_tile(Q, in_off, start_m, stride_t, T, D, BLOCK_M, BLOCK_D, DOT)
+        k_i = q_i  # unused unless MIX
+        if MIX:
+            k_i = _load_tile(K, in_off, start_m, stride_t, T, D, BLOCK_M, BLOCK_D, DOT)
+        do, lse, delta = _load_rows(DO, L, Delta, bh, start_m, T, D, BLOCK_M, BLOCK_D, DOT)
         dq = tl.zeros([BLOCK_M, BLOCK_D], ACC)
         dk = tl.zeros([BLOCK_M, BLOCK_D], ACC)
 
         hi = tl.minimum(start_m + BLOCK_M, T)
         lo = 0
-        if not HAS1:
+        if not MIX:
             lo = tl.maximum(start_m - W + 1, 0) // BLOCK_N * BLOCK_N
         for start_n in range(lo, hi, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
-            k_j = _load_tile(K, in_off, offs_n, offs_d, stride_t, T, D, DOT)
-            q_j = _load_tile(Q, in_off, offs_n, offs_d, stride_t, T, D, DOT)
-            v_j = _load_tile(V, in_off, offs_n, offs_d, stride_t, T, D, DOT)
-            causal, band = _allowed(offs_m, offs_n, T, W)
-            if HAS1:
-                s = tl.dot(q_i, tl.trans(k_j), out_dtype=ACC)
-                if MIX:
-                    s += alpha * tl.where(band, tl.dot(k_i, tl.trans(q_j), out_dtype=ACC), 0.0)
-                p, g = _score_grad(s * qk_scale, lse, delta, causal, do, v_j, DOT, ACC)
-                dq += tl.dot(g.to(DOT), k_j, out_dtype=ACC)  # S_ij = q_i . k_j
-                if MIX:
-                    gb = tl.where(band, g, 0.0)
-                    dk += alpha * tl.dot(gb.to(DOT), q_j, out_dtype=ACC)  # R_ij = k_i . q_j
-            if HAS2:
-                r2 = tl.dot(k_i, tl.trans(q_j), out_dtype=ACC)
-                p2, g2 = _score_grad(r2 * qk_scale, lse2, delta2, band, do2, v_j, DOT, ACC)
-                dk += tl.dot(g2.to(DOT), q_j, out_dtype=ACC)
-        out_tile = out_off + offs_m[:, None] * D + offs_d[None, :]
-        mask_md = (offs_m[:, None] < T) & (offs_d[None, :] < D)
-        dq_col = tl.load(DQ + out_tile, mask=mask_md, other=0.0)  # the column kernel's halves
-        dk_col = tl.load(DK + out_tile, mask=mask_md, other=0.0)
-        tl.store(DQ + out_tile, dq * scale + dq_col, mask=mask_md)
-        tl.store(DK + out_tile, dk * scale + dk_col, mask=mask_md)
+            k_j = _load_tile(K, in_off, start_n, stride_t, T, D, BLOCK_N, BLOCK_D, DOT)
+            q_j = k_j  # unused unless MIX
+            if MIX:
+                q_j = _load_tile(Q, in_off, start_n, stride_t, T, D, BLOCK_N, BLOCK_D, DOT)
+            x, band, r = _logits(q_i, k_j, k_i, q_j, alpha, offs_m[:, None], offs_n[None, :], T, W, qk_scale,
+                                 MIX, ACC, PRECISION)
+            v_j = _load_tile(V, in_off, start_n, stride_t, T, D, BLOCK_N, BLOCK_D, DOT)
+            p, g = _score_grad(x, lse, delta, do, v_j, ACC, PRECISION)
+            if not RECIP:
+                dq += tl.dot(g.to(DOT), k_j, out_dtype=ACC, input_precision=PRECISION)  # S_ij = q_i . k_j
+            else:
+                gb = tl.where(band, g, 0.0)
+                dk += tl.dot(gb.to(DOT), q_j, out_dtype=ACC, input_precision=PRECISION)  # R_ij = k_i . q_j
+        if not RECIP:
+            _store_tile(DQ, bh, offs_m, dq * scale, T, D, BLOCK_D)
+        else:
+            _store_tile(DK, bh, offs_m, dk * (alpha * scale), T, D, BLOCK_D)
 
     # Autotuning runs on GPUs only (the interpreter has no benchmarker).
     def _configs(quads):
         return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=st) for m, n, w, st in quads]
 
     _FWD_CONFIGS, _COL_CONFIGS, _ROW_CONFIGS = map(_configs, autotune_space(bool(torch.version.hip)))
-    _KEY = ["T", "BLOCK_D", "HAS1", "MIX", "HAS2", "DOT"]
+    # T by its power-of-two bucket: generate() and evaluation batches change T call after call
+    _KEY = ["T_BUCKET", "BLOCK_D", "MIX", "DOT", "PRECISION"]
+    _BWD_KEY = _KEY + ["RECIP"]
     _fwd_tuned = triton.autotune(_FWD_CONFIGS, key=_KEY)(_ra_fwd_kernel)
-    # the column kernel stores dAlpha partials per key block: zero them between trials; the row
-    # kernel adds to dQ, dK in place: restore them between trials
-    _bwd_col_tuned = triton.autotune(_COL_CONFIGS, key=_KEY, reset_to_zero=["DAlpha"])(_ra_bwd_col_kernel)
-    _bwd_row_tuned = triton.autotune(_ROW_CONFIGS, key=_KEY, restore_value=["DQ", "DK"])(_ra_bwd_row_kernel)
+    # each key block writes one dAlpha partial: the slots a wider BLOCK_N leaves out must read zero
+    _bwd_col_tuned = triton.autotune(_COL_CONFIGS, key=_BWD_KEY, reset_to_zero=["DAlpha"])(_ra_bwd_col_kernel)
+    _bwd_row_tuned = triton.autotune(_ROW_CONFIGS, key=_BWD_KEY)(_ra_bwd_row_kernel)
 
-INTERPRET_BLOCK = 16  # fixed tile under the interpreter: small, so tiny test shapes span several blocks
+# (BLOCK_M, BLOCK_N) under the interpreter: small, so tiny test shapes span several blocks
+INTERPRET_TILE = (16, 16)
 _MIN_BLOCK_N = 16  # the smallest BLOCK_N of any config: sizes the dalpha partial-sum buffer
 
 
-def _launch(kernel, tuned, grid_rows, B, H, args, meta):
-    """Runs the autotuned kernel on a GPU, or the plain one with a fixed tile under the interpreter."""
-    T = meta["T"]
+def _launch(kernel, tuned, block, q, args, meta):
+    """Runs the autotuned kernel on q's GPU, or the plain one with INTERPRET_TILE under the
+    interpreter; one program per (batch x head, block of `block` rows)."""
+    B, H, T = q.shape[:3]
     if INTERPRET:
-        kernel[(triton.cdiv(T, INTERPRET_BLOCK), B * H)](*args, **meta, BLOCK_M=INTERPRET_BLOCK,
-                                                          BLOCK_N=INTERPRET_BLOCK)
+        tile = dict(zip(("BLOCK_M", "BLOCK_N"), INTERPRET_TILE))
+        kernel[(B * H, triton.cdiv(T, tile[block]))](*args, **meta, **tile)
     else:
-        tuned[lambda cfg: (triton.cdiv(T, cfg[grid_rows]), B * H)](*args, **meta)
+        with torch.cuda.device(q.device):
+            tuned[lambda cfg: (B * H, triton.cdiv(T, cfg[block]))](*args, **meta)
 
 
-def _stream_flags(mode):
-    """(HAS1, MIX, HAS2): which attention streams a mode runs (see the kernels' comment)."""
-    return {"standard": (True, False, False), "swap": (False, False, True),
-            "mix": (True, True, False), "gate": (True, False, True)}[mode]
+def _streams(mode, window, T):
+    """(swapped, W, MIX) of each stream a mode runs; a swapped stream scores with k as the query.
+    W >= T means no band: i - j < T holds for every real row."""
+    W = window if 0 < window < T else T
+    return {"standard": [(False, T, False)], "swap": [(True, W, False)], "mix": [(False, W, True)],
+            "gate": [(False, T, False), (True, W, False)]}[mode]
 
 
 def _kernel_dtypes(dtype):
@@ -340,63 +342,84 @@ def _kernel_dtypes(dtype):
     return acc, dot
 
 
-def _meta(q, mode, window):
+def _meta(q, W, mix):
     B, H, T, D = q.shape
-    has1, mix, has2 = _stream_flags(mode)
     acc, dot = _kernel_dtypes(q.dtype)
-    # W >= T means no band: i - j < T always holds for real rows
-    W = window if 0 < window < T else T
-    return dict(H=H, T=T, D=D, W=W, scale=1.0 / math.sqrt(D), HAS1=has1, MIX=mix, HAS2=has2,
-                ACC=acc, DOT=dot, BLOCK_D=max(16, triton.next_power_of_2(D)))
+    # fp32 means fp32 unless PyTorch allows TF32 matmuls (NVIDIA)
+    tf32 = q.dtype == torch.float32 and torch.version.hip is None and torch.backends.cuda.matmul.allow_tf32
+    return dict(H=H, T=T, D=D, W=W, scale=1.0 / math.sqrt(D), T_BUCKET=triton.next_power_of_2(T), MIX=mix,
+                ACC=acc, DOT=dot, PRECISION="tf32" if tf32 else "ieee", BLOCK_D=max(16, triton.next_power_of_2(D)))
+
+
+def _strides(q):
+    return q.stride(0), q.stride(1), q.stride(2)
+
+
+def _forward_stream(q, k, v, alpha, W, mix):
+    """One stream's output and its rows' log-sum-exp (log2 units)."""
+    B, H, T, D = q.shape
+    o = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty(B * H, T, device=q.device, dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
+    _launch(_ra_fwd_kernel, _fwd_tuned, "BLOCK_M", q, (q, k, v, alpha, o, lse) + _strides(q), _meta(q, W, mix))
+    return o, lse
+
+
+def _backward_stream(q, k, v, alpha, o, lse, do, W, mix):
+    """(dq, dk, dv, dalpha or None) of one stream: the column kernel's halves plus the row kernel's.
+    MIX runs each kernel twice, the second time (RECIP) for the reciprocal term's gradients, so
+    that no launch holds more than two accumulators."""
+    B, H, T, D = q.shape
+    meta = _meta(q, W, mix)
+    do = do.contiguous()
+    delta = (do.to(lse.dtype) * o.to(lse.dtype)).sum(-1).view(B * H, T)  # rowsum(dO * O)
+    new = lambda: torch.empty(q.shape, device=q.device, dtype=lse.dtype)
+    dv, dk_col, dq_row = new(), new(), new()
+    n_partials = triton.cdiv(T, _MIN_BLOCK_N)
+    dalpha = torch.zeros(B * H, n_partials, device=q.device, dtype=lse.dtype)
+    common = (q, k, v, alpha, do, lse, delta)
+
+    def run(recip, dq_col, dk_row):
+        _launch(_ra_bwd_col_kernel, _bwd_col_tuned, "BLOCK_N", q, common + (dk_col, dv, dq_col, dalpha) + _strides(q),
+                dict(meta, n_partials=n_partials, RECIP=recip))
+        _launch(_ra_bwd_row_kernel, _bwd_row_tuned, "BLOCK_M", q, common + (dq_row, dk_row) + _strides(q),
+                dict(meta, RECIP=recip))
+
+    run(False, dv, dv)  # the RECIP outputs' slots are never written here
+    if not mix:
+        return dq_row, dk_col, dv, None
+    dq_col, dk_row = new(), new()
+    run(True, dq_col, dk_row)
+    return dq_row + dq_col, dk_col + dk_row, dv, dalpha.view(B, H, n_partials).sum((0, 2))
 
 
 class _RAFunction(torch.autograd.Function):
-    """The fused kernels as one autograd op: returns the (o1, o2) streams (empty when unused)."""
+    """The fused kernels as one autograd op: returns the output of each stream of the mode."""
 
     @staticmethod
     def forward(ctx, q, k, v, alpha, mode, window):
-        B, H, T, D = q.shape
-        meta = _meta(q, mode, window)
-        acc_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-        o1, o2 = (torch.empty_like(q, memory_format=torch.contiguous_format) if use else q.new_empty(0)
-                  for use in (meta["HAS1"], meta["HAS2"]))
-        l1, l2 = (torch.empty(B * H, T, device=q.device, dtype=acc_dtype) for _ in range(2))
-        args = (q, k, v, alpha, o1 if meta["HAS1"] else o2, o2 if meta["HAS2"] else o1, l1, l2,
-                q.stride(0), q.stride(1), q.stride(2))
-        _launch(_ra_fwd_kernel, _fwd_tuned, "BLOCK_M", B, H, args, meta)
-        ctx.save_for_backward(q, k, v, alpha, o1, o2, l1, l2)
-        ctx.meta = meta
+        ctx.streams = _streams(mode, window, q.size(2))
+        outs, lses = zip(*(_forward_stream(*((k, q) if swapped else (q, k)), v, alpha, W, mix)
+                           for swapped, W, mix in ctx.streams))
+        ctx.save_for_backward(q, k, v, alpha, *outs, *lses)
         ctx.set_materialize_grads(False)
-        for o in (o1, o2):
-            if o.numel() == 0:
-                ctx.mark_non_differentiable(o)
-        return o1, o2
+        return outs
 
     @staticmethod
-    def backward(ctx, do1, do2):
-        q, k, v, alpha, o1, o2, l1, l2 = ctx.saved_tensors
-        meta = ctx.meta
-        B, H, T, D = q.shape
-
-        def prepare(do, o):
-            do = torch.zeros_like(o) if do is None else do.contiguous()
-            return do, (do.to(l1.dtype) * o.to(l1.dtype)).sum(-1).view(B * H, T)  # Delta = rowsum(dO * O)
-
-        # a mode with one stream passes that stream's tensors in the other's slots (never read)
-        do2, delta2 = prepare(do2, o2) if meta["HAS2"] else (None, None)
-        do1, delta1 = prepare(do1, o1) if meta["HAS1"] else (do2, delta2)
-        do2, delta2 = (do2, delta2) if meta["HAS2"] else (do1, delta1)
-        dq, dk, dv = (torch.empty(q.shape, device=q.device, dtype=l1.dtype) for _ in range(3))
-        n_partials = triton.cdiv(T, _MIN_BLOCK_N)
-        dalpha = torch.zeros(B * H, n_partials, device=q.device, dtype=l1.dtype)
-        strides = (q.stride(0), q.stride(1), q.stride(2))
-        common = (q, k, v, alpha, do1, do2, l1, l2, delta1, delta2)
-        _launch(_ra_bwd_col_kernel, _bwd_col_tuned, "BLOCK_N", B, H,
-                common + (dq, dk, dv, dalpha) + strides, dict(meta, n_partials=n_partials))
-        _launch(_ra_bwd_row_kernel, _bwd_row_tuned, "BLOCK_M", B, H,
-                common + (dq, dk) + strides, meta)
-        dalpha = dalpha.view(B, H, n_partials).sum((0, 2)).to(alpha.dtype) if meta["MIX"] else None
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dalpha, None, None
+    def backward(ctx, *douts):
+        q, k, v, alpha, *saved = ctx.saved_tensors
+        n = len(ctx.streams)
+        dq = dk = dv = dalpha = None
+        add = lambda total, x: x if total is None else total + x
+        for (swapped, W, mix), o, lse, do in zip(ctx.streams, saved[:n], saved[n:], douts):
+            if do is None:
+                continue
+            dqs, dks, dvs, dalphas = _backward_stream(*((k, q) if swapped else (q, k)), v, alpha, o, lse, do, W, mix)
+            if swapped:  # the stream's query was k
+                dqs, dks = dks, dqs
+            dq, dk, dv = add(dq, dqs), add(dk, dks), add(dv, dvs)
+            dalpha = dalphas if mix else dalpha
+        cast = lambda g, like: None if g is None else g.to(like.dtype)
+        return cast(dq, q), cast(dk, k), cast(dv, v), cast(dalpha, alpha), None, None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -460,8 +483,9 @@ def reciprocal_attention(q, k, v, mode, alpha=None, gate_logit=None, window=0):
         alpha = torch.as_tensor(alpha, device=q.device).to(acc_dtype).reshape(-1).expand(H).contiguous()
     else:
         alpha = torch.zeros(H, device=q.device, dtype=acc_dtype)
-    o1, o2 = _fused(q, k, v, alpha, mode, int(window))
+    outs = _fused(q, k, v, alpha, mode, int(window))
     if mode == "gate":
+        o1, o2 = outs
         p = torch.sigmoid(_per_head(gate_logit, q)).to(q.dtype)
         return o1 + p * (o2 - o1)  # (1 - p) * o1 + p * o2
-    return o2 if mode == "swap" else o1
+    return outs[0]

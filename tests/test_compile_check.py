@@ -1,8 +1,9 @@
-"""The RA kernels compiled offline for the H100 (sm90): each kernel, in every mode, has a
-configuration that ptxas assembles with zero register spills and shared memory under the limit."""
+"""The RA kernels compiled offline for the W7900 (gfx1100) and the H100 (sm90): the conservative
+(first) configuration of each kernel, in the single-stream modes and in mix, compiles with zero
+register spills and shared memory under the target's limit (kernels/compile_check.py)."""
 import importlib.util
+import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -15,31 +16,37 @@ if importlib.util.find_spec("triton") is None:
     pytest.skip("triton is not installed", allow_module_level=True)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED_LIMIT = {"sm90": 227 * 1024, "gfx1100": 64 * 1024}  # bytes one block may use
+# (kernel, mode, index of its list in autotune_space): colR and rowR are mix's reciprocal-term pass
+KERNELS = [("fwd", "swap", 0), ("fwd", "mix", 0), ("col", "swap", 1), ("col", "mix", 1), ("row", "swap", 2),
+           ("row", "mix", 2), ("colR", "mix", 1), ("rowR", "mix", 2)]
 
-SM90_SHARED_LIMIT = 227 * 1024  # bytes of shared memory one H100 block may use
 
-
-def _have_ptxas():
-    if os.environ.get("TRITON_PTXAS_PATH") or shutil.which("ptxas"):
-        return True
+def _missing(what, how):
     if os.environ.get("CI"):
-        pytest.fail("ptxas is missing in CI: install CUDA's ptxas or set TRITON_PTXAS_PATH")
-    pytest.skip("ptxas is not installed (TRITON_PTXAS_PATH or PATH): cannot assemble for NVIDIA")
+        pytest.fail(f"{what} is missing in CI: {how}")
+    pytest.skip(f"{what} is not available: {how}")
 
 
-@pytest.mark.parametrize("kernel", ["fwd", "col", "row"])
-def test_the_conservative_config_of_each_kernel_does_not_spill_on_sm90(kernel):
-    _have_ptxas()
-    config = (32, 32, 4, 2)  # the conservative configuration every autotune list keeps
-    for mode in ("gate", "mix"):  # gate and mix run the most streams at once: the most registers
-        # a fresh process without TRITON_INTERPRET: Triton binds interpreter mode at import
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-        report = subprocess.run(
-            [sys.executable, "-c", "from kernels import compile_check, ra_attention; "
-             f"assert all({config} in space for space in ra_attention.autotune_space(hip=False)); "
-             f"print(compile_check.compile_one('sm90', {kernel!r}, {mode!r}, 'bfloat16', 64, {config}))"],
-            cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout
-        registers, spills, shared = map(int, re.search(
-            r"registers\s+(\d+), spill bytes\s+(\d+), shared\s+(\d+) B", report).groups())
-        assert spills == 0, (mode, report)
-        assert 0 < registers <= 255 and 0 < shared <= SM90_SHARED_LIMIT, (mode, report)
+def _compile_conservative(target):
+    """compile_check.compile_one for every kernel in a fresh process without TRITON_INTERPRET
+    (Triton binds interpreter mode at import)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("import json; from kernels import compile_check, ra_attention; "
+            f"spaces = ra_attention.autotune_space(hip={not target.startswith('sm')}); "
+            f"print(json.dumps([compile_check.compile_one({target!r}, kernel, mode, 'bfloat16', 64, "
+            f"spaces[index][0]) for kernel, mode, index in {KERNELS}]))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("target", ["sm90", "gfx1100"])
+def test_the_conservative_configs_do_not_spill(target):
+    if target.startswith("sm") and not (os.environ.get("TRITON_PTXAS_PATH") or shutil.which("ptxas")):
+        _missing("ptxas", "install CUDA's ptxas (pip install nvidia-cuda-nvcc) or set TRITON_PTXAS_PATH")
+    if target.startswith("gfx") and importlib.util.find_spec("triton.backends.amd") is None:
+        _missing("Triton's AMD backend", "install the triton wheel that ships backends/amd")
+    for (kernel, mode, _), usage in zip(KERNELS, _compile_conservative(target)):
+        assert usage["spills"] == 0, (target, kernel, mode, usage)
+        assert 0 < usage["registers"] <= 256 and 0 < usage["shared"] <= SHARED_LIMIT[target], (kernel, mode, usage)

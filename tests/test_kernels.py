@@ -4,8 +4,9 @@ ra_model.reciprocal_manual (and model.causal_attention for the standard stream).
 The kernels run on CPU under Triton's interpreter. TRITON_INTERPRET must be set when triton is
 imported and the kernels decorated, so this module loads a private copy of kernels/ra_attention.py
 with it set (load_interpreted_ra), and sets it again only while its own tests run: other test
-modules (and the subprocesses they start) keep the ordinary import. The interpreter runs a tile of 16 (ra_attention.INTERPRET_BLOCK), so
-T = 37 spans three blocks with a ragged tail. Each interpreted call takes ~0.05-0.4 s here.
+modules (and the subprocesses they start) keep the ordinary import. The interpreter runs a 16 x 16
+tile (ra_attention.INTERPRET_TILE), so T = 37 spans three blocks with a ragged tail; one test runs
+the unequal tiles the GPU lists hold. Each interpreted call takes ~0.05-0.4 s here.
 """
 
 import importlib.util
@@ -136,6 +137,51 @@ def test_kernel_matches_reference(mode, dtype, shape, window, per_head):
     names = ["dq", "dk", "dv"] + ["d" + name for name in extra]
     for name, grad, ref_grad in zip(names, grads, ref_grads):
         _assert_close(grad, ref_grad, dtype, name)
+
+
+@pytest.mark.parametrize("tile", [(32, 64), (64, 32), (16, 32)])
+def test_unequal_tiles_match_the_reference(tile, monkeypatch):
+    """The GPU lists hold BLOCK_M != BLOCK_N (the column kernel walks BLOCK_M-row blocks from a
+    BLOCK_N-aligned start); T = 100 spans several tiles of each shape with a ragged tail."""
+    monkeypatch.setattr(ra, "INTERPRET_TILE", tile)
+    shape = (1, 2, 100, 16)
+    for mode, window in (("swap", 40), ("mix", 0), ("mix", 33), ("gate", 7)):
+        q, k, v, extra = _inputs(shape, torch.float32, mode, per_head=True)
+        do = torch.randn(shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+        out, grads = _run(ra.reciprocal_attention, q, k, v, mode, extra, window, do)
+        ref, ref_grads = _run(reference, q.double(), k.double(), v.double(), mode,
+                              {name: t.double() for name, t in extra.items()}, window, do)
+        _assert_close(out, ref, torch.float32, f"{mode} window {window} output")
+        for name, grad, ref_grad in zip(["dq", "dk", "dv"] + ["d" + n for n in extra], grads, ref_grads):
+            _assert_close(grad, ref_grad, torch.float32, f"{mode} window {window} {name}")
+
+
+def test_autotuning_keys_on_the_power_of_two_bucket_of_T():
+    """generate() grows T by one per token and evaluation batches vary it: lengths in one bucket
+    share one tuning; and the backward writes fresh buffers, so no trial clones dQ or dK."""
+    metas = [ra._meta(torch.empty(1, 2, T, 64), T, False) for T in (513, 700, 1024, 1025)]
+    for tuned in (ra._fwd_tuned, ra._bwd_col_tuned, ra._bwd_row_tuned):
+        assert "T" not in tuned.keys and "T_BUCKET" in tuned.keys
+        key = lambda meta: [meta.get(name, False) for name in tuned.keys]
+        assert key(metas[0]) == key(metas[1]) == key(metas[2]) != key(metas[3])
+        assert tuned.restore_value == []
+
+
+def test_float32_means_float32_unless_tf32_is_allowed(monkeypatch):
+    q = torch.empty(1, 1, 8, 16)
+    for allowed, precision in ((False, "ieee"), (True, "ieee" if torch.version.hip else "tf32")):
+        monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", allowed)
+        assert ra._meta(q, 8, False)["PRECISION"] == precision
+        assert ra._meta(q.half(), 8, False)["PRECISION"] == "ieee"  # 16-bit inputs multiply exactly anyway
+
+
+def test_every_kernel_list_starts_with_a_conservative_config():
+    """The first configuration of each list is the one compiled spill-free in test_compile_check,
+    and the smallest: it fits where larger tiles do not."""
+    for hip in (False, True):
+        for space in ra.autotune_space(hip):
+            m, n, warps, stages = space[0]
+            assert all(m * n <= cm * cn for cm, cn, *_ in space), space
 
 
 @pytest.mark.parametrize("mode,window", [("standard", 0), ("swap", 4), ("mix", 0), ("gate", 3)])
