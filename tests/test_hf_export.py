@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+import transformers
 
 import configurator
 import export_checkpoint
@@ -16,8 +17,6 @@ import runtime
 import tokendata
 import train
 from test_train import REPO, tiny_args
-
-transformers = pytest.importorskip("transformers")
 
 N = tokendata.GPT2_VOCAB_SIZE
 
@@ -86,6 +85,17 @@ def test_init_from_reads_the_export_back_to_the_same_weights(runs, name, tmp_pat
         else:  # the biases the model did not have
             assert not model.config.bias and key.endswith(".bias") and torch.all(value == 0), key
     assert back.config.tie_weights == model.config.tie_weights
+
+
+def test_a_sharded_checkpoint_exports_the_weights_it_holds(gpt2_data_dir, tmp_path):
+    """An FSDP run keeps only dcp/: the export reads the newest sharded checkpoint."""
+    run = train_gpt2(gpt2_data_dir, str(tmp_path / "fsdp"), "--data_parallel=fsdp")
+    assert not os.path.exists(os.path.join(run, "ckpt.pt"))
+    model = export_checkpoint.load_sharded(run)[1].eval()
+    hf = transformers.GPT2LMHeadModel.from_pretrained(export(run, tmp_path / "hf"), dtype=torch.float32).eval()
+    idx = torch.randint(0, N, (2, model.config.block_size), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        torch.testing.assert_close(hf(idx).logits, model(idx)[0][..., :N], rtol=1e-5, atol=1e-5)
 
 
 def test_the_export_reexports_to_identical_files(runs, tmp_path):

@@ -13,23 +13,21 @@ import sys
 import numpy as np
 import pytest
 import torch
+import transformers
 from torch.nn import functional as F
 
-pytest.importorskip("lm_eval")
-transformers = pytest.importorskip("transformers")
+import lm_eval
+from lm_eval.api.instance import Instance
+from lm_eval.tasks import TaskManager
 
-import lm_eval  # noqa: E402
-from lm_eval.api.instance import Instance  # noqa: E402
-from lm_eval.tasks import TaskManager  # noqa: E402
-
-import evaluation  # noqa: E402
-import export_checkpoint  # noqa: E402
-import lm_eval_backend  # noqa: E402
-import lm_eval_results  # noqa: E402
-import runtime  # noqa: E402
-import tokendata  # noqa: E402
-from test_hf_export import gpt2_data_dir, tiny_checkpoint, train_gpt2  # noqa: E402,F401
-from test_train import REPO  # noqa: E402
+import evaluation
+import export_checkpoint
+import lm_eval_backend
+import lm_eval_results
+import runtime
+import tokendata
+from test_hf_export import gpt2_data_dir, tiny_checkpoint, train_gpt2  # noqa: F401
+from test_train import REPO
 
 eval_script = importlib.import_module("eval")  # the repo's eval.py, not the builtin
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "lm_eval")
