@@ -34,9 +34,11 @@ def read_results(out_dir):
 
 
 def pooled_task_scores(out_dirs):
-    """{task: {metric: dict(value, ci95, seeds, n)}} over the runs (seeds) of one variant: the mean
-    over seeds with a Student-t 95% interval over seeds; with one seed, lm-eval's own interval
-    (value +- 1.96 stderr over items). Only tasks and metrics that every run has are pooled."""
+    """{task: {metric: dict(value, ci95, seeds, runs, n)}} over the runs (seeds) of one variant: the
+    mean over the `seeds` evaluated out of `runs`, with a Student-t 95% interval over seeds; with one
+    seed, lm-eval's own interval (value +- 1.96 stderr over items). Only tasks and metrics that every
+    evaluated run has are pooled; a task whose runs scored different numbers of items (another
+    --limit) is not pooled: {task: {'refused': why}}, since a mean over different items means nothing."""
     from scipy import stats
     per_run = [read_results(d) for d in out_dirs]
     per_run = [(scores, counts) for scores, counts in per_run if scores]
@@ -45,6 +47,11 @@ def pooled_task_scores(out_dirs):
     tasks = set.intersection(*(set(scores) for scores, _ in per_run))
     pooled = {}
     for task in sorted(tasks):
+        items = sorted({counts.get(task) for _, counts in per_run}, key=str)
+        if len(items) > 1:
+            pooled[task] = dict(refused=f"its seeds scored different numbers of items ({', '.join(map(str, items))}): "
+                                        f"evaluate every seed on the same items (the same --limit)")
+            continue
         metrics = set.intersection(*(set(scores[task]) for scores, _ in per_run))
         pooled[task] = {}
         for metric in sorted(m for m in metrics if not m.endswith("_stderr")):
@@ -55,21 +62,27 @@ def pooled_task_scores(out_dirs):
             else:
                 half = 1.96 * per_run[0][0][task].get(f"{metric}_stderr", float("nan"))
             ci = [mean - half, mean + half] if math.isfinite(half) else None
-            pooled[task][metric] = dict(value=mean, ci95=ci, seeds=len(values), n=per_run[0][1].get(task))
+            pooled[task][metric] = dict(value=mean, ci95=ci, seeds=len(values), runs=len(out_dirs),
+                                          n=per_run[0][1].get(task))
     return pooled
 
 
 def report_lines(report):
     """The ablation report's section of lm-eval task scores per variant (report['variants'][v]['lm_eval'])."""
-    rows = [(variant, task, metric, score) for variant, v in report["variants"].items()
-            for task, metrics in v.get("lm_eval", {}).items() for metric, score in metrics.items()]
-    if not rows:
+    tasks = [(variant, task, metrics) for variant, v in report["variants"].items()
+             for task, metrics in v.get("lm_eval", {}).items()]
+    if not tasks:
         return []
-    lines = ["", "## lm-evaluation-harness tasks (out_dir/lm_eval; mean over seeds, Student-t 95% over seeds, "
-                 "one seed: lm-eval's own interval over items)", "",
+    lines = ["", "## lm-evaluation-harness tasks (out_dir/lm_eval; mean over the seeds evaluated, Student-t 95% "
+                 "over seeds, one seed: lm-eval's own interval over items)", "",
              "| variant | task | metric | seeds | items | value | 95% interval |", "|---|---|---|---|---|---|---|"]
-    for variant, task, metric, s in rows:
-        ci = f"[{s['ci95'][0]:.4f}, {s['ci95'][1]:.4f}]" if s["ci95"] else "-"
-        lines.append(f"| {variant} | {task} | {metric} | {s['seeds']} | {s['n'] if s['n'] is not None else '-'} | "
-                     f"{s['value']:.4f} | {ci} |")
-    return lines
+    refused = []
+    for variant, task, metrics in tasks:
+        if "refused" in metrics:
+            refused.append(f"- {variant} / {task}: not pooled, {metrics['refused']}")
+            continue
+        for metric, s in metrics.items():
+            ci = f"[{s['ci95'][0]:.4f}, {s['ci95'][1]:.4f}]" if s["ci95"] else "-"
+            lines.append(f"| {variant} | {task} | {metric} | {s['seeds']} of {s['runs']} | "
+                         f"{s['n'] if s['n'] is not None else '-'} | {s['value']:.4f} | {ci} |")
+    return lines + ([""] + refused if refused else [])

@@ -215,11 +215,11 @@ def test_lm_eval_run_keeps_results_and_items_in_the_run_directory(run):
     assert np.mean([item["acc"] for item in items]) == reference["acc"]
 
 
-def write_result(out_dir, date, task, acc, stderr):
+def write_result(out_dir, date, task, acc, stderr, items=100):
     os.makedirs(os.path.join(out_dir, "lm_eval"), exist_ok=True)
     with open(os.path.join(out_dir, "lm_eval", f"results_{date}.json"), "w") as f:
         json.dump({"results": {task: {"acc,none": acc, "acc_stderr,none": stderr, "alias": task}},
-                   "n-samples": {task: {"original": 100, "effective": 100}}}, f)
+                   "n-samples": {task: {"original": 100, "effective": items}}}, f)
 
 
 def test_pooled_task_scores_over_seeds(tmp_path):
@@ -231,13 +231,26 @@ def test_pooled_task_scores_over_seeds(tmp_path):
     pooled = lm_eval_results.pooled_task_scores(seeds)["hellaswag"]["acc"]
     newest = [0.31, 0.33, 0.32]
     low, high = stats.t.interval(0.95, 2, loc=np.mean(newest), scale=stats.sem(newest))
-    assert pooled["value"] == pytest.approx(np.mean(newest)) and pooled["seeds"] == 3 and pooled["n"] == 100
+    assert pooled["value"] == pytest.approx(np.mean(newest)) and pooled["seeds"] == 3 == pooled["runs"] and pooled["n"] == 100
     assert pooled["ci95"] == pytest.approx([low, high])
     single = lm_eval_results.pooled_task_scores(seeds[:1])["hellaswag"]["acc"]
     assert single["ci95"] == pytest.approx([0.31 - 1.96 * 0.01, 0.31 + 1.96 * 0.01])
     assert lm_eval_results.pooled_task_scores([str(tmp_path / "none")]) == {}
     report = {"variants": {"base": {"lm_eval": lm_eval_results.pooled_task_scores(seeds)}, "other": {}}}
-    assert any("| base | hellaswag | acc | 3 | 100 | 0.3200 |" in line for line in lm_eval_results.report_lines(report))
+    assert any("| base | hellaswag | acc | 3 of 3 | 100 | 0.3200 |" in line for line in lm_eval_results.report_lines(report))
+
+
+def test_seeds_scored_on_different_items_are_not_pooled_and_missing_seeds_are_counted(tmp_path):
+    seeds = [str(tmp_path / f"seed{s}") for s in range(3)]
+    write_result(seeds[0], "2026-01-01T00-00-00", "piqa", 0.6, 0.01)
+    write_result(seeds[1], "2026-01-01T00-00-00", "piqa", 0.7, 0.05, items=20)  # evaluated with --limit 20
+    refused = lm_eval_results.pooled_task_scores(seeds)["piqa"]
+    assert "different numbers of items (100, 20)" in refused["refused"]
+    report = {"variants": {"base": {"lm_eval": {"piqa": refused}}}}
+    assert any("base / piqa: not pooled" in line for line in lm_eval_results.report_lines(report))
+    write_result(seeds[1], "2026-02-01T00-00-00", "piqa", 0.7, 0.01)  # seed 2 never evaluated
+    pooled = lm_eval_results.pooled_task_scores(seeds)["piqa"]["acc"]
+    assert (pooled["seeds"], pooled["runs"]) == (2, 3) and pooled["value"] == pytest.approx(0.65)
 
 
 def test_the_ablation_report_pools_each_variants_task_scores(tmp_path):
@@ -256,4 +269,4 @@ def test_the_ablation_report_pools_each_variants_task_scores(tmp_path):
     assert wide["value"] == pytest.approx(0.38) and wide["seeds"] == 2
     assert wide["ci95"] == pytest.approx(lm_eval_results.pooled_task_scores(
         [runs[("wide", s)]["out_dir"] for s in (1, 2)])["arc_easy"]["acc"]["ci95"])
-    assert "| wide | arc_easy | acc | 2 | 100 | 0.3800 |" in ablation.markdown(report, [])
+    assert "| wide | arc_easy | acc | 2 of 2 | 100 | 0.3800 |" in ablation.markdown(report, [])
