@@ -421,12 +421,20 @@ def get_batch(data_dir, split, offsets, block_size, device):
     return x, y
 
 
+def prepare_command(dataset):
+    """The command that writes a dataset's train.bin and val.bin (shakespeare_char is the plays'
+    prepare script with character tokens)."""
+    if dataset == "shakespeare_char":
+        return "python data/shakespeare/prepare.py --tokenizer=char"
+    return f"python data/{dataset or 'NAME'}/prepare.py"
+
+
 def check_token_file(path, dataset):
     """A split file that exists, is not empty and holds whole tokens; otherwise one line naming it."""
-    prepare = f"prepare it again with `python data/{dataset or 'NAME'}/prepare.py`"
+    prepare = f"prepare it again with `{prepare_command(dataset)}`"
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} not found: prepare the dataset first with `python data/{dataset or 'NAME'}/"
-                                f"prepare.py` (or point data_dir at a prepared directory)")
+        raise FileNotFoundError(f"{path} not found: prepare the dataset first with `{prepare_command(dataset)}` "
+                                f"(or point data_dir at a prepared directory)")
     size, itemsize = os.path.getsize(path), np.dtype(tokendata.TOKEN_DTYPE).itemsize
     if size % itemsize:
         raise configurator.ConfigError(f"{path} has {size} bytes, not a whole number of {itemsize}-byte "
@@ -439,7 +447,7 @@ def check_data(cfg):
     """Token counts of both splits; a missing, damaged or too small dataset, or one with ids
     beyond vocab_size, fails here with the fix."""
     data_dir = data_dir_of(cfg)
-    prepare = f"prepare it again with `python data/{cfg['dataset']}/prepare.py`"
+    prepare = f"prepare it again with `{prepare_command(cfg['dataset'])}`"
     for split in ("train", "val"):
         check_token_file(os.path.join(data_dir, f"{split}.bin"), cfg["dataset"])
     counts = {split: tokendata.split_num_tokens(data_dir, split) for split in ("train", "val")}

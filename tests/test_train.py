@@ -215,11 +215,13 @@ def test_impossible_configs_fail_at_startup(data_dir, tmp_path, extra, message):
     assert not os.path.exists(tmp_path / "run" / "log.jsonl")
 
 
-def test_missing_dataset_names_the_prepare_script(tmp_path):
-    proc = subprocess.run([sys.executable, "train.py", "--dataset=openwebtext", f"--data_dir={tmp_path}/none",
+@pytest.mark.parametrize("dataset, command", [("openwebtext", "python data/openwebtext/prepare.py"),
+                                              ("shakespeare_char", "python data/shakespeare/prepare.py --tokenizer=char")])
+def test_missing_dataset_names_the_prepare_script(tmp_path, dataset, command):
+    proc = subprocess.run([sys.executable, "train.py", f"--dataset={dataset}", f"--data_dir={tmp_path}/none",
                            f"--out_dir={tmp_path}/run"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 1
-    assert "python data/openwebtext/prepare.py" in proc.stderr
+    assert f"`{command}`" in proc.stderr and os.path.exists(os.path.join(REPO, command.split()[1]))
 
 
 def test_ddp_two_ranks_match_one_process_with_same_accumulation(data_dir, tmp_path):
