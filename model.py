@@ -141,6 +141,18 @@ class MLP(nn.Module):
         return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
 
 
+def attention_params(config):
+    """Parameters of one CausalSelfAttention: c_attn and c_proj."""
+    C, b = config.n_embd, int(config.bias)
+    return 4 * C * C + 4 * b * C
+
+
+def block_params(config):
+    """Parameters of one Block without its attention: two LayerNorms and the MLP."""
+    C, b = config.n_embd, int(config.bias)
+    return 2 * (C + b * C) + 8 * C * C + 5 * b * C
+
+
 class Block(nn.Module):
     def __init__(self, config, attn=None):
         super().__init__()
@@ -186,6 +198,24 @@ class GPT(nn.Module):
     def make_block(self, layer_idx):
         """Subclasses choose a different block (or attention) per layer here."""
         return Block(self.config)
+
+    @classmethod
+    def count_params(cls, config):
+        """The parameters of the model built from `config` (tied weights once), by formula: the memory
+        check of any size takes microseconds, where building even on the meta device takes minutes
+        for 100,000 layers. Subclasses that change a layer's parameters override blocks_params;
+        tests/test_model.py checks the formula against every architecture built."""
+        C, b = config.n_embd, int(config.bias)
+        n = (config.vocab_size + config.block_size) * C + cls.blocks_params(config)
+        if config.ln_placement == "pre":
+            n += C + b * C  # ln_f
+        if not config.tie_weights:
+            n += config.vocab_size * C  # lm_head
+        return n
+
+    @classmethod
+    def blocks_params(cls, config):
+        return config.n_layer * (block_params(config) + attention_params(config))
 
     @staticmethod
     def _init_weights(module):

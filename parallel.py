@@ -184,22 +184,24 @@ class ParallelLayout:
                                         self.world_size, dtype)
 
     def check_memory(self, cfg, n_params, dtype):
-        """Refuse a run whose memory lower bound exceeds the device's memory (a CPU's RAM shared by its
-        ranks), before anything is allocated."""
+        """Refuse a run whose estimated peak (a training step's or an evaluation's) exceeds the device's
+        memory (a CPU's RAM shared by its ranks), before anything is allocated."""
         if self.device.startswith("cuda"):
             available, where = torch.cuda.get_device_properties(self.device).total_memory, self.device
         else:
             ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
             available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // ranks_here
             where = "this machine's RAM" + (f" per rank ({ranks_here} ranks)" if ranks_here > 1 else "")
-        # A lower bound: the head's logits are left out (a chunked loss head never holds them whole).
-        need = {k: v for k, v in self.memory_estimate(cfg, n_params, dtype).items() if k not in ("head", "total")}
-        if sum(need.values()) > available:
+        estimate = self.memory_estimate(cfg, n_params, dtype)
+        if estimate["total"] > available:
             gib = lambda b: f"{b / 2**30:,.1f} GiB"
-            parts = ", ".join(f"{k.replace('_', ' ')} {gib(v)}" for k, v in need.items())
-            raise configurator.ConfigError(
-                f"this run needs at least {gib(sum(need.values()))} per rank ({parts}) but {where} is "
-                f"{gib(available)}: shrink the model, lower batch_size or block_size, or turn on activation_checkpointing")
+            evaluating = estimate["total"] > estimate["step"]
+            parts = ", ".join(f"{k} {gib(estimate[k])}" for k in ("params", "grads", "optimizer") + (
+                ("evaluation",) if evaluating else ("activations", "head")))
+            fix = ("lower batch_size or block_size (evaluation holds their vocab_size logits at once)" if evaluating else
+                   "shrink the model, lower batch_size or block_size, or turn on activation_checkpointing")
+            raise configurator.ConfigError(f"this run needs at least {gib(estimate['total'])} per rank ({parts}) but "
+                                           f"{where} is {gib(available)}: {fix}")
 
     # ------------------------------------------------------------------------- checkpoints
 

@@ -43,7 +43,8 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 from configurator import ConfigError
-from model import GPT, Block, CausalSelfAttention, GPTConfig, attention_core, causal_attention
+from model import (GPT, Block, CausalSelfAttention, GPTConfig, attention_core, attention_params, block_params,
+                   causal_attention)
 
 RA_PATTERNS = ("none", "early", "late", "all", "alternate", "learned", "layers")
 RA_MODES = ("swap", "mix", "gate")
@@ -86,6 +87,10 @@ class RAConfig(GPTConfig):
         """The reciprocal mode of one layer, None for standard attention."""
         if layer_idx not in self.reciprocal_layers():
             return None
+        return self.reciprocal_mode()
+
+    def reciprocal_mode(self):
+        """The mode every reciprocal layer runs."""
         return "gate" if self.ra_pattern == "learned" else self.ra_mode
 
 
@@ -357,6 +362,21 @@ class RAGPT(GPT):
         if mode is None and not self.config.attn_gate:
             return Block(self.config)
         return Block(self.config, attn=RAAttention(self.config, mode))
+
+    @classmethod
+    def blocks_params(cls, config):
+        """make_block's layers by formula: the attention of each layer kind, plus its RA and gate parameters."""
+        C, b = config.n_embd, int(config.bias)
+
+        def layer(mode):
+            n = block_params(config) + (mla_attention_params(config) if config.mla else attention_params(config))
+            if mode == "mix" and config.ra_alpha_learn != "none":
+                n += config.n_head if config.ra_alpha_learn == "head" else 1  # ra_alpha
+            n += int(mode == "gate")  # ra_gate_logit
+            return n + (C * C + b * C if config.attn_gate else 0)  # c_gate
+
+        reciprocal = len(config.reciprocal_layers())
+        return (config.n_layer - reciprocal) * layer(None) + reciprocal * layer(config.reciprocal_mode())
 
     def copy_baseline_init(self, config, rng):
         """MLA's projections have other shapes than c_attn, and the output gate is an extra weight, so

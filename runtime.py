@@ -404,10 +404,9 @@ def load_model(cfg, device):
 
 
 def count_params(cfg):
-    """The model's parameter count, from the model built on the meta device (no memory)."""
+    """The model's parameter count (the whole model's, tensor-parallel shards together), by formula."""
     model_cls, _ = model_classes(cfg)
-    with torch.device("meta"):
-        return sum(p.numel() for p in model_cls(model_config(cfg)).parameters())
+    return model_cls.count_params(model_config(cfg))
 
 
 # ----------------------------------------------------------------------------- data

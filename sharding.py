@@ -35,6 +35,7 @@ from torch.distributed.tensor import DTensor
 
 import configurator
 import rundir
+from kernels.linear_cross_entropy import CHUNK_LOGITS
 from reduced_sync_model import shard_tensor, unshard_tensor
 
 DATA_PARALLEL = ("ddp", "fsdp", "hsdp")
@@ -241,8 +242,8 @@ def load_whole(path, model, optimizer, tp_size):
 # ----------------------------------------------------------------------------- memory per GPU
 
 def memory_estimate(cfg, n_params, world_size, dtype):
-    """Bytes per GPU of the parameters, gradients, optimizer states, the blocks' activations and the
-    head's logits for the run's layout, and their total at the peak of a training step.
+    """Bytes per GPU of the parameters, gradients, optimizer states, the blocks' activations, the
+    head's logits and an evaluation's logits for the run's layout, and the peaks they add up to.
 
     Master weights, gradients and Adam's two moments are float32 (4 bytes each); DDP replicates
     them, FSDP divides them by the shard group and adds the all-gathered weights of two blocks in
@@ -252,9 +253,12 @@ def memory_estimate(cfg, n_params, world_size, dtype):
     about 34 x n_embd bytes at 2-byte precision, double at float32; with activation_checkpointing
     only each block's input is kept plus one block's activations in the recomputation. The head
     keeps logits and their gradient (2 x vocab_size float32 values per token), gone before the
-    first block is recomputed; head_loss 'chunked' (and the CUDA kernels 'liger', 'cce') never hold
-    them whole, which counts as none. On CPU the total is within 25% of the profiler's measured
-    peak (tests/test_sharding.py).
+    first block is recomputed; head_loss 'chunked' (and the CUDA kernels 'liger', 'cce') hold one
+    chunk of logits (compute dtype), its float32 probabilities and its gradient, plus a float32
+    gradient of the head's weight. Evaluation keeps no activations but the whole logits of a
+    batch: the model's output, cross_entropy's float32 copy and its float32 log-softmax. `step` is
+    a training step's peak (on CPU within 25% of the profiler's measured peak, tests/test_sharding.py),
+    `total` the larger of it and an evaluation's.
     """
     bytes_ = 2 if dtype in ("bfloat16", "float16") else 4
     tokens = cfg["batch_size"] * cfg["block_size"]
@@ -269,15 +273,22 @@ def memory_estimate(cfg, n_params, world_size, dtype):
     grads = 4 * n_params / shards + (4 * n_params if shards > 1 and accum_local > 1 else 0)
     optimizer = 4 * states * n_params / shards
     per_layer = 34 * width * tokens * bytes_ // 2
-    head = 2 * vocab * tokens * 4 if cfg["head_loss"] == "full" else 0
+    if cfg["head_loss"] == "full":
+        head = 2 * vocab * tokens * 4
+    else:
+        head = min(tokens * vocab, CHUNK_LOGITS) * (2 * bytes_ + 4) + 4 * vocab * width
     if cfg["activation_checkpointing"]:
         activations = n_layer * width * tokens * bytes_ + per_layer
         peak_activations = activations - per_layer + max(per_layer, head)
     else:
         activations = n_layer * per_layer
         peak_activations = activations + head
-    estimate = dict(params=params, grads=grads, optimizer=optimizer, activations=activations, head=head)
-    return {k: int(v) for k, v in estimate.items()} | {"total": int(params + grads + optimizer + peak_activations)}
+    evaluation = tokens * vocab * (bytes_ + 8)
+    estimate = dict(params=params, grads=grads, optimizer=optimizer, activations=activations, head=head,
+                    evaluation=evaluation)
+    held = params + grads + optimizer
+    estimate |= dict(step=held + peak_activations, total=held + max(peak_activations, evaluation))
+    return {k: int(v) for k, v in estimate.items()}
 
 
 def describe_memory(estimate):

@@ -6,10 +6,11 @@
 #
 # Memory per GPU on 8 GPUs, from sharding.memory_estimate (the start-up checklist prints it for the
 # actual layout), micro-batch 16, bf16:
-#   DDP  35.4 GiB (weights 2.9, grads 2.9, Adam 5.8, activations 23.9)   -> a 40 GB GPU, barely
-#   FSDP 25.4 GiB (weights 0.4, grads 0.4, Adam 0.7, activations 23.9)   -> a 40 GB GPU
-#   activation_checkpointing=True: DDP 13.6 GiB, FSDP 3.6 GiB
-#   (the chunked head never holds the logits; head_loss='full' adds 6.1 GiB)
+#   DDP  35.9 GiB (weights 2.9, grads 2.9, Adam 5.8, activations 23.9, head 0.5)   -> a 40 GB GPU, barely
+#   FSDP 25.9 GiB (weights 0.4, grads 0.4, Adam 0.7, activations 23.9, head 0.5)   -> a 40 GB GPU
+#   activation_checkpointing=True: DDP 13.6 GiB, FSDP 3.6 GiB in a step; 19.2 and 9.2 GiB evaluating
+#   (the chunked head holds one chunk of logits; head_loss='full' adds 6.1 GiB; evaluation holds a
+#   batch's whole logits, 7.7 GiB)
 # python data/finewebedu/prepare.py
 # torchrun --standalone --nproc_per_node=8 train.py config/train_gpt2_774m.py
 import os

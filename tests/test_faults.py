@@ -426,6 +426,9 @@ def test_syntax_error_in_a_config_file_is_one_line(tmp_path):
 @pytest.mark.parametrize("extra, message", [
     (["--device=cuda"], "no CUDA GPU is visible"),
     (["--n_layer=64", "--n_embd=16384", "--n_head=128"], r"this run needs at least [\d,.]+ GiB per rank"),
+    # a step that fits but an evaluation's whole logits (800,000 tokens x 50,304) do not
+    (["--batch_size=100000", "--block_size=8", "--vocab_size=50304"],
+     r"this run needs at least [\d,.]+ GiB per rank \(params .* evaluation [\d,.]+ GiB\) but .*: lower batch_size or block_size"),
     (["--hellaswag_limit=-1"], "hellaswag_limit must be >= 0"),
     (["--dist_timeout=0"], "dist_timeout must be >= 1"),
     (["--out_dir="], "out_dir is empty: name the run directory"),

@@ -2,9 +2,11 @@
 activation checkpointing, optimizer groups, state-dict prefixes, config checks, generation, FLOPs."""
 import itertools
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -345,6 +347,39 @@ def test_flops_per_token_and_mfu():
     assert model.flops_per_token() == 6 * n + 12 * L * C * T
     assert model.estimate_mfu(1e4, "cpu") is None
     assert model.estimate_mfu(1e4, torch.device("cpu")) is None
+
+
+# The variations a formula could get wrong, each tried on every architecture that accepts it.
+SHAPES = [{}, dict(bias=False), dict(tie_weights=False), dict(n_layer=6, n_head=4, n_embd=48, block_size=16),
+          dict(ln_placement="post", bias=False, tie_weights=False)]
+
+
+def test_the_parameter_formula_equals_every_built_architectures_count():
+    import test_all_architectures as script
+    for name, (family, kwargs) in script.ARCHITECTURES.items():
+        counted = 0
+        for shape in SHAPES:
+            try:
+                model = script.BUILDERS[family](**{**script.TINY, **kwargs, **shape})
+            except ConfigError:  # e.g. reduced_sync is pre-LN only
+                continue
+            built = sum(p.numel() for p in model.parameters())
+            assert type(model).count_params(model.config) == built, (name, shape)
+            counted += 1
+        assert counted >= 3, name
+
+
+def test_an_absurd_model_is_refused_in_seconds(data_dir, tmp_path):
+    """The memory check counts parameters by formula: 100,000 layers are refused before any module
+    is built (building them, even on the meta device, took minutes and gigabytes)."""
+    for size in ("--n_layer=100000", "--n_embd=786432", "--n_layer=3000"):
+        start = time.time()
+        proc = subprocess.run([sys.executable, "train.py", f"--data_dir={data_dir}", "--dataset=toy", "--vocab_size=128",
+                               f"--out_dir={tmp_path}/run", "--device=cpu", size], cwd=REPO, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 1 and proc.stderr.startswith("error: this run needs at least"), proc.stderr[-2000:]
+        assert len(proc.stderr.strip().splitlines()) == 1 and time.time() - start < 30, size
+        assert not os.path.exists(tmp_path / "run" / "log.jsonl")
 
 
 # ---------------------------------------------------------------- the architecture smoke script
