@@ -50,7 +50,7 @@ def compile_one(target_name, kernel, mode, dtype, block_d, config):
     fn = getattr(ra, name)
     block_m, block_n, warps, stages = config
     constants = dict(MIX=mode == "mix", **({} if recip is None else {"RECIP": recip}), ACC=tl.float32, DOT=getattr(tl, dtype), PRECISION="ieee",
-                     BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d)
+                     BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_DC=ra.head_chunk(block_d, target.backend == "hip"))
     ptr = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}[dtype]
     signature = {}
     for name in fn.arg_names:
@@ -152,14 +152,13 @@ def main():
     parser.add_argument("--D", type=int, default=64, help="head size (padded to a power of two)")
     args = parser.parse_args()
     block_d = max(16, 1 << (args.D - 1).bit_length())
-    fwd, col, row = ra.autotune_space(hip=not args.target.startswith("sm"))
-    spaces = {"fwd": fwd, "col": col, "row": row, "colR": col, "rowR": row}
+    index = {"fwd": 0, "col": 1, "row": 2, "colR": 1, "rowR": 2}
     spill_unit = "bytes" if args.target.startswith("sm") else "VGPRs"
     failures, chosen = 0, []
-    for kernel, configs in spaces.items():
+    for kernel in index:
         for mode in ("swap", "mix") if kernel in ("fwd", "col", "row") else ("mix",):
             free = []
-            for config in configs:
+            for config in ra.autotune_space(args.target, block_d, mode == "mix")[index[kernel]]:
                 result = compile_in_child(args.target, kernel, mode, args.dtype, block_d, config)
                 line = f"{args.target} {kernel:<4} {mode:<4} tile {config[0]:>3}x{config[1]:<3} warps {config[2]} stages {config[3]}: "
                 if isinstance(result, str):

@@ -27,7 +27,9 @@ and the column's q and k, so the backward runs without atomics: a column kernel 
 key block) for dV and the column half of dK, a row kernel (one program per query block) for the
 row half of dQ, and for mix a second pass of each for the reciprocal term's halves of dQ and dK
 (and per-block partial sums of dalpha). Every launch writes its own buffers; the halves are added
-in PyTorch, and so are the gate weights p (cheap elementwise). docs/kernels.md has each kernel's
+in PyTorch, and so are the gate weights p (cheap elementwise). On RDNA3 at head size 128 each block
+runs as two programs of 64 output columns that compute the scores in 64-column chunks
+(head_chunk): no program holds a whole 128-column row, at the price of computing the scores twice. docs/kernels.md has each kernel's
 registers, spills and shared memory on gfx1100 and sm90 (kernels/compile_check.py).
 
 The kernels run when Triton is importable and the inputs are on a GPU (CUDA or ROCm), or under
@@ -72,58 +74,110 @@ def _per_head(x, like):
 # band masks (W = T: the causal mask). Softmax runs in base 2 (exp2 with log2(e) folded into the
 # scale): the saved log-sum-exp is in log2 units and only the kernels read it.
 
-# (BLOCK_M, BLOCK_N, warps, stages) lists; the first of each is the conservative configuration,
-# free of register spills at D = 64 (kernels/compile_check.py, docs/kernels.md). On RDNA3 (gfx1100,
-# wave32) registers are the limit: a WMMA operand is held twice per wave and each warp takes 16
-# rows of the output tile, so tiles are 16 x warps rows by 16-32 columns, with one stage.
-def autotune_space(hip):
-    """(forward, column, row) kernel configurations as (BLOCK_M, BLOCK_N, warps, stages) lists."""
-    if hip:
-        return ([(32, 16, 2, 1), (64, 16, 4, 1), (64, 32, 4, 1)],
-                [(16, 32, 4, 1), (16, 32, 2, 1), (16, 64, 4, 1)],
-                [(32, 16, 2, 1), (64, 16, 4, 1)])
+# (BLOCK_M, BLOCK_N, warps, stages) lists per GPU target, head size and mode; the first of each is
+# the conservative configuration. Every configuration listed compiles without register spills on
+# its target (kernels/compile_check.py, docs/kernels.md, tests/test_compile_check.py). On RDNA3
+# (gfx1100, wave32) registers are the limit: a WMMA operand is held twice per wave and each warp
+# takes 16 rows of the output tile, so tiles are 16 x warps rows by 16-32 columns, with one stage;
+# D = 128 runs as programs of 64 head columns (head_chunk), so one list serves both sizes.
+def autotune_space(target, block_d=64, mix=False):
+    """(forward, column, row) kernel configurations as (BLOCK_M, BLOCK_N, warps, stages) lists for
+    a target ('gfx1100', 'sm90', 'sm80' ...)."""
+    if not target.startswith("sm"):
+        col = [(16, 32, 4, 1), (16, 32, 2, 1), (16, 64, 4, 1)]
+        if mix and block_d <= 64:  # mix's column kernel holds three whole key rows: the others spill 17-27 VGPRs
+            col = col[:1]
+        return [(32, 16, 2, 1), (64, 16, 4, 1), (64, 32, 4, 1)], col, [(32, 16, 2, 1), (64, 16, 4, 1)]
+    fwd = [(32, 32, 4, 2), (64, 32, 4, 2), (64, 64, 4, 2), (128, 64, 8, 2)]
     bwd = [(32, 32, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2), (64, 64, 4, 2)]
-    return [(32, 32, 4, 2), (64, 32, 4, 2), (64, 64, 4, 2), (128, 64, 8, 2)], bwd, bwd
+    if block_d > 64:  # 64-row backward tiles spill at 128 columns (ptxas: 8-144 bytes on sm90)
+        bwd = [(32, 32, 4, 2), (32, 64, 4, 2)]
+    if target == "sm80":  # its 64 x 64 tiles reach 255 registers sooner and spill 8-84 bytes
+        bwd = [c for c in bwd if c[:2] != (64, 64)]
+        if mix and block_d > 64:
+            fwd = [c for c in fwd if c[:2] != (64, 64)]
+    return fwd, bwd, bwd
+
+
+def gpu_target(device):
+    """The autotune_space target of a CUDA or ROCm device: 'sm90', 'gfx1100' ..."""
+    if torch.version.hip:
+        return torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm{major}{minor}"
 
 
 if triton is not None:
 
     @triton.jit
-    def _load_tile(X, in_off, start, stride_t, T, D, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr,
-                   DOT: tl.constexpr):
-        """Rows start .. start + BLOCK of one head of q, k or v (a strided view), zero outside the
-        sequence and head. The row offset goes into the 64-bit base: T * stride_t may pass 2**31."""
+    def _load_tile(X, in_off, start, stride_t, T, D, d0, BLOCK: tl.constexpr, BLOCK_C: tl.constexpr,
+                   DOT: tl.constexpr, VOLATILE: tl.constexpr = False):
+        """Rows start .. start + BLOCK and head columns d0 .. d0 + BLOCK_C of one head of q, k, v (a
+        strided view) or dO, zero outside the sequence and head. The row offset goes into the 64-bit
+        base: T * stride_t may pass 2**31."""
         rows = tl.arange(0, BLOCK)
-        cols = tl.arange(0, BLOCK_D)
+        cols = d0 + tl.arange(0, BLOCK_C)
         base = X + in_off + tl.cast(start, tl.int64) * stride_t
         mask = (start + rows[:, None] < T) & (cols[None, :] < D)
-        return tl.load(base + rows[:, None] * stride_t + cols[None, :], mask=mask, other=0.0).to(DOT)
+        return tl.load(base + rows[:, None] * stride_t + cols[None, :], mask=mask, other=0.0, volatile=VOLATILE).to(DOT)
 
     @triton.jit
-    def _logits(a, b, a2, b2, alpha, i, j, T, W, qk_scale,
-                MIX: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr):
-        """Base-2 logits of one tile, -inf where masked; the band; and (MIX) the reciprocal scores
-        inside it, which the backward needs for dalpha. Query rows x key columns: (a, b, a2, b2) =
-        (q_i, k_j, k_i, q_j) with i, j = offs_m[:, None], offs_n[None, :]; the transposed tile (key
-        rows) takes (k_j, q_i, q_j, k_i) with i, j = offs_m[None, :], offs_n[:, None]."""
+    def _scores(A, a_off, a_stride, a_start, B, b_off, b_stride, b_start, T, D,
+                BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr,
+                ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr):
+        """Rows a_start .. of A dotted with rows b_start .. of B over the whole head, BLOCK_DC
+        columns at a time, each chunk loaded here: with BLOCK_DC < BLOCK_D no program holds a
+        full-width row (RDNA3 at D = 128, see head_chunk). Those loads are volatile: LLVM would
+        otherwise hoist a block's own row chunks, invariant in the loop, out of it and hold whole
+        rows again (mix spilled 58-102 VGPRs so); a volatile load is never hoisted, and L2 holds it."""
+        s = tl.zeros([BLOCK_A, BLOCK_B], ACC)
+        for d0 in tl.static_range(0, BLOCK_D, BLOCK_DC):
+            a = _load_tile(A, a_off, a_start, a_stride, T, D, d0, BLOCK_A, BLOCK_DC, DOT, BLOCK_DC < BLOCK_D)
+            b = _load_tile(B, b_off, b_start, b_stride, T, D, d0, BLOCK_B, BLOCK_DC, DOT, BLOCK_DC < BLOCK_D)
+            s += tl.dot(a, tl.trans(b), out_dtype=ACC, input_precision=PRECISION)
+        return s
+
+    @triton.jit
+    def _logits(s, r, alpha, i, j, T, W, qk_scale, MIX: tl.constexpr):
+        """Base-2 logits of one tile from its scores s (and, MIX, the reciprocal scores r), -inf where
+        masked; the band; and r inside it, which the backward needs for dalpha. Query rows x key
+        columns take i, j = offs_m[:, None], offs_n[None, :]; the transposed tile (key rows) takes
+        i, j = offs_m[None, :], offs_n[:, None]."""
         causal = (i >= j) & (j < T) & (i < T)
         band = causal & (i - j < W)
-        s = tl.dot(a, tl.trans(b), out_dtype=ACC, input_precision=PRECISION)
-        r = s  # unused unless MIX
         allowed = band
         if MIX:
-            r = tl.where(band, tl.dot(a2, tl.trans(b2), out_dtype=ACC, input_precision=PRECISION), 0.0)
+            r = tl.where(band, r, 0.0)
             s += alpha * r
             allowed = causal
         return tl.where(allowed, s * qk_scale, float("-inf")), band, r
 
     @triton.jit
+    def _row_stats(L, Delta, bh, start_m, T, BLOCK_M: tl.constexpr):
+        """A query block's log-sum-exp and Delta = rowsum(dO * O)."""
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        lse = tl.load(L + bh * T + offs_m, mask=offs_m < T, other=0.0)
+        delta = tl.load(Delta + bh * T + offs_m, mask=offs_m < T, other=0.0)
+        return lse, delta
+
+    @triton.jit
+    def _store_tile(X, bh, offs, d0, x, T, D, BLOCK_DC: tl.constexpr):
+        offs_d = d0 + tl.arange(0, BLOCK_DC)
+        mask = (offs[:, None] < T) & (offs_d[None, :] < D)
+        tl.store(X + bh * T * D + offs[:, None] * D + offs_d[None, :], x, mask=mask)
+
+    # Every kernel: program ids (batch x head, block of rows, chunk of head columns). A program
+    # accumulates BLOCK_DC of the output's head columns (d0 ..) and computes the scores over the
+    # whole head; with BLOCK_DC < BLOCK_D the programs of one block recompute the same scores.
+
+    @triton.jit
     def _ra_fwd_kernel(Q, K, V, Alpha, O, L,
                        stride_b, stride_h, stride_t, H, T, D, W, scale, T_BUCKET,
                        MIX: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr):
         bh = tl.program_id(0).to(tl.int64)  # B * H on axis 0 (axis 1 allows 65,535 programs only)
         start_m = (tl.num_programs(1) - 1 - tl.program_id(1)) * BLOCK_M  # the longest rows first
+        d0 = tl.program_id(2) * BLOCK_DC
         in_off = (bh // H) * stride_b + (bh % H) * stride_h  # q, k, v may be strided views
         qk_scale = scale * 1.4426950408889634  # log2(e)
         alpha = 0.0
@@ -131,14 +185,9 @@ if triton is not None:
             alpha = tl.load(Alpha + bh % H).to(ACC)
 
         offs_m = start_m + tl.arange(0, BLOCK_M)
-        offs_d = tl.arange(0, BLOCK_D)
-        q_i = _load_tile(Q, in_off, start_m, stride_t, T, D, BLOCK_M, BLOCK_D, DOT)
-        k_i = q_i  # unused unless MIX
-        if MIX:
-            k_i = _load_tile(K, in_off, start_m, stride_t, T, D, BLOCK_M, BLOCK_D, DOT)
         m = tl.full([BLOCK_M], float("-inf"), ACC)
         l = tl.zeros([BLOCK_M], ACC)
-        acc = tl.zeros([BLOCK_M, BLOCK_D], ACC)
+        acc = tl.zeros([BLOCK_M, BLOCK_DC], ACC)
 
         hi = tl.minimum(start_m + BLOCK_M, T)  # causal: no key beyond this block's last row
         lo = 0
@@ -146,13 +195,14 @@ if triton is not None:
             lo = tl.maximum(start_m - W + 1, 0) // BLOCK_N * BLOCK_N
         for start_n in range(lo, hi, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
-            k_j = _load_tile(K, in_off, start_n, stride_t, T, D, BLOCK_N, BLOCK_D, DOT)
-            q_j = k_j  # unused unless MIX
+            s = _scores(Q, in_off, stride_t, start_m, K, in_off, stride_t, start_n, T, D,
+                        BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)  # q_i . k_j
+            r = s  # unused unless MIX
             if MIX:
-                q_j = _load_tile(Q, in_off, start_n, stride_t, T, D, BLOCK_N, BLOCK_D, DOT)
-            x, band, r = _logits(q_i, k_j, k_i, q_j, alpha, offs_m[:, None], offs_n[None, :], T, W, qk_scale,
-                                 MIX, ACC, PRECISION)
-            v_j = _load_tile(V, in_off, start_n, stride_t, T, D, BLOCK_N, BLOCK_D, DOT)
+                r = _scores(K, in_off, stride_t, start_m, Q, in_off, stride_t, start_n, T, D,
+                            BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)  # k_i . q_j
+            x, band, r = _logits(s, r, alpha, offs_m[:, None], offs_n[None, :], T, W, qk_scale, MIX)
+            v_j = _load_tile(V, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, DOT)
             m_new = tl.maximum(m, tl.max(x, 1))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a fully masked row stays 0, not NaN
             p = tl.exp2(x - m_safe[:, None])
@@ -161,59 +211,31 @@ if triton is not None:
             acc = acc * corr[:, None] + tl.dot(p.to(DOT), v_j, out_dtype=ACC, input_precision=PRECISION)
             m = m_new
         l_safe = tl.where(l == 0.0, 1.0, l)
-        out = O + bh * T * D  # outputs are contiguous
-        mask = (offs_m[:, None] < T) & (offs_d[None, :] < D)
-        tl.store(out + offs_m[:, None] * D + offs_d[None, :], (acc / l_safe[:, None]).to(O.dtype.element_ty), mask=mask)
-        tl.store(L + bh * T + offs_m, m + tl.log2(l_safe), mask=offs_m < T)
-
-    @triton.jit
-    def _load_rows(DO, L, Delta, bh, start_m, T, D, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
-                   DOT: tl.constexpr):
-        """A query block's output gradient, log-sum-exp and Delta = rowsum(dO * O)."""
-        offs_m = start_m + tl.arange(0, BLOCK_M)
-        do = _load_tile(DO + bh * T * D, 0, start_m, D, T, D, BLOCK_M, BLOCK_D, DOT)
-        lse = tl.load(L + bh * T + offs_m, mask=offs_m < T, other=0.0)
-        delta = tl.load(Delta + bh * T + offs_m, mask=offs_m < T, other=0.0)
-        return do, lse, delta
-
-    @triton.jit
-    def _score_grad(x, lse, delta, do, v_j, ACC: tl.constexpr, PRECISION: tl.constexpr):
-        """Recomputed probabilities P and G = dLoss/dlogits = P * (dO . v_j - Delta)."""
-        p = tl.exp2(x - lse[:, None])  # masked logits are -inf: P = 0 there
-        dp = tl.dot(do, tl.trans(v_j), out_dtype=ACC, input_precision=PRECISION)
-        return p, p * (dp - delta[:, None])
-
-    @triton.jit
-    def _store_tile(X, bh, offs, x, T, D, BLOCK_D: tl.constexpr):
-        offs_d = tl.arange(0, BLOCK_D)
-        mask = (offs[:, None] < T) & (offs_d[None, :] < D)
-        tl.store(X + bh * T * D + offs[:, None] * D + offs_d[None, :], x, mask=mask)
+        _store_tile(O, bh, offs_m, d0, (acc / l_safe[:, None]).to(O.dtype.element_ty), T, D, BLOCK_DC)  # contiguous
+        tl.store(L + bh * T + offs_m, m + tl.log2(l_safe), mask=(offs_m < T) & (d0 == 0))
 
     @triton.jit
     def _ra_bwd_col_kernel(Q, K, V, Alpha, DO, L, Delta, DK, DV, DQ, DAlpha,
                            stride_b, stride_h, stride_t, H, T, D, W, scale, T_BUCKET, n_partials,
                            MIX: tl.constexpr, RECIP: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
-                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr):
         """Per key block j: dV_j and the column half of dK_j (from S_ij); or, RECIP (MIX only), the
         column half of dQ_j (from alpha R_ij) and a partial sum of dalpha."""
         bh = tl.program_id(0).to(tl.int64)
         pid = tl.program_id(1)
         start_n = pid * BLOCK_N  # the longest columns (from the left) come first already
+        d0 = tl.program_id(2) * BLOCK_DC
         in_off = (bh // H) * stride_b + (bh % H) * stride_h
+        do_off = bh * T * D  # dO is contiguous
         qk_scale = scale * 1.4426950408889634
         alpha = 0.0
         if MIX:
             alpha = tl.load(Alpha + bh % H).to(ACC)
 
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k_j = _load_tile(K, in_off, start_n, stride_t, T, D, BLOCK_N, BLOCK_D, DOT)
-        v_j = _load_tile(V, in_off, start_n, stride_t, T, D, BLOCK_N, BLOCK_D, DOT)
-        q_j = k_j  # unused unless MIX
-        if MIX:
-            q_j = _load_tile(Q, in_off, start_n, stride_t, T, D, BLOCK_N, BLOCK_D, DOT)
-        dv = tl.zeros([BLOCK_N, BLOCK_D], ACC)
-        dk = tl.zeros([BLOCK_N, BLOCK_D], ACC)
-        dq = tl.zeros([BLOCK_N, BLOCK_D], ACC)
+        dv = tl.zeros([BLOCK_N, BLOCK_DC], ACC)
+        dk = tl.zeros([BLOCK_N, BLOCK_DC], ACC)
+        dq = tl.zeros([BLOCK_N, BLOCK_DC], ACC)
         dalpha = tl.zeros([BLOCK_N], ACC)
 
         lo = start_n // BLOCK_M * BLOCK_M  # causal: rows i >= j only
@@ -222,54 +244,58 @@ if triton is not None:
             hi = tl.minimum(start_n + BLOCK_N + W - 1, T)
         for start_m in range(lo, hi, BLOCK_M):
             offs_m = start_m + tl.arange(0, BLOCK_M)
-            q_i = _load_tile(Q, in_off, start_m, stride_t, T, D, BLOCK_M, BLOCK_D, DOT)
-            k_i = q_i  # unused unless MIX
-            if MIX:
-                k_i = _load_tile(K, in_off, start_m, stride_t, T, D, BLOCK_M, BLOCK_D, DOT)
             # the transposed tile (key rows): dV, dK and dQ then need no transposed operand
-            xt, band_t, rt = _logits(k_j, q_i, q_j, k_i, alpha, offs_m[None, :], offs_n[:, None], T, W, qk_scale,
-                                     MIX, ACC, PRECISION)
-            do, lse, delta = _load_rows(DO, L, Delta, bh, start_m, T, D, BLOCK_M, BLOCK_D, DOT)
+            st = _scores(K, in_off, stride_t, start_n, Q, in_off, stride_t, start_m, T, D,
+                         BLOCK_N, BLOCK_M, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)  # k_j . q_i
+            rt = st  # unused unless MIX
+            if MIX:
+                rt = _scores(Q, in_off, stride_t, start_n, K, in_off, stride_t, start_m, T, D,
+                             BLOCK_N, BLOCK_M, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)  # q_j . k_i
+            xt, band_t, rt = _logits(st, rt, alpha, offs_m[None, :], offs_n[:, None], T, W, qk_scale, MIX)
+            lse, delta = _row_stats(L, Delta, bh, start_m, T, BLOCK_M)
             pt = tl.exp2(xt - lse[None, :])  # masked logits are -inf: P = 0 there
-            dpt = tl.dot(v_j, tl.trans(do), out_dtype=ACC, input_precision=PRECISION)
+            dpt = _scores(V, in_off, stride_t, start_n, DO, do_off, D, start_m, T, D,
+                          BLOCK_N, BLOCK_M, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)  # v_j . dO_i
             gt = pt * (dpt - delta[None, :])
             if not RECIP:
+                do = _load_tile(DO, do_off, start_m, D, T, D, d0, BLOCK_M, BLOCK_DC, DOT)
                 dv += tl.dot(pt.to(DOT), do, out_dtype=ACC, input_precision=PRECISION)
+                q_i = _load_tile(Q, in_off, start_m, stride_t, T, D, d0, BLOCK_M, BLOCK_DC, DOT)
                 dk += tl.dot(gt.to(DOT), q_i, out_dtype=ACC, input_precision=PRECISION)  # S_ij = q_i . k_j
             else:
                 gbt = tl.where(band_t, gt, 0.0)
+                k_i = _load_tile(K, in_off, start_m, stride_t, T, D, d0, BLOCK_M, BLOCK_DC, DOT)
                 dq += tl.dot(gbt.to(DOT), k_i, out_dtype=ACC, input_precision=PRECISION)  # R_ij = k_i . q_j
                 dalpha += tl.sum(gt * rt, 1)
         if not RECIP:
-            _store_tile(DV, bh, offs_n, dv, T, D, BLOCK_D)
-            _store_tile(DK, bh, offs_n, dk * scale, T, D, BLOCK_D)
+            _store_tile(DV, bh, offs_n, d0, dv, T, D, BLOCK_DC)
+            _store_tile(DK, bh, offs_n, d0, dk * scale, T, D, BLOCK_DC)
         else:
-            _store_tile(DQ, bh, offs_n, dq * (alpha * scale), T, D, BLOCK_D)
-            tl.store(DAlpha + bh * n_partials + pid, tl.sum(dalpha, 0) * scale)
+            _store_tile(DQ, bh, offs_n, d0, dq * (alpha * scale), T, D, BLOCK_DC)
+            if d0 == 0:  # every column chunk computed the same sum
+                tl.store(DAlpha + bh * n_partials + pid, tl.sum(dalpha, 0) * scale)
 
     @triton.jit
     def _ra_bwd_row_kernel(Q, K, V, Alpha, DO, L, Delta, DQ, DK,
                            stride_b, stride_h, stride_t, H, T, D, W, scale, T_BUCKET,
                            MIX: tl.constexpr, RECIP: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
-                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr):
         """Per query block i: the row half of dQ_i (from S_ij); or, RECIP (MIX only), of dK_i (from
         alpha R_ij). Written to their own buffers: the launcher adds the column kernel's halves."""
         bh = tl.program_id(0).to(tl.int64)
         start_m = (tl.num_programs(1) - 1 - tl.program_id(1)) * BLOCK_M  # the longest rows first
+        d0 = tl.program_id(2) * BLOCK_DC
         in_off = (bh // H) * stride_b + (bh % H) * stride_h
+        do_off = bh * T * D
         qk_scale = scale * 1.4426950408889634
         alpha = 0.0
         if MIX:
             alpha = tl.load(Alpha + bh % H).to(ACC)
 
         offs_m = start_m + tl.arange(0, BLOCK_M)
-        q_i = _load_tile(Q, in_off, start_m, stride_t, T, D, BLOCK_M, BLOCK_D, DOT)
-        k_i = q_i  # unused unless MIX
-        if MIX:
-            k_i = _load_tile(K, in_off, start_m, stride_t, T, D, BLOCK_M, BLOCK_D, DOT)
-        do, lse, delta = _load_rows(DO, L, Delta, bh, start_m, T, D, BLOCK_M, BLOCK_D, DOT)
-        dq = tl.zeros([BLOCK_M, BLOCK_D], ACC)
-        dk = tl.zeros([BLOCK_M, BLOCK_D], ACC)
+        lse, delta = _row_stats(L, Delta, bh, start_m, T, BLOCK_M)
+        dq = tl.zeros([BLOCK_M, BLOCK_DC], ACC)
+        dk = tl.zeros([BLOCK_M, BLOCK_DC], ACC)
 
         hi = tl.minimum(start_m + BLOCK_M, T)
         lo = 0
@@ -277,52 +303,81 @@ if triton is not None:
             lo = tl.maximum(start_m - W + 1, 0) // BLOCK_N * BLOCK_N
         for start_n in range(lo, hi, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
-            k_j = _load_tile(K, in_off, start_n, stride_t, T, D, BLOCK_N, BLOCK_D, DOT)
-            q_j = k_j  # unused unless MIX
+            s = _scores(Q, in_off, stride_t, start_m, K, in_off, stride_t, start_n, T, D,
+                        BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)  # q_i . k_j
+            r = s  # unused unless MIX
             if MIX:
-                q_j = _load_tile(Q, in_off, start_n, stride_t, T, D, BLOCK_N, BLOCK_D, DOT)
-            x, band, r = _logits(q_i, k_j, k_i, q_j, alpha, offs_m[:, None], offs_n[None, :], T, W, qk_scale,
-                                 MIX, ACC, PRECISION)
-            v_j = _load_tile(V, in_off, start_n, stride_t, T, D, BLOCK_N, BLOCK_D, DOT)
-            p, g = _score_grad(x, lse, delta, do, v_j, ACC, PRECISION)
+                r = _scores(K, in_off, stride_t, start_m, Q, in_off, stride_t, start_n, T, D,
+                            BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)  # k_i . q_j
+            x, band, r = _logits(s, r, alpha, offs_m[:, None], offs_n[None, :], T, W, qk_scale, MIX)
+            p = tl.exp2(x - lse[:, None])  # masked logits are -inf: P = 0 there
+            dp = _scores(DO, do_off, D, start_m, V, in_off, stride_t, start_n, T, D,
+                         BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)  # dO_i . v_j
+            g = p * (dp - delta[:, None])
             if not RECIP:
+                k_j = _load_tile(K, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, DOT)
                 dq += tl.dot(g.to(DOT), k_j, out_dtype=ACC, input_precision=PRECISION)  # S_ij = q_i . k_j
             else:
                 gb = tl.where(band, g, 0.0)
+                q_j = _load_tile(Q, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, DOT)
                 dk += tl.dot(gb.to(DOT), q_j, out_dtype=ACC, input_precision=PRECISION)  # R_ij = k_i . q_j
         if not RECIP:
-            _store_tile(DQ, bh, offs_m, dq * scale, T, D, BLOCK_D)
+            _store_tile(DQ, bh, offs_m, d0, dq * scale, T, D, BLOCK_DC)
         else:
-            _store_tile(DK, bh, offs_m, dk * (alpha * scale), T, D, BLOCK_D)
+            _store_tile(DK, bh, offs_m, d0, dk * (alpha * scale), T, D, BLOCK_DC)
 
     # Autotuning runs on GPUs only (the interpreter has no benchmarker).
-    def _configs(quads):
-        return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=st) for m, n, w, st in quads]
+    def _quad(config):
+        return config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"], config.num_warps, config.num_stages
 
-    _FWD_CONFIGS, _COL_CONFIGS, _ROW_CONFIGS = map(_configs, autotune_space(bool(torch.version.hip)))
+    def _tuned(kernel, index, key, **options):
+        """The kernel autotuned over the list of the launch's GPU, head size and mode (the launch
+        runs under its device; BLOCK_D and MIX are in the key)."""
+        targets, sizes = ("gfx1100", "sm80", "sm90"), (16, 32, 64, 128)
+        quads = dict.fromkeys(q for t in targets for d in sizes for mix in (False, True)
+                              for q in autotune_space(t, d, mix)[index])
+        configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=st) for m, n, w, st in quads]
+        listed = lambda configs, named_args, **meta: [
+            c for c in configs
+            if _quad(c) in autotune_space(gpu_target(torch.cuda.current_device()), meta["BLOCK_D"], meta["MIX"])[index]]
+        return triton.autotune(configs, key=key, prune_configs_by={"early_config_prune": listed}, **options)(kernel)
+
     # T by its power-of-two bucket: generate() and evaluation batches change T call after call
     _KEY = ["T_BUCKET", "BLOCK_D", "MIX", "DOT", "PRECISION"]
     _BWD_KEY = _KEY + ["RECIP"]
-    _fwd_tuned = triton.autotune(_FWD_CONFIGS, key=_KEY)(_ra_fwd_kernel)
+    _fwd_tuned = _tuned(_ra_fwd_kernel, 0, _KEY)
     # each key block writes one dAlpha partial: the slots a wider BLOCK_N leaves out must read zero
-    _bwd_col_tuned = triton.autotune(_COL_CONFIGS, key=_BWD_KEY, reset_to_zero=["DAlpha"])(_ra_bwd_col_kernel)
-    _bwd_row_tuned = triton.autotune(_ROW_CONFIGS, key=_BWD_KEY)(_ra_bwd_row_kernel)
+    _bwd_col_tuned = _tuned(_ra_bwd_col_kernel, 1, _BWD_KEY, reset_to_zero=["DAlpha"])
+    _bwd_row_tuned = _tuned(_ra_bwd_row_kernel, 2, _BWD_KEY)
 
 # (BLOCK_M, BLOCK_N) under the interpreter: small, so tiny test shapes span several blocks
 INTERPRET_TILE = (16, 16)
+INTERPRET_HEAD_CHUNK = 128  # the interpreter's BLOCK_DC at most (tests lower it to split small heads)
+
+
+def head_chunk(block_d, hip):
+    """BLOCK_DC, the head columns a program accumulates and loads at a time. RDNA3 holds a 16-row
+    WMMA operand of 128 columns in 64 VGPRs per lane (twice per wave), so at D = 128 a backward
+    program holding whole rows spills whatever its tile; there each program keeps 64 columns of
+    the output and computes the scores in 64-column chunks (two programs per block, the scores
+    computed twice). NVIDIA keeps whole rows: spill-free at 128 without the recomputation."""
+    return min(block_d, 64) if hip else block_d
+
+
 _MIN_BLOCK_N = 16  # the smallest BLOCK_N of any config: sizes the dalpha partial-sum buffer
 
 
 def _launch(kernel, tuned, block, q, args, meta):
     """Runs the autotuned kernel on q's GPU, or the plain one with INTERPRET_TILE under the
-    interpreter; one program per (batch x head, block of `block` rows)."""
+    interpreter; one program per (batch x head, block of `block` rows, chunk of head columns)."""
     B, H, T = q.shape[:3]
+    chunks = meta["BLOCK_D"] // meta["BLOCK_DC"]
     if INTERPRET:
         tile = dict(zip(("BLOCK_M", "BLOCK_N"), INTERPRET_TILE))
-        kernel[(B * H, triton.cdiv(T, tile[block]))](*args, **meta, **tile)
+        kernel[(B * H, triton.cdiv(T, tile[block]), chunks)](*args, **meta, **tile)
     else:
         with torch.cuda.device(q.device):
-            tuned[lambda cfg: (B * H, triton.cdiv(T, cfg[block]))](*args, **meta)
+            tuned[lambda cfg: (B * H, triton.cdiv(T, cfg[block]), chunks)](*args, **meta)
 
 
 def _streams(mode, window, T):
@@ -347,8 +402,10 @@ def _meta(q, W, mix):
     acc, dot = _kernel_dtypes(q.dtype)
     # fp32 means fp32 unless PyTorch allows TF32 matmuls (NVIDIA)
     tf32 = q.dtype == torch.float32 and torch.version.hip is None and torch.backends.cuda.matmul.allow_tf32
+    block_d = max(16, triton.next_power_of_2(D))
     return dict(H=H, T=T, D=D, W=W, scale=1.0 / math.sqrt(D), T_BUCKET=triton.next_power_of_2(T), MIX=mix,
-                ACC=acc, DOT=dot, PRECISION="tf32" if tf32 else "ieee", BLOCK_D=max(16, triton.next_power_of_2(D)))
+                ACC=acc, DOT=dot, PRECISION="tf32" if tf32 else "ieee", BLOCK_D=block_d,
+                BLOCK_DC=min(block_d, INTERPRET_HEAD_CHUNK) if INTERPRET else head_chunk(block_d, bool(torch.version.hip)))
 
 
 def _strides(q):

@@ -10,6 +10,7 @@ the unequal tiles the GPU lists hold. Each interpreted call takes ~0.05-0.4 s he
 """
 
 import importlib.util
+import itertools
 import math
 import os
 import sys
@@ -156,6 +157,32 @@ def test_unequal_tiles_match_the_reference(tile, monkeypatch):
             _assert_close(grad, ref_grad, torch.float32, f"{mode} window {window} {name}")
 
 
+@pytest.mark.parametrize("D", [32, 24])
+def test_a_head_split_into_column_chunks_matches_the_reference(D, monkeypatch):
+    """RDNA3 at D = 128 runs each block as two programs of 64 head columns that compute the
+    scores chunk by chunk (head_chunk): here chunks of 16 split D = 32 in two, and D = 24 into a
+    full chunk and one with 8 masked lanes; every mode, the band, dalpha and the gate included."""
+    monkeypatch.setattr(ra, "INTERPRET_HEAD_CHUNK", 16)
+    assert ra._meta(torch.empty(1, 2, 37, D), 37, False)["BLOCK_DC"] == 16
+    shape = (1, 2, 37, D)
+    for mode, window in (("standard", 0), ("swap", 18), ("mix", 0), ("mix", 7), ("gate", 3)):
+        q, k, v, extra = _inputs(shape, torch.float32, mode, per_head=True)
+        do = torch.randn(shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+        out, grads = _run(ra.reciprocal_attention, q, k, v, mode, extra, window, do)
+        ref, ref_grads = _run(reference, q.double(), k.double(), v.double(), mode,
+                              {name: t.double() for name, t in extra.items()}, window, do)
+        _assert_close(out, ref, torch.float32, f"{mode} window {window} output")
+        for name, grad, ref_grad in zip(["dq", "dk", "dv"] + ["d" + n for n in extra], grads, ref_grads):
+            _assert_close(grad, ref_grad, torch.float32, f"{mode} window {window} {name}")
+
+
+def test_only_rdna3_splits_the_head_and_only_above_64_columns():
+    """The split costs a second computation of the scores: NVIDIA (spill-free at 128 with whole
+    rows) and D <= 64 keep one program per block."""
+    assert [ra.head_chunk(d, hip=True) for d in (16, 64, 128)] == [16, 64, 64]
+    assert [ra.head_chunk(d, hip=False) for d in (16, 64, 128)] == [16, 64, 128]
+
+
 def test_autotuning_keys_on_the_power_of_two_bucket_of_T():
     """generate() grows T by one per token and evaluation batches vary it: lengths in one bucket
     share one tuning; and the backward writes fresh buffers, so no trial clones dQ or dK."""
@@ -178,10 +205,25 @@ def test_float32_means_float32_unless_tf32_is_allowed(monkeypatch):
 def test_every_kernel_list_starts_with_a_conservative_config():
     """The first configuration of each list is the one compiled spill-free in test_compile_check,
     and the smallest: it fits where larger tiles do not."""
-    for hip in (False, True):
-        for space in ra.autotune_space(hip):
+    for target, block_d, mix in itertools.product(("gfx1100", "sm80", "sm90"), (64, 128), (False, True)):
+        for space in ra.autotune_space(target, block_d, mix):
             m, n, warps, stages = space[0]
             assert all(m * n <= cm * cn for cm, cn, *_ in space), space
+
+
+@pytest.mark.parametrize("target", ["sm90", "sm80", "gfx1100"])
+def test_the_autotuner_times_only_the_configurations_listed_for_the_gpu_head_size_and_mode(target, monkeypatch):
+    """What spills somewhere (sm90's 64-row backward tiles at D = 128, sm80's 64 x 64 tiles, mix's
+    wider column tiles on gfx1100 at 64) is never timed there."""
+    monkeypatch.setattr(ra, "gpu_target", lambda device: target)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    for tuned, index in ((ra._fwd_tuned, 0), (ra._bwd_col_tuned, 1), (ra._bwd_row_tuned, 2)):
+        for block_d, mix in itertools.product((16, 64, 128), (False, True)):
+            kept = tuned.early_config_prune(tuned.configs, {}, BLOCK_D=block_d, MIX=mix)
+            listed = ra.autotune_space(target, block_d, mix)[index]
+            assert [ra._quad(c) for c in kept] == listed, (index, block_d, mix)
+    assert ra.autotune_space("sm90", 128)[1] != ra.autotune_space("sm90", 64)[1]
+    assert ra.autotune_space("gfx1100", 64, mix=True)[1] != ra.autotune_space("gfx1100", 64)[1]
 
 
 @pytest.mark.parametrize("mode,window", [("standard", 0), ("swap", 4), ("mix", 0), ("gate", 3)])
