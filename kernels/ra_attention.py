@@ -119,7 +119,8 @@ if triton is not None:
         cols = d0 + tl.arange(0, BLOCK_C)
         base = X + in_off + tl.cast(start, tl.int64) * stride_t
         mask = (start + rows[:, None] < T) & (cols[None, :] < D)
-        return tl.load(base + rows[:, None] * stride_t + cols[None, :], mask=mask, other=0.0, volatile=VOLATILE).to(DOT)
+        x = tl.load(base + rows[:, None] * stride_t + cols[None, :], mask=mask, other=0.0, volatile=VOLATILE)
+        return x.to(DOT)
 
     @triton.jit
     def _scores(A, a_off, a_stride, a_start, B, b_off, b_stride, b_start, T, D,
