@@ -139,6 +139,20 @@ if triton is not None:
         return s
 
     @triton.jit
+    def _stream_scores(A, B, in_off, stride_t, a_start, b_start, T, D, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
+                       BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr, MIX: tl.constexpr, ACC: tl.constexpr,
+                       DOT: tl.constexpr, PRECISION: tl.constexpr):
+        """A tile's scores, A's rows a_start .. against B's rows b_start .., and (MIX) its reciprocal
+        scores, the same rows with the two tensors exchanged (else s again)."""
+        s = _scores(A, in_off, stride_t, a_start, B, in_off, stride_t, b_start, T, D,
+                    BLOCK_A, BLOCK_B, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+        r = s  # unused unless MIX
+        if MIX:
+            r = _scores(B, in_off, stride_t, a_start, A, in_off, stride_t, b_start, T, D,
+                        BLOCK_A, BLOCK_B, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+        return s, r
+
+    @triton.jit
     def _logits(s, r, alpha, i, j, T, W, qk_scale, MIX: tl.constexpr):
         """Base-2 logits of one tile from its scores s (and, MIX, the reciprocal scores r), -inf where
         masked; the band; and r inside it, which the backward needs for dalpha. Query rows x key
@@ -196,12 +210,8 @@ if triton is not None:
             lo = tl.maximum(start_m - W + 1, 0) // BLOCK_N * BLOCK_N
         for start_n in range(lo, hi, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
-            s = _scores(Q, in_off, stride_t, start_m, K, in_off, stride_t, start_n, T, D,
-                        BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)  # q_i . k_j
-            r = s  # unused unless MIX
-            if MIX:
-                r = _scores(K, in_off, stride_t, start_m, Q, in_off, stride_t, start_n, T, D,
-                            BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)  # k_i . q_j
+            s, r = _stream_scores(Q, K, in_off, stride_t, start_m, start_n, T, D, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC,
+                                  MIX, ACC, DOT, PRECISION)  # q_i . k_j and k_i . q_j
             x, band, r = _logits(s, r, alpha, offs_m[:, None], offs_n[None, :], T, W, qk_scale, MIX)
             v_j = _load_tile(V, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, DOT)
             m_new = tl.maximum(m, tl.max(x, 1))
@@ -246,12 +256,8 @@ if triton is not None:
         for start_m in range(lo, hi, BLOCK_M):
             offs_m = start_m + tl.arange(0, BLOCK_M)
             # the transposed tile (key rows): dV, dK and dQ then need no transposed operand
-            st = _scores(K, in_off, stride_t, start_n, Q, in_off, stride_t, start_m, T, D,
-                         BLOCK_N, BLOCK_M, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)  # k_j . q_i
-            rt = st  # unused unless MIX
-            if MIX:
-                rt = _scores(Q, in_off, stride_t, start_n, K, in_off, stride_t, start_m, T, D,
-                             BLOCK_N, BLOCK_M, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)  # q_j . k_i
+            st, rt = _stream_scores(K, Q, in_off, stride_t, start_n, start_m, T, D, BLOCK_N, BLOCK_M, BLOCK_D,
+                                    BLOCK_DC, MIX, ACC, DOT, PRECISION)  # k_j . q_i and q_j . k_i
             xt, band_t, rt = _logits(st, rt, alpha, offs_m[None, :], offs_n[:, None], T, W, qk_scale, MIX)
             lse, delta = _row_stats(L, Delta, bh, start_m, T, BLOCK_M)
             pt = tl.exp2(xt - lse[None, :])  # masked logits are -inf: P = 0 there
@@ -304,12 +310,8 @@ if triton is not None:
             lo = tl.maximum(start_m - W + 1, 0) // BLOCK_N * BLOCK_N
         for start_n in range(lo, hi, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
-            s = _scores(Q, in_off, stride_t, start_m, K, in_off, stride_t, start_n, T, D,
-                        BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)  # q_i . k_j
-            r = s  # unused unless MIX
-            if MIX:
-                r = _scores(K, in_off, stride_t, start_m, Q, in_off, stride_t, start_n, T, D,
-                            BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)  # k_i . q_j
+            s, r = _stream_scores(Q, K, in_off, stride_t, start_m, start_n, T, D, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC,
+                                  MIX, ACC, DOT, PRECISION)  # q_i . k_j and k_i . q_j
             x, band, r = _logits(s, r, alpha, offs_m[:, None], offs_n[None, :], T, W, qk_scale, MIX)
             p = tl.exp2(x - lse[:, None])  # masked logits are -inf: P = 0 there
             dp = _scores(DO, do_off, D, start_m, V, in_off, stride_t, start_n, T, D,

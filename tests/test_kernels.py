@@ -140,6 +140,18 @@ def test_kernel_matches_reference(mode, dtype, shape, window, per_head):
         _assert_close(grad, ref_grad, dtype, name)
 
 
+def _assert_float32_matches_reference(shape, mode, window):
+    """float32 output and every gradient (per-head alpha or gate) against the float64 reference."""
+    q, k, v, extra = _inputs(shape, torch.float32, mode, per_head=True)
+    do = torch.randn(shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    out, grads = _run(ra.reciprocal_attention, q, k, v, mode, extra, window, do)
+    ref, ref_grads = _run(reference, q.double(), k.double(), v.double(), mode,
+                          {name: t.double() for name, t in extra.items()}, window, do)
+    _assert_close(out, ref, torch.float32, f"{mode} window {window} output")
+    for name, grad, ref_grad in zip(["dq", "dk", "dv"] + ["d" + n for n in extra], grads, ref_grads):
+        _assert_close(grad, ref_grad, torch.float32, f"{mode} window {window} {name}")
+
+
 @pytest.mark.parametrize("tile", [(32, 64), (64, 32), (16, 32)])
 def test_unequal_tiles_match_the_reference(tile, monkeypatch):
     """The GPU lists hold BLOCK_M != BLOCK_N (the column kernel walks BLOCK_M-row blocks from a
@@ -147,14 +159,7 @@ def test_unequal_tiles_match_the_reference(tile, monkeypatch):
     monkeypatch.setattr(ra, "INTERPRET_TILE", tile)
     shape = (1, 2, 100, 16)
     for mode, window in (("swap", 40), ("mix", 0), ("mix", 33), ("gate", 7)):
-        q, k, v, extra = _inputs(shape, torch.float32, mode, per_head=True)
-        do = torch.randn(shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-        out, grads = _run(ra.reciprocal_attention, q, k, v, mode, extra, window, do)
-        ref, ref_grads = _run(reference, q.double(), k.double(), v.double(), mode,
-                              {name: t.double() for name, t in extra.items()}, window, do)
-        _assert_close(out, ref, torch.float32, f"{mode} window {window} output")
-        for name, grad, ref_grad in zip(["dq", "dk", "dv"] + ["d" + n for n in extra], grads, ref_grads):
-            _assert_close(grad, ref_grad, torch.float32, f"{mode} window {window} {name}")
+        _assert_float32_matches_reference(shape, mode, window)
 
 
 @pytest.mark.parametrize("D", [32, 24])
@@ -166,14 +171,7 @@ def test_a_head_split_into_column_chunks_matches_the_reference(D, monkeypatch):
     assert ra._meta(torch.empty(1, 2, 37, D), 37, False)["BLOCK_DC"] == 16
     shape = (1, 2, 37, D)
     for mode, window in (("standard", 0), ("swap", 18), ("mix", 0), ("mix", 7), ("gate", 3)):
-        q, k, v, extra = _inputs(shape, torch.float32, mode, per_head=True)
-        do = torch.randn(shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-        out, grads = _run(ra.reciprocal_attention, q, k, v, mode, extra, window, do)
-        ref, ref_grads = _run(reference, q.double(), k.double(), v.double(), mode,
-                              {name: t.double() for name, t in extra.items()}, window, do)
-        _assert_close(out, ref, torch.float32, f"{mode} window {window} output")
-        for name, grad, ref_grad in zip(["dq", "dk", "dv"] + ["d" + n for n in extra], grads, ref_grads):
-            _assert_close(grad, ref_grad, torch.float32, f"{mode} window {window} {name}")
+        _assert_float32_matches_reference(shape, mode, window)
 
 
 def test_only_rdna3_splits_the_head_and_only_above_64_columns():
