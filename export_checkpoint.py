@@ -28,6 +28,7 @@ import configurator
 import optim
 import parallel
 import rundir
+import runrecord
 import sharding
 import tokendata
 from model import GPT, GPTConfig, model_config_fields
@@ -92,6 +93,7 @@ def load_run(out_dir):
     path = parallel.checkpoint_path(out_dir)
     if path is None:
         raise FileNotFoundError(f"{out_dir} holds no checkpoint (ckpt.pt or dcp/latest): train first")
+    runrecord.check_gpt2_tokens(out_dir, "a GPT2LMHeadModel export")
     sharded = os.path.isdir(path)
     checkpoint = sharding.read_meta(path) if sharded else rundir.load_checkpoint_file(path)
     reason = not_gpt2_reason(checkpoint["config"])
@@ -162,11 +164,7 @@ MODEL_CARD_KEYS = ("model_type", "n_layer", "n_head", "n_embd", "block_size", "v
 def model_card(out_dir, checkpoint, model):
     """README.md of the export: what it is, how it was trained, and what the export changed."""
     cfg = checkpoint["config"]
-    info_path = os.path.join(out_dir, "run_info.json")
-    info = {}
-    if os.path.exists(info_path):
-        with open(info_path) as f:
-            info = json.load(f)
+    info = runrecord.read_run_info(out_dir)
     lines = ["---", "library_name: transformers", "tags: [gpt2, nanogpt]", "---", "",
              f"# {os.path.basename(os.path.abspath(out_dir))}", "",
              f"A GPT-2 ({model.get_num_params():,} parameters without position embeddings) trained with the GPT-2 "

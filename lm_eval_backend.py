@@ -24,6 +24,7 @@ from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 
 import parallel
+import runrecord
 import tokendata
 from configurator import ConfigError
 from evaluation import PAD_ID, order_free_logsumexp
@@ -52,6 +53,8 @@ class WorkbenchLM(TemplateLM):
             raise ConfigError("model_args needs out_dir=RUN_DIR (or init_from=HF_GPT2_DIR)")
         if not str(batch_size).isdigit() or int(batch_size) < 1:
             raise ConfigError(f"batch_size={batch_size!r}: pass a positive integer (rows per forward pass)")
+        if init_from == "resume":
+            runrecord.check_gpt2_tokens(out_dir, "lm-eval")
         self._device = parallel.pick_device(device)
         dtype = dtype or (run_dtype(out_dir) if init_from == "resume" else "")
         check_dtype(dtype, self._device)

@@ -205,6 +205,28 @@ def read_events(out_dir, damage=None):
     return events
 
 
+def read_run_info(out_dir):
+    """out_dir's run_info.json, or {} when it has none; a damaged one is an error that names it."""
+    path = os.path.join(out_dir, "run_info.json")
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise rundir.RunDirError(f"{path} is damaged ({type(e).__name__}): restore it, or move it away to go on "
+                                 f"without the run's recorded facts") from None
+
+
+def check_gpt2_tokens(out_dir, what):
+    """Refuse, in one line, a run whose data run_info.json records as tokenized other than with GPT-2's BPE:
+    `what` feeds GPT-2 BPE ids, which would mean other tokens to that model."""
+    tokenizer = read_run_info(out_dir).get("facts", {}).get("tokenizer")
+    if tokenizer not in (None, "gpt2"):
+        raise configurator.ConfigError(f"{out_dir} was trained on {tokenizer!r} tokens but {what} uses GPT-2's BPE: "
+                                       f"only runs on GPT-2-tokenized data apply")
+
+
 def read_run(out_dir):
     """Everything a report needs from one run directory: its resolved config, run_info and events,
     and `damage`: each damaged file or line and what was done about it (a damaged JSON file is read

@@ -154,6 +154,21 @@ def test_variants_that_are_not_gpt2_are_refused_in_one_line(tmp_path, keys, name
     assert script.returncode == 1 and script.stderr.count("\n") == 1 and "lm-eval adapter" in script.stderr
 
 
+def test_a_run_on_other_tokens_is_refused_and_a_damaged_run_info_is_named(tmp_path):
+    """A char-level run of GPT-2's vocabulary size is a GPT-2 shape over other tokens: the exported BPE would lie."""
+    run = tiny_checkpoint(tmp_path / "run")
+    info = tmp_path / "run" / "run_info.json"
+    info.write_text(json.dumps({"facts": {"tokenizer": "char"}}))
+    with pytest.raises(configurator.ConfigError, match="trained on 'char' tokens but a GPT2LMHeadModel export uses"):
+        export(run, tmp_path / "hf")
+    info.write_text('{"facts": {"tok')
+    script = subprocess.run([sys.executable, "export_checkpoint.py", f"--out_dir={run}", "--format=hf",
+                             f"--out={tmp_path / 'hf'}"], cwd=REPO, capture_output=True, text=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert script.returncode == 1 and script.stderr.count("\n") == 1, script.stderr
+    assert f"{info} is damaged" in script.stderr and not os.path.exists(tmp_path / "hf")
+
+
 def test_reduced_sync_of_tp_blocks_and_plain_ra_are_gpt2(tmp_path):
     """tp blocks split GPT-2 over ranks and ra_pattern='none' without MLA or gates is GPT-2's attention."""
     for keys in (dict(model_type="reduced_sync", block_pattern="tp", tp_size=2), dict(model_type="ra")):

@@ -194,6 +194,10 @@ def test_dtype_is_the_runs_and_bad_inputs_are_refused(tmp_path):
         lm_eval_backend.WorkbenchLM(out_dir=run, device="cpu", dtype="float16")
     with pytest.raises(Exception, match="GPT-2's"):
         lm_eval_backend.WorkbenchLM(out_dir=tiny_checkpoint(tmp_path / "char", vocab_size=65), device="cpu")
+    # A char-level run padded to GPT-2's vocabulary size would read GPT-2 BPE ids as characters.
+    (tmp_path / "run" / "run_info.json").write_text(json.dumps({"facts": {"tokenizer": "char"}}))
+    with pytest.raises(Exception, match="trained on 'char' tokens but lm-eval uses GPT-2's BPE"):
+        lm_eval_backend.WorkbenchLM(out_dir=run, device="cpu")
     with pytest.raises(Exception, match="out_dir=RUN_DIR"):
         lm_eval_backend.WorkbenchLM()
     with pytest.raises(Exception, match="batch_size='auto'"):
