@@ -265,14 +265,13 @@ def evaluate_perplexity(model, data_dir, block_size, eval_tokens, device, batch_
 
 # ----------------------------------------------------------------------------- text
 
-def generate_text(model, prompt, max_new_tokens, device, autocast=nullcontext(), temperature=0.8, top_k=200):
-    enc = tokendata.gpt2_encoding()
-    ids = enc.encode(prompt, allowed_special={"<|endoftext|>"})
-    idx = torch.tensor([ids], dtype=torch.long, device=device)
+def generate_text(model, prompt, max_new_tokens, device, codec, autocast=nullcontext(), temperature=0.8, top_k=200):
+    """A sample continuing `prompt`; codec is tokendata.text_codec of the model's data."""
+    encode, decode = codec
+    idx = torch.tensor([encode(prompt)], dtype=torch.long, device=device)
     was_training = model.training
     model.eval()
     with autocast:
         out = model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k)
     model.train(was_training)
-    # A sampled id beyond GPT-2's 50257 (vocab padding) has no text; drop it instead of failing.
-    return enc.decode([t for t in out[0].tolist() if t < tokendata.GPT2_VOCAB_SIZE])
+    return decode(out[0].tolist())

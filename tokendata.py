@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 
+from configurator import ConfigError
 from rundir import atomic_write
 
 EOT_TOKEN = 50256  # GPT-2's <|endoftext|>, appended after every document
@@ -30,6 +31,31 @@ def gpt2_encoding():
     pattern = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
     return tiktoken.Encoding(name="gpt2", pat_str=pattern, mergeable_ranks=ranks,
                              special_tokens={"<|endoftext|>": EOT_TOKEN})
+
+
+def text_codec(data_dir, vocab_size):
+    """(encode, decode) between text and the ids of the tokens in data_dir, as its meta.json names
+    them: one id per character ('char', the characters in meta's order) or GPT-2's BPE (also for
+    data_dir ''). A model of
+    fewer ids than GPT-2's with no char vocabulary beside it is refused: BPE ids would index past it."""
+    meta = read_meta(data_dir) if data_dir else {}
+    if meta.get("tokenizer") == "char":
+        chars = meta["chars"]
+        index = {c: i for i, c in enumerate(chars)}
+
+        def encode(text):
+            unknown = sorted(set(text) - set(index))
+            if unknown:
+                raise ConfigError(f"the text has characters that {data_dir}/meta.json's vocabulary lacks: {unknown}")
+            return [index[c] for c in text]
+        return encode, lambda ids: "".join(chars[i] for i in ids if i < len(chars))
+    if vocab_size < GPT2_VOCAB_SIZE:
+        raise ConfigError(f"a model of {vocab_size} token ids needs its data's vocabulary, and {data_dir}/meta.json "
+                         f"names no char vocabulary: point data_dir at the data the model was trained on")
+    enc = gpt2_encoding()
+    # A sampled id beyond GPT-2's 50257 (vocab padding) has no text: it is dropped.
+    return (lambda text: enc.encode(text, allowed_special={"<|endoftext|>"}),
+            lambda ids: enc.decode([i for i in ids if i < GPT2_VOCAB_SIZE]))
 
 
 def gpt2_bpe_files():

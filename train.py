@@ -29,6 +29,7 @@ import rundir
 import runrecord
 import runtime
 import sharding
+import tokendata
 from model import GPTConfig, model_config_fields
 from parallel import (ParallelLayout, RankStalled, checkpoint_path, exit_distributed, launched_world_size,
                       name_stalled_ranks)
@@ -220,6 +221,7 @@ def train(cfg, layout, signals, command):
     if device == "cpu":
         runtime.keep_freed_memory()  # no mmap/page-fault/munmap of every activation in every step
     data_dir, counts = runtime.check_data(cfg)
+    codec = tokendata.text_codec(data_dir, cfg["vocab_size"]) if cfg["sample_tokens"] else None
     checkpoint = runtime.load_checkpoint(cfg, layout) if cfg["init_from"] == "resume" else None
     resumed = checkpoint is not None
     data_changes = runrecord.data_changes_since_start(cfg, data_dir, counts) if resumed else None
@@ -384,7 +386,7 @@ def train(cfg, layout, signals, command):
               signal=signals.received, iter=iter_num, tokens=tokens_seen, train_time=train_time, best_val_loss=best_val,
               load_average=runrecord.load_average())
     if cfg["sample_tokens"] and layout.master:
-        log.say("sample:\n" + evaluation.generate_text(raw_model, "\n", cfg["sample_tokens"], device=device, autocast=autocast))
+        log.say("sample:\n" + evaluation.generate_text(raw_model, "\n", cfg["sample_tokens"], device, codec, autocast))
     log.close()
     return stop_reason
 

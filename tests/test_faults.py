@@ -206,8 +206,9 @@ def test_a_signal_under_torchrun_stops_every_rank_after_the_same_step(data_dir, 
 def test_second_sigint_stops_at_once_and_keeps_the_checkpoint(data_dir, tmp_path):
     out = str(tmp_path / "run")
     # A long sample at the end gives the second Ctrl-C something to cut short (signals that arrive
-    # together coalesce into one, so the second must come after the first was handled).
-    proc = start(tiny_args(data_dir, out, *LONG, "--sample_tokens=1000000"))
+    # together coalesce into one, so the second must come after the first was handled); the toy ids
+    # have no text of their own, so the sample reads them as GPT-2's.
+    proc = start(tiny_args(data_dir, out, *LONG, "--sample_tokens=1000000", "--vocab_size=50304"))
     wait_for_training(out, proc, min_iter=2)
     proc.send_signal(signal.SIGINT)
     while not events(out, "end"):

@@ -254,14 +254,16 @@ def test_compiled_run_saves_plain_keys(data_dir, tmp_path):
     assert all(math.isfinite(r["act_rms_layer0"]) for r in events(out, "train"))
 
 
-def test_shakespeare_demo_config_runs(tmp_path):
+@pytest.mark.parametrize("tokenizer, extra", [("gpt2", ()), ("char", ("--dataset=shakespeare_char", "--vocab_size=80"))])
+def test_shakespeare_demo_config_runs(tmp_path, tokenizer, extra):
+    """The demo, and the same on characters: its sample and sample.py's read the run's own tokens."""
     data = tmp_path / "shakespeare"
-    subprocess.run([sys.executable, "data/shakespeare/prepare.py", f"--out_dir={data}"], cwd=REPO, check=True,
-                   capture_output=True)
+    subprocess.run([sys.executable, "data/shakespeare/prepare.py", f"--out_dir={data}", f"--tokenizer={tokenizer}"],
+                   cwd=REPO, check=True, capture_output=True)
     out = tmp_path / "run"
     proc = subprocess.run([sys.executable, "train.py", "config/train_shakespeare.py", f"--data_dir={data}",
                            f"--out_dir={out}", "--max_iters=3", "--eval_interval=3", "--eval_iters=1",
-                           "--log_interval=1", "--warmup_iters=1", "--sample_tokens=8"],
+                           "--log_interval=1", "--warmup_iters=1", "--sample_tokens=8", *extra],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "step 3: train loss" in proc.stdout and "sample:" in proc.stdout
@@ -270,6 +272,16 @@ def test_shakespeare_demo_config_runs(tmp_path):
     proc = subprocess.run([sys.executable, "sample.py", f"--out_dir={out}", "--num_samples=1", "--max_new_tokens=5",
                            "--start=ROMEO:"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.startswith("ROMEO:"), proc.stderr[-3000:]
+    if tokenizer == "char":
+        sampled = proc.stdout.split("\n---------------")[0]
+        assert len(sampled) == len("ROMEO:") + 5 and set(sampled) <= set(json.load(open(data / "meta.json"))["chars"])
+
+
+def test_sampling_a_model_of_few_ids_without_a_char_vocabulary_is_refused_before_training(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    with pytest.raises(configurator.ConfigError, match="names no char vocabulary"):
+        train.main(tiny_args(data_dir, out, "--sample_tokens=8"))
+    assert not events(out, "train")
 
 
 def test_wandb_offline_run_is_written_without_an_api_key(data_dir, tmp_path, monkeypatch):
