@@ -13,6 +13,7 @@ import json
 
 import configurator
 import rundir
+import runrecord
 from evaluation import SPLITS, evaluate_hellaswag, load_examples, write_items
 import parallel
 from runtime import check_dtype, load_model, precision
@@ -45,6 +46,8 @@ def validate(cfg):
 def main(argv):
     cfg = configurator.apply_config(DEFAULTS, argv)
     validate(cfg)
+    if cfg["init_from"] == "resume":
+        runrecord.check_gpt2_tokens(cfg["out_dir"], "HellaSwag")
     layout = parallel.data_parallel_layout(cfg["device"])
     device = layout.device
     check_dtype(cfg["dtype"], device)

@@ -464,7 +464,11 @@ def check_data(cfg):
         raise configurator.ConfigError(
             f"eval_iters={cfg['eval_iters']} x batch_size={cfg['batch_size']} evaluation windows exceed the "
             f"{smallest:,} tokens of the smaller split: lower eval_iters")
-    vocab = tokendata.read_meta(data_dir).get("vocab_size", 0)
+    meta = tokendata.read_meta(data_dir)
+    if cfg["hellaswag_interval"] and meta.get("tokenizer", "gpt2") != "gpt2":
+        raise configurator.ConfigError(f"HellaSwag is tokenized with GPT-2's BPE but {data_dir} holds "
+                                       f"{meta['tokenizer']!r} tokens: set hellaswag_interval=0")
+    vocab = meta.get("vocab_size", 0)
     if vocab > cfg["vocab_size"]:
         raise configurator.ConfigError(f"the dataset uses {vocab} token ids but vocab_size={cfg['vocab_size']}")
     # An id >= vocab_size would index past the embedding: garbage on a CPU, a device-side assert on a GPU.

@@ -9,6 +9,7 @@ import torch
 import torch.multiprocessing as mp
 from torch.nn import functional as F
 
+import configurator
 import evaluation
 import hellaswag
 from model import GPT, GPTConfig, model_config_fields
@@ -219,6 +220,10 @@ def test_command_line_on_a_run_directory(tmp_path, fixture_path):
     expected = evaluation.evaluate_hellaswag(model, evaluation.load_examples(fixture_path), "cpu", limit=4)
     assert result == expected
     assert json.loads(out_json.read_text())["acc_norm"] == expected["acc_norm"]
+    # The same weights trained on characters would read HellaSwag's BPE ids as other tokens.
+    (tmp_path / "run_info.json").write_text(json.dumps({"facts": {"tokenizer": "char"}}))
+    with pytest.raises(configurator.ConfigError, match="trained on 'char' tokens but HellaSwag uses GPT-2's BPE"):
+        hellaswag.main([f"--out_dir={tmp_path}", f"--input={fixture_path}", "--device=cpu"])
 
 
 class EqualProbabilityModel(torch.nn.Module):

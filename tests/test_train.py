@@ -2,6 +2,7 @@
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -12,6 +13,7 @@ import torch
 import configurator
 import runrecord
 import runtime
+import tokendata
 import train
 from model import GPT
 
@@ -277,10 +279,16 @@ def test_shakespeare_demo_config_runs(tmp_path, tokenizer, extra):
         assert len(sampled) == len("ROMEO:") + 5 and set(sampled) <= set(json.load(open(data / "meta.json"))["chars"])
 
 
-def test_sampling_a_model_of_few_ids_without_a_char_vocabulary_is_refused_before_training(data_dir, tmp_path):
+def test_text_in_another_tokenization_is_refused_before_training(data_dir, tmp_path):
+    """A sample of a model of few ids with no char vocabulary, or HellaSwag (GPT-2 BPE) on char-level data."""
     out = str(tmp_path / "run")
     with pytest.raises(configurator.ConfigError, match="names no char vocabulary"):
         train.main(tiny_args(data_dir, out, "--sample_tokens=8"))
+    chars = tmp_path / "chars"
+    shutil.copytree(data_dir, chars)
+    tokendata.write_meta(str(chars), tokenizer="char", vocab_size=VOCAB, chars="".join(map(chr, range(32, 32 + VOCAB))))
+    with pytest.raises(configurator.ConfigError, match="holds 'char' tokens: set hellaswag_interval=0"):
+        train.main(tiny_args(str(chars), out, "--vocab_size=50304", "--hellaswag_interval=4"))
     assert not events(out, "train")
 
 
