@@ -856,7 +856,9 @@ def suite_from_run_dirs(dirs, metric, baseline="", allowed=None, alpha=DEFAULT_A
     for d in dirs:
         run = runrecord.read_run(d)
         if run["config"] is None:
-            raise ValueError(f"{d} has no config.json: not a train.py run directory")
+            damaged = [line for line in run["damage"] if line.startswith(os.path.join(d, "config.json"))]
+            raise ValueError(f"{damaged[0] if damaged else d + ' has no config.json'}: without its config the run "
+                             f"cannot be placed: restore config.json, or leave {d} out")
         key = json.dumps({k: v for k, v in run["config"].items() if k not in BOOKKEEPING}, sort_keys=True)
         groups.setdefault(key, []).append(run)
     variants, runs = {}, {}

@@ -3,6 +3,7 @@ confounds refused and reported, A/A and positive-control verdicts, failed runs, 
 import json
 import math
 import os
+import re
 import shutil
 
 import numpy as np
@@ -329,6 +330,11 @@ def test_a_report_names_every_damaged_file_and_draws_nothing_from_it(tmp_path):
     assert not other["confounds"] and not result["measurement"]  # missing is not different
     text = open(tmp_path / "out" / "report.md").read()
     assert "## Damaged files" in text and "other-seed2/run_info.json is damaged" in text
+    # Without a readable config.json a run cannot be placed in a variant: refused, naming the damage.
+    (tmp_path / "base-seed3" / "config.json").write_text('{"seed": 3, "learn')
+    with pytest.raises(configurator.ConfigError, match=re.escape(
+            f"{tmp_path}/base-seed3/config.json is damaged (JSONDecodeError): read as missing: without its config")):
+        report.main([*dirs, f"--out={tmp_path / 'out2'}", "--min_effect=0.01"])
 
 
 def test_eval_iters_can_never_differ_ad_hoc_or_in_a_suite(tmp_path):
