@@ -181,7 +181,7 @@ class ParallelLayout:
     def memory_estimate(self, cfg, n_params, dtype):
         """Bytes per rank (sharding.memory_estimate); a real tensor-parallel rank holds 1/tp of the weights."""
         return sharding.memory_estimate(cfg, n_params // (self.tp if self.tp_group is not None else 1),
-                                        self.world_size, dtype)
+                                        self.world_size, dtype, self.device.split(":")[0])
 
     def check_memory(self, cfg, n_params, dtype):
         """Refuse a run whose estimated peak (a training step's or an evaluation's) exceeds the device's

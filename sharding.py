@@ -241,7 +241,22 @@ def load_whole(path, model, optimizer, tp_size):
 
 # ----------------------------------------------------------------------------- memory per GPU
 
-def memory_estimate(cfg, n_params, world_size, dtype):
+def attention_weights(cfg, tokens, device_type):
+    """(bytes kept per layer, bytes at the peak of one layer) of materialized T x T attention weights.
+    attn_impl='manual' builds them on every device, and so does PyTorch's math kernel, which SDPA
+    falls back to on a CPU when dropout is on. Per element: the float32 softmax (its precision under
+    autocast), and with dropout also the dropped-out copy and the bool mask; gate runs two streams;
+    attn_recompute keeps none between forward and backward. A layer's backward holds two more."""
+    if not (cfg["attn_impl"] == "manual" or (device_type == "cpu" and cfg["dropout"] > 0)):
+        return 0, 0
+    elements = tokens * cfg["block_size"] * cfg["n_head"]
+    reciprocal = cfg["model_type"] == "ra" and cfg["ra_pattern"] != "none"
+    streams = 2 if reciprocal and (cfg["ra_mode"] == "gate" or cfg["ra_pattern"] == "learned") else 1
+    kept = 0 if cfg["attn_recompute"] else streams * elements * (9 if cfg["dropout"] > 0 else 4)
+    return kept, 2 * streams * elements * 4
+
+
+def memory_estimate(cfg, n_params, world_size, dtype, device_type="cuda"):
     """Bytes per GPU of the parameters, gradients, optimizer states, the blocks' activations, the
     head's logits and an evaluation's logits for the run's layout, and the peaks they add up to.
 
@@ -251,7 +266,8 @@ def memory_estimate(cfg, n_params, world_size, dtype):
     without sync keeps a full-size float32 gradient until the last micro-step. Activations follow
     Korthikanti et al. (2022), flash/SDPA attention (no T x T scores kept): per layer and token
     about 34 x n_embd bytes at 2-byte precision, double at float32; with activation_checkpointing
-    only each block's input is kept plus one block's activations in the recomputation. The head
+    only each block's input is kept plus one block's activations in the recomputation. Attention
+    that materializes its T x T weights adds them (`attention_weights`, on `device_type`). The head
     keeps logits and their gradient (2 x vocab_size float32 values per token), gone before the
     first block is recomputed; head_loss 'chunked' (and the CUDA kernels 'liger', 'cce') hold one
     chunk of logits (compute dtype), its float32 probabilities and its gradient, plus a float32
@@ -272,17 +288,18 @@ def memory_estimate(cfg, n_params, world_size, dtype):
         params += 2 * block_params * bytes_
     grads = 4 * n_params / shards + (4 * n_params if shards > 1 and accum_local > 1 else 0)
     optimizer = 4 * states * n_params / shards
-    per_layer = 34 * width * tokens * bytes_ // 2
+    weights_kept, weights_peak = attention_weights(cfg, tokens, device_type)
+    per_layer = 34 * width * tokens * bytes_ // 2 + weights_kept
     if cfg["head_loss"] == "full":
         head = 2 * vocab * tokens * 4
     else:
         head = min(tokens * vocab, CHUNK_LOGITS) * (2 * bytes_ + 4) + 4 * vocab * width
     if cfg["activation_checkpointing"]:
         activations = n_layer * width * tokens * bytes_ + per_layer
-        peak_activations = activations - per_layer + max(per_layer, head)
+        peak_activations = activations - per_layer + max(per_layer + weights_peak, head)
     else:
         activations = n_layer * per_layer
-        peak_activations = activations + head
+        peak_activations = activations + max(weights_peak, head)
     evaluation = tokens * vocab * (bytes_ + 8)
     estimate = dict(params=params, grads=grads, optimizer=optimizer, activations=activations, head=head,
                     evaluation=evaluation)

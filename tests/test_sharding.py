@@ -267,8 +267,23 @@ def test_memory_estimate_is_within_25_percent_of_the_measured_peak(checkpointing
                gradient_accumulation_steps=1, activation_checkpointing=checkpointing, dtype="float32",
                head_loss=head_loss)
     n_params = runtime.build_model(cfg).get_num_params(non_embedding=False)
-    estimate = sharding.memory_estimate(cfg, n_params, 1, "float32")["step"]
+    estimate = sharding.memory_estimate(cfg, n_params, 1, "float32", "cpu")["step"]
     assert estimate == pytest.approx(measured_peak_bytes(cfg), rel=0.25)
+
+
+@pytest.mark.parametrize("keys", [dict(attn_impl="manual"), dict(attn_impl="manual", dropout=0.1),
+                                  dict(attn_impl="manual", attn_recompute=True),
+                                  dict(attn_impl="manual", activation_checkpointing=True),
+                                  dict(attn_impl="manual", model_type="ra", ra_pattern="all", ra_mode="gate"),
+                                  dict(dropout=0.1)])  # a CPU's SDPA meets dropout in PyTorch's math kernel
+def test_memory_estimate_counts_materialized_attention_weights(keys):
+    """At T = 1024 the T x T weights are most of the peak (2-5x the rest when left out)."""
+    cfg = dict(runtime.DEFAULTS, n_layer=4, n_head=4, n_embd=128, vocab_size=512, block_size=1024, batch_size=2,
+               gradient_accumulation_steps=1, dtype="float32", **keys)
+    estimate = sharding.memory_estimate(cfg, runtime.count_params(cfg), 1, "float32", "cpu")["step"]
+    assert estimate == pytest.approx(measured_peak_bytes(cfg), rel=0.25)
+    assert sharding.memory_estimate(cfg, runtime.count_params(cfg), 1, "float32", "cuda")["step"] < estimate \
+        or keys.get("attn_impl") == "manual"  # a GPU's flash attention keeps no weights, dropout or not
 
 
 def test_memory_estimate_shards_the_states_under_fsdp():
