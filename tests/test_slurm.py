@@ -225,6 +225,18 @@ def test_progress_line_counts_runs_and_estimates_the_time_left_from_finished_run
     assert slurm_launch.progress_line(dirs[:2], 0, 0, 1) == "2/2 runs done, 0 running, 0 queued"
 
 
+def test_status_shows_the_end_of_a_failed_runs_log(tmp_path):
+    log = tmp_path / "7_0.out"
+    log.write_text("".join(f"line {i}\n" for i in range(20)) + "\nRuntimeError: CUDA out of memory\n\n")
+    states = [dict(name="base-seed1", state="failed", logged="crashed", job="7_0", log=str(log)),
+              dict(name="base-seed2", state="queued", logged="not run", job="7_1", log="")]
+    text = slurm_launch.status_text(states, str(tmp_path)).splitlines()
+    at = text.index(f"base-seed1 failed; the end of {log}:")
+    assert text[at + 1:at + 6] == ["    line 16", "    line 17", "    line 18", "    line 19",
+                                   "    RuntimeError: CUDA out of memory"]
+    assert text[-1].startswith("0/2 runs done, 0 running, 1 queued, 1 stopped")
+
+
 def test_bad_slurm_settings_are_refused_in_one_line_and_nothing_is_submitted(cluster, data_dir, tmp_path):
     sweep_dir = str(tmp_path / "s")
     args = [*grid_args(data_dir), f"--sweep_dir={sweep_dir}", "--launcher=slurm"]
