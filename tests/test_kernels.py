@@ -13,6 +13,7 @@ import importlib.util
 import itertools
 import math
 import os
+import subprocess
 import sys
 import warnings
 
@@ -190,6 +191,35 @@ def test_autotuning_keys_on_the_power_of_two_bucket_of_T():
         key = lambda meta: [meta.get(name, False) for name in tuned.keys]
         assert key(metas[0]) == key(metas[1]) == key(metas[2]) != key(metas[3])
         assert tuned.restore_value == []
+
+
+ROW_OFFSET_PAST_INT32 = """
+import torch
+from test_kernels import ra
+tl = ra.tl
+
+@ra.triton.jit
+def copy_tile(X, Out, in_off, start, stride_t, T, D, BLOCK: tl.constexpr):
+    x = ra._load_tile(X, in_off, start, stride_t, T, D, 0, BLOCK, BLOCK, tl.float32)
+    rows = tl.arange(0, BLOCK)
+    tl.store(Out + rows[:, None] * BLOCK + rows[None, :], x)
+
+x = torch.arange(16 * 4096, dtype=torch.float32).view(16, 4096)
+out = torch.empty(16, 16)
+start, stride_t = 2**20, 4096  # start * stride_t = 2**32; the negative head offset brings it back into x
+copy_tile[(1,)](x, out, -start * stride_t, start, stride_t, start + 16, 16, BLOCK=16)
+assert torch.equal(out, x[:, :16])
+"""
+
+
+def test_row_offsets_past_int32_address_the_right_rows():
+    """T x stride may pass 2**31 (long contexts): a tile's row offset is 64-bit. In int32 it would
+    wrap to another address (a crash or wrong rows), so the check runs in its own process."""
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(_PATH)),
+                                                                                  os.path.dirname(__file__)]))
+    done = subprocess.run([sys.executable, "-c", ROW_OFFSET_PAST_INT32], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_float32_means_float32_unless_tf32_is_allowed(monkeypatch):
