@@ -36,8 +36,7 @@ def gpt2_encoding():
 def text_codec(data_dir, vocab_size):
     """(encode, decode) between text and the ids of the tokens in data_dir, as its meta.json names
     them: one id per character ('char', the characters in meta's order) or GPT-2's BPE (also for
-    data_dir ''). A model of
-    fewer ids than GPT-2's with no char vocabulary beside it is refused: BPE ids would index past it."""
+    data_dir ''). Text that encodes to an id the model of vocab_size ids lacks is refused."""
     meta = read_meta(data_dir) if data_dir else {}
     if meta.get("tokenizer") == "char":
         chars = meta["chars"]
@@ -49,13 +48,16 @@ def text_codec(data_dir, vocab_size):
                 raise ConfigError(f"the text has characters that {data_dir}/meta.json's vocabulary lacks: {unknown}")
             return [index[c] for c in text]
         return encode, lambda ids: "".join(chars[i] for i in ids if i < len(chars))
-    if vocab_size < GPT2_VOCAB_SIZE:
-        raise ConfigError(f"a model of {vocab_size} token ids needs its data's vocabulary, and {data_dir}/meta.json "
-                         f"names no char vocabulary: point data_dir at the data the model was trained on")
     enc = gpt2_encoding()
+
+    def encode(text):
+        ids = enc.encode(text, allowed_special={"<|endoftext|>"})
+        if ids and max(ids) >= vocab_size:
+            raise ConfigError(f"{text!r} is GPT-2 token {max(ids)}, beyond the model's {vocab_size} ids: its data "
+                              f"({data_dir or 'unnamed'}) is not GPT-2 text; point data_dir at the data it was trained on")
+        return ids
     # A sampled id beyond GPT-2's 50257 (vocab padding) has no text: it is dropped.
-    return (lambda text: enc.encode(text, allowed_special={"<|endoftext|>"}),
-            lambda ids: enc.decode([i for i in ids if i < GPT2_VOCAB_SIZE]))
+    return encode, lambda ids: enc.decode([i for i in ids if i < GPT2_VOCAB_SIZE])
 
 
 def gpt2_bpe_files():

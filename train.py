@@ -50,6 +50,7 @@ class Interrupted(Exception):
 
 
 EXIT_STOPPED_BY_SIGNAL = 3  # a first signal: the step finished, a checkpoint was written, resume to go on
+SAMPLE_PROMPT = "\n"  # the end-of-run sample (sample_tokens) continues a new line
 
 
 # ----------------------------------------------------------------------------- schedule, metrics, stopping
@@ -222,6 +223,8 @@ def train(cfg, layout, signals, command):
         runtime.keep_freed_memory()  # no mmap/page-fault/munmap of every activation in every step
     data_dir, counts = runtime.check_data(cfg)
     codec = tokendata.text_codec(data_dir, cfg["vocab_size"]) if cfg["sample_tokens"] else None
+    if codec:
+        codec[0](SAMPLE_PROMPT)  # a prompt the model cannot read is refused now, not after training
     checkpoint = runtime.load_checkpoint(cfg, layout) if cfg["init_from"] == "resume" else None
     resumed = checkpoint is not None
     data_changes = runrecord.data_changes_since_start(cfg, data_dir, counts) if resumed else None
@@ -386,7 +389,7 @@ def train(cfg, layout, signals, command):
               signal=signals.received, iter=iter_num, tokens=tokens_seen, train_time=train_time, best_val_loss=best_val,
               load_average=runrecord.load_average())
     if cfg["sample_tokens"] and layout.master:
-        log.say("sample:\n" + evaluation.generate_text(raw_model, "\n", cfg["sample_tokens"], device, codec, autocast))
+        log.say("sample:\n" + evaluation.generate_text(raw_model, SAMPLE_PROMPT, cfg["sample_tokens"], device, codec, autocast))
     log.close()
     return stop_reason
 

@@ -280,9 +280,9 @@ def test_shakespeare_demo_config_runs(tmp_path, tokenizer, extra):
 
 
 def test_text_in_another_tokenization_is_refused_before_training(data_dir, tmp_path):
-    """A sample of a model of few ids with no char vocabulary, or HellaSwag (GPT-2 BPE) on char-level data."""
+    """A sample whose prompt is a GPT-2 token the model lacks, or HellaSwag (GPT-2 BPE) on char-level data."""
     out = str(tmp_path / "run")
-    with pytest.raises(configurator.ConfigError, match="names no char vocabulary"):
+    with pytest.raises(configurator.ConfigError, match=r"'\\n' is GPT-2 token 198, beyond the model's 64 ids"):
         train.main(tiny_args(data_dir, out, "--sample_tokens=8"))
     chars = tmp_path / "chars"
     shutil.copytree(data_dir, chars)
