@@ -388,6 +388,8 @@ def load_model(cfg, device):
     """The model to evaluate or sample from: out_dir/ckpt.pt when init_from='resume' (built from the
     checkpoint's own config), else a local Hugging Face GPT-2 directory."""
     if cfg["init_from"] == "resume":
+        if not cfg["out_dir"]:
+            raise configurator.ConfigError("out_dir is empty: name the run directory to read (--out_dir=out-NAME)")
         path = parallel.checkpoint_path(cfg["out_dir"], sharded=False)
         if path is None and parallel.checkpoint_path(cfg["out_dir"], sharded=True):
             raise FileNotFoundError(f"{os.path.join(cfg['out_dir'], parallel.CHECKPOINT_FILE)} not found but {cfg['out_dir']}/dcp "

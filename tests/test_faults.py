@@ -484,6 +484,8 @@ def test_malformed_hellaswag_rows_are_named_by_line(tmp_path, row, message):
     (sample.main, ["--top_k=0"], "top_k must be >= 1"),
     (sample.main, ["--temperature=-1.0"], "temperature must be >= 0"),
     (sample.main, ["--start="], "start is empty"),
+    (sample.main, ["--out_dir="], "out_dir is empty"),
+    (hellaswag.main, ["--out_dir="], "out_dir is empty"),
 ])
 def test_evaluation_and_sampling_keys_out_of_range(tmp_path, main, argv, message):
     with pytest.raises(configurator.ConfigError, match=message):
