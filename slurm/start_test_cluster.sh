@@ -1,17 +1,29 @@
 #!/usr/bin/env bash
 # A one-node Slurm cluster on this machine, for tests/test_slurm.py and for trying the Slurm launcher
-# by hand (docs/slurm.md). Needs root and Debian's packages:
+# by hand (docs/slurm.md). The README's test command runs it first:
 #
-#   apt-get update && apt-get install -y slurm-wlm munge
-#   sudo slurm/start_test_cluster.sh          # idempotent: a cluster that answers is left alone
+#   slurm/start_test_cluster.sh     # idempotent: installs what is missing, leaves a cluster that answers alone
 #
+# It needs root: run as another user, it runs itself again under sudo. On a machine without Slurm it
+# installs Debian's packages (slurm-wlm, munge; procps for pgrep) with apt-get.
 # The node is this machine (`hostname`) with its CPUs, in one partition `debug`; no GPUs, no
 # accounting daemon (status comes from squeue and the run directories, never sacct).
 set -euo pipefail
 
-for tool in munged slurmctld slurmd sbatch; do
-    command -v "$tool" >/dev/null || { echo "no $tool: apt-get install -y slurm-wlm munge" >&2; exit 1; }
+if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || { echo "error: $0 needs root (apt-get, the daemons): run it as root, or install sudo" >&2; exit 1; }
+    exec sudo bash "$0" "$@"
+fi
+missing=()
+for tool in munged slurmctld slurmd sbatch pgrep; do
+    command -v "$tool" >/dev/null || missing+=("$tool")
 done
+if [ ${#missing[@]} -gt 0 ]; then
+    command -v apt-get >/dev/null || { echo "error: no ${missing[*]} and no apt-get: install Slurm and munge with this system's package manager" >&2; exit 1; }
+    echo "no ${missing[*]}: installing slurm-wlm munge procps with apt-get"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge procps >/dev/null
+fi
 if scontrol ping 2>/dev/null | grep -q UP && sinfo -h -o %t 2>/dev/null | grep -qE '^(idle|mix|alloc)'; then
     echo "a Slurm cluster already answers: $(sinfo -h -o '%P %D node(s) %c CPUs %t')"
     exit 0

@@ -25,17 +25,25 @@ from test_train import tiny_args
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Long enough (a few seconds) for a signal to land mid-run; dropout makes the RNG part of the resume.
 LONG = ("--max_iters=1000", "--lr_decay_iters=1000", "--eval_interval=200", "--dropout=0.1")
-START = "sudo slurm/start_test_cluster.sh (after apt-get install -y slurm-wlm munge)"
+SET_UP = ["bash", os.path.join(REPO, "slurm", "start_test_cluster.sh")]  # the README's test command runs it first
+
+
+def nodes_up():
+    if not shutil.which("sinfo"):
+        return False
+    nodes = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True)
+    return not nodes.returncode and bool({"idle", "mix", "alloc"} & set(nodes.stdout.split()))
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    """A Slurm cluster that answers; none is a failure that says how to start one, never a skip."""
-    if not shutil.which("sinfo"):
-        pytest.fail(f"these tests need a Slurm cluster and this machine has no Slurm: {START}")
-    nodes = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True)
-    if nodes.returncode or not {"idle", "mix", "alloc"} & set(nodes.stdout.split()):
-        pytest.fail(f"no Slurm node is up ({(nodes.stderr or nodes.stdout).strip()[:200]}): {START}")
+    """A Slurm cluster that answers: started (and installed) by slurm/start_test_cluster.sh when none
+    does; a failure says why, never a skip."""
+    if not nodes_up():
+        done = subprocess.run(SET_UP, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if done.returncode or not nodes_up():
+            pytest.fail(f"no Slurm cluster answers and slurm/start_test_cluster.sh could not start one: "
+                        f"{(done.stderr or done.stdout).strip()[-500:]}")
 
 
 @pytest.fixture
@@ -253,3 +261,60 @@ def test_bad_slurm_settings_are_refused_in_one_line_and_nothing_is_submitted(clu
                      "slurm = {'gpus': 8}\n")
     with pytest.raises(configurator.ConfigError, match=re.escape("slurm={...} sets unknown keys ['gpus']")):
         sweep.main([str(suite), *toy_args(data_dir), f"--sweep_dir={tmp_path / 'suite'}", "--launcher=slurm"])
+
+
+# What slurm-wlm, munge and procps put on a machine, hidden from the set-up script below.
+SLURM_TOOLS = ("munged", "munge", "mungekey", "slurmctld", "slurmd", "sbatch", "srun", "sinfo", "squeue", "scontrol",
+               "scancel", "pgrep", "pkill")
+
+
+def machine_without_slurm(tmp_path):
+    """A PATH like this machine's minus Slurm, munge and pgrep, with an apt-get that logs its
+    arguments and "installs" by bringing the real tools back into that PATH, and a non-root user
+    (`id -u` says 1000) whose sudo logs and runs the command as root."""
+    bin_dir, user_dir, log = tmp_path / "bin", tmp_path / "user", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    user_dir.mkdir()
+    real = {tool: shutil.which(tool) for tool in SLURM_TOOLS}
+    assert all(real.values()), f"the cluster fixture installed Slurm, yet {real} lacks some"
+    for directory in os.environ["PATH"].split(os.pathsep) + ["/usr/sbin", "/sbin"]:
+        for name in os.listdir(directory) if os.path.isdir(directory) else []:
+            if name not in (*SLURM_TOOLS, "apt-get", "sudo") and not (bin_dir / name).exists():
+                (bin_dir / name).symlink_to(os.path.join(directory, name))
+    links = " ".join(f"ln -sf {path} {bin_dir}/{tool};" for tool, path in real.items())
+    shims = {bin_dir / "apt-get": f'echo "apt-get $*" >> {log}; [ "$1" != install ] || {{ {links} }}',
+             user_dir / "id": '[ "$1" = -u ] && echo 1000 || exec /usr/bin/id "$@"',
+             user_dir / "sudo": f'echo "sudo $*" >> {log}; PATH={bin_dir} exec "$@"'}  # sudo's secure_path: no user dir
+    for path, body in shims.items():
+        path.write_text(f"#!/bin/bash\n{body}\n")
+        path.chmod(0o755)
+    return dict(os.environ, PATH=f"{user_dir}:{bin_dir}"), log
+
+
+def test_the_readme_test_command_sets_up_slurm_on_a_machine_without_it(cluster, tmp_path):
+    """The set-up part of the README's test command, as a new user without Slurm runs it: it runs
+    itself under sudo, installs the packages with apt-get, then finds the cluster up; run again it
+    installs nothing. Without root or sudo it says so in one line."""
+    env, log = machine_without_slurm(tmp_path)
+    assert subprocess.run(["bash", "-c", "command -v sinfo sbatch pgrep"], env=env).returncode == 1  # hidden
+    first = subprocess.run(SET_UP, env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    assert log.read_text().splitlines() == [f"sudo bash {SET_UP[1]}", "apt-get update -qq",
+                                            "apt-get install -y -qq slurm-wlm munge procps"]
+    assert "installing slurm-wlm munge procps" in first.stdout and "a Slurm cluster already answers" in first.stdout
+    again = subprocess.run(SET_UP, env=env, capture_output=True, text=True)
+    assert again.returncode == 0 and "installing" not in again.stdout
+    assert log.read_text().count("apt-get") == 2  # nothing installed the second time
+
+    os.remove(tmp_path / "user" / "sudo")
+    refused = subprocess.run(SET_UP, env=env, capture_output=True, text=True)
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1
+    assert "needs root (apt-get, the daemons): run it as root, or install sudo" in refused.stderr
+
+
+def test_ci_runs_exactly_the_readmes_test_command():
+    readme = open(os.path.join(REPO, "README.md")).read()
+    block = re.search(r"^Install and run the whole test suite:\n\n```sh\n(.*?)\n```", readme, re.S | re.M).group(1)
+    printed = subprocess.run([os.path.join(REPO, ".ci", "run"), "--print"], capture_output=True, text=True, check=True)
+    assert printed.stdout.strip() == block
+    assert block.startswith("bash slurm/start_test_cluster.sh && ") and "python -m pytest -q tests" in block
