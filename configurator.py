@@ -4,9 +4,9 @@
     python train.py --help      # every key, its default and its meaning
 
 A config file is plain Python whose top-level assignments override defaults. A `--key=value` is
-parsed as a Python literal (a bare word stays a string). Every key must exist in the defaults and
-every value must have the default's type (an int is accepted where a float is expected); nothing is
-clamped or coerced silently. Later arguments win over earlier ones. `--help` (or `-h`) prints the
+parsed as a Python literal (a bare word stays a string); a bare `--key` whose default is a bool means
+`--key=True`. Every key must exist in the defaults and every value must have the default's type (an
+int is accepted where a float is expected); nothing is clamped or coerced silently. Later arguments win over earlier ones. `--help` (or `-h`) prints the
 script's usage and its keys, each with its default and the comment written beside it.
 """
 import ast
@@ -54,7 +54,7 @@ def apply_config(defaults, argv):
         raise HelpRequested(defaults)
     config = dict(defaults)
     for arg in argv:
-        key, raw = split_arg(arg)
+        key, raw = split_arg(arg, defaults)
         if key is not None:
             set_key(config, defaults, key, parse_value(raw), source=arg)
         else:
@@ -63,12 +63,15 @@ def apply_config(defaults, argv):
     return config
 
 
-def split_arg(arg):
-    """(key, raw value) of a --key=value argument, (None, arg) of any other (a file or a directory).
-    The one reading of the command line that train.py, sweep.py and report.py share."""
+def split_arg(arg, defaults):
+    """(key, raw value) of a --key=value argument, (None, arg) of any other (a file or a directory);
+    a bare --key whose default is a bool means --key=True. The one reading of the command line that
+    train.py, sweep.py and report.py share."""
     if not arg.startswith("--"):
         return None, arg
     key, sep, raw = arg[2:].partition("=")
+    if not sep and isinstance(defaults.get(key), bool):
+        return key, "True"
     if not sep:
         raise ConfigError(f"override {arg!r} needs a value: write --{key}=VALUE")
     return key, raw

@@ -35,7 +35,7 @@ def main(argv):
         raise configurator.HelpRequested(OPTIONS)  # run_script prints this docstring and the options
     options, dirs = dict(OPTIONS), []
     for arg in argv:
-        key, raw = configurator.split_arg(arg)
+        key, raw = configurator.split_arg(arg, OPTIONS)
         if key is None:
             dirs.append(arg)
         elif key in ("alpha", "min_effect"):

@@ -90,7 +90,7 @@ def parse_args(argv):
     if any(arg in configurator.HELP_FLAGS for arg in argv):
         raise configurator.HelpRequested(OPTIONS)  # the keys of each run: python train.py --help
     for arg in argv:
-        key, raw = configurator.split_arg(arg)
+        key, raw = configurator.split_arg(arg, {**runtime.DEFAULTS, **OPTIONS})
         if key is not None:
             if key == "gpus":
                 options[key] = raw  # '0' or '0,1,3', never a number

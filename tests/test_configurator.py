@@ -116,9 +116,11 @@ def test_missing_config_file(tmp_path):
         apply_config(DEFAULTS, [missing])
 
 
-def test_override_without_value():
-    with pytest.raises(ConfigError, match=r"--compile=VALUE"):
-        apply_config(DEFAULTS, ["--compile"])
+def test_a_bare_boolean_flag_means_true_and_any_other_bare_key_needs_a_value():
+    assert apply_config(DEFAULTS, ["--compile"])["compile"] is True
+    assert apply_config(DEFAULTS, ["--compile", "--compile=False"])["compile"] is False  # later wins
+    with pytest.raises(ConfigError, match=r"override '--batch_size' needs a value: write --batch_size=VALUE"):
+        apply_config(DEFAULTS, ["--batch_size"])
 
 
 def test_later_arguments_win(tmp_path):

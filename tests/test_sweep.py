@@ -2,6 +2,8 @@
 import csv
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -148,3 +150,12 @@ def test_a_sharded_suite_run_stopped_after_a_checkpoint_resumes_from_it(data_dir
     assert [e["iter"] for e in events(str(run), "train")] == list(range(1, 9))  # nothing trained twice
     assert [e["iter"] for e in events(str(run), "eval")] == [0, 4, 4, 8]  # a resumed run evaluates where it starts
     assert open(run / "dcp" / "latest").read().strip() == "iter_0000008"
+
+
+def test_the_documented_status_command_takes_a_bare_flag(data_dir, tmp_path):
+    """`python sweep.py SUITE --status` as the README and docs/slurm.md print it: a bare boolean flag
+    means True (it answered "override '--status' needs a value")."""
+    done = subprocess.run([sys.executable, "sweep.py", GRID, f"--sweep_dir={tmp_path}/s", *toy_args(data_dir),
+                           "--status"], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "0/4 runs done, 0 running, 0 queued, 4 stopped" in done.stdout
