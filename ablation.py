@@ -41,7 +41,7 @@ FACT_CAUSES = {
     "eval_windows": ("dataset", "data_dir", "eval_iters", "batch_size", "block_size"),
     "tokens_per_iter": ("batch_size", "block_size", "gradient_accumulation_steps", "tokens_per_iter"),
     "model_class": ("model_type",), "optimizer": ("optimizer",), "dtype": ("dtype",), "device_type": ("device",),
-    "world_size": ("tp_size",), "torch_version": (), "code_versions": (),
+    "world_size": ("tp_size",), "torch_version": (), "code_versions": (), "intra_op_threads": (),
 }
 # What defines the metric itself: the same in every run of a report (variants and seeds), never "allowed".
 MEASUREMENT_KEYS = ("dataset", "data_dir", "eval_iters")

@@ -231,13 +231,14 @@ def finished(events):
 
 
 def run_status(events):
-    """'finished', 'diverged' (it would only diverge again), 'preempted' (stopped by a signal after a
-    checkpoint: a sweep resumes it), 'failed' or 'not run', from a run's log.jsonl events."""
+    """'finished', 'diverged' (it would only diverge again), 'preempted' (its latest attempt stopped
+    for a signal after a checkpoint: a sweep resumes it), 'failed' (its latest attempt died without an
+    `end`, even after earlier preemptions) or 'not run', from a run's log.jsonl events."""
     if finished(events):
         return "finished"
-    kinds = {e["event"] for e in events}
+    kinds = [e["event"] for e in events]
     if "diverged" in kinds:
         return "diverged"
-    if "end" in kinds:
+    if "end" in kinds and "checklist" not in kinds[len(kinds) - kinds[::-1].index("end"):]:
         return "preempted"
     return "failed" if events else "not run"

@@ -5,7 +5,8 @@
   versions, device name, world size, and the one command that repeats the run;
 - measured facts that decide whether two runs may be compared: a fingerprint of the dataset
   files, of the evaluation windows and of the first iterations' data order, a digest of every
-  initial weight, the model and optimizer classes, dtype, device type, torch and code versions.
+  initial weight, the model and optimizer classes, dtype, device type, a CPU op's thread count,
+  torch and code versions.
 
 sweep.py and report.py (through ablation.py) read run directories with `read_run`, so a report
 can be rebuilt from the directories alone, whoever produced them.
@@ -139,6 +140,7 @@ def provenance(repo_dir, argv, device, world_size):
     code_version = None if commit is None else commit + (f"+dirty-{digest(diff)}" if diff else "")
     return dict(time=time.time(), commit=commit, code_version=code_version, dirty=bool(diff), diff=diff,
                 packages=package_versions(), device_name=device_name(device), world_size=world_size,
+                intra_op_threads=intra_op_threads(device),
                 host=platform.node(), cwd=os.getcwd(), command=launch_command(argv), load_average=load_average())
 
 
@@ -313,4 +315,11 @@ def run_facts(cfg, layout, model, optimizer, data_dir, counts, dtype):
                 data_order=offsets_digest(order), init_weights=weights_digests(weights),
                 model_class=type(model).__name__, optimizer=type(optimizer).__name__, dtype=dtype,
                 device_type=layout.device.split(":")[0], torch_version=torch.__version__,
-                world_size=layout.world_size, tokens_per_iter=cfg["tokens_per_iter"])
+                world_size=layout.world_size, tokens_per_iter=cfg["tokens_per_iter"],
+                intra_op_threads=intra_op_threads(layout.device))
+
+
+def intra_op_threads(device):
+    """The CPU threads of one op (OMP_NUM_THREADS): on a CPU they change how sums are split, and so
+    the last bits of every result. On a GPU the math does not run on them: None."""
+    return torch.get_num_threads() if device.startswith("cpu") else None

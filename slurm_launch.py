@@ -152,13 +152,15 @@ def read_record(out_dir):
 
 def run_states(runs, sweep_dir):
     """Per run: name, state (finished, diverged, queued, running, preempted, failed or not run),
-    Slurm job id and log ('' when run locally), from the run directory and squeue."""
+    Slurm job id and log ('' when run locally), a note on a queued run that ran before, from the
+    run directory and squeue."""
     records = {name: read_record(os.path.join(sweep_dir, name)) for name, _, _ in runs}
     live = squeue() if any(records.values()) else {}
     states = []
     for name, _, _ in runs:
         out_dir, record = os.path.join(sweep_dir, name), records[name]
-        logged = rundir.run_status(runrecord.read_events(out_dir))
+        events = runrecord.read_events(out_dir)
+        logged = rundir.run_status(events)
         job = record.get("job", "")
         if logged in DONE:
             state = logged
@@ -170,8 +172,14 @@ def run_states(runs, sweep_dir):
             state = "failed"  # its job ended before train.py wrote a record
         else:
             state = logged
+        note = ""
+        if state == "queued" and logged == "preempted":  # its job stopped after this submission: Slurm requeued it
+            stopped = [e["time"] for e in events if e["event"] == "end"][-1]
+            note = "requeued after a preemption" if stopped > record.get("submitted", 0) else \
+                "submitted again: resumes from its checkpoint"
         log = record.get("log") or os.path.join(out_dir, "console.txt")
-        states.append(dict(name=name, state=state, logged=logged, job=job, log=log if os.path.exists(log) else ""))
+        states.append(dict(name=name, state=state, logged=logged, job=job, log=log if os.path.exists(log) else "",
+                           note=note))
     return states
 
 
@@ -189,8 +197,11 @@ def run_duration(events):
 
 def progress_line(out_dirs, running, queued, parallel):
     """'3/8 runs done, 2 running, 3 queued; about 12 min left' from the finished runs' durations,
-    the unfinished runs sharing `parallel` slots."""
-    finished = [events for events in map(runrecord.read_events, out_dirs) if rundir.run_status(events) in DONE]
+    the unfinished runs sharing `parallel` slots. `running` and `queued` are out_dirs too: a run whose
+    log says it finished counts as done even while its process is still exiting."""
+    logs = {out_dir: runrecord.read_events(out_dir) for out_dir in out_dirs}
+    finished = [events for events in logs.values() if rundir.run_status(events) in DONE]
+    running, queued = (sum(rundir.run_status(logs[d]) not in DONE for d in dirs) for dirs in (running, queued))
     stopped = len(out_dirs) - len(finished) - running - queued
     line = f"{len(finished)}/{len(out_dirs)} runs done, {running} running, {queued} queued"
     if stopped:
@@ -213,14 +224,13 @@ def status_text(states, sweep_dir):
     width = max(len(s["name"]) for s in states)
     lines = [f"{'run':<{width}}  {'state':<9}  {'job':<10}  log"]
     for s in states:
-        note = " (requeued after a preemption)" if s["state"] == "queued" and s["logged"] == "preempted" else ""
+        note = f" ({s['note']})" if s["note"] else ""
         lines.append(f"{s['name']:<{width}}  {s['state']:<9}  {s['job'] or '-':<10}  {s['log'] or '-'}{note}")
     for s in states:
         if s["state"] == "failed" and s["log"]:
             tail = [line for line in open(s["log"], errors="replace").read().splitlines() if line.strip()][-5:]
             lines.append(f"{s['name']} failed; the end of {s['log']}:")
             lines += [f"    {line}" for line in tail]
-    count = lambda state: sum(s["state"] == state for s in states)
-    lines.append(progress_line([os.path.join(sweep_dir, s["name"]) for s in states], count("running"),
-                               count("queued"), count("running")))
+    dirs = lambda state: [os.path.join(sweep_dir, s["name"]) for s in states if s["state"] == state or not state]
+    lines.append(progress_line(dirs(None), dirs("running"), dirs("queued"), len(dirs("running"))))
     return "\n".join(lines)

@@ -13,7 +13,7 @@ Arguments: sweep files (Python, defining `grid` and optionally `base`, `override
 train config files, `--key=value` overrides for every run, and the sweep's own options:
 --grid (added to the file's grid), --sweep_dir, --gpus ('' = every visible GPU when there are
 several, else one run at a time; or '0,1,3'), --cpu_runs=N (on a CPU: N runs at once, each with
-its share of the cores), --allow_confounds=True (see below), --dry_run=True (print the runs only).
+its share of the cores; by default one run per nproc cores, one thread per rank, as a Slurm job gets), --allow_confounds=True (see below), --dry_run=True (print the runs only).
 
 `grid` is a dict {key: [values]} (the product of all values), or a list of such dicts (their
 union, e.g. each optimizer with learning rates of its own regime). The grid key `config` takes
@@ -63,7 +63,7 @@ OPTIONS = dict(
     gpus="",  # '' = every visible GPU when there are several, else one run at a time; or '0,1,3'
     dry_run=False,  # print the runs (and check them) without starting any
     allow_confounds=False,  # run a suite whose variants differ in undeclared keys (the report still says so)
-    cpu_runs=1,  # on a CPU: this many runs at once, each with its share of the cores
+    cpu_runs=0,  # on a CPU: this many runs at once, each with its share of the cores (0 = one per nproc cores)
     plan=False,  # a suite: print the seed plan (detectable effect, seeds needed, run count, time) and stop
     pilot="",  # with --plan: a finished suite directory whose paired differences and run times inform the plan
     launcher="local",  # 'local' (this machine) or 'slurm' (one job array per submission; docs/slurm.md)
@@ -318,18 +318,21 @@ def die_with_parent():
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
-def default_gpus(option, nproc=1, cpu_runs=1):
-    """Run slots: groups of nproc GPUs ('0,1'), one run per slot at a time; on a CPU machine
-    cpu_runs slots that share the cores ('cpu:<threads>#<slot>'), else [None] (one run, all cores)."""
-    if cpu_runs > 1:
-        threads = max(1, (os.cpu_count() or 1) // (cpu_runs * nproc))
-        return [f"cpu:{threads}#{i}" for i in range(cpu_runs)]
+def default_gpus(option, nproc=1, cpu_runs=0):
+    """Run slots, one run per slot at a time: groups of nproc GPUs ('0,1') from --gpus or every
+    visible GPU, [None] with one GPU; on a machine without a GPU (or with cpu_runs set) CPU slots
+    that share the cores ('cpu:<threads>#<slot>'), by default one per nproc cores with one thread
+    per rank: the thread count of a Slurm job's rank, so both launchers compute the same numbers."""
+    import torch
     if option:
         gpus = [g.strip() for g in str(option).split(",") if g.strip()]
+    elif not cpu_runs and torch.cuda.is_available():
+        gpus = [str(i) for i in range(torch.cuda.device_count())]
+        gpus = gpus if len(gpus) > 1 else []
     else:
-        import torch
-        n = torch.cuda.device_count()
-        gpus = [str(i) for i in range(n)] if n > 1 else []
+        cores = os.cpu_count() or 1
+        runs = cpu_runs or max(1, cores // nproc)
+        return [f"cpu:{max(1, cores // (runs * nproc))}#{i}" for i in range(runs)]
     slots = [",".join(gpus[i:i + nproc]) for i in range(0, len(gpus) - nproc + 1, nproc)]
     return slots or [None]
 
@@ -366,8 +369,9 @@ def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
                 codes[name] = proc.returncode
                 print(f"{'done' if proc.returncode == 0 else 'FAILED'} {name} (exit {proc.returncode})", flush=True)
                 del active[slot]
-                print(slurm_launch.progress_line([os.path.join(sweep_dir, n) for n, _, _ in runs], len(active),
-                                                 len(todo), len(gpus)), flush=True)
+                here = lambda names: [os.path.join(sweep_dir, n) for n in names]
+                print(slurm_launch.progress_line(here(n for n, _, _ in runs), here(n for n, _ in active.values()),
+                                                 here(n for n, _ in todo), len(gpus)), flush=True)
         if active:
             try:
                 time.sleep(0.5)
@@ -457,6 +461,8 @@ def main(argv, launch=launch_subprocess):
         return runs
     if options["dry_run"]:
         return runs
+    check_data(runs, nproc)
+    mark_stale(runs, suite, sweep_dir)
     if slurm:
         with rundir.out_dir_lock(sweep_dir, holder="sweep"):  # two submissions would both submit the same runs
             if suite:
@@ -481,11 +487,38 @@ def main(argv, launch=launch_subprocess):
     return runs
 
 
+def check_data(runs, nproc):
+    """Every run's data, checked as train.py checks it, before any run starts or any job is
+    submitted: a missing dataset is one line, not one doomed run (or Slurm job) per variant x seed."""
+    for name, _, argv in runs:
+        try:
+            runtime.check_data(resolve(argv, nproc))
+        except (FileNotFoundError, configurator.ConfigError) as e:
+            raise configurator.ConfigError(f"run {name}: {e}") from None
+
+
+def mark_stale(runs, suite, sweep_dir):
+    """A report or table built when every run had finished, while some no longer are (a run
+    directory deleted, a run started again): its first line says so until it is rebuilt."""
+    path = os.path.join(sweep_dir, "report.md" if suite else "summary.md")
+    unfinished = [name for name, _, _ in runs
+                  if rundir.run_status(runrecord.read_events(os.path.join(sweep_dir, name))) not in slurm_launch.DONE]
+    if not unfinished or not os.path.exists(path):
+        return
+    text = open(path).read()
+    notice = (f"> **Stale**: built when every run had finished; {', '.join(unfinished)} no longer "
+              f"{'is' if len(unfinished) == 1 else 'are'}. It is rebuilt when they finish.\n\n")
+    with rundir.atomic_write(path, "w") as f:
+        f.write(notice + text.split("\n\n", 1)[1] if text.startswith("> **Stale**") else notice + text)
+    print(f"{path} is stale: {len(unfinished)} of its runs have not finished; it is rebuilt when they have")
+
+
 def show_status(runs, suite, sweep_dir):
     """Where each run stands (sweep.py --status); once every run has finished, the report (a suite)
     or the table (a grid) is built."""
     states = slurm_launch.run_states(runs, sweep_dir)
     print(slurm_launch.status_text(states, sweep_dir))
+    mark_stale(runs, suite, sweep_dir)
     if all(s["state"] in slurm_launch.DONE for s in states):
         if suite:
             path = ablation.report_suite_dir(sweep_dir)

@@ -69,16 +69,27 @@ print(events[-1].get("stop_reason") if events and events[-1]["event"] == "end" e
 # A job that is still RUNNING was signalled ahead of its time limit (or by scancel --signal): requeue
 # it. One that is already COMPLETING was cancelled or preempted (Slurm requeues a preempted one itself
 # where the cluster says so): it is not requeued here, and submitting it again resumes it.
-JOB_STATE=$(squeue -h -j "$SLURM_JOB_ID" -o %T 2>/dev/null)
+# An array task is asked about and requeued by its own id A_i: the task that runs under the array's
+# id A would otherwise see every task of the array in squeue, and `scontrol requeue A` requeues them all.
+JOB=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}
+JOB=${JOB:-$SLURM_JOB_ID}
+JOB_STATE=$(squeue -h -j "$JOB" -o %T 2>/dev/null)
 if [ "$STOP_REASON" = "signal" ] && [ "$JOB_STATE" = RUNNING ]; then
-    echo "stopped by a signal after a checkpoint; requeueing job $SLURM_JOB_ID to resume from $OUT_DIR"
-    scontrol requeue "$SLURM_JOB_ID"
+    echo "stopped by a signal after a checkpoint; requeueing job $JOB to resume from $OUT_DIR"
+    scontrol requeue "$JOB"
     exit 0
 fi
 if [ "$STOP_REASON" = "signal" ]; then
-    echo "stopped by a signal after a checkpoint; job $SLURM_JOB_ID is ${JOB_STATE:-gone} (cancelled or preempted):" \
+    echo "stopped by a signal after a checkpoint; job $JOB is ${JOB_STATE:-gone} (cancelled or preempted):" \
          "not requeued; submit it again to resume from $OUT_DIR"
     exit 0
 fi
-echo "finished: stop_reason $STOP_REASON, exit status $STATUS"
+if [ "$STATUS" = 0 ]; then
+    echo "finished: stop_reason $STOP_REASON"
+else
+    KILLED=$([ "$STATUS" -gt 128 ] && echo " (killed by signal $((STATUS - 128)))")
+    ENDED=$([ "$STOP_REASON" = none ] && echo "without logging its end" || echo "after its end (stop_reason $STOP_REASON)")
+    echo "failed: train.py exited with status $STATUS$KILLED $ENDED (see above); submitting it again resumes" \
+         "from its last checkpoint in $OUT_DIR"
+fi
 exit "$STATUS"

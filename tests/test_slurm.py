@@ -227,17 +227,20 @@ def test_progress_line_counts_runs_and_estimates_the_time_left_from_finished_run
     # 60 s and, over two attempts with an hour in the queue between them, 30 + 90 s: 90 s on average.
     dirs = [run("a", [(0, 60)]), run("b", [(0, 30), (3630, 3720)]), run("c", [(0, 10)], finished=False),
             str(tmp_path / "d"), str(tmp_path / "e")]
-    line = slurm_launch.progress_line(dirs, running=1, queued=1, parallel=2)
+    line = slurm_launch.progress_line(dirs, running=dirs[2:3], queued=dirs[3:4], parallel=2)
     assert line.startswith("2/5 runs done, 1 running, 1 queued, 1 stopped")
     assert line.endswith("about 2 min left (mean of 2 finished runs, 2 at a time)")  # 3 runs x 90 s / 2 = 135 s
-    assert slurm_launch.progress_line(dirs[:2], 0, 0, 1) == "2/2 runs done, 0 running, 0 queued"
+    assert slurm_launch.progress_line(dirs[:2], [], [], 1) == "2/2 runs done, 0 running, 0 queued"
+    # A run whose process is still exiting after its `end` (the local launcher has not reaped it) is done.
+    assert slurm_launch.progress_line(dirs, dirs[:1] + dirs[2:3], dirs[3:], 2).startswith(
+        "2/5 runs done, 1 running, 2 queued")
 
 
 def test_status_shows_the_end_of_a_failed_runs_log(tmp_path):
     log = tmp_path / "7_0.out"
     log.write_text("".join(f"line {i}\n" for i in range(20)) + "\nRuntimeError: CUDA out of memory\n\n")
-    states = [dict(name="base-seed1", state="failed", logged="crashed", job="7_0", log=str(log)),
-              dict(name="base-seed2", state="queued", logged="not run", job="7_1", log="")]
+    states = [dict(name="base-seed1", state="failed", logged="crashed", job="7_0", log=str(log), note=""),
+              dict(name="base-seed2", state="queued", logged="not run", job="7_1", log="", note="")]
     text = slurm_launch.status_text(states, str(tmp_path)).splitlines()
     at = text.index(f"base-seed1 failed; the end of {log}:")
     assert text[at + 1:at + 6] == ["    line 16", "    line 17", "    line 18", "    line 19",

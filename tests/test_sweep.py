@@ -2,15 +2,20 @@
 import csv
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 
 import pytest
 
+import ablation
 import configurator
 import rundir
-import sweep
+import runrecord
 import runtime
+import slurm_launch
+import sweep
 import train
 from test_train import events, tiny_args
 
@@ -159,3 +164,77 @@ def test_the_documented_status_command_takes_a_bare_flag(data_dir, tmp_path):
                            "--status"], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "0/4 runs done, 0 running, 0 queued, 4 stopped" in done.stdout
+
+
+def test_the_progress_line_never_counts_a_finished_run_as_running(data_dir, tmp_path, capsys):
+    """A run logs its `end` before its process exits: the line printed as the first run is reaped
+    said "2/4 runs done, 1 running, 2 queued, -1 stopped"."""
+    class Exiting(Finished):  # still exiting when first asked, as a real process often is
+        asked = False
+
+        def poll(self):
+            self.asked, asked = True, self.asked
+            return self.returncode if asked else None
+
+    launch = in_process([])
+    sweep.main([GRID, f"--sweep_dir={tmp_path}/s", "--cpu_runs=2", *toy_args(data_dir)],
+               launch=lambda argv, gpu, log: Exiting(launch(argv, gpu, log).returncode))
+    lines = [line for line in capsys.readouterr().out.splitlines() if " runs done, " in line]
+    assert len(lines) == 4 and not [line for line in lines if "stopped" in line]
+    for line in lines:
+        done, total, running, queued = map(int, re.match(r"(\d+)/(\d+) runs done, (\d+) running, (\d+) queued",
+                                                         line).groups())
+        assert done + running + queued == total == 4, line
+
+
+def test_a_cpu_machine_runs_one_run_per_core_with_the_threads_a_slurm_job_gets(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert sweep.default_gpus("") == ["cpu:1#0", "cpu:1#1", "cpu:1#2", "cpu:1#3"]
+    assert sweep.default_gpus("", nproc=2) == ["cpu:1#0", "cpu:1#1"]  # torchrun's 2 ranks, a core each
+    assert sweep.default_gpus("", cpu_runs=1) == ["cpu:4#0"]  # asked for: one run with every core
+    assert sweep.default_gpus("0,1") == ["0", "1"]
+    # A Slurm job's rank gets one thread unless slurm_cpus_per_task asks for more: the same count.
+    res = dict(nodes=1, cpus_per_task=0, max_running=0, gpus_per_node=0, partition="", time="", account="",
+               qos="", signal_s=300, sbatch="")
+    assert "OMP_NUM_THREADS=1\n" in slurm_launch.array_script([("a", ["--out_dir=x"])], "s", res, 1, "s")
+
+
+def test_the_thread_count_is_a_measured_fact_that_the_confound_check_compares(data_dir, tmp_path):
+    procs = {threads: subprocess.Popen([sys.executable, "train.py", *tiny_args(data_dir, str(tmp_path / f"t{threads}"))],
+                                       cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS=str(threads)),
+                                       stdout=subprocess.DEVNULL) for threads in (1, 2)}
+    assert [proc.wait() for proc in procs.values()] == [0, 0]
+    runs = {threads: runrecord.read_run(str(tmp_path / f"t{threads}")) for threads in procs}
+    assert [runs[t]["info"]["facts"]["intra_op_threads"] for t in (1, 2)] == [1, 2]
+    assert ablation.fact_differences(runs[2], runs[1], allowed=[]) == {"intra_op_threads": (2, 1)}
+
+
+def test_runs_whose_data_is_missing_are_refused_before_any_starts_or_is_submitted(data_dir, tmp_path):
+    """dataset='nope' was submitted as one Slurm job per run, each sure to fail at start-up."""
+    calls = []
+    for launcher in ("local", "slurm"):
+        with pytest.raises(configurator.ConfigError, match=r"run learning_rate-0.01_batch_size-2: \S*"
+                                                           r"data/nope/train.bin not found: prepare the dataset"):
+            sweep.main([GRID, f"--sweep_dir={tmp_path}/{launcher}", *toy_args(data_dir), "--data_dir=",
+                        "--dataset=nope", f"--launcher={launcher}"], launch=in_process(calls))
+        assert not os.path.exists(tmp_path / launcher)
+    assert calls == []
+
+
+def test_a_report_whose_runs_are_gone_says_it_is_stale_until_rebuilt(data_dir, tmp_path, capsys):
+    from test_ablation import LR, suite_args, write_suite  # it imports this module
+    path, suite_dir = write_suite(tmp_path, {"base": LR, "low": {"learning_rate": 1e-3, "min_lr": 1e-4}},
+                                  ["learning_rate", "min_lr"], seeds=(1,))
+    sweep.main(suite_args(data_dir, path), launch=in_process([]))
+    report = open(os.path.join(suite_dir, "report.md")).read()
+    shutil.rmtree(os.path.join(suite_dir, "low-seed1"))
+    capsys.readouterr()
+    for _ in range(2):  # marked once, however often it is asked
+        sweep.main([*suite_args(data_dir, path), "--status"])
+        assert f"{suite_dir}/report.md is stale: 1 of its runs have not finished" in capsys.readouterr().out
+        assert open(os.path.join(suite_dir, "report.md")).read() == (
+            "> **Stale**: built when every run had finished; low-seed1 no longer is. It is rebuilt when they "
+            "finish.\n\n" + report)
+    sweep.main(suite_args(data_dir, path), launch=in_process([]))
+    assert not open(os.path.join(suite_dir, "report.md")).read().startswith("> **Stale**")
