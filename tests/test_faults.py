@@ -578,3 +578,14 @@ def test_resume_on_a_re_prepared_dataset_is_refused_unless_allowed_and_then_reco
     info = json.load(open(os.path.join(out, "run_info.json")))
     assert set(info["resumes"][-1]["data_changed"]) == {"dataset_fingerprint", "eval_windows"}
     assert info["facts"]["dataset_fingerprint"] == info["resumes"][-1]["data_changed"]["dataset_fingerprint"][0]
+
+
+def test_a_run_whose_latest_attempt_died_after_a_preemption_is_failed_not_preempted():
+    """kill -9 of a requeued run's train.py (or an OOM kill) leaves the earlier attempt's `end`
+    record as the log's last `end`: the run was shown as "preempted", forever."""
+    first = [{"event": "checklist"}, {"event": "train"}, {"event": "end", "stop_reason": "signal"}]
+    assert rundir.run_status(first) == "preempted"
+    assert rundir.run_status(first + [{"event": "checklist"}, {"event": "train"}]) == "failed"
+    assert rundir.run_status(first + [{"event": "checklist"}, {"event": "end", "stop_reason": "signal"}]) == "preempted"
+    assert rundir.run_status(first + [{"event": "checklist"}, {"event": "end", "stop_reason": "max_iters"}]) == "finished"
+    assert rundir.run_status([{"event": "checklist"}]) == "failed" and rundir.run_status([]) == "not run"

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -321,3 +322,47 @@ def test_ci_runs_exactly_the_readmes_test_command():
     printed = subprocess.run([os.path.join(REPO, ".ci", "run"), "--print"], capture_output=True, text=True, check=True)
     assert printed.stdout.strip() == block
     assert block.startswith("bash slurm/start_test_cluster.sh && ") and "python -m pytest -q tests" in block
+
+
+def test_a_queued_run_is_labelled_requeued_only_when_its_own_job_stopped(tmp_path, monkeypatch):
+    """A run cancelled, then submitted again by hand, was labelled "requeued after a preemption"."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "log.jsonl").write_text(json.dumps({"event": "checklist", "time": 100.0}) + "\n" +
+                                   json.dumps({"event": "end", "time": 200.0, "stop_reason": "signal"}) + "\n")
+    monkeypatch.setattr(slurm_launch, "squeue", lambda: {"9_0": "PENDING"})
+    for submitted, note in ((50.0, "requeued after a preemption"), (300.0, "submitted again: resumes from its checkpoint")):
+        (out / slurm_launch.RECORD).write_text(json.dumps(dict(job="9_0", log="", submitted=submitted)))
+        [state] = slurm_launch.run_states([("run", {}, [])], str(tmp_path))
+        assert (state["state"], state["note"]) == ("queued", note)
+        assert slurm_launch.status_text([state], str(tmp_path)).splitlines()[1].endswith(f"- ({note})")
+
+
+def test_the_array_task_under_the_arrays_own_id_requeues_and_a_killed_attempt_then_shows_failed(
+        cluster, jobs, data_dir, tmp_path, capsys):
+    """Two runs at once: the array's last task runs under the array's own job id A, for which squeue
+    lists every task of the array (and `scontrol requeue A` would requeue them all). Signalled while
+    the other task runs, it must requeue itself; its resumed train.py, killed -9, must then show as
+    failed with the job script's word on it, not as preempted."""
+    sweep_dir = str(tmp_path / "s")
+    args = ["--grid=learning_rate=[3e-3,1e-3]", *toy_args(data_dir, *LONG), f"--sweep_dir={sweep_dir}"]
+    sweep.main([*args, "--launcher=slurm"])
+    records = submitted(sweep_dir, jobs)
+    array = records[0]["job"].split("_")[0]
+    other, last = (os.path.join(sweep_dir, name) for name in ("learning_rate-0.003", "learning_rate-0.001"))
+    task = slurm_launch.read_record(last)["job"]
+    wait_for(lambda: len(losses(last)) >= 20, "the last task's first 20 steps")
+    running = subprocess.run(["squeue", "-h", "-j", array, "-o", "%i %T"], capture_output=True, text=True).stdout
+    assert running.split() == [task, "RUNNING", slurm_launch.read_record(other)["job"], "RUNNING"], running
+    subprocess.run(["scancel", "--signal=TERM", task], check=True)
+    resumed = lambda: [e["event"] for e in runrecord.read_events(last)].count("checklist") == 2
+    wait_for(lambda: resumed() and runrecord.read_events(last)[-1]["event"] == "train", "the requeued task to resume")
+    assert "requeueing job " + task in open(slurm_launch.read_record(last)["log"]).read()
+    os.kill(int(open(os.path.join(last, rundir.LOCK_FILE)).read()), signal.SIGKILL)  # an OOM kill, say
+    wait_for(lambda: not live(task), "the killed task's job to end", timeout=90)
+    capsys.readouterr()
+    sweep.main([*args, "--status"])
+    out = capsys.readouterr().out
+    assert row(out, "learning_rate-0.001")[1] == "failed", out
+    assert "failed: train.py exited with status 137 (killed by signal 9) without logging its end" in out
+    wait_for(lambda: rundir.run_status(runrecord.read_events(other)) == "finished", "the other task to finish")
