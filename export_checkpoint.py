@@ -189,17 +189,20 @@ def export_hf(out_dir, out):
     from safetensors.torch import save_file
     if not out:
         raise configurator.ConfigError("format='hf' needs --out=DIR, the directory to write")
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise configurator.ConfigError(f"--out={out} is a file: give the directory to write (a new or empty one)")
     if os.path.exists(out) and os.listdir(out):
         raise configurator.ConfigError(f"--out={out} exists and is not empty: choose a new directory")
     checkpoint, model = load_run(out_dir)
-    os.makedirs(out, exist_ok=True)
-    save_file(hf_state_dict(model), os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
-    write_json(os.path.join(out, "config.json"), hf_config(model.config))
-    write_json(os.path.join(out, "generation_config.json"),
-               {"bos_token_id": tokendata.EOT_TOKEN, "eos_token_id": tokendata.EOT_TOKEN})
-    write_tokenizer(out)
-    with open(os.path.join(out, "README.md"), "w") as f:
-        f.write(model_card(out_dir, checkpoint, model))
+    with rundir.write_errors_named(out, "the export is incomplete: choose a --out where you can write"):
+        os.makedirs(out, exist_ok=True)
+        save_file(hf_state_dict(model), os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+        write_json(os.path.join(out, "config.json"), hf_config(model.config))
+        write_json(os.path.join(out, "generation_config.json"),
+                   {"bos_token_id": tokendata.EOT_TOKEN, "eos_token_id": tokendata.EOT_TOKEN})
+        write_tokenizer(out)
+        with open(os.path.join(out, "README.md"), "w") as f:
+            f.write(model_card(out_dir, checkpoint, model))
     return out
 
 

@@ -54,8 +54,15 @@ def main(argv):
     import lm_eval_backend  # noqa: F401  registers "workbench" with lm-eval
     from lm_eval.__main__ import cli_evaluate
     sys.argv = ["lm_eval", *workbench_defaults(argv)]
-    cli_evaluate()
+    import requests
+    try:
+        cli_evaluate()
+    except (ConnectionError, requests.ConnectionError) as e:  # datasets' "Couldn't reach ... on the Hub", or the hub's timeouts
+        raise ConnectionError(
+            f"the data of --tasks {option(argv, '--tasks')} is not on this machine and the Hugging Face hub cannot be "
+            f"reached ({str(e).splitlines()[0]}): run it once where the hub answers (HF_HOME keeps the data), or give "
+            f"a task of your own with --include_path") from None
 
 
 if __name__ == "__main__":
-    configurator.run_script(main, FileNotFoundError, ValueError)
+    configurator.run_script(main, FileNotFoundError, ValueError, ConnectionError)

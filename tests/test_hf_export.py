@@ -193,3 +193,25 @@ def test_bad_output_directory_and_format(runs, tmp_path):
         export_checkpoint.main([f"--out_dir={runs['bias_tied']}", "--format=onnx"])
     with pytest.raises(FileNotFoundError, match="train first"):
         export(str(tmp_path / "empty"), tmp_path / "hf")
+
+
+def test_an_output_path_that_is_a_file_or_cannot_be_written_is_one_line(runs, tmp_path):
+    """--out=FILE was a NotADirectoryError traceback; a read-only filesystem an `OSError: [Errno 30]` one."""
+    (tmp_path / "a_file").write_text("keep me")
+    (tmp_path / "readonly").mkdir()
+    command = [sys.executable, "export_checkpoint.py", f"--out_dir={runs['bias_tied']}", "--format=hf"]
+    if os.geteuid() == 0:  # root writes through permissions: a read-only mount of its own, as an operator meets it
+        readonly = ["unshare", "-m", "bash", "-c", f'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"',
+                    str(tmp_path / "readonly")]
+        cause = "read-only file system"
+    else:
+        (tmp_path / "readonly").chmod(0o555)
+        readonly, cause = [], "permission denied"
+    for prefix, out, message in (
+            ([], tmp_path / "a_file", f"error: --out={tmp_path}/a_file is a file: give the directory to write (a new or "
+                                      f"empty one)"),
+            (readonly, tmp_path / "readonly" / "hf", f"error: {cause} while writing {tmp_path}/readonly/hf; the export "
+                                                     f"is incomplete: choose a --out where you can write")):
+        done = subprocess.run([*prefix, *command, f"--out={out}"], cwd=REPO, capture_output=True, text=True)
+        assert (done.returncode, done.stderr) == (1, message + "\n")
+    assert (tmp_path / "a_file").read_text() == "keep me"

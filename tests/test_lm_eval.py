@@ -274,3 +274,17 @@ def test_the_ablation_report_pools_each_variants_task_scores(tmp_path):
     assert wide["ci95"] == pytest.approx(lm_eval_results.pooled_task_scores(
         [runs[("wide", s)]["out_dir"] for s in (1, 2)])["arc_easy"]["acc"]["ci95"])
     assert "| wide | arc_easy | acc | 2 of 2 | 100 | 0.3800 |" in ablation.markdown(report, [])
+
+
+def test_a_task_whose_data_is_not_cached_offline_is_one_line(run, tmp_path):
+    """Without the Hugging Face hub, `--tasks hellaswag` was a 52-line ConnectionError traceback."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_HOME=str(tmp_path))
+    proc = subprocess.run([sys.executable, "lm_eval_run.py", "--model", "workbench", "--model_args",
+                           f"out_dir={run},device=cpu", "--tasks", "hellaswag"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    error = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert error == ["error: the data of --tasks hellaswag is not on this machine and the Hugging Face hub cannot be "
+                     "reached (Couldn't reach 'Rowan/hellaswag' on the Hub (OfflineModeIsEnabled)): run it once where "
+                     "the hub answers (HF_HOME keeps the data), or give a task of your own with --include_path"], \
+        proc.stderr[-3000:]
