@@ -366,3 +366,20 @@ def test_the_array_task_under_the_arrays_own_id_requeues_and_a_killed_attempt_th
     assert row(out, "learning_rate-0.001")[1] == "failed", out
     assert "failed: train.py exited with status 137 (killed by signal 9) without logging its end" in out
     wait_for(lambda: rundir.run_status(runrecord.read_events(other)) == "finished", "the other task to finish")
+
+
+def test_local_and_slurm_runs_of_one_grid_use_one_thread_count_and_agree_bitwise(cluster, jobs, data_dir, tmp_path,
+                                                                                 monkeypatch):
+    """By default the local launcher ran one run with every core and a Slurm job one thread per rank:
+    their losses differed in the last bits, and run_info.json did not say why."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # a user's shell, not the test runner's
+    args = ["--grid=learning_rate=[3e-3]", *toy_args(data_dir, "--max_iters=40", "--lr_decay_iters=40")]
+    local, on_slurm = str(tmp_path / "local"), str(tmp_path / "slurm")
+    sweep.main([*args, f"--sweep_dir={local}"])  # the real launcher: train.py in a subprocess
+    sweep.main([*args, f"--sweep_dir={on_slurm}", "--launcher=slurm"])
+    submitted(on_slurm, jobs)
+    ran = lambda sweep_dir: os.path.join(sweep_dir, RUN)
+    wait_for(lambda: rundir.run_status(runrecord.read_events(ran(on_slurm))) == "finished", "the Slurm run")
+    threads = [runrecord.read_run_info(ran(d))["facts"]["intra_op_threads"] for d in (local, on_slurm)]
+    assert threads == [1, 1]
+    assert losses(ran(local)) == losses(ran(on_slurm)) and len(losses(ran(local))) == 40
