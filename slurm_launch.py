@@ -29,7 +29,7 @@ RECORD = "slurm.json"  # in a run directory: its latest job id, log and script
 QUEUED = {"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
 RUNNING = {"CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESIZING"}
 DONE = ("finished", "diverged")  # a diverged run would only diverge again: it is reported, not rerun
-NO_SLURM = "start one (on a test machine: sudo slurm/start_test_cluster.sh; docs/slurm.md)"
+NO_SLURM = "start one (on a test machine: bash slurm/start_test_cluster.sh; docs/slurm.md)"
 
 
 def resources(options, declared, nproc, defaults):
