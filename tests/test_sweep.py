@@ -231,7 +231,7 @@ def test_a_report_whose_runs_are_gone_says_it_is_stale_until_rebuilt(data_dir, t
     shutil.rmtree(os.path.join(suite_dir, "low-seed1"))
     capsys.readouterr()
     for _ in range(2):  # marked once, however often it is asked
-        sweep.main([*suite_args(data_dir, path), "--status"])
+        sweep.main([*suite_args(data_dir, path), "--status=True"])
         assert f"{suite_dir}/report.md is stale: 1 of its runs have not finished" in capsys.readouterr().out
         assert open(os.path.join(suite_dir, "report.md")).read() == (
             "> **Stale**: built when every run had finished; low-seed1 no longer is. It is rebuilt when they "
