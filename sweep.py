@@ -13,7 +13,8 @@ Arguments: sweep files (Python, defining `grid` and optionally `base`, `override
 train config files, `--key=value` overrides for every run, and the sweep's own options:
 --grid (added to the file's grid), --sweep_dir, --gpus ('' = every visible GPU when there are
 several, else one run at a time; or '0,1,3'), --cpu_runs=N (on a CPU: N runs at once, each with
-its share of the cores; by default one run per nproc cores, one thread per rank, as a Slurm job gets), --allow_confounds=True (see below), --dry_run=True (print the runs only).
+its share of the cores; by default one run per nproc cores with one thread per rank, as a Slurm
+job's rank gets), --allow_confounds=True (see below), --dry_run=True (print the runs only).
 
 `grid` is a dict {key: [values]} (the product of all values), or a list of such dicts (their
 union, e.g. each optimizer with learning rates of its own regime). The grid key `config` takes
@@ -498,19 +499,23 @@ def check_data(runs, nproc):
 
 
 def mark_stale(runs, suite, sweep_dir):
-    """A report or table built when every run had finished, while some no longer are (a run
-    directory deleted, a run started again): its first line says so until it is rebuilt."""
+    """A report (or a grid's table) older than what it was built from (a run directory deleted, a
+    run started again since): its first line says so until it is rebuilt."""
     path = os.path.join(sweep_dir, "report.md" if suite else "summary.md")
-    unfinished = [name for name, _, _ in runs
-                  if rundir.run_status(runrecord.read_events(os.path.join(sweep_dir, name))) not in slurm_launch.DONE]
-    if not unfinished or not os.path.exists(path):
+    if not os.path.exists(path):
+        return
+    built = os.path.getmtime(path)
+    log = lambda name: os.path.join(sweep_dir, name, "log.jsonl")
+    changed = [name for name, _, _ in runs if not os.path.isdir(os.path.join(sweep_dir, name))
+               or os.path.exists(log(name)) and os.path.getmtime(log(name)) > built]
+    if not changed:
         return
     text = open(path).read()
-    notice = (f"> **Stale**: built when every run had finished; {', '.join(unfinished)} no longer "
-              f"{'is' if len(unfinished) == 1 else 'are'}. It is rebuilt when they finish.\n\n")
+    notice = (f"> **Stale**: {', '.join(changed)} changed or {'was' if len(changed) == 1 else 'were'} deleted since "
+              f"this was built; it is rebuilt when every run has finished.\n\n")
     with rundir.atomic_write(path, "w") as f:
-        f.write(notice + text.split("\n\n", 1)[1] if text.startswith("> **Stale**") else notice + text)
-    print(f"{path} is stale: {len(unfinished)} of its runs have not finished; it is rebuilt when they have")
+        f.write(notice + (text.split("\n\n", 1)[1] if text.startswith("> **Stale**") else text))
+    print(f"{path} is stale: {len(changed)} of its runs changed or were deleted since it was built")
 
 
 def show_status(runs, suite, sweep_dir):

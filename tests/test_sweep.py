@@ -232,9 +232,9 @@ def test_a_report_whose_runs_are_gone_says_it_is_stale_until_rebuilt(data_dir, t
     capsys.readouterr()
     for _ in range(2):  # marked once, however often it is asked
         sweep.main([*suite_args(data_dir, path), "--status=True"])
-        assert f"{suite_dir}/report.md is stale: 1 of its runs have not finished" in capsys.readouterr().out
+        assert f"{suite_dir}/report.md is stale: 1 of its runs changed or were deleted" in capsys.readouterr().out
         assert open(os.path.join(suite_dir, "report.md")).read() == (
-            "> **Stale**: built when every run had finished; low-seed1 no longer is. It is rebuilt when they "
-            "finish.\n\n" + report)
+            "> **Stale**: low-seed1 changed or was deleted since this was built; it is rebuilt when every run has "
+            "finished.\n\n" + report)
     sweep.main(suite_args(data_dir, path), launch=in_process([]))
     assert not open(os.path.join(suite_dir, "report.md")).read().startswith("> **Stale**")
