@@ -4,12 +4,21 @@
 #
 #   slurm/start_test_cluster.sh     # idempotent: installs what is missing, leaves a cluster that answers alone
 #
-# It needs root: run as another user, it runs itself again under sudo. On a machine without Slurm it
-# installs Debian's packages (slurm-wlm, munge; procps for pgrep) with apt-get.
+# A cluster that answers (this one, or a real one's login node) needs nothing more. Otherwise it needs
+# root: run as another user, it runs itself again under sudo; on a machine without Slurm it installs
+# Debian's packages (slurm-wlm, munge; procps for pgrep) with apt-get.
 # The node is this machine (`hostname`) with its CPUs, in one partition `debug`; no GPUs, no
 # accounting daemon (status comes from squeue and the run directories, never sacct).
 set -euo pipefail
 
+answers() {
+    command -v scontrol >/dev/null && scontrol ping 2>/dev/null | grep -q UP &&
+        sinfo -h -o %t 2>/dev/null | grep -qE '^(idle|mix|alloc)'
+}
+if answers; then
+    echo "a Slurm cluster already answers: $(sinfo -h -o '%P %D node(s) %c CPUs %t')"
+    exit 0
+fi
 if [ "$(id -u)" != 0 ]; then
     command -v sudo >/dev/null || { echo "error: $0 needs root (apt-get, the daemons): run it as root, or install sudo" >&2; exit 1; }
     exec sudo bash "$0" "$@"
@@ -24,7 +33,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge procps >/dev/null
 fi
-if scontrol ping 2>/dev/null | grep -q UP && sinfo -h -o %t 2>/dev/null | grep -qE '^(idle|mix|alloc)'; then
+if answers; then  # daemons the packages started
     echo "a Slurm cluster already answers: $(sinfo -h -o '%P %D node(s) %c CPUs %t')"
     exit 0
 fi
