@@ -57,10 +57,10 @@ def main(argv):
     import requests
     try:
         cli_evaluate()
-    except (ConnectionError, requests.ConnectionError) as e:  # datasets' "Couldn't reach ... on the Hub", or the hub's timeouts
+    except (ConnectionError, requests.RequestException) as e:  # "Couldn't reach ... on the Hub", timeouts
         raise ConnectionError(
             f"the data of --tasks {option(argv, '--tasks')} is not on this machine and the Hugging Face hub cannot be "
-            f"reached ({str(e).splitlines()[0]}): run it once where the hub answers (HF_HOME keeps the data), or give "
+            f"reached ({(str(e).splitlines() or [type(e).__name__])[0]}): run it once where the hub answers (HF_HOME keeps the data), or give "
             f"a task of your own with --include_path") from None
 
 
