@@ -13,7 +13,7 @@ set -euo pipefail
 
 answers() {
     command -v scontrol >/dev/null && scontrol ping 2>/dev/null | grep -q UP &&
-        sinfo -h -o %t 2>/dev/null | grep -qE '^(idle|mix|alloc)'
+        sinfo -h -o %t 2>/dev/null | grep -qE '^(idle|mix|alloc|comp)'
 }
 if answers; then
     echo "a Slurm cluster already answers: $(sinfo -h -o '%P %D node(s) %c CPUs %t')"
@@ -73,7 +73,7 @@ pgrep -x munged >/dev/null || runuser -u munge -- munged
 pgrep -x slurmctld >/dev/null || slurmctld
 pgrep -x slurmd >/dev/null || slurmd
 for _ in $(seq 30); do
-    if sinfo -h -o %t 2>/dev/null | grep -qE '^(idle|mix|alloc)'; then
+    if sinfo -h -o %t 2>/dev/null | grep -qE '^(idle|mix|alloc|comp)'; then
         echo "Slurm cluster up: $(sinfo -h -o '%P %D node(s) %c CPUs %t')"
         exit 0
     fi
