@@ -113,3 +113,14 @@ def test_eval_under_torchrun_equals_one_process(run_dir, tmp_path):
     assert result["windows"] == alone["windows"] == 9 and result["tokens"] == alone["tokens"]
     assert result["loss"] == pytest.approx(alone["loss"], rel=1e-6, abs=0)  # per-row rounding only
     assert proc.stdout.count("perplexity") == 1
+
+
+def test_config_error_under_torchrun_is_printed_once(tmp_path):
+    """Every rank checks the same config: the refusal is one line, not one per rank."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           os.path.join(REPO, "train.py"), os.path.join(REPO, "config", "train_shakespeare.py"),
+                           "--gradient_accumulation_steps=3", "--device=cpu"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert proc.stderr.count("error: gradient_accumulation_steps=3 is the total over all processes") == 1, proc.stderr
