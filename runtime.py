@@ -7,12 +7,14 @@ imports only the models, the optimizer's checks and the data helpers, never an e
 """
 import ctypes
 import os
+import resource
 import sys
 import time
 from contextlib import nullcontext
 
 import numpy as np
 import torch
+from torch.nn.attention import SDPBackend
 
 import configurator
 import optim
@@ -160,16 +162,67 @@ def check_dtype(dtype, device):
 
 def precision(dtype, device):
     """The autocast dtype to use ('' picks the best supported one; check_dtype checked it) and its
-    autocast context. Used by every script that runs a model, so training and evaluation compute alike."""
+    autocast context. Used by every script that runs a model, so training and evaluation compute alike.
+    On a GPU, float32 matmuls run as TF32 (NVIDIA's tensor cores, ~8x IEEE fp32; the start-up
+    checklist records it): torch's default would leave the tensor cores idle in a float32 run."""
     if not dtype and device.startswith("cuda"):
-        dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+        # emulated bf16 (V100, T4: no bf16 units) is slower than native fp16 with a GradScaler
+        dtype = "bfloat16" if torch.cuda.is_bf16_supported(including_emulation=False) else "float16"
     elif not dtype:
         # bf16 matmuls run ~2.8x faster than fp32 on CPUs with AVX512-BF16/AMX, and are emulated
         # (slowly) elsewhere.
         dtype = "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
     if dtype == "float32":
+        if device.startswith("cuda"):
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         return dtype, nullcontext()
     return dtype, torch.autocast(device_type=device.split(":")[0], dtype=getattr(torch, dtype))
+
+
+def sdpa_backend(device, dtype, n_head, head_dim, block_size, dropout=0.0):
+    """The kernel scaled_dot_product_attention's dispatcher picks for a training step of this shape:
+    FLASH_ATTENTION, EFFICIENT_ATTENTION, CUDNN_ATTENTION or MATH. ROCm builds gate the fused kernels
+    on some GPUs (RDNA3) and fall back to MATH without a word; MATH materializes the T x T scores,
+    which is slower and is not what the memory estimate assumes."""
+    q = torch.zeros(1, n_head, block_size, head_dim, device=device, dtype=getattr(torch, dtype), requires_grad=True)
+    return SDPBackend(torch._fused_sdp_choice(q, q, q, None, dropout, True)).name
+
+
+def synchronize(device):
+    """Wait for the work queued on the device (a no-op on CPUs, whose ops finish before they return)."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+class DeviceTimer:
+    """Seconds of device work: the device is synchronized before the clock is read, at the start and
+    at the end, so a step is timed to its last kernel rather than to the CPU's last launch (a GPU
+    runs behind the Python that queues its kernels; compiled graphs more so)."""
+
+    def __init__(self, device):
+        self.device = device
+        self.started = None
+
+    def start(self):
+        synchronize(self.device)
+        self.started = time.perf_counter()
+
+    def elapsed(self):
+        synchronize(self.device)
+        return time.perf_counter() - self.started
+
+
+def reset_peak_memory(device):
+    """Start a new peak (CUDA); a CPU's peak is the process's maximum resident size, which never resets."""
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_mib(device):
+    """The allocator's peak since reset_peak_memory on a GPU; a CPU's process maximum resident size."""
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10  # Linux reports KiB
 
 
 def matmul_peak_flops(device, dtype, repeats=5):
@@ -181,14 +234,11 @@ def matmul_peak_flops(device, dtype, repeats=5):
     n = 8192 if device.startswith("cuda") else 2048
     generator = torch.Generator(device).manual_seed(0)  # not the global stream: resume must replay it exactly
     a, b = (torch.randn(n, n, device=device, generator=generator).to(getattr(torch, dtype)) for _ in range(2))
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    best = float("inf")
+    timer, best = DeviceTimer(device), float("inf")
     for _ in range(repeats + 1):  # the first warms up the kernels and the caches
-        sync()
-        t0 = time.perf_counter()
+        timer.start()
         torch.mm(a, b)
-        sync()
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, timer.elapsed())
     return 2 * n**3 / best
 
 

@@ -83,6 +83,13 @@ def shard_size(cfg, world_size):
     return cfg["hsdp_shard_size"] or int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) // tp
 
 
+def local_weights_bytes(model):
+    """Memory of the parameters this rank holds: an FSDP parameter's local shard, a tensor-parallel
+    rank's own slices; shared (tied) tensors counted once."""
+    local = [p.to_local() if isinstance(p, DTensor) else p for p in model.parameters()]
+    return sum({t.data_ptr(): t.numel() * t.element_size() for t in local}.values())
+
+
 def shard_model(model, mesh, dtype, reduce_dtype, compile_blocks):
     """fully_shard each transformer block, then the root (embeddings, final norm, head); a model that
     reads its blocks' weights without calling them (reduced_sync) is one unit, gathered whole in
