@@ -21,7 +21,7 @@ import optim
 import parallel
 import rundir
 import tokendata
-from kernels.linear_cross_entropy import check_head_loss_runs_on
+from kernels.linear_cross_entropy import check_head_loss_trains
 from model import GPT, GPTConfig, model_config_fields, unwrap_state_dict
 from ra_model import RAConfig, RAGPT
 from reduced_sync_model import ReducedSyncConfig, ReducedSyncGPT
@@ -286,9 +286,9 @@ def validate(cfg, world_size):
     err = configurator.ConfigError
     if not cfg["out_dir"]:
         raise err("out_dir is empty: name the run directory (--out_dir=out-NAME)")
-    model_config(cfg)  # shape checks (n_embd divisible by n_head, ...), head_loss's name and package
+    model_config(cfg)  # shape checks (n_embd divisible by n_head, ...), head_loss's name
     device = parallel.pick_device(cfg["device"])
-    check_head_loss_runs_on(cfg["head_loss"], device.split(":")[0])
+    check_head_loss_trains(cfg["head_loss"], device.split(":")[0], cfg["dtype"])
     check_dtype(cfg["dtype"], device)
     layout = parallel.ParallelLayout.plan(cfg, world_size)  # every degree: tp, data-parallel, shard
     check_model_keys_apply(cfg)

@@ -124,3 +124,28 @@ def test_config_error_under_torchrun_is_printed_once(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     assert proc.stderr.count("error: gradient_accumulation_steps=3 is the total over all processes") == 1, proc.stderr
+
+
+@pytest.mark.parametrize("head_loss,package", [("liger", "liger_kernel"), ("cce", "cut_cross_entropy")])
+def test_checkpoint_of_a_package_head_is_evaluated_without_the_package(run_dir, tmp_path, monkeypatch, capsys,
+                                                                       head_loss, package):
+    """Evaluation, sampling, HellaSwag and export never call the training head: a run trained with
+    liger or cce is read where that package is missing."""
+    import export_checkpoint
+    import hellaswag
+    import sample
+    eval_script = importlib.import_module("eval")
+    ckpt = torch.load(os.path.join(run_dir, "ckpt.pt"), weights_only=True)
+    ckpt["config"]["head_loss"] = head_loss
+    run = tmp_path / "run"
+    run.mkdir()
+    torch.save(ckpt, run / "ckpt.pt")
+    monkeypatch.setitem(sys.modules, package, None)  # `import liger_kernel` raises ImportError
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else find_spec(name, *a))
+    common = [f"--out_dir={run}", "--device=cpu", "--dtype=float32"]
+    assert eval_script.main([*common, f"--data_dir={run_dir}", "--batch_size=2"])["windows"] == 9
+    sample.main([*common, "--num_samples=1", "--max_new_tokens=4", "--start=Hello"])
+    assert hellaswag.main([*common, f"--input={run_dir}/hellaswag_val.jsonl", "--batch_size=1"])["n"] == len(FIXTURE)
+    export_checkpoint.main([f"--out_dir={run}", "--format=hf", f"--out={tmp_path / 'hf'}"])
+    assert (tmp_path / "hf" / "config.json").exists()
