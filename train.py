@@ -421,8 +421,13 @@ def train(cfg, layout, signals, command):
               f"{train_time:.1f} s of training; best val loss {best_val:.4f}", stop_reason=stop_reason,
               signal=signals.received, iter=iter_num, tokens=tokens_seen, train_time=train_time, best_val_loss=best_val,
               load_average=runrecord.load_average())
-    if cfg["sample_tokens"] and layout.master:
-        log.say("sample:\n" + evaluation.generate_text(raw_model, SAMPLE_PROMPT, cfg["sample_tokens"], device, codec, autocast))
+    if cfg["sample_tokens"]:
+        # Every rank generates: a tensor-parallel forward all-reduces across its ranks and a sharded one
+        # all-gathers, so a master alone would wait for peers gone to the exit barrier. One seed on every
+        # rank draws the same tokens from the same (all-reduced) logits; the master prints them.
+        torch.manual_seed(cfg["seed"])
+        text = evaluation.generate_text(raw_model, SAMPLE_PROMPT, cfg["sample_tokens"], device, codec, autocast)
+        log.say("sample:\n" + text)
     log.close()
     return stop_reason
 

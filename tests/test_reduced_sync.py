@@ -452,3 +452,17 @@ def test_architecture_script_counts_syncs_on_two_real_ranks(capsys):
 def test_impossible_reduced_sync_configs_fail_at_startup(data_dir, tmp_path, extra, message):
     with pytest.raises(configurator.ConfigError, match=message):
         train.main(tp_args(data_dir, str(tmp_path / "run"), *extra))
+
+
+def test_tp2_samples_at_the_end_of_training(data_dir, tmp_path):
+    """sample_tokens with real tensor parallelism: the generation's all-reduces need both ranks, so
+    both generate (the master alone waited for a peer already in the exit barrier)."""
+    out = str(tmp_path / "tp2")
+    gpt2_ids = "--vocab_size=50304"  # the toy ids are read as GPT-2 tokens: the prompt "\\n" is 198
+    proc = torchrun(2, tp_args(data_dir, out, "--max_iters=1", "--lr_decay_iters=1", "--sample_tokens=6", gpt2_ids,
+                               "--dist_timeout=60"))
+    assert proc.stdout.count("sample:") == 1
+    simulated = str(tmp_path / "one")
+    train.main(tp_args(data_dir, simulated, "--max_iters=1", "--lr_decay_iters=1", "--sample_tokens=6", gpt2_ids))
+    sample = lambda path: open(os.path.join(path, "log.txt")).read().split("sample:\n")[1]
+    assert sample(out) == sample(simulated)  # the same seed draws the same tokens from the same logits
