@@ -164,6 +164,16 @@ class ParallelLayout:
             return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         return sharding.clip_grad_norm(model, max_norm, self.shard_mesh.get_group("shard") if self.sharded else None)
 
+    def agree_on_skipping(self, scaler, optimizer):
+        """float16: GradScaler skips a step whose gradients hold an inf or a NaN, each rank judging the
+        gradients it holds. Tensor-parallel and FSDP ranks hold different pieces, so one rank's overflow
+        must skip the step on every rank (and lower every rank's scale), or replicated weights drift apart.
+        Call after scaler.unscale_(optimizer). (torch's ShardedGradScaler reads the same private state.)"""
+        if not (self.distributed and scaler.is_enabled()):
+            return
+        for found_inf in scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"].values():
+            dist.all_reduce(found_inf, op=dist.ReduceOp.MAX)
+
     def all_reduce(self, tensor, mean=False):
         """Sum (or mean) over every rank in place; a no-op on one process."""
         if self.distributed:
@@ -238,7 +248,10 @@ class ParallelLayout:
         model_state, optimizer_state = model.state_dict(), optimizer.state_dict()
         if self.tp_group is not None:
             states = [None] * self.tp if self.tp_rank == 0 else None
-            dist.gather_object(optimizer_state, states, dst=dist.get_global_rank(self.tp_group, 0), group=self.tp_group)
+            # pickled tensors unpickle onto the device they left: CUDA state from rank 3 would land on
+            # cuda:3 in rank 0's process (or fail where each process sees one GPU), so it travels on the CPU
+            on_cpu = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.cpu(), optimizer_state)
+            dist.gather_object(on_cpu, states, dst=dist.get_global_rank(self.tp_group, 0), group=self.tp_group)
             model_state, optimizer_state = model.full_state_dict(), states
         if self.master:
             rundir.save_checkpoint(os.path.join(out_dir, CHECKPOINT_FILE), dict(model=model_state, optimizer=optimizer_state, **meta))

@@ -366,6 +366,7 @@ def train(cfg, layout, signals, command):
         if pruner is not None:
             pruner.mask_grads()  # before clipping: pruned weights add nothing to the norm
         scaler.unscale_(optimizer)
+        layout.agree_on_skipping(scaler, optimizer)
         grad_norm = layout.clip_grad_norm(raw_model, cfg["grad_clip"] or float("inf"))
         scaler.step(optimizer, **optim.step_kwargs(optimizer, grad_norm))
         scaler.update()

@@ -16,6 +16,7 @@ import runtime
 import sharding
 import train
 from model import GPT, GPTConfig
+from parallel import ParallelLayout
 from reduced_sync_model import (ReducedSyncConfig, ReducedSyncGPT, _SumBackward, _SumForward, expected_syncs,
                                 new_record, schedule, shard_tensor)
 
@@ -466,3 +467,25 @@ def test_tp2_samples_at_the_end_of_training(data_dir, tmp_path):
     train.main(tp_args(data_dir, simulated, "--max_iters=1", "--lr_decay_iters=1", "--sample_tokens=6", gpt2_ids))
     sample = lambda path: open(os.path.join(path, "log.txt")).read().split("sample:\n")[1]
     assert sample(out) == sample(simulated)  # the same seed draws the same tokens from the same logits
+
+
+def _overflow_on_one_rank(rank, world):
+    layout = ParallelLayout(world_size=world)
+    layout.distributed, layout.rank = True, rank
+    weight = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=16.0)
+    scaler.scale(weight.sum()).backward()
+    weight.grad[0] = float("inf") if rank == 1 else 1.0  # rank 1's shard overflowed
+    scaler.unscale_(optimizer)
+    layout.agree_on_skipping(scaler, optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    assert torch.equal(weight.detach(), torch.ones(3)), f"rank {rank} stepped"  # every rank skipped
+    assert scaler.get_scale() == 8.0  # and every rank lowered its scale
+
+
+def test_an_overflow_on_one_rank_skips_the_step_on_every_rank(tmp_path):
+    """fp16 with tensor-parallel (or FSDP) shards: GradScaler's found_inf is each rank's own; reduced
+    over the ranks, one overflow skips the step everywhere, so replicated weights cannot drift."""
+    run_ranks(_overflow_on_one_rank, 2, tmp_path)
