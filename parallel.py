@@ -46,6 +46,7 @@ class ParallelLayout:
         self.dp = world_size // tp
         self.replicate = self.dp // shard
         self.distributed, self.rank, self.local_rank, self.device = False, 0, 0, "cpu"
+        self.timeout = datetime.timedelta(minutes=10)
         self.mesh = self.shard_mesh = self.tp_group = self.dp_group = None
 
     @classmethod
@@ -84,26 +85,40 @@ class ParallelLayout:
         if self.device.startswith("cuda"):
             self.device = f"cuda:{self.local_rank}"
             torch.cuda.set_device(self.device)
-        dist.init_process_group(backend="nccl" if self.device.startswith("cuda") else "gloo",
-                                timeout=datetime.timedelta(seconds=timeout))
+        self.timeout = datetime.timedelta(seconds=timeout)
+        dist.init_process_group(backend=self.backend, timeout=self.timeout)
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         start_heartbeat(self.rank)
         return self.build_mesh()
 
+    @property
+    def backend(self):
+        return "nccl" if self.device.startswith("cuda") else "gloo"
+
+    def group_options(self):
+        """(backend, options) of a mesh's subgroup: the run's dist_timeout, which a subgroup would not
+        inherit (it gets the backend's default, 10 minutes for NCCL, 30 for gloo)."""
+        options = (dist.ProcessGroupNCCL.Options() if self.backend == "nccl" else dist.ProcessGroupGloo._Options())
+        options._timeout = self.timeout
+        return self.backend, options
+
     def build_mesh(self):
-        """The one device mesh of a started layout (none for plain DDP), and the groups cut from it."""
+        """The one device mesh of a started layout (none for plain DDP), and the groups cut from it,
+        each with the run's dist_timeout."""
         dims = self.mesh_dims()
         if dims:
             from torch.distributed.device_mesh import init_device_mesh
-            self.mesh = init_device_mesh(self.device.split(":")[0], tuple(dims.values()), mesh_dim_names=tuple(dims))
+            self.mesh = init_device_mesh(self.device.split(":")[0], tuple(dims.values()), mesh_dim_names=tuple(dims),
+                                         backend_override={name: self.group_options() for name in dims})
         if self.sharded:
             data_dims = tuple(d for d in dims if d != "tp")
             self.shard_mesh = self.mesh[data_dims] if self.tp > 1 else self.mesh
         if self.tp > 1:
             self.tp_group = self.mesh.get_group("tp")
             data_dims = tuple(d for d in dims if d != "tp")
-            self.dp_group = (self.mesh[data_dims]._flatten("dp") if len(data_dims) > 1 else self.mesh[data_dims[0]]).get_group()
+            self.dp_group = (self.mesh[data_dims]._flatten("dp", backend_override=self.group_options())
+                             if len(data_dims) > 1 else self.mesh[data_dims[0]]).get_group()
         return self
 
     def mesh_dims(self):

@@ -1,5 +1,6 @@
 """Reduced-synchronization tensor parallelism: real execution on gloo ranks equals the simulation,
 tp blocks equal GPT-2, f and g have the right backward rules, and every config counts its syncs."""
+import datetime
 import json
 import os
 import subprocess
@@ -489,3 +490,18 @@ def test_an_overflow_on_one_rank_skips_the_step_on_every_rank(tmp_path):
     """fp16 with tensor-parallel (or FSDP) shards: GradScaler's found_inf is each rank's own; reduced
     over the ranks, one overflow skips the step everywhere, so replicated weights cannot drift."""
     run_ranks(_overflow_on_one_rank, 2, tmp_path)
+
+
+def _mesh_groups_timeout(rank, world):
+    for layout in (ParallelLayout("ddp", world, tp=2), ParallelLayout("fsdp", world, tp=1, shard=world)):
+        layout.distributed, layout.rank = True, rank
+        layout.timeout = datetime.timedelta(seconds=7)
+        layout.build_mesh()
+        for name in layout.mesh_dims():
+            backend = layout.mesh.get_group(name)._get_backend(torch.device("cpu"))
+            assert backend.options._timeout == layout.timeout, (name, backend.options._timeout)
+
+
+def test_every_mesh_group_waits_dist_timeout(tmp_path):
+    """A mesh's subgroups got the backend's default timeout (NCCL 10 min, gloo 30), not dist_timeout."""
+    run_ranks(_mesh_groups_timeout, 2, tmp_path)
