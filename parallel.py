@@ -212,7 +212,8 @@ class ParallelLayout:
         """Refuse a run whose estimated peak (a training step's or an evaluation's) exceeds the device's
         memory (a CPU's RAM shared by its ranks), before anything is allocated."""
         if self.device.startswith("cuda"):
-            available, where = torch.cuda.get_device_properties(self.device).total_memory, self.device
+            # free, not total: the CUDA context (created here) and other processes' memory are not ours
+            available, where = torch.cuda.mem_get_info(self.device)[0], f"the free memory of {self.device}"
         else:
             ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
             available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // ranks_here
@@ -221,7 +222,7 @@ class ParallelLayout:
         if estimate["total"] > available:
             gib = lambda b: f"{b / 2**30:,.1f} GiB"
             evaluating = estimate["total"] > estimate["step"]
-            parts = ", ".join(f"{k} {gib(estimate[k])}" for k in ("params", "grads", "optimizer") + (
+            parts = ", ".join(f"{k} {gib(estimate[k])}" for k in ("params", "grads", "optimizer", "overhead") + (
                 ("evaluation",) if evaluating else ("activations", "head")))
             fix = ("lower batch_size or block_size (evaluation holds their vocab_size logits at once)" if evaluating else
                    "shrink the model, lower batch_size or block_size, or turn on activation_checkpointing")

@@ -522,6 +522,15 @@ def _check_args(q, k, v, mode, alpha, gate_logit, window):
         raise ValueError(f"window={window}: expected an integer >= 0 (0 means no band)")
 
 
+def alpha_per_head(alpha, H, device, dtype):
+    """alpha (a float, or a 0-dim / (H,) tensor on the device) as the kernels' (H,) buffer. A float is
+    filled on the device: torch.as_tensor(float, device=cuda) copies from host memory, which waits for
+    the queued work, a host sync in every layer's forward and recompute."""
+    if not isinstance(alpha, torch.Tensor):
+        return torch.full((H,), float(alpha), device=device, dtype=dtype)
+    return alpha.to(dtype).reshape(-1).expand(H).contiguous()
+
+
 @torch.compiler.disable  # a graph break: dynamo need not trace autotuned Triton launches
 def _fused(q, k, v, alpha, mode, window):
     return _RAFunction.apply(q, k, v, alpha, mode, window)
@@ -539,11 +548,7 @@ def reciprocal_attention(q, k, v, mode, alpha=None, gate_logit=None, window=0):
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     H = q.size(1)
     acc_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-    if mode == "mix":
-        alpha = torch.as_tensor(alpha, device=q.device).to(acc_dtype).reshape(-1).expand(H).contiguous()
-    else:
-        alpha = torch.zeros(H, device=q.device, dtype=acc_dtype)
-    outs = _fused(q, k, v, alpha, mode, int(window))
+    outs = _fused(q, k, v, alpha_per_head(alpha if mode == "mix" else 0.0, H, q.device, acc_dtype), mode, int(window))
     if mode == "gate":
         o1, o2 = outs
         p = torch.sigmoid(_per_head(gate_logit, q)).to(q.dtype)
