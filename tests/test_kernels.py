@@ -400,3 +400,26 @@ def test_triton_falls_back_to_sdpa_without_a_gpu_or_interpreter(monkeypatch):
     for block in model.transformer.h:
         block.attn.attn_impl = "sdpa"
     assert torch.equal(logits, model(idx)[0])
+
+
+def test_a_float_alpha_is_filled_on_the_device_without_a_host_copy():
+    """torch.as_tensor(float, device=cuda) copies from host memory and waits for the queued work: a
+    host sync per layer, forward and recompute. A float alpha is filled on the device instead."""
+    from torch.overrides import TorchFunctionMode
+
+    class HostData(TorchFunctionMode):  # tensors made on a device from Python numbers
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in (torch.as_tensor, torch.tensor) and str(kwargs.get("device", "cpu")) != "cpu":
+                self.calls.append(func.__name__)
+            return func(*args, **kwargs)
+
+    with HostData() as seen:
+        alpha = ra.alpha_per_head(0.5, 4, torch.device("meta"), torch.float32)
+        learned = ra.alpha_per_head(torch.full((1,), 0.25, device="meta"), 4, torch.device("meta"), torch.float32)
+    assert seen.calls == [] and alpha.shape == learned.shape == (4,) and alpha.device.type == "meta"
+    assert torch.equal(ra.alpha_per_head(0.5, 3, "cpu", torch.float64), torch.full((3,), 0.5, dtype=torch.float64))
