@@ -176,10 +176,17 @@ def test_a_head_split_into_column_chunks_matches_the_reference(D, monkeypatch):
 
 
 def test_only_rdna3_splits_the_head_and_only_above_64_columns():
-    """The split costs a second computation of the scores: NVIDIA (spill-free at 128 with whole
-    rows) and D <= 64 keep one program per block."""
-    assert [ra.head_chunk(d, hip=True) for d in (16, 64, 128)] == [16, 64, 64]
-    assert [ra.head_chunk(d, hip=False) for d in (16, 64, 128)] == [16, 64, 128]
+    """The split costs a second computation of the scores: NVIDIA and CDNA (MI300X; spill-free at 128
+    with whole rows) and D <= 64 keep one program per block."""
+    assert [ra.head_chunk(d, "gfx1100") for d in (16, 64, 128)] == [16, 64, 64]
+    for target in ("sm90", "gfx942", "gfx90a"):
+        assert [ra.head_chunk(d, target) for d in (16, 64, 128)] == [16, 64, 128]
+
+
+def test_mi300x_is_tuned_apart_from_rdna3():
+    """gfx942 (CDNA3, wave64) got the W7900's (gfx1100) one-stage 16-32 column tiles."""
+    assert ra.autotune_space("gfx942", 128) != ra.autotune_space("gfx1100", 128)
+    assert max(m * n for m, n, *_ in ra.autotune_space("gfx942", 128)[0]) == 128 * 64
 
 
 def test_autotuning_keys_on_the_power_of_two_bucket_of_T():
@@ -233,13 +240,13 @@ def test_float32_means_float32_unless_tf32_is_allowed(monkeypatch):
 def test_every_kernel_list_starts_with_a_conservative_config():
     """The first configuration of each list is the one compiled spill-free in test_compile_check,
     and the smallest: it fits where larger tiles do not."""
-    for target, block_d, mix in itertools.product(("gfx1100", "sm80", "sm90"), (64, 128), (False, True)):
+    for target, block_d, mix in itertools.product(("gfx1100", "gfx942", "sm80", "sm90"), (64, 128), (False, True)):
         for space in ra.autotune_space(target, block_d, mix):
             m, n, warps, stages = space[0]
             assert all(m * n <= cm * cn for cm, cn, *_ in space), space
 
 
-@pytest.mark.parametrize("target", ["sm90", "sm80", "gfx1100"])
+@pytest.mark.parametrize("target", ["sm90", "sm80", "gfx1100", "gfx942"])
 def test_the_autotuner_times_only_the_configurations_listed_for_the_gpu_head_size_and_mode(target, monkeypatch):
     """What spills somewhere (sm90's 64-row backward tiles at D = 128, sm80's 64 x 64 tiles, mix's
     wider column tiles on gfx1100 at 64) is never timed there."""

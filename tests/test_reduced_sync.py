@@ -505,3 +505,28 @@ def _mesh_groups_timeout(rank, world):
 def test_every_mesh_group_waits_dist_timeout(tmp_path):
     """A mesh's subgroups got the backend's default timeout (NCCL 10 min, gloo 30), not dist_timeout."""
     run_ranks(_mesh_groups_timeout, 2, tmp_path)
+
+
+def _compiled_steps_without_graph_breaks(rank, world, pattern):
+    import torch._dynamo
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    config = rs_config(world, block_pattern=pattern)
+    model = make(config, tp_group=dist.group.WORLD if world > 1 else None)
+    _, loss = model(batch(), batch())  # eager: the counts startup_report checks
+    loss.backward()
+    eager = model.metrics()
+    compiled = torch.compile(model, backend="eager")
+    for _ in range(2):
+        _, loss = compiled(batch(), batch())
+        loss.backward()
+    assert dict(torch._dynamo.utils.counters["graph_break"]) == {}, dict(torch._dynamo.utils.counters["graph_break"])
+    assert model.metrics() == eager and eager["syncs_forward"] == eager["syncs_backward"] == expected_syncs(config)
+
+
+@pytest.mark.parametrize("pattern", ["tp,spd,parallel"])
+def test_sync_points_compile_without_graph_breaks(tmp_path, pattern):
+    """The sync autograd Functions counted their all-reduces in a Python dict, inside forward and
+    backward: a graph break at every sync point (TORCH_LOGS=graph_breaks). Simulated and on 2 real ranks."""
+    _compiled_steps_without_graph_breaks(0, 1, pattern)
+    run_ranks(_compiled_steps_without_graph_breaks, 2, tmp_path, pattern)
