@@ -22,7 +22,7 @@ import parallel
 import rundir
 import tokendata
 from kernels.linear_cross_entropy import check_head_loss_trains
-from model import GPT, GPTConfig, model_config_fields, unwrap_state_dict
+from model import GPT, GPTConfig, model_config_fields, peak_flops as data_sheet_peak_flops, unwrap_state_dict
 from ra_model import RAConfig, RAGPT
 from reduced_sync_model import ReducedSyncConfig, ReducedSyncGPT
 
@@ -240,6 +240,38 @@ def matmul_peak_flops(device, dtype, repeats=5):
         torch.mm(a, b)
         best = min(best, timer.elapsed())
     return 2 * n**3 / best
+
+
+def model_flops_utilization(model, tokens_per_sec_per_device, device, dtype, peak):
+    """(MFU, the peak FLOP/s it is against). A measured peak (CPUs) that the model itself outran was
+    probed while other work had the cores: it is probed again and the higher one kept. An MFU still
+    above 1 is no utilization (the peak is wrong): None, logged as n/a rather than over 100%."""
+    mfu = model.estimate_mfu(tokens_per_sec_per_device, device, peak=peak)
+    if mfu is not None and mfu > 1 and device == "cpu":
+        peak = max(peak, matmul_peak_flops(device, dtype))
+        mfu = model.estimate_mfu(tokens_per_sec_per_device, device, peak=peak)
+    return (None if mfu is None or mfu > 1 else mfu), peak
+
+
+def device_facts(cfg, device, dtype, peak):
+    """The start-up checklist's lines on how the device computes: MFU's peak, the SDPA kernel, TF32."""
+    return dict(mfu_against=mfu_against(device, dtype, peak),
+                sdpa_backend=sdpa_backend(device, dtype, cfg["n_head"], cfg["n_embd"] // cfg["n_head"],
+                                          cfg["block_size"], cfg["dropout"])
+                if cfg["attn_impl"] == "sdpa" else f"not used (attn_impl={cfg['attn_impl']!r})",
+                float32_matmuls="TF32" if device.startswith("cuda") and torch.backends.cuda.matmul.allow_tf32
+                else "IEEE float32")
+
+
+def mfu_against(device, dtype, peak):
+    """Which peak MFU is against, for the start-up checklist."""
+    if device == "cpu":
+        return f"measured {dtype} matmul peak {peak / 1e9:.0f} GFLOP/s (probed again if the model outruns it)"
+    name = torch.cuda.get_device_name(device)
+    if peak is None:
+        return f"no data-sheet peak listed for {name!r} (model.PEAK_BF16_FLOPS): MFU not reported"
+    tf32 = " (float32 matmuls run as TF32, at half that on most cards)" if dtype == "float32" else ""
+    return f"data-sheet dense bf16 peak of {name}: {peak / 1e12:.0f} TFLOP/s{tf32}"
 
 
 def keep_freed_memory():

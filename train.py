@@ -28,7 +28,7 @@ import runrecord
 import runtime
 import sharding
 import tokendata
-from model import GPTConfig, model_config_fields, peak_flops as data_sheet_peak_flops
+from model import GPTConfig, model_config_fields
 from parallel import (ParallelLayout, RankStalled, checkpoint_path, exit_distributed, launched_world_size,
                       name_stalled_ranks)
 from runtime import get_batch, train_offsets
@@ -114,42 +114,6 @@ def evaluate(model, cfg, layout, data_dir, counts, autocast):
         losses[split] = (layout.all_reduce(total)[0] / total[1]).item()
     model.train()
     return losses
-
-
-def load_hellaswag(cfg, layout):
-    """The examples, loaded at start-up so a missing file fails before training; the master
-    downloads first so ranks do not all fetch the file at once."""
-    if not cfg["hellaswag_interval"]:
-        return None
-    source = cfg["hellaswag_input"] or "val"
-    if layout.master:
-        examples = evaluation.load_examples(source, limit=cfg["hellaswag_limit"] or None)
-    layout.barrier()
-    if not layout.master:
-        examples = evaluation.load_examples(source, limit=cfg["hellaswag_limit"] or None)
-    return examples
-
-
-def model_flops_utilization(model, tokens_per_sec_per_device, device, dtype, peak):
-    """(MFU, the peak FLOP/s it is against). A measured peak (CPUs) that the model itself outran was
-    probed while other work had the cores: it is probed again and the higher one kept. An MFU still
-    above 1 is no utilization (the peak is wrong): None, logged as n/a rather than over 100%."""
-    mfu = model.estimate_mfu(tokens_per_sec_per_device, device, peak=peak)
-    if mfu is not None and mfu > 1 and device == "cpu":
-        peak = max(peak, runtime.matmul_peak_flops(device, dtype))
-        mfu = model.estimate_mfu(tokens_per_sec_per_device, device, peak=peak)
-    return (None if mfu is None or mfu > 1 else mfu), peak
-
-
-def mfu_against(device, dtype, peak):
-    """Which peak MFU is against, for the start-up checklist."""
-    if device == "cpu":
-        return f"measured {dtype} matmul peak {peak / 1e9:.0f} GFLOP/s (probed again if the model outruns it)"
-    name = torch.cuda.get_device_name(device)
-    if peak is None:
-        return f"no data-sheet peak listed for {name!r} (model.PEAK_BF16_FLOPS): MFU not reported"
-    tf32 = " (float32 matmuls run as TF32, at half that on most cards)" if dtype == "float32" else ""
-    return f"data-sheet dense bf16 peak of {name}: {peak / 1e12:.0f} TFLOP/s{tf32}"
 
 
 def budget_reached(cfg, iter_num, tokens_seen, train_time):
@@ -242,7 +206,8 @@ def train(cfg, layout, signals, command):
     checkpoint = runtime.load_checkpoint(cfg, layout) if cfg["init_from"] == "resume" else None
     resumed = checkpoint is not None
     data_changes = runrecord.data_changes_since_start(cfg, data_dir, counts) if resumed else None
-    hellaswag_examples = load_hellaswag(cfg, layout)
+    hellaswag_examples = (evaluation.load_examples_on_ranks(cfg["hellaswag_input"] or "val", cfg["hellaswag_limit"],
+                                                            layout) if cfg["hellaswag_interval"] else None)
 
     torch.manual_seed(cfg["seed"])  # identical initial weights on every rank
     raw_model = runtime.build_model(cfg, checkpoint, layout.tp_group).to(device)
@@ -283,18 +248,13 @@ def train(cfg, layout, signals, command):
             runrecord.write_run_info(cfg["out_dir"], runtime.REPO_DIR, start, facts, resumed)
     memory = layout.memory_estimate(cfg, runtime.count_params(cfg), dtype)
     # MFU on a CPU is against the matmul peak measured here, for this dtype (a GPU's: its data sheet)
-    peak_flops = runtime.matmul_peak_flops(device, dtype) if device == "cpu" else data_sheet_peak_flops(device)
+    peak_flops = runtime.matmul_peak_flops(device, dtype) if device == "cpu" else runtime.data_sheet_peak_flops(device)
     checklist = runrecord.startup_checklist(cfg, layout, raw_model, counts, data_dir, dtype)
     checklist.update(data_parallel_replicas=layout.dp, data_parallel=layout.describe(),
                      memory_per_gpu_estimate=sharding.describe_memory(memory),
                      **{f"memory_estimate_{k}": v for k, v in memory.items()}, **model_report,
                      act_rms_after_layers=", ".join(map(str, act_norms.layers)),
-                     mfu_against=mfu_against(device, dtype, peak_flops),
-                     sdpa_backend=runtime.sdpa_backend(device, dtype, cfg["n_head"], cfg["n_embd"] // cfg["n_head"],
-                                                       cfg["block_size"], cfg["dropout"])
-                     if cfg["attn_impl"] == "sdpa" else f"not used (attn_impl={cfg['attn_impl']!r})",
-                     float32_matmuls="TF32" if device.startswith("cuda") and torch.backends.cuda.matmul.allow_tf32
-                     else "IEEE float32")
+                     **runtime.device_facts(cfg, device, dtype, peak_flops))
     log.event("checklist", "\n".join(f"{k:>26}: {v}" for k, v in checklist.items()), **checklist)
     log.say(f"tokens per iteration = batch_size {cfg['batch_size']} x block_size {cfg['block_size']} x "
             f"gradient_accumulation_steps {cfg['gradient_accumulation_steps']} "
@@ -322,8 +282,7 @@ def train(cfg, layout, signals, command):
                            **raw_model.metrics(), **optim.optimizer_metrics(optimizer),
                            **(pruner.metrics() if pruner is not None else {}),
                            peak_memory_mib=runtime.peak_memory_mib(device),
-                           # the notes' "training memory / model weights": this rank's training-step peak
-                           # over its own weights; None before a step and on CPUs (no resettable peak)
+                           # the notes' "training memory / model weights", per rank; None on CPUs (no reset)
                            memory_ratio=step_peak_since_eval * 2**20 / weights_bytes
                            if device.startswith("cuda") and step_peak_since_eval is not None else None)
             log.event("eval", f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
@@ -399,7 +358,7 @@ def train(cfg, layout, signals, command):
         if iter_num % cfg["log_interval"] == 0:
             step_time = window["time"] / window["iters"]
             tokens_per_sec = tokens_per_iter / step_time
-            mfu, peak_flops = model_flops_utilization(raw_model, tokens_per_sec / layout.world_size, device, dtype,
+            mfu, peak_flops = runtime.model_flops_utilization(raw_model, tokens_per_sec / layout.world_size, device, dtype,
                                                       peak_flops)
             record = dict(iter=iter_num, tokens=tokens_seen, loss=train_loss, lr=lr, grad_norm=grad_norm,
                           **act_norms.read(), step_time_ms=1000 * step_time, tokens_per_sec=tokens_per_sec,
@@ -423,9 +382,8 @@ def train(cfg, layout, signals, command):
               signal=signals.received, iter=iter_num, tokens=tokens_seen, train_time=train_time, best_val_loss=best_val,
               load_average=runrecord.load_average())
     if cfg["sample_tokens"]:
-        # Every rank generates: a tensor-parallel forward all-reduces across its ranks and a sharded one
-        # all-gathers, so a master alone would wait for peers gone to the exit barrier. One seed on every
-        # rank draws the same tokens from the same (all-reduced) logits; the master prints them.
+        # Every rank generates (a TP forward all-reduces, a sharded one all-gathers: a master alone would
+        # wait for peers gone to the exit barrier), from one seed: the same tokens; the master prints them.
         torch.manual_seed(cfg["seed"])
         text = evaluation.generate_text(raw_model, SAMPLE_PROMPT, cfg["sample_tokens"], device, codec, autocast)
         log.say("sample:\n" + text)

@@ -19,7 +19,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Scripts whose keys are a DEFAULTS dict read by configurator.py, and scripts that use argparse.
 CONFIG_SCRIPTS = ("train", "sample", "eval", "hellaswag", "sweep", "report", "export_checkpoint")
-ARGPARSE_SCRIPTS = ("bench", "bench_comm", "test_all_architectures", "bench_ra",
+ARGPARSE_SCRIPTS = ("bench", "bench_comm", "test_all_architectures", "bench_ra", "gpu_check",
                     "data.shakespeare.prepare", "data.openwebtext.prepare", "data.finewebedu.prepare",
                     "data.wikitext2.prepare")
 
@@ -149,3 +149,12 @@ def test_checkpoint_of_a_package_head_is_evaluated_without_the_package(run_dir, 
     assert hellaswag.main([*common, f"--input={run_dir}/hellaswag_val.jsonl", "--batch_size=1"])["n"] == len(FIXTURE)
     export_checkpoint.main([f"--out_dir={run}", "--format=hf", f"--out={tmp_path / 'hf'}"])
     assert (tmp_path / "hf" / "config.json").exists()
+
+
+def test_gpu_check_without_a_gpu_says_so_in_one_line(tmp_path):
+    """The self-check needs a GPU (it is no part of this suite); here it answers in one line."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "gpu_check.py"), f"--json={tmp_path}/g.json"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stdout == "" and not (tmp_path / "g.json").exists()
+    assert proc.stderr.count("\n") == 1 and "no GPU is visible" in proc.stderr, proc.stderr
