@@ -395,3 +395,21 @@ def test_precision_uses_native_bf16_only_and_tf32_for_float32_on_gpus(monkeypatc
     assert not torch.backends.cuda.matmul.allow_tf32
     runtime.precision("float32", "cuda:0")
     assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+
+
+def test_only_the_master_hashes_the_run_facts(data_dir, monkeypatch):
+    """Every rank takes part in gathering a sharded model's weights; only the master, which writes
+    run_info.json, hashes them and the dataset (each rank hashed all of it)."""
+    from parallel import ParallelLayout
+    cfg = runtime.resolve(configurator.apply_config(runtime.DEFAULTS, tiny_args(data_dir, "unused")), 1)
+    model = GPT(runtime.model_config(cfg))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    counts = {"train": 20000, "val": 4000}
+    follower = ParallelLayout(world_size=2)
+    follower.rank = 1
+    hashed = []
+    fingerprint = runrecord.dataset_fingerprint
+    monkeypatch.setattr(runrecord, "dataset_fingerprint", lambda d: hashed.append(d) or fingerprint(d))
+    assert runrecord.run_facts(cfg, follower, model, optimizer, data_dir, counts, "float32") is None and hashed == []
+    facts = runrecord.run_facts(cfg, ParallelLayout(), model, optimizer, data_dir, counts, "float32")
+    assert hashed == [data_dir] and len(facts["init_weights"]) > 0
