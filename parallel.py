@@ -90,6 +90,8 @@ class ParallelLayout:
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         start_heartbeat(self.rank)
+        if self.backend == "nccl":
+            watch_for_stalled_ranks(self.rank, self.world_size, timeout)
         return self.build_mesh()
 
     @property
@@ -369,16 +371,50 @@ def start_heartbeat(rank):
     threading.Thread(target=beat, name="heartbeat", daemon=True).start()
 
 
+def stalled_ranks(world_size, timeout):
+    """{rank: seconds silent} of the ranks whose heartbeat stopped: a frozen rank has been silent about
+    as long as a collective waits for it, a live one a beat or two. Raises when the store is gone."""
+    store, now = job_store(), time.time()
+    silent = {r: now - float(store.get(f"heartbeat/{r}")) for r in range(world_size)}
+    return {r: age for r, age in silent.items() if age > max(3 * HEARTBEAT_SECONDS, timeout / 2)}
+
+
+def stall_message(rank, world_size, timeout):
+    """For watch_for_stalled_ranks: (the stalled ranks, a line naming them) where this is the lowest
+    live rank (one rank says it), else (the stalled ranks, None)."""
+    stalled = stalled_ranks(world_size, timeout)
+    if not stalled or rank != min(set(range(world_size)) - set(stalled), default=None):
+        return frozenset(stalled), None
+    names = ", ".join(f"rank {r} (silent for {age:.0f} s)" for r, age in sorted(stalled.items()))
+    return frozenset(stalled), (f"{names} stopped responding, frozen or stuck outside Python; NCCL's watchdog "
+                                f"ends the job once a collective has waited dist_timeout={timeout:g} s for them")
+
+
+def watch_for_stalled_ranks(rank, world_size, timeout):
+    """NCCL's watchdog aborts the process when a collective outlasts dist_timeout, before Python sees an
+    error, so name_stalled_ranks never runs there. This thread reads the heartbeats itself and says once
+    per stall which ranks went silent (the abort still ends the job)."""
+    def watch():
+        said = frozenset()
+        while True:
+            time.sleep(5 * HEARTBEAT_SECONDS)
+            try:
+                stalled, message = stall_message(rank, world_size, timeout)
+            except Exception:  # the store went away: the job is ending
+                return
+            if message and stalled != said:
+                os.write(2, (message + "\n").encode())
+            said = stalled
+    threading.Thread(target=watch, name="stall-watch", daemon=True).start()
+
+
 def name_stalled_ranks(error, rank, world_size, timeout):
     """Raise RankStalled naming the ranks whose heartbeat stopped, when `error` (a failed or timed
     out collective) is explained by them; return quietly otherwise, for the caller to re-raise."""
     try:
-        store, now = job_store(), time.time()
-        silent = {r: now - float(store.get(f"heartbeat/{r}")) for r in range(world_size)}
+        stalled = stalled_ranks(world_size, timeout)
     except Exception:
         return
-    # A frozen rank has been silent about as long as the collective waited; a live one, a beat or two.
-    stalled = {r: age for r, age in silent.items() if age > max(3 * HEARTBEAT_SECONDS, timeout / 2)}
     if not stalled and "timed out" in str(error).lower():
         raise RankStalled(f"rank {rank} waited dist_timeout={timeout:g} s in a collective that the other ranks, "
                           f"all alive, never joined: they disagree on which collective comes next (a bug), or one "

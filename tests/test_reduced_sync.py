@@ -530,3 +530,23 @@ def test_sync_points_compile_without_graph_breaks(tmp_path, pattern):
     backward: a graph break at every sync point (TORCH_LOGS=graph_breaks). Simulated and on 2 real ranks."""
     _compiled_steps_without_graph_breaks(0, 1, pattern)
     run_ranks(_compiled_steps_without_graph_breaks, 2, tmp_path, pattern)
+
+
+def test_a_stalled_rank_is_named_where_nccl_would_abort_first(monkeypatch):
+    """NCCL's watchdog ends the job before Python sees a timeout: the stall watch names the silent rank
+    from the heartbeats itself, said once, by the lowest live rank."""
+    import time
+
+    import parallel
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=5))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(store.port))
+    now = time.time()
+    for rank, age in ((0, 0.5), (1, 40.0), (2, 1.0)):
+        store.set(f"heartbeat/{rank}", repr(now - age))
+    stalled, message = parallel.stall_message(0, 3, timeout=60.0)
+    assert stalled == {1} and message.startswith("rank 1 (silent for 40 s) stopped responding")
+    assert "dist_timeout=60 s" in message
+    assert parallel.stall_message(2, 3, timeout=60.0) == ({1}, None)  # rank 0 says it
+    store.set("heartbeat/1", repr(time.time()))
+    assert parallel.stall_message(0, 3, timeout=60.0) == (frozenset(), None)
