@@ -365,3 +365,20 @@ def test_memory_check_compares_against_the_free_gpu_memory(monkeypatch):
         layout.check_memory(cfg, runtime.count_params(cfg), "bfloat16")
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (need, 80 * 2**30))
     layout.check_memory(cfg, runtime.count_params(cfg), "bfloat16")
+
+
+def _local_weights(rank, world):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from model import GPT, GPTConfig
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64))
+    full = sharding.local_weights_bytes(model)
+    sharding.shard_model(model, init_device_mesh("cpu", (world,)), "float32", "float32", False)
+    local = sharding.local_weights_bytes(model)
+    assert full / world <= local < full / world + 4 * 64, (local, full)  # its shard (rows padded to divide)
+
+
+def test_memory_ratio_divides_by_the_weights_this_rank_holds(tmp_path):
+    """memory_ratio is a rank's peak over its weights: under FSDP its shard, not the full model."""
+    from test_reduced_sync import run_ranks
+    run_ranks(_local_weights, 2, tmp_path)
