@@ -526,6 +526,16 @@ def check_token_file(path, dataset):
         raise configurator.ConfigError(f"{path} is empty: {prepare}")
 
 
+def scan_data(cfg):
+    """The splits' largest token ids, scanned once and kept in meta.json (tokendata.max_token_id), so
+    that the other ranks of a node read the scan instead of each reading the whole dataset. A missing
+    or unreadable dataset is left for check_data, which every rank then runs, to name."""
+    try:
+        tokendata.max_token_id(data_dir_of(cfg))
+    except (OSError, ValueError):
+        pass
+
+
 def check_data(cfg):
     """Token counts of both splits; a missing, damaged or too small dataset, or one with ids
     beyond vocab_size, fails here with the fix."""

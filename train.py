@@ -199,10 +199,10 @@ def train(cfg, layout, signals, command):
         layout.check_memory(cfg, runtime.count_params(cfg), dtype)
     if device == "cpu":
         runtime.keep_freed_memory()  # no mmap/page-fault/munmap of every activation in every step
-    # each node's first rank scans a fresh dataset (the largest token id, kept in meta.json) alone
-    data_dir, counts = runtime.check_data(cfg) if layout.local_rank == 0 else (None, None)
+    if layout.local_rank == 0:  # each node's first rank scans a fresh dataset alone; the others read its scan
+        runtime.scan_data(cfg)
     layout.barrier()
-    data_dir, counts = (data_dir, counts) if layout.local_rank == 0 else runtime.check_data(cfg)
+    data_dir, counts = runtime.check_data(cfg)
     codec = tokendata.text_codec(data_dir, cfg["vocab_size"]) if cfg["sample_tokens"] else None
     if codec:
         codec[0](SAMPLE_PROMPT)  # a prompt the model cannot read is refused now, not after training
