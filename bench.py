@@ -22,7 +22,6 @@ import os
 import resource
 import statistics
 import sys
-import time
 
 import benchrows
 
@@ -77,25 +76,24 @@ def measure(args):
     idx = torch.randint(0, args.vocab_size, (args.batch_size, args.block_size), device=device)
     dtype = getattr(torch, args.dtype)
     autocast = torch.autocast(device.split(":")[0], dtype=dtype, enabled=dtype != torch.float32)
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
 
     def step():
         with autocast:
             _, loss = fwd_bwd(idx, idx)
         loss.backward()
         model.zero_grad(set_to_none=True)
-        sync()
+        runtime.synchronize(device)
 
     rss_model = current_rss_mib()  # after the weights were allocated, before any step
     for _ in range(args.warmup):
         step()
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats(device)
-    times = []
+    times, timer = [], runtime.DeviceTimer(device)
     for _ in range(args.steps):
-        t0 = time.perf_counter()
+        timer.start()
         step()
-        times.append(time.perf_counter() - t0)
+        times.append(timer.elapsed())
     if device.startswith("cuda"):
         peak, how = torch.cuda.max_memory_allocated(device) / 2**20, "CUDA max_memory_allocated"
     else:

@@ -91,10 +91,12 @@ def timed_step(run, idx, meter):
     run["bytes"], run["sizes"] = meter.bytes, list(meter.sizes)
 
 
-def summarize(run):
-    # Every rank agrees on one number per quantity: the slowest rank's median sets the pace.
+def summarize(run, device):
+    # Every rank agrees on one number per quantity: the slowest rank's median sets the pace. The tensor
+    # lives on the process group's device: NCCL reduces no CPU tensors.
     compute = [t - c for t, c in zip(run["steps"], run["comm"])]  # this rank's time outside all-reduce
-    med = torch.tensor([statistics.median(x) for x in (run["steps"], run["comm"], compute)], dtype=torch.float64)
+    med = torch.tensor([statistics.median(x) for x in (run["steps"], run["comm"], compute)], dtype=torch.float64,
+                       device=device)
     dist.all_reduce(med, op=dist.ReduceOp.MAX)
     counts = run["model"].metrics()
     return dict(config=run["name"], syncs_expected=expected_syncs(run["config"]), syncs_forward=counts["syncs_forward"],
@@ -152,7 +154,7 @@ def main():
                 if step < args.warmup:
                     run["steps"].clear()
                     run["comm"].clear()
-        results = [summarize(run) for run in runs]
+        results = [summarize(run, device) for run in runs]
     finally:
         dist.all_reduce = meter.original
     if master:

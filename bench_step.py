@@ -22,7 +22,6 @@ import json
 import os
 import statistics
 import sys
-import time
 
 import benchrows
 
@@ -106,7 +105,6 @@ def measure(args):
         optimizer = model.configure_optimizers("adamw", 6e-4, 0.1, impl=option["optimizer_impl"])
         idx = torch.randint(0, args.vocab_size, (args.batch_size, args.block_size))
     fwd_bwd = torch.compile(model) if option["compile"] else model
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
 
     def step():  # train.py's step with one micro-batch
         with autocast:
@@ -116,7 +114,7 @@ def measure(args):
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        sync()
+        runtime.synchronize(device)
 
     result = dict(option=args.child, dtype=dtype, device=device, params=model.get_num_params())
     if args.memory_only:
@@ -130,14 +128,14 @@ def measure(args):
     peak_flops = runtime.matmul_peak_flops(device, dtype)
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats(device)
-    times = []
+    times, timer = [], runtime.DeviceTimer(device)
     for _ in range(args.steps):
-        t0 = time.perf_counter()
+        timer.start()
         step()
-        times.append(time.perf_counter() - t0)
+        times.append(timer.elapsed())
     peak_flops = max(peak_flops, runtime.matmul_peak_flops(device, dtype))
     if args.profile:  # before MemTracker: its global module hooks send a compiled model back to eager
-        result["profile_ms"] = profile_by_category(step)
+        result["profile_ms"] = profile_by_category(step, device)
     if device.startswith("cuda"):
         peak, how = torch.cuda.max_memory_allocated(device) / 2**20, "CUDA max_memory_allocated"
     else:
@@ -148,24 +146,33 @@ def measure(args):
                 matmul_peak_gflops=peak_flops / 1e9, mfu=model.estimate_mfu(tokens_per_s, device, peak=peak_flops))
 
 
-def profile_by_category(step):
-    """{category: milliseconds} of one step(), in PROFILE_CATEGORIES' order, then the time outside ops."""
+def profile_by_category(step, device):
+    """{category: milliseconds} of one step(), in PROFILE_CATEGORIES' order, then the time outside ops.
+    On a GPU each op's time is its kernels' device time (CPU time there is only the launches)."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        t0 = time.perf_counter()
+    import runtime
+
+    on_gpu = device.startswith("cuda")
+    timer = runtime.DeviceTimer(device)
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])) as prof:
+        timer.start()
         step()
-        wall = time.perf_counter() - t0
+        wall = timer.elapsed()
     totals = dict.fromkeys([name for name, _ in PROFILE_CATEGORIES], 0.0)
     for event in prof.events():
+        if event.device_type != DeviceType.CPU:  # a kernel: counted in the op that launched it
+            continue
         regions, parent = [], event.cpu_parent
         while parent is not None:
             regions.append(parent.name)
             parent = parent.cpu_parent
         name = next((name for name, rule in PROFILE_CATEGORIES if rule(event.name, regions)), None)
         if name is not None:
-            totals[name] += event.self_cpu_time_total / 1000
-    totals["outside ops (Python, autograd)"] = max(0.0, 1000 * wall - sum(totals.values()))
+            totals[name] += (event.self_device_time_total if on_gpu else event.self_cpu_time_total) / 1000
+    totals["outside ops (Python, autograd)" if not on_gpu else "device idle (launch gaps, host syncs)"] = \
+        max(0.0, 1000 * wall - sum(totals.values()))
     return totals
 
 

@@ -37,14 +37,16 @@ def run_script(main, *user_errors):
     """main(sys.argv[1:]) for a script's __main__: a ConfigError or one of `user_errors` (a mistake
     in the input or a fault outside the program, not a bug) ends the process with its one-line
     message instead of a traceback, and with the error's exit_code where it has one (else 1);
-    --help prints the script's docstring and keys and exits 0."""
+    --help prints the script's docstring and keys and exits 0. Under torchrun every rank checks the
+    same config, so a ConfigError is printed by each node's first rank only (once per node)."""
     try:
         main(sys.argv[1:])
     except HelpRequested as request:
         print(help_text(sys.modules[main.__module__].__doc__, request.defaults))
         sys.exit(0)
     except (ConfigError, *user_errors) as e:
-        print(f"error: {e}", file=sys.stderr)
+        if not isinstance(e, ConfigError) or int(os.environ.get("LOCAL_RANK", 0)) == 0:
+            print(f"error: {e}", file=sys.stderr)
         sys.exit(getattr(e, "exit_code", 1))
 
 

@@ -91,6 +91,16 @@ def load_examples(path_or_split, limit=None, data_dir=HELLASWAG_DIR):
 ENDINGS = 4
 
 
+def load_examples_on_ranks(path_or_split, limit, layout):
+    """load_examples on every rank of a ParallelLayout, the master first, so a split is downloaded
+    once rather than by every rank at once (train.py loads them at start-up: a missing file fails
+    before training)."""
+    if layout.master:
+        examples = load_examples(path_or_split, limit=limit or None)
+    layout.barrier()
+    return examples if layout.master else load_examples(path_or_split, limit=limit or None)
+
+
 def parse_row(line, where):
     """One example's dict from a line of the jsonl, refused with its file:line when malformed."""
     try:

@@ -392,29 +392,37 @@ def load_hf_state_dict(path):
             if not k.endswith((".attn.bias", ".attn.masked_bias"))}  # causal-mask buffers, not weights
 
 
-# Dense bf16 tensor-core peaks (FLOP/s) from the vendors' data sheets; matched against the device
-# name. Anything unlisted, CPUs included, gets no MFU rather than a guess.
+# Dense (not 2:4 sparse) bf16 tensor-core peaks in FLOP/s from the vendors' data sheets, by the exact
+# name torch.cuda.get_device_name reports: "L4" is not an L40S, an H100 PCIe (756) or NVL (835) is not
+# an SXM (989), and an MI250X shows as two devices, one die each (half the card's 383). Anything
+# unlisted, CPUs included, gets no MFU rather than a guess.
 PEAK_BF16_FLOPS = {
-    "H200": 989e12,
-    "H100": 989e12,
-    "A100": 312e12,
-    "A10G": 70e12,
-    "L4": 121e12,
-    "MI300X": 1307e12,
-    "MI250X": 383e12,
-    "W7900": 122.6e12,
+    "NVIDIA H100 80GB HBM3": 989.4e12,  # SXM5
+    "NVIDIA H100 PCIe": 756.5e12,
+    "NVIDIA H100 NVL": 835.5e12,
+    "NVIDIA H200": 989.4e12,  # SXM
+    "NVIDIA H200 NVL": 835.5e12,
+    "NVIDIA GH200 480GB": 989.4e12,
+    "NVIDIA A100-SXM4-40GB": 312e12,
+    "NVIDIA A100-SXM4-80GB": 312e12,
+    "NVIDIA A100-PCIE-40GB": 312e12,
+    "NVIDIA A100 80GB PCIe": 312e12,
+    "NVIDIA A10G": 70e12,
+    "NVIDIA L4": 121e12,
+    "NVIDIA L40S": 362.05e12,
+    "AMD Instinct MI300X": 1307.4e12,
+    "AMD Instinct MI300X VF": 1307.4e12,  # the same card as a virtual function (cloud VMs)
+    "AMD Instinct MI250X": 191.5e12,  # one of the card's two dies
+    "AMD Radeon PRO W7900": 122.6e12,
 }
 
 
 def peak_flops(device):
+    """The data-sheet peak of a CUDA (or ROCm) device, by its exact name; None when unlisted."""
     device = torch.device(device)
     if device.type != "cuda" or not torch.cuda.is_available():
         return None
-    name = torch.cuda.get_device_name(device)
-    for key, flops in PEAK_BF16_FLOPS.items():
-        if key in name:
-            return flops
-    return None
+    return PEAK_BF16_FLOPS.get(torch.cuda.get_device_name(device).strip())
 
 
 def unwrap_state_dict(state_dict):

@@ -46,6 +46,7 @@ class ParallelLayout:
         self.dp = world_size // tp
         self.replicate = self.dp // shard
         self.distributed, self.rank, self.local_rank, self.device = False, 0, 0, "cpu"
+        self.timeout = datetime.timedelta(minutes=10)
         self.mesh = self.shard_mesh = self.tp_group = self.dp_group = None
 
     @classmethod
@@ -84,26 +85,42 @@ class ParallelLayout:
         if self.device.startswith("cuda"):
             self.device = f"cuda:{self.local_rank}"
             torch.cuda.set_device(self.device)
-        dist.init_process_group(backend="nccl" if self.device.startswith("cuda") else "gloo",
-                                timeout=datetime.timedelta(seconds=timeout))
+        self.timeout = datetime.timedelta(seconds=timeout)
+        dist.init_process_group(backend=self.backend, timeout=self.timeout)
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         start_heartbeat(self.rank)
+        if self.backend == "nccl":
+            watch_for_stalled_ranks(self.rank, self.world_size, timeout)
         return self.build_mesh()
 
+    @property
+    def backend(self):
+        return "nccl" if self.device.startswith("cuda") else "gloo"
+
+    def group_options(self):
+        """(backend, options) of a mesh's subgroup: the run's dist_timeout, which a subgroup would not
+        inherit (it gets the backend's default, 10 minutes for NCCL, 30 for gloo)."""
+        options = (dist.ProcessGroupNCCL.Options() if self.backend == "nccl" else dist.ProcessGroupGloo._Options())
+        options._timeout = self.timeout
+        return self.backend, options
+
     def build_mesh(self):
-        """The one device mesh of a started layout (none for plain DDP), and the groups cut from it."""
+        """The one device mesh of a started layout (none for plain DDP), and the groups cut from it,
+        each with the run's dist_timeout."""
         dims = self.mesh_dims()
         if dims:
             from torch.distributed.device_mesh import init_device_mesh
-            self.mesh = init_device_mesh(self.device.split(":")[0], tuple(dims.values()), mesh_dim_names=tuple(dims))
+            self.mesh = init_device_mesh(self.device.split(":")[0], tuple(dims.values()), mesh_dim_names=tuple(dims),
+                                         backend_override={name: self.group_options() for name in dims})
         if self.sharded:
             data_dims = tuple(d for d in dims if d != "tp")
             self.shard_mesh = self.mesh[data_dims] if self.tp > 1 else self.mesh
         if self.tp > 1:
             self.tp_group = self.mesh.get_group("tp")
             data_dims = tuple(d for d in dims if d != "tp")
-            self.dp_group = (self.mesh[data_dims]._flatten("dp") if len(data_dims) > 1 else self.mesh[data_dims[0]]).get_group()
+            self.dp_group = (self.mesh[data_dims]._flatten("dp", backend_override=self.group_options())
+                             if len(data_dims) > 1 else self.mesh[data_dims[0]]).get_group()
         return self
 
     def mesh_dims(self):
@@ -164,6 +181,16 @@ class ParallelLayout:
             return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         return sharding.clip_grad_norm(model, max_norm, self.shard_mesh.get_group("shard") if self.sharded else None)
 
+    def agree_on_skipping(self, scaler, optimizer):
+        """float16: GradScaler skips a step whose gradients hold an inf or a NaN, each rank judging the
+        gradients it holds. Tensor-parallel and FSDP ranks hold different pieces, so one rank's overflow
+        must skip the step on every rank (and lower every rank's scale), or replicated weights drift apart.
+        Call after scaler.unscale_(optimizer). (torch's ShardedGradScaler reads the same private state.)"""
+        if not (self.distributed and scaler.is_enabled()):
+            return
+        for found_inf in scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"].values():
+            dist.all_reduce(found_inf, op=dist.ReduceOp.MAX)
+
     def all_reduce(self, tensor, mean=False):
         """Sum (or mean) over every rank in place; a no-op on one process."""
         if self.distributed:
@@ -187,7 +214,8 @@ class ParallelLayout:
         """Refuse a run whose estimated peak (a training step's or an evaluation's) exceeds the device's
         memory (a CPU's RAM shared by its ranks), before anything is allocated."""
         if self.device.startswith("cuda"):
-            available, where = torch.cuda.get_device_properties(self.device).total_memory, self.device
+            # free, not total: the CUDA context (created here) and other processes' memory are not ours
+            available, where = torch.cuda.mem_get_info(self.device)[0], f"the free memory of {self.device}"
         else:
             ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
             available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // ranks_here
@@ -196,7 +224,7 @@ class ParallelLayout:
         if estimate["total"] > available:
             gib = lambda b: f"{b / 2**30:,.1f} GiB"
             evaluating = estimate["total"] > estimate["step"]
-            parts = ", ".join(f"{k} {gib(estimate[k])}" for k in ("params", "grads", "optimizer") + (
+            parts = ", ".join(f"{k} {gib(estimate[k])}" for k in ("params", "grads", "optimizer", "overhead") + (
                 ("evaluation",) if evaluating else ("activations", "head")))
             fix = ("lower batch_size or block_size (evaluation holds their vocab_size logits at once)" if evaluating else
                    "shrink the model, lower batch_size or block_size, or turn on activation_checkpointing")
@@ -238,7 +266,10 @@ class ParallelLayout:
         model_state, optimizer_state = model.state_dict(), optimizer.state_dict()
         if self.tp_group is not None:
             states = [None] * self.tp if self.tp_rank == 0 else None
-            dist.gather_object(optimizer_state, states, dst=dist.get_global_rank(self.tp_group, 0), group=self.tp_group)
+            # pickled tensors unpickle onto the device they left: CUDA state from rank 3 would land on
+            # cuda:3 in rank 0's process (or fail where each process sees one GPU), so it travels on the CPU
+            on_cpu = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.cpu(), optimizer_state)
+            dist.gather_object(on_cpu, states, dst=dist.get_global_rank(self.tp_group, 0), group=self.tp_group)
             model_state, optimizer_state = model.full_state_dict(), states
         if self.master:
             rundir.save_checkpoint(os.path.join(out_dir, CHECKPOINT_FILE), dict(model=model_state, optimizer=optimizer_state, **meta))
@@ -340,16 +371,50 @@ def start_heartbeat(rank):
     threading.Thread(target=beat, name="heartbeat", daemon=True).start()
 
 
+def stalled_ranks(world_size, timeout):
+    """{rank: seconds silent} of the ranks whose heartbeat stopped: a frozen rank has been silent about
+    as long as a collective waits for it, a live one a beat or two. Raises when the store is gone."""
+    store, now = job_store(), time.time()
+    silent = {r: now - float(store.get(f"heartbeat/{r}")) for r in range(world_size)}
+    return {r: age for r, age in silent.items() if age > max(3 * HEARTBEAT_SECONDS, timeout / 2)}
+
+
+def stall_message(rank, world_size, timeout):
+    """For watch_for_stalled_ranks: (the stalled ranks, a line naming them) where this is the lowest
+    live rank (one rank says it), else (the stalled ranks, None)."""
+    stalled = stalled_ranks(world_size, timeout)
+    if not stalled or rank != min(set(range(world_size)) - set(stalled), default=None):
+        return frozenset(stalled), None
+    names = ", ".join(f"rank {r} (silent for {age:.0f} s)" for r, age in sorted(stalled.items()))
+    return frozenset(stalled), (f"{names} stopped responding, frozen or stuck outside Python; NCCL's watchdog "
+                                f"ends the job once a collective has waited dist_timeout={timeout:g} s for them")
+
+
+def watch_for_stalled_ranks(rank, world_size, timeout):
+    """NCCL's watchdog aborts the process when a collective outlasts dist_timeout, before Python sees an
+    error, so name_stalled_ranks never runs there. This thread reads the heartbeats itself and says once
+    per stall which ranks went silent (the abort still ends the job)."""
+    def watch():
+        said = frozenset()
+        while True:
+            time.sleep(5 * HEARTBEAT_SECONDS)
+            try:
+                stalled, message = stall_message(rank, world_size, timeout)
+            except Exception:  # the store went away: the job is ending
+                return
+            if message and stalled != said:
+                os.write(2, (message + "\n").encode())
+            said = stalled
+    threading.Thread(target=watch, name="stall-watch", daemon=True).start()
+
+
 def name_stalled_ranks(error, rank, world_size, timeout):
     """Raise RankStalled naming the ranks whose heartbeat stopped, when `error` (a failed or timed
     out collective) is explained by them; return quietly otherwise, for the caller to re-raise."""
     try:
-        store, now = job_store(), time.time()
-        silent = {r: now - float(store.get(f"heartbeat/{r}")) for r in range(world_size)}
+        stalled = stalled_ranks(world_size, timeout)
     except Exception:
         return
-    # A frozen rank has been silent about as long as the collective waited; a live one, a beat or two.
-    stalled = {r: age for r, age in silent.items() if age > max(3 * HEARTBEAT_SECONDS, timeout / 2)}
     if not stalled and "timed out" in str(error).lower():
         raise RankStalled(f"rank {rank} waited dist_timeout={timeout:g} s in a collective that the other ranks, "
                           f"all alive, never joined: they disagree on which collective comes next (a bug), or one "

@@ -148,6 +148,15 @@ def new_record():
     return dict(forward=0, backward=0, forward_bytes=0, backward_bytes=0)
 
 
+def count(record, direction, tensor):
+    """One all-reduce in the record, in eager execution only: a Python dict mutated inside a compiled
+    autograd Function is a graph break at every sync point. Compiled steps keep the start-up step's
+    counts (startup_report checks them against the schedule, eagerly, before compiling)."""
+    if not torch.compiler.is_compiling():
+        record[direction] += 1
+        record[f"{direction}_bytes"] += tensor.numel() * tensor.element_size()
+
+
 class _SumForward(torch.autograd.Function):
     """g: all-reduce forward, identity backward. The gradient of a sum with respect to each
     rank's summand is the output gradient itself; all-reducing it too (what the autograd-aware
@@ -158,8 +167,7 @@ class _SumForward(torch.autograd.Function):
         x = x.contiguous().clone()
         if group is not None:
             dist.all_reduce(x, group=group)
-        record["forward"] += 1
-        record["forward_bytes"] += x.numel() * x.element_size()
+        count(record, "forward", x)
         return x
 
     @staticmethod
@@ -184,8 +192,7 @@ class _SumBackward(torch.autograd.Function):
         flat = torch.cat([g.reshape(-1).to(dtype) for g in grads])
         if ctx.group is not None:
             dist.all_reduce(flat, group=ctx.group)
-        ctx.record["backward"] += 1
-        ctx.record["backward_bytes"] += flat.numel() * flat.element_size()
+        count(ctx.record, "backward", flat)
         out = [chunk.view_as(g).to(g.dtype) for chunk, g in zip(flat.split([g.numel() for g in grads]), grads)]
         return (None, None, *out)
 
@@ -408,9 +415,10 @@ class ReducedSyncGPT(GPT):
     def forward(self, idx, targets=None, last_only=False):
         """As GPT.forward, with the blocks executed segment by segment between sync points."""
         x = self.embed(idx)
-        self.record = self.last_record = new_record()
-        if self.training and torch.is_grad_enabled():
-            self.train_record = self.record
+        if not torch.compiler.is_compiling():  # a compiled step counts nothing (see count)
+            self.record = self.last_record = new_record()
+            if self.training and torch.is_grad_enabled():
+                self.train_record = self.record
         self.shard_seed = None
         if self.training and self.config.dropout > 0:  # one draw from the replica's stream
             self.shard_seed = int(torch.randint(0, 2**62, ()))

@@ -305,6 +305,8 @@ def run_facts(cfg, layout, model, optimizer, data_dir, counts, dtype):
     weights = sharding.full_model_state(model) if layout.sharded else model.state_dict()
     if layout.tp_group is not None:
         weights = model.full_state_dict(weights)
+    if not layout.master:  # the others took part in the gathers; the master alone hashes and records
+        return None
     accum = cfg["gradient_accumulation_steps"]
     order = [runtime.train_offsets(cfg, counts["train"], it, micro)
              for it in range(DATA_ORDER_ITERS) for micro in range(accum)]

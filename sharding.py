@@ -83,6 +83,13 @@ def shard_size(cfg, world_size):
     return cfg["hsdp_shard_size"] or int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) // tp
 
 
+def local_weights_bytes(model):
+    """Memory of the parameters this rank holds: an FSDP parameter's local shard, a tensor-parallel
+    rank's own slices; shared (tied) tensors counted once."""
+    local = [p.to_local() if isinstance(p, DTensor) else p for p in model.parameters()]
+    return sum({t.data_ptr(): t.numel() * t.element_size() for t in local}.values())
+
+
 def shard_model(model, mesh, dtype, reduce_dtype, compile_blocks):
     """fully_shard each transformer block, then the root (embeddings, final norm, head); a model that
     reads its blocks' weights without calling them (reduced_sync) is one unit, gathered whole in
@@ -256,6 +263,9 @@ def attention_weights(cfg, tokens, device_type):
     return kept, 2 * streams * elements * 4
 
 
+RESERVE_BYTES = 2**30  # a GPU's workspaces, NCCL buffers and allocator fragmentation: a stated allowance
+
+
 def memory_estimate(cfg, n_params, world_size, dtype, device_type="cuda"):
     """Bytes per GPU of the parameters, gradients, optimizer states, the blocks' activations, the
     head's logits and an evaluation's logits for the run's layout, and the peaks they add up to.
@@ -275,6 +285,13 @@ def memory_estimate(cfg, n_params, world_size, dtype, device_type="cuda"):
     batch: the model's output, cross_entropy's float32 copy and its float32 log-softmax. `step` is
     a training step's peak (on CPU within 25% of the profiler's measured peak, tests/test_sharding.py),
     `total` the larger of it and an evaluation's.
+
+    What the allocator holds besides (`overhead`): DDP's gradient buckets on several ranks (a float32
+    copy of the gradients: gradient_as_bucket_view is off), autocast's 16-bit copies of the weights
+    (cached for the forward and kept for the backward; FSDP gathers 16-bit weights instead), and on a
+    GPU a reserve for cuBLAS/cuDNN workspaces, NCCL's buffers and the caching allocator's
+    fragmentation (RESERVE_BYTES; not measured on hardware here). The CUDA context is outside the
+    allocator: ParallelLayout.check_memory compares against the memory free once it exists.
     """
     bytes_ = 2 if dtype in ("bfloat16", "float16") else 4
     tokens = cfg["batch_size"] * cfg["block_size"]
@@ -303,7 +320,11 @@ def memory_estimate(cfg, n_params, world_size, dtype, device_type="cuda"):
     evaluation = tokens * vocab * (bytes_ + 8)
     estimate = dict(params=params, grads=grads, optimizer=optimizer, activations=activations, head=head,
                     evaluation=evaluation)
-    held = params + grads + optimizer
+    buckets = 4 * n_params / cfg["tp_size"] if cfg["data_parallel"] == "ddp" and world_size // cfg["tp_size"] > 1 else 0
+    autocast_copies = 2 * n_params if bytes_ == 2 and shards == 1 else 0
+    overhead = buckets + autocast_copies + (RESERVE_BYTES if device_type == "cuda" else 0)
+    estimate["overhead"] = overhead
+    held = params + grads + optimizer + overhead
     estimate |= dict(step=held + peak_activations, total=held + max(peak_activations, evaluation))
     return {k: int(v) for k, v in estimate.items()}
 

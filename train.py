@@ -14,10 +14,8 @@ with data_parallel='fsdp' / 'hsdp' the sharded checkpoint directory dcp/ (shardi
 import json
 import math
 import os
-import resource
 import signal
 import sys
-import time
 from contextlib import nullcontext
 
 import torch
@@ -73,12 +71,6 @@ def learning_rate_at(cfg, it):
     return lr - (lr - min_lr) * (it - decay_start) / max(1, end - decay_start)
 
 
-def peak_memory_mib(device):
-    if device.startswith("cuda"):
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10  # Linux reports KiB
-
-
 class ActivationNorms:
     """Forward hooks that keep the RMS of the residual stream after chosen layers, from the latest
     micro-step. A reduced_sync model has the whole stream only at its sync points: a layer inside a
@@ -122,20 +114,6 @@ def evaluate(model, cfg, layout, data_dir, counts, autocast):
         losses[split] = (layout.all_reduce(total)[0] / total[1]).item()
     model.train()
     return losses
-
-
-def load_hellaswag(cfg, layout):
-    """The examples, loaded at start-up so a missing file fails before training; the master
-    downloads first so ranks do not all fetch the file at once."""
-    if not cfg["hellaswag_interval"]:
-        return None
-    source = cfg["hellaswag_input"] or "val"
-    if layout.master:
-        examples = evaluation.load_examples(source, limit=cfg["hellaswag_limit"] or None)
-    layout.barrier()
-    if not layout.master:
-        examples = evaluation.load_examples(source, limit=cfg["hellaswag_limit"] or None)
-    return examples
 
 
 def budget_reached(cfg, iter_num, tokens_seen, train_time):
@@ -221,6 +199,9 @@ def train(cfg, layout, signals, command):
         layout.check_memory(cfg, runtime.count_params(cfg), dtype)
     if device == "cpu":
         runtime.keep_freed_memory()  # no mmap/page-fault/munmap of every activation in every step
+    if layout.local_rank == 0:  # each node's first rank scans a fresh dataset alone; the others read its scan
+        runtime.scan_data(cfg)
+    layout.barrier()
     data_dir, counts = runtime.check_data(cfg)
     codec = tokendata.text_codec(data_dir, cfg["vocab_size"]) if cfg["sample_tokens"] else None
     if codec:
@@ -228,17 +209,18 @@ def train(cfg, layout, signals, command):
     checkpoint = runtime.load_checkpoint(cfg, layout) if cfg["init_from"] == "resume" else None
     resumed = checkpoint is not None
     data_changes = runrecord.data_changes_since_start(cfg, data_dir, counts) if resumed else None
-    hellaswag_examples = load_hellaswag(cfg, layout)
+    hellaswag_examples = (evaluation.load_examples_on_ranks(cfg["hellaswag_input"] or "val", cfg["hellaswag_limit"],
+                                                            layout) if cfg["hellaswag_interval"] else None)
 
     torch.manual_seed(cfg["seed"])  # identical initial weights on every rank
     raw_model = runtime.build_model(cfg, checkpoint, layout.tp_group).to(device)
     if cfg["init_from"] not in ("scratch", "resume"):
         cfg.update({k: getattr(raw_model.config, k) for k in model_config_fields(GPTConfig)})
-    weights_bytes = optim.weights_bytes(raw_model)
     # reduced_sync: count one tiny step's all-reduces against the schedule (before DDP's or FSDP's
     # hooks exist; it forks the RNG and clears its gradients)
     model_report = raw_model.startup_report(device) if hasattr(raw_model, "startup_report") else {}
     model = layout.wrap(raw_model, dtype, cfg)
+    weights_bytes = sharding.local_weights_bytes(raw_model)  # this rank's: its FSDP or tensor-parallel shards
     act_norms = ActivationNorms(raw_model, cfg["log_act_norm_layers"])
     optimizer = optim.build_optimizer(raw_model, cfg)
     pruner = optim.Pruner(raw_model, optimizer, cfg, runtime.last_iter(cfg)) if cfg["pruning"] != "none" else None
@@ -269,14 +251,13 @@ def train(cfg, layout, signals, command):
             runrecord.write_run_info(cfg["out_dir"], runtime.REPO_DIR, start, facts, resumed)
     memory = layout.memory_estimate(cfg, runtime.count_params(cfg), dtype)
     # MFU on a CPU is against the matmul peak measured here, for this dtype (a GPU's: its data sheet)
-    measured_peak = runtime.matmul_peak_flops(device, dtype) if device == "cpu" else None
+    peak_flops = runtime.matmul_peak_flops(device, dtype) if device == "cpu" else runtime.data_sheet_peak_flops(device)
     checklist = runrecord.startup_checklist(cfg, layout, raw_model, counts, data_dir, dtype)
     checklist.update(data_parallel_replicas=layout.dp, data_parallel=layout.describe(),
                      memory_per_gpu_estimate=sharding.describe_memory(memory),
                      **{f"memory_estimate_{k}": v for k, v in memory.items()}, **model_report,
                      act_rms_after_layers=", ".join(map(str, act_norms.layers)),
-                     mfu_against=f"measured {dtype} matmul peak {measured_peak / 1e9:.0f} GFLOP/s" if measured_peak
-                     else "data-sheet bf16 peak")
+                     **runtime.device_facts(cfg, device, dtype, peak_flops))
     log.event("checklist", "\n".join(f"{k:>26}: {v}" for k, v in checklist.items()), **checklist)
     log.say(f"tokens per iteration = batch_size {cfg['batch_size']} x block_size {cfg['block_size']} x "
             f"gradient_accumulation_steps {cfg['gradient_accumulation_steps']} "
@@ -285,12 +266,15 @@ def train(cfg, layout, signals, command):
         log.event("pruning", pruner.describe(), pruned=list(pruner.params), excluded=pruner.excluded)
 
     start_iter = iter_num
-    window = dict(time=0.0, iters=0)  # training steps since the last log line
+    window = dict(time=0.0, iters=0, peak_mib=0.0)  # training steps since the last log line
+    step_peak_since_eval = None  # MiB: the memory_ratio's numerator (a training step's, not evaluation's)
+    timer = runtime.DeviceTimer(device)
     stop_reason = budget_reached(cfg, iter_num, tokens_seen, train_time)
     signals.training = True
     while True:
         checkpoint_due = iter_num % cfg["eval_interval"] == 0 or stop_reason
         if checkpoint_due and stop_reason != "signal":  # a preempted job has seconds: save now, evaluate later
+            runtime.reset_peak_memory(device)  # evaluation's peak (a batch's whole logits) is logged apart
             losses = evaluate(model, cfg, layout, data_dir, counts, autocast)
             if not all(math.isfinite(v) for v in losses.values()):  # never let a NaN model replace a good checkpoint
                 diverged(log, cfg, iter_num, f"evaluation loss became train {losses['train']}, val {losses['val']}",
@@ -300,13 +284,16 @@ def train(cfg, layout, signals, command):
                            val_loss=losses["val"], val_ppl=math.exp(losses["val"]), best_val_loss=best_val,
                            **raw_model.metrics(), **optim.optimizer_metrics(optimizer),
                            **(pruner.metrics() if pruner is not None else {}),
-                           # the notes' "training memory / model weights"; None where no honest peak exists
-                           memory_ratio=peak_memory_mib(device) * 2**20 / weights_bytes
-                           if device.startswith("cuda") else None)
+                           peak_memory_mib=runtime.peak_memory_mib(device),
+                           # the notes' "training memory / model weights", per rank; None on CPUs (no reset)
+                           memory_ratio=step_peak_since_eval * 2**20 / weights_bytes
+                           if device.startswith("cuda") and step_peak_since_eval is not None else None)
             log.event("eval", f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
                       f"val ppl {metrics['val_ppl']:.2f}", **metrics)
+            step_peak_since_eval = None
             if hellaswag_examples and (iter_num % cfg["hellaswag_interval"] == 0 or stop_reason):
                 # The uncompiled model: every batch has a different length and would recompile.
+                runtime.reset_peak_memory(device)
                 result = evaluation.evaluate_hellaswag(raw_model, hellaswag_examples, device, autocast=autocast,
                                                       replica=(layout.dp_rank, layout.dp, layout.dp_group), items=True)
                 items = result.pop("items")  # per example: what a report pairs item by item across variants
@@ -315,7 +302,7 @@ def train(cfg, layout, signals, command):
                                            append=True, iter=iter_num, tokens=tokens_seen)
                 log.event("hellaswag", f"step {iter_num}: hellaswag acc {result['acc']:.4f}, acc_norm "
                           f"{result['acc_norm']:.4f} ({result['n']} examples)", iter=iter_num, tokens=tokens_seen,
-                          **result)
+                          peak_memory_mib=runtime.peak_memory_mib(device), **result)
         if checkpoint_due and cfg["save_checkpoint"] and iter_num > start_iter:
             layout.save(cfg["out_dir"], iter_num, raw_model, optimizer, dict(
                 scaler=scaler.state_dict(), config=cfg, iter_num=iter_num, tokens_seen=tokens_seen,
@@ -324,7 +311,8 @@ def train(cfg, layout, signals, command):
         if stop_reason:
             break
 
-        t0 = time.perf_counter()
+        runtime.reset_peak_memory(device)
+        timer.start()
         lr = learning_rate_at(cfg, iter_num)
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -340,6 +328,7 @@ def train(cfg, layout, signals, command):
         if pruner is not None:
             pruner.mask_grads()  # before clipping: pruned weights add nothing to the norm
         scaler.unscale_(optimizer)
+        layout.agree_on_skipping(scaler, optimizer)
         grad_norm = layout.clip_grad_norm(raw_model, cfg["grad_clip"] or float("inf"))
         scaler.step(optimizer, **optim.step_kwargs(optimizer, grad_norm))
         scaler.update()
@@ -347,10 +336,15 @@ def train(cfg, layout, signals, command):
         if pruner is not None:
             pruner.step(iter_num + 1)  # re-apply the masks; recompute them on the schedule
 
+        step_seconds = timer.elapsed()  # to the step's last kernel
+        step_peak = runtime.peak_memory_mib(device)
+        window["peak_mib"] = max(window["peak_mib"], step_peak)
+        step_peak_since_eval = max(step_peak_since_eval or 0.0, step_peak)
+
         # One small all-reduce gives every rank the same loss and the same clock, so all ranks
         # agree on when to stop (a disagreement would hang the next collective).
         # A stop signal on any rank stops all of them after this same step.
-        shared = torch.stack([loss_sum / grad_accum_local, torch.tensor(time.perf_counter() - t0, device=device),
+        shared = torch.stack([loss_sum / grad_accum_local, torch.tensor(step_seconds, device=device),
                               torch.tensor(float(signals.received is not None), device=device)])
         train_loss, dt, signalled = layout.all_reduce(shared, mean=True).tolist()
         grad_norm = grad_norm.item()
@@ -367,16 +361,18 @@ def train(cfg, layout, signals, command):
         if iter_num % cfg["log_interval"] == 0:
             step_time = window["time"] / window["iters"]
             tokens_per_sec = tokens_per_iter / step_time
-            mfu = raw_model.estimate_mfu(tokens_per_sec / layout.world_size, device, peak=measured_peak)
+            mfu, peak_flops = runtime.model_flops_utilization(raw_model, tokens_per_sec / layout.world_size, device, dtype,
+                                                      peak_flops)
             record = dict(iter=iter_num, tokens=tokens_seen, loss=train_loss, lr=lr, grad_norm=grad_norm,
                           **act_norms.read(), step_time_ms=1000 * step_time, tokens_per_sec=tokens_per_sec,
-                          mfu=mfu, peak_memory_mib=peak_memory_mib(device), tokens_per_iter=tokens_per_iter,
+                          mfu=mfu, mfu_peak_gflops=peak_flops / 1e9 if peak_flops else None,
+                          peak_memory_mib=window["peak_mib"], tokens_per_iter=tokens_per_iter,
                           load_average=runrecord.load_average())
             mfu_text = "n/a" if mfu is None else f"{100 * mfu:.1f}%"
             log.event("train", f"iter {iter_num}: loss {train_loss:.4f}, lr {lr:.3e}, grad norm {grad_norm:.3f}, "
                       f"{1000 * step_time:.1f} ms/iter, {tokens_per_sec:,.0f} tok/s, mfu {mfu_text}, "
                       f"peak mem {record['peak_memory_mib']:.0f} MiB", **record)
-            window = dict(time=0.0, iters=0)
+            window = dict(time=0.0, iters=0, peak_mib=0.0)
         stop_reason = budget_reached(cfg, iter_num, tokens_seen, train_time) or ("signal" if signalled else None)
 
     by = stop_reason
@@ -388,8 +384,12 @@ def train(cfg, layout, signals, command):
               f"{train_time:.1f} s of training; best val loss {best_val:.4f}", stop_reason=stop_reason,
               signal=signals.received, iter=iter_num, tokens=tokens_seen, train_time=train_time, best_val_loss=best_val,
               load_average=runrecord.load_average())
-    if cfg["sample_tokens"] and layout.master:
-        log.say("sample:\n" + evaluation.generate_text(raw_model, SAMPLE_PROMPT, cfg["sample_tokens"], device, codec, autocast))
+    if cfg["sample_tokens"]:
+        # Every rank generates (a TP forward all-reduces, a sharded one all-gathers: a master alone would
+        # wait for peers gone to the exit barrier), from one seed: the same tokens; the master prints them.
+        torch.manual_seed(cfg["seed"])
+        text = evaluation.generate_text(raw_model, SAMPLE_PROMPT, cfg["sample_tokens"], device, codec, autocast)
+        log.say("sample:\n" + text)
     log.close()
     return stop_reason
 

@@ -1,6 +1,6 @@
 # Shared by every config of the RA ablation (train_ra_*.py, train_mla.py, train_ra_mla.py): the
 # GPT-2 124M FineWeb-Edu recipe of train_gpt2.py, unchanged, so every run of the set has the same
-# optimizer, effective batch (32 x 4 sequences = 131,072 tokens per step), schedule and token
+# optimizer, effective batch (16 x 8 sequences = 131,072 tokens per step), schedule and token
 # budget, and the same model class (model_type='ra'; ra_pattern='none' is exactly the baseline GPT).
 # The runs differ only in the ra_* / mla* keys their own file sets.
 # The notes' 2-hour protocol: add --max_time=7200 (training seconds; the log records the tokens

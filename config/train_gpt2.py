@@ -1,8 +1,10 @@
-# GPT-2 124M on FineWeb-Edu with the notes' recipe (seeds/001): block 1024, micro-batch 32 x
-# grad-accum 4 = 128 sequences = 131,072 tokens per step, AdamW lr 6e-4, weight decay 0.1,
-# 2000 warmup steps, cosine to 6e-5, eval every 500, bf16, compiled.
+# GPT-2 124M on FineWeb-Edu with the notes' recipe (seeds/001): block 1024, 128 sequences =
+# 131,072 tokens per step, AdamW lr 6e-4, weight decay 0.1, 2000 warmup steps, cosine to 6e-5,
+# eval every 500, bf16, compiled. The notes' micro-batch 32 x 4 is the same step; 16 x 8 divides
+# by 1, 2, 4 and 8 GPUs (gradient_accumulation_steps counts micro-steps over all ranks).
 # python data/finewebedu/prepare.py && python train.py config/train_gpt2.py
-# torchrun --standalone --nproc_per_node=4 train.py config/train_gpt2.py  (4 ranks x 1 micro-step)
+# torchrun --standalone --nproc_per_node=8 train.py config/train_gpt2.py  (8 ranks x 1 micro-step)
+# torchrun --standalone --nproc_per_node=4 train.py config/train_gpt2.py  (4 ranks x 2 micro-steps)
 out_dir = "out-gpt2-124M"
 dataset = "finewebedu"
 wandb_log = True
@@ -15,8 +17,8 @@ block_size = 1024
 dropout = 0.0
 bias = True
 
-batch_size = 32
-gradient_accumulation_steps = 4  # total over all ranks
+batch_size = 16
+gradient_accumulation_steps = 8  # total over all ranks
 
 optimizer = "adamw"
 learning_rate = 6e-4

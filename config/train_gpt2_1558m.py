@@ -5,9 +5,9 @@
 #
 # Memory per GPU on 8 GPUs, from sharding.memory_estimate (the start-up checklist prints it for the
 # actual layout), micro-batch 16, bf16:
-#   DDP  63.6 GiB (weights 5.8, grads 5.8, Adam 11.6, activations 39.8, head 0.5) -> an 80 GB GPU only
-#   FSDP 43.4 GiB (weights 0.8, grads 0.7, Adam 1.5, activations 39.8, head 0.5)   -> a 48 GB GPU
-#   activation_checkpointing=True: DDP 26.4 GiB, FSDP 6.2 GiB in a step; 30.9 and 10.7 GiB evaluating
+#   DDP  73.3 GiB (weights 5.8, grads 5.8, Adam 11.6, activations 39.8, head 0.5, overhead 9.7) -> an 80 GB GPU only
+#   FSDP 44.4 GiB (weights 0.8, grads 0.7, Adam 1.5, activations 39.8, head 0.5, overhead 1.0) -> a 48 GB GPU
+#   activation_checkpointing=True: DDP 36.1 GiB, FSDP 7.2 GiB in a step; 40.6 and 11.7 GiB evaluating
 #   (the chunked head holds one chunk of logits; head_loss='full' adds 6.1 GiB; evaluation holds a
 #   batch's whole logits, 7.7 GiB)
 # On several nodes use data_parallel="hsdp" (shard within a node, replicate across): README,

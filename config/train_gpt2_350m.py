@@ -6,9 +6,9 @@
 #
 # Memory per GPU on 8 GPUs, from sharding.memory_estimate (the start-up checklist prints it for the
 # actual layout), micro-batch 16, bf16:
-#   DDP  18.5 GiB (weights 1.3, grads 1.3, Adam 2.6, activations 12.8, head 0.4)   -> a 24 GB GPU and up
-#   FSDP 13.9 GiB (weights 0.2, grads 0.2, Adam 0.3, activations 12.8, head 0.4)
-#   activation_checkpointing=True: DDP 6.6 GiB, FSDP 2.0 GiB in a step; 13.0 and 8.4 GiB evaluating
+#   DDP  21.5 GiB (weights 1.3, grads 1.3, Adam 2.6, activations 12.8, head 0.4, overhead 3.0) -> a 24 GB GPU and up
+#   FSDP 14.9 GiB (weights 0.2, grads 0.2, Adam 0.3, activations 12.8, head 0.4, overhead 1.0)
+#   activation_checkpointing=True: DDP 9.6 GiB, FSDP 3.0 GiB in a step; 15.9 and 9.4 GiB evaluating
 #   (the chunked head holds one chunk of logits; head_loss='full' adds 6.1 GiB; evaluation holds a
 #   batch's whole logits, 7.7 GiB)
 # DDP is the default here: the states are small next to the activations.

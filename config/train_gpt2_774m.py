@@ -6,9 +6,9 @@
 #
 # Memory per GPU on 8 GPUs, from sharding.memory_estimate (the start-up checklist prints it for the
 # actual layout), micro-batch 16, bf16:
-#   DDP  35.9 GiB (weights 2.9, grads 2.9, Adam 5.8, activations 23.9, head 0.5)   -> a 40 GB GPU, barely
-#   FSDP 25.9 GiB (weights 0.4, grads 0.4, Adam 0.7, activations 23.9, head 0.5)   -> a 40 GB GPU
-#   activation_checkpointing=True: DDP 13.6 GiB, FSDP 3.6 GiB in a step; 19.2 and 9.2 GiB evaluating
+#   DDP  41.3 GiB (weights 2.9, grads 2.9, Adam 5.8, activations 23.9, head 0.5, overhead 5.3) -> a 48 GB GPU
+#   FSDP 26.9 GiB (weights 0.4, grads 0.4, Adam 0.7, activations 23.9, head 0.5, overhead 1.0) -> a 40 GB GPU
+#   activation_checkpointing=True: DDP 18.9 GiB, FSDP 4.6 GiB in a step; 24.5 and 10.2 GiB evaluating
 #   (the chunked head holds one chunk of logits; head_loss='full' adds 6.1 GiB; evaluation holds a
 #   batch's whole logits, 7.7 GiB)
 # python data/finewebedu/prepare.py

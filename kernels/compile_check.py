@@ -51,7 +51,7 @@ def compile_one(target_name, kernel, mode, dtype, block_d, config):
     block_m, block_n, warps, stages = config
     constants = dict(MIX=mode == "mix", **({} if recip is None else {"RECIP": recip}), ACC=tl.float32, DOT=getattr(tl, dtype), PRECISION="ieee",
                      BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-                     BLOCK_DC=ra.head_chunk(block_d, hip=target.backend == "hip"))
+                     BLOCK_DC=ra.head_chunk(block_d, target_name))
     ptr = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}[dtype]
     signature = {}
     for name in fn.arg_names:

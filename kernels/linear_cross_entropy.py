@@ -34,19 +34,27 @@ CHUNK_LOGITS = 2**25
 
 
 def check_head_loss(head_loss):
-    """One-line errors for an unknown implementation or a missing library (GPTConfig checks it)."""
+    """One-line error for an unknown implementation (GPTConfig checks it). The packages are checked only
+    for training (check_head_loss_trains): a checkpoint trained with any head is evaluated, sampled and
+    exported without them, since nothing but a training step calls the head loss."""
     if head_loss not in HEAD_LOSSES:
         raise ConfigError(f"head_loss={head_loss!r}: use one of {HEAD_LOSSES}")
-    if head_loss in CUDA_LIBRARIES and importlib.util.find_spec(CUDA_LIBRARIES[head_loss]) is None:
+
+
+def check_head_loss_trains(head_loss, device_type, dtype):
+    """A package's kernel for training (runtime.validate): installed, on CUDA, and for CCE, whose
+    backward takes only 16-bit activations, a bfloat16 or float16 run ('' is one on a GPU)."""
+    if head_loss not in CUDA_LIBRARIES:
+        return
+    if importlib.util.find_spec(CUDA_LIBRARIES[head_loss]) is None:
         package = CUDA_LIBRARIES[head_loss].replace("_", "-")
         raise ConfigError(f"head_loss={head_loss!r} needs `pip install {package}`; or use head_loss='chunked'")
-
-
-def check_head_loss_runs_on(head_loss, device_type):
-    """A CUDA-only implementation on another device (the run's device is known only at start-up)."""
-    if head_loss in CUDA_LIBRARIES and device_type != "cuda":
+    if device_type != "cuda":
         raise ConfigError(f"head_loss={head_loss!r} runs Triton kernels on CUDA only; on {device_type} "
                           f"use head_loss='chunked'")
+    if head_loss == "cce" and dtype == "float32":
+        raise ConfigError("head_loss='cce' trains in bfloat16 or float16 only (its backward refuses float32 "
+                          "activations): set dtype='bfloat16', or use head_loss='chunked'")
 
 
 def linear_cross_entropy(x, weight, targets, head_loss="chunked", ignore_index=-1):
@@ -56,10 +64,18 @@ def linear_cross_entropy(x, weight, targets, head_loss="chunked", ignore_index=-
         return ChunkedLinearCrossEntropy.apply(x, weight, targets, ignore_index)
     if head_loss == "liger":
         from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
-        return liger_fused_linear_cross_entropy(x, weight, targets, ignore_index=ignore_index)
+        # float32 accumulation of the weight's gradient: under FSDP the weight is the bf16 all-gathered
+        # copy, and liger would otherwise sum the tied weight's gradient over the chunks in bf16.
+        # (liger reads its count of valid targets with .item(): one host sync per call, its own.)
+        return liger_fused_linear_cross_entropy(x, weight, targets, ignore_index=ignore_index,
+                                                accum_dtype=torch.float32)
     if head_loss == "cce":
         from cut_cross_entropy import linear_cross_entropy as cce
-        return cce(x, weight, targets, ignore_index=ignore_index)
+        # CCE's backward asserts bf16/fp16 embeddings, and ln_f's output is float32 under autocast: both
+        # operands go in the autocast dtype, as the plain head's matmul would. filter_eps=None: its
+        # default ('high') skips gradient blocks below bf16's eps / 32, which the full head keeps.
+        dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+        return cce(x.to(dtype), weight.to(dtype), targets, ignore_index=ignore_index, filter_eps=None)
     raise ValueError(f"head_loss={head_loss!r} has no chunked implementation: use one of {HEAD_LOSSES[1:]}")
 
 

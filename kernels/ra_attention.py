@@ -80,9 +80,15 @@ def _per_head(x, like):
 # (gfx1100, wave32) registers are the limit: a WMMA operand is held twice per wave and each warp
 # takes 16 rows of the output tile, so tiles are 16 x warps rows by 16-32 columns, with one stage;
 # D = 128 runs as programs of 64 head columns (head_chunk), so one list serves both sizes.
+# CDNA (gfx90a, gfx942 = MI300X, wave64, 512 VGPRs with the accumulation registers) holds whole rows
+# at D = 128 and 64 x 64 tiles without spills (compile_check, gfx942): RDNA3's small tiles would
+# leave its matrix cores idle. Those lists are compiled, not yet timed on an MI300X.
 def autotune_space(target, block_d=64, mix=False):
     """(forward, column, row) kernel configurations as (BLOCK_M, BLOCK_N, warps, stages) lists for
-    a target ('gfx1100', 'sm90', 'sm80' ...)."""
+    a target ('gfx1100', 'gfx942', 'sm90', 'sm80' ...)."""
+    if is_cdna(target):
+        return ([(64, 32, 4, 1), (64, 64, 4, 1), (128, 64, 4, 1)], [(32, 64, 4, 1), (64, 32, 4, 1), (64, 64, 4, 1)],
+                [(64, 32, 4, 1), (32, 64, 4, 1), (64, 64, 4, 1)])
     if not target.startswith("sm"):
         col = [(16, 32, 4, 1), (16, 32, 2, 1), (16, 64, 4, 1)]
         if mix and block_d <= 64:  # mix's column kernel holds three whole key rows: the others spill 17-27 VGPRs
@@ -97,6 +103,11 @@ def autotune_space(target, block_d=64, mix=False):
         if mix and block_d > 64:
             fwd = [c for c in fwd if c[:2] != (64, 64)]
     return fwd, bwd, bwd
+
+
+def is_cdna(target):
+    """AMD's data-centre GPUs (gfx90a MI250X, gfx942 MI300X, gfx950): wave64, unlike RDNA's gfx10-12."""
+    return target.startswith("gfx9")
 
 
 def gpu_target(device):
@@ -336,7 +347,7 @@ if triton is not None:
     def _tuned(kernel, index, key, **options):
         """The kernel autotuned over the list of the launch's GPU, head size and mode (the launch
         runs under its device; BLOCK_D and MIX are in the key)."""
-        targets, sizes = ("gfx1100", "sm80", "sm90"), (16, 32, 64, 128)
+        targets, sizes = ("gfx1100", "gfx942", "sm80", "sm90"), (16, 32, 64, 128)
         quads = dict.fromkeys(q for t in targets for d in sizes for mix in (False, True)
                               for q in autotune_space(t, d, mix)[index])
         configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=st) for m, n, w, st in quads]
@@ -358,13 +369,14 @@ INTERPRET_TILE = (16, 16)
 INTERPRET_HEAD_CHUNK = 128  # the interpreter's BLOCK_DC at most (tests lower it to split small heads)
 
 
-def head_chunk(block_d, hip):
+def head_chunk(block_d, target):
     """BLOCK_DC, the head columns a program accumulates and loads at a time. RDNA3 holds a 16-row
     WMMA operand of 128 columns in 64 VGPRs per lane (twice per wave), so at D = 128 a backward
     program holding whole rows spills whatever its tile; there each program keeps 64 columns of
     the output and computes the scores in 64-column chunks (two programs per block, the scores
-    computed twice). NVIDIA keeps whole rows: spill-free at 128 without the recomputation."""
-    return min(block_d, 64) if hip else block_d
+    computed twice). NVIDIA and CDNA (MI300X) keep whole rows: spill-free at 128 without the
+    recomputation."""
+    return min(block_d, 64) if target.startswith("gfx") and not is_cdna(target) else block_d
 
 
 _MIN_BLOCK_N = 16  # the smallest BLOCK_N of any config: sizes the dalpha partial-sum buffer
@@ -408,7 +420,7 @@ def _meta(q, W, mix):
     block_d = max(16, triton.next_power_of_2(D))
     return dict(H=H, T=T, D=D, W=W, scale=1.0 / math.sqrt(D), T_BUCKET=triton.next_power_of_2(T), MIX=mix,
                 ACC=acc, DOT=dot, PRECISION="tf32" if tf32 else "ieee", BLOCK_D=block_d,
-                BLOCK_DC=min(block_d, INTERPRET_HEAD_CHUNK) if INTERPRET else head_chunk(block_d, bool(torch.version.hip)))
+                BLOCK_DC=min(block_d, INTERPRET_HEAD_CHUNK) if INTERPRET else head_chunk(block_d, gpu_target(q.device)))
 
 
 def _strides(q):
@@ -522,6 +534,15 @@ def _check_args(q, k, v, mode, alpha, gate_logit, window):
         raise ValueError(f"window={window}: expected an integer >= 0 (0 means no band)")
 
 
+def alpha_per_head(alpha, H, device, dtype):
+    """alpha (a float, or a 0-dim / (H,) tensor on the device) as the kernels' (H,) buffer. A float is
+    filled on the device: torch.as_tensor(float, device=cuda) copies from host memory, which waits for
+    the queued work, a host sync in every layer's forward and recompute."""
+    if not isinstance(alpha, torch.Tensor):
+        return torch.full((H,), float(alpha), device=device, dtype=dtype)
+    return alpha.to(dtype).reshape(-1).expand(H).contiguous()
+
+
 @torch.compiler.disable  # a graph break: dynamo need not trace autotuned Triton launches
 def _fused(q, k, v, alpha, mode, window):
     return _RAFunction.apply(q, k, v, alpha, mode, window)
@@ -539,11 +560,7 @@ def reciprocal_attention(q, k, v, mode, alpha=None, gate_logit=None, window=0):
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     H = q.size(1)
     acc_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-    if mode == "mix":
-        alpha = torch.as_tensor(alpha, device=q.device).to(acc_dtype).reshape(-1).expand(H).contiguous()
-    else:
-        alpha = torch.zeros(H, device=q.device, dtype=acc_dtype)
-    outs = _fused(q, k, v, alpha, mode, int(window))
+    outs = _fused(q, k, v, alpha_per_head(alpha if mode == "mix" else 0.0, H, q.device, acc_dtype), mode, int(window))
     if mode == "gate":
         o1, o2 = outs
         p = torch.sigmoid(_per_head(gate_logit, q)).to(q.dtype)

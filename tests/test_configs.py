@@ -9,6 +9,7 @@ change of an experiment: python tests/test_configs.py --write
 import glob
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -106,6 +107,92 @@ def test_every_pinned_name_still_runs():
     for key in golden():
         there = os.path.exists(os.path.join(REPO, key.split(" ")[0]))
         assert there != (key in REPLACED), f"{key}: {'back beside its replacement' if there else 'vanished'}"
+
+
+# ----------------------------------------------------------------------------- world sizes
+
+DOCUMENTED = ["README.md", "train.py", *sorted(glob.glob("docs/*.md", root_dir=REPO)),
+              *sorted(glob.glob("config/*.py", root_dir=REPO))]
+GPU_RECIPE_BASES = ("train_gpt2.py", "_ra_common.py", "_reduced_sync_common.py")
+
+
+def documented_train_commands():
+    """(file, world size, LOCAL_WORLD_SIZE, train.py's arguments) of every `torchrun ... train.py` and
+    `python train.py` command that README.md, train.py, docs/ and the config files print."""
+    commands = []
+    for name in DOCUMENTED:
+        with open(os.path.join(REPO, name)) as f:
+            text = f.read().replace("\\\n", " ")
+        for line in text.splitlines():
+            for command in line.lstrip("# ").split("&&"):
+                words = command.split()
+                if "train.py" not in words or not words or words[0] not in ("torchrun", "python"):
+                    continue
+                args = []
+                for word in words[words.index("train.py") + 1:]:
+                    if word.startswith(("#", "(", "`")) or word == "...":
+                        break
+                    args.append(word)
+                if not args or any("resume" in a or a == "--help" for a in args):  # resume needs a run directory
+                    continue
+                options = dict(w[2:].partition("=")[::2] for w in words if w.startswith("--") and "=" in w)
+                per_node = int(options.get("nproc_per_node", 1)) if words[0] == "torchrun" else 1
+                commands.append((name, int(options.get("nnodes", 1)) * per_node, per_node, args))
+    return commands
+
+
+def sbatch_commands():
+    """slurm/train_multinode.sbatch's train.py arguments at its 4 nodes x 8 GPUs, and at 8 nodes with
+    the TRAIN_ARGS its comment gives for 64 ranks."""
+    with open(os.path.join(REPO, "slurm", "train_multinode.sbatch")) as f:
+        text = f.read().replace("\\\n", " ")
+    nodes = int(re.search(r"#SBATCH --nodes=(\d+)", text).group(1))
+    per_node = int(re.search(r"NPROC_PER_NODE:-(\d+)", text).group(1))
+    config = re.search(r"CONFIG=\$\{CONFIG:-(\S+)\}", text).group(1)
+    exec_line = next(line for line in text.splitlines() if line.startswith("exec ") and "train_job.sh" in line)
+    args = [config] + [w for w in exec_line.split() if w.startswith("--") and not w.startswith("--out_dir")]
+    for_64 = re.search(r'64 ranks\) pass TRAIN_ARGS="([^"]+)"', text).group(1).split()
+    return [(nodes * per_node, per_node, args), (64, per_node, args + for_64)]
+
+
+def gpu_recipes():
+    """The config files built on the GPT-2 recipes (train_gpt2.py, the RA and reduced-sync commons),
+    which the README runs on 1 to 8 GPUs."""
+    def bases(path):
+        with open(os.path.join(REPO, path)) as f:
+            named = re.findall(r'"(_?\w+\.py)"', f.read())
+        return set(named) | {b for n in named if os.path.exists(os.path.join(REPO, "config", n))
+                             for b in bases(os.path.join("config", n))}
+    return [p for p in sorted(glob.glob("config/train_*.py", root_dir=REPO))
+            if os.path.basename(p) in GPU_RECIPE_BASES or bases(p) & set(GPU_RECIPE_BASES)]
+
+
+def resolve_at(args, world_size, per_node, monkeypatch):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(per_node))  # hsdp's default shard group: one node
+    return runtime.resolve(resolve_config(args), world_size)
+
+
+def test_the_readme_runs_train_gpt2_on_8_gpus():
+    assert ("README.md", 8, 8, ["config/train_gpt2.py"]) in documented_train_commands()
+    assert "config/train_gpt2.py" in gpu_recipes() and "config/train_ra_late.py" in gpu_recipes()
+
+
+@pytest.mark.parametrize("name,world_size,per_node,args", documented_train_commands(),
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_documented_command_resolves_at_its_world_size(name, world_size, per_node, args, monkeypatch):
+    resolve_at(args, world_size, per_node, monkeypatch)
+
+
+@pytest.mark.parametrize("world_size,per_node,args", sbatch_commands())
+def test_multinode_sbatch_resolves_at_its_world_size(world_size, per_node, args, monkeypatch):
+    cfg = resolve_at(args, world_size, per_node, monkeypatch)
+    assert cfg["batch_size"] * cfg["gradient_accumulation_steps"] == 128  # the one-node step
+
+
+@pytest.mark.parametrize("path", gpu_recipes())
+@pytest.mark.parametrize("world_size", [1, 2, 4, 8])
+def test_gpu_recipe_resolves_on_1_to_8_gpus(path, world_size, monkeypatch):
+    resolve_at([path], world_size, world_size, monkeypatch)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Scripts whose keys are a DEFAULTS dict read by configurator.py, and scripts that use argparse.
 CONFIG_SCRIPTS = ("train", "sample", "eval", "hellaswag", "sweep", "report", "export_checkpoint")
-ARGPARSE_SCRIPTS = ("bench", "bench_comm", "test_all_architectures", "bench_ra",
+ARGPARSE_SCRIPTS = ("bench", "bench_comm", "test_all_architectures", "bench_ra", "gpu_check",
                     "data.shakespeare.prepare", "data.openwebtext.prepare", "data.finewebedu.prepare",
                     "data.wikitext2.prepare")
 
@@ -113,3 +113,48 @@ def test_eval_under_torchrun_equals_one_process(run_dir, tmp_path):
     assert result["windows"] == alone["windows"] == 9 and result["tokens"] == alone["tokens"]
     assert result["loss"] == pytest.approx(alone["loss"], rel=1e-6, abs=0)  # per-row rounding only
     assert proc.stdout.count("perplexity") == 1
+
+
+def test_config_error_under_torchrun_is_printed_once(tmp_path):
+    """Every rank checks the same config: the refusal is one line, not one per rank."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           os.path.join(REPO, "train.py"), os.path.join(REPO, "config", "train_shakespeare.py"),
+                           "--gradient_accumulation_steps=3", "--device=cpu"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert proc.stderr.count("error: gradient_accumulation_steps=3 is the total over all processes") == 1, proc.stderr
+
+
+@pytest.mark.parametrize("head_loss,package", [("liger", "liger_kernel"), ("cce", "cut_cross_entropy")])
+def test_checkpoint_of_a_package_head_is_evaluated_without_the_package(run_dir, tmp_path, monkeypatch, capsys,
+                                                                       head_loss, package):
+    """Evaluation, sampling, HellaSwag and export never call the training head: a run trained with
+    liger or cce is read where that package is missing."""
+    import export_checkpoint
+    import hellaswag
+    import sample
+    eval_script = importlib.import_module("eval")
+    ckpt = torch.load(os.path.join(run_dir, "ckpt.pt"), weights_only=True)
+    ckpt["config"]["head_loss"] = head_loss
+    run = tmp_path / "run"
+    run.mkdir()
+    torch.save(ckpt, run / "ckpt.pt")
+    monkeypatch.setitem(sys.modules, package, None)  # `import liger_kernel` raises ImportError
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else find_spec(name, *a))
+    common = [f"--out_dir={run}", "--device=cpu", "--dtype=float32"]
+    assert eval_script.main([*common, f"--data_dir={run_dir}", "--batch_size=2"])["windows"] == 9
+    sample.main([*common, "--num_samples=1", "--max_new_tokens=4", "--start=Hello"])
+    assert hellaswag.main([*common, f"--input={run_dir}/hellaswag_val.jsonl", "--batch_size=1"])["n"] == len(FIXTURE)
+    export_checkpoint.main([f"--out_dir={run}", "--format=hf", f"--out={tmp_path / 'hf'}"])
+    assert (tmp_path / "hf" / "config.json").exists()
+
+
+def test_gpu_check_without_a_gpu_says_so_in_one_line(tmp_path):
+    """The self-check needs a GPU (it is no part of this suite); here it answers in one line."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "gpu_check.py"), f"--json={tmp_path}/g.json"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stdout == "" and not (tmp_path / "g.json").exists()
+    assert proc.stderr.count("\n") == 1 and "no GPU is visible" in proc.stderr, proc.stderr

@@ -176,10 +176,17 @@ def test_a_head_split_into_column_chunks_matches_the_reference(D, monkeypatch):
 
 
 def test_only_rdna3_splits_the_head_and_only_above_64_columns():
-    """The split costs a second computation of the scores: NVIDIA (spill-free at 128 with whole
-    rows) and D <= 64 keep one program per block."""
-    assert [ra.head_chunk(d, hip=True) for d in (16, 64, 128)] == [16, 64, 64]
-    assert [ra.head_chunk(d, hip=False) for d in (16, 64, 128)] == [16, 64, 128]
+    """The split costs a second computation of the scores: NVIDIA and CDNA (MI300X; spill-free at 128
+    with whole rows) and D <= 64 keep one program per block."""
+    assert [ra.head_chunk(d, "gfx1100") for d in (16, 64, 128)] == [16, 64, 64]
+    for target in ("sm90", "gfx942", "gfx90a"):
+        assert [ra.head_chunk(d, target) for d in (16, 64, 128)] == [16, 64, 128]
+
+
+def test_mi300x_is_tuned_apart_from_rdna3():
+    """gfx942 (CDNA3, wave64) got the W7900's (gfx1100) one-stage 16-32 column tiles."""
+    assert ra.autotune_space("gfx942", 128) != ra.autotune_space("gfx1100", 128)
+    assert max(m * n for m, n, *_ in ra.autotune_space("gfx942", 128)[0]) == 128 * 64
 
 
 def test_autotuning_keys_on_the_power_of_two_bucket_of_T():
@@ -233,13 +240,13 @@ def test_float32_means_float32_unless_tf32_is_allowed(monkeypatch):
 def test_every_kernel_list_starts_with_a_conservative_config():
     """The first configuration of each list is the one compiled spill-free in test_compile_check,
     and the smallest: it fits where larger tiles do not."""
-    for target, block_d, mix in itertools.product(("gfx1100", "sm80", "sm90"), (64, 128), (False, True)):
+    for target, block_d, mix in itertools.product(("gfx1100", "gfx942", "sm80", "sm90"), (64, 128), (False, True)):
         for space in ra.autotune_space(target, block_d, mix):
             m, n, warps, stages = space[0]
             assert all(m * n <= cm * cn for cm, cn, *_ in space), space
 
 
-@pytest.mark.parametrize("target", ["sm90", "sm80", "gfx1100"])
+@pytest.mark.parametrize("target", ["sm90", "sm80", "gfx1100", "gfx942"])
 def test_the_autotuner_times_only_the_configurations_listed_for_the_gpu_head_size_and_mode(target, monkeypatch):
     """What spills somewhere (sm90's 64-row backward tiles at D = 128, sm80's 64 x 64 tiles, mix's
     wider column tiles on gfx1100 at 64) is never timed there."""
@@ -400,3 +407,26 @@ def test_triton_falls_back_to_sdpa_without_a_gpu_or_interpreter(monkeypatch):
     for block in model.transformer.h:
         block.attn.attn_impl = "sdpa"
     assert torch.equal(logits, model(idx)[0])
+
+
+def test_a_float_alpha_is_filled_on_the_device_without_a_host_copy():
+    """torch.as_tensor(float, device=cuda) copies from host memory and waits for the queued work: a
+    host sync per layer, forward and recompute. A float alpha is filled on the device instead."""
+    from torch.overrides import TorchFunctionMode
+
+    class HostData(TorchFunctionMode):  # tensors made on a device from Python numbers
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in (torch.as_tensor, torch.tensor) and str(kwargs.get("device", "cpu")) != "cpu":
+                self.calls.append(func.__name__)
+            return func(*args, **kwargs)
+
+    with HostData() as seen:
+        alpha = ra.alpha_per_head(0.5, 4, torch.device("meta"), torch.float32)
+        learned = ra.alpha_per_head(torch.full((1,), 0.25, device="meta"), 4, torch.device("meta"), torch.float32)
+    assert seen.calls == [] and alpha.shape == learned.shape == (4,) and alpha.device.type == "meta"
+    assert torch.equal(ra.alpha_per_head(0.5, 3, "cpu", torch.float64), torch.full((3,), 0.5, dtype=torch.float64))

@@ -119,7 +119,9 @@ def test_unknown_and_unavailable_implementations_fail_at_config():
     with pytest.raises(ValueError, match="head_loss='fused'"):
         GPTConfig(**TINY, head_loss="fused")
     with pytest.raises(ValueError, match="CUDA only"):
-        lce.check_head_loss_runs_on("liger", "cpu")
+        lce.check_head_loss_trains("liger", "cpu", "bfloat16")
+    with pytest.raises(ValueError, match="bfloat16 or float16 only"):
+        lce.check_head_loss_trains("cce", "cuda", "float32")
 
 
 def test_compiles_into_one_graph_with_the_same_loss_and_gradients(monkeypatch):
@@ -138,3 +140,49 @@ def test_compiles_into_one_graph_with_the_same_loss_and_gradients(monkeypatch):
     torch.testing.assert_close(loss, eager_loss, rtol=1e-6, atol=1e-6)
     for name, p in chunked.named_parameters():
         torch.testing.assert_close(p.grad, eager_grads[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def spy_on(monkeypatch, module, name, calls):
+    """Stand in for a CUDA package's function on CPU: the call must bind to the installed package's real
+    signature; the loss is the plain head's, computed from the operands as passed."""
+    import importlib
+    import inspect
+    module = importlib.import_module(module)
+    signature = inspect.signature(getattr(module, name))
+
+    def stand_in(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        calls.append(bound.arguments)
+        x, weight, targets = list(bound.arguments.values())[:3]
+        return F.cross_entropy(F.linear(x, weight).float(), targets, ignore_index=bound.arguments["ignore_index"])
+    monkeypatch.setattr(module, name, stand_in)
+
+
+@pytest.mark.parametrize("head_loss,module,name", [("cce", "cut_cross_entropy", "linear_cross_entropy"),
+                                                   ("liger", "liger_kernel.transformers.functional",
+                                                    "liger_fused_linear_cross_entropy")])
+def test_package_call_sites_pass_what_the_real_packages_require(monkeypatch, head_loss, module, name):
+    """CCE: bf16/fp16 operands (its backward asserts them; ln_f's output is fp32 under autocast) and
+    filter_eps=None (its default drops small gradient terms). Liger: float32 accumulation of the weight's
+    gradient. The gradients then match the full head's up to bf16 rounding."""
+    calls = []
+    spy_on(monkeypatch, module, name, calls)
+    torch.manual_seed(0)
+    full = GPT(GPTConfig(**TINY, head_loss="full"))
+    package = GPT(GPTConfig(**TINY, head_loss=head_loss))
+    package.load_state_dict(full.state_dict())
+    idx = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(5))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        losses = [m(idx, idx)[1] for m in (full, package)]
+    for loss in losses:
+        loss.backward()
+    (arguments,) = calls
+    if head_loss == "cce":
+        assert arguments["e"].dtype == arguments["c"].dtype == torch.bfloat16 and arguments["filter_eps"] is None
+    else:
+        assert arguments["accum_dtype"] == torch.float32
+    assert arguments["ignore_index"] == -1
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-2, atol=1e-2)
+    assert package.lm_head.weight.grad.dtype == torch.float32
+    torch.testing.assert_close(package.lm_head.weight.grad, full.lm_head.weight.grad, rtol=0.05, atol=2e-3)

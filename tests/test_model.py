@@ -349,6 +349,18 @@ def test_flops_per_token_and_mfu():
     assert model.estimate_mfu(1e4, torch.device("cpu")) is None
 
 
+@pytest.mark.parametrize("name,peak", [("NVIDIA H100 80GB HBM3", 989.4e12), ("NVIDIA H100 PCIe", 756.5e12),
+                                       ("NVIDIA H100 NVL", 835.5e12), ("NVIDIA L4", 121e12),
+                                       ("NVIDIA L40S", 362.05e12), ("AMD Instinct MI250X", 191.5e12),
+                                       ("NVIDIA L40", None), ("NVIDIA H100 94GB HBM2e", None), ("Tesla V100-SXM2-16GB", None)])
+def test_data_sheet_peak_is_looked_up_by_exact_device_name(monkeypatch, name, peak):
+    """A substring match gave an L40S the L4's peak and every H100 the SXM's; an unknown name gets none."""
+    import model as model_module
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    assert model_module.peak_flops("cuda:0") == peak
+
+
 # The variations a formula could get wrong, each tried on every architecture that accepts it.
 SHAPES = [{}, dict(bias=False), dict(tie_weights=False), dict(n_layer=6, n_head=4, n_embd=48, block_size=16),
           dict(ln_placement="post", bias=False, tie_weights=False)]

@@ -1,5 +1,6 @@
 """Reduced-synchronization tensor parallelism: real execution on gloo ranks equals the simulation,
 tp blocks equal GPT-2, f and g have the right backward rules, and every config counts its syncs."""
+import datetime
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ import runtime
 import sharding
 import train
 from model import GPT, GPTConfig
+from parallel import ParallelLayout
 from reduced_sync_model import (ReducedSyncConfig, ReducedSyncGPT, _SumBackward, _SumForward, expected_syncs,
                                 new_record, schedule, shard_tensor)
 
@@ -452,3 +454,99 @@ def test_architecture_script_counts_syncs_on_two_real_ranks(capsys):
 def test_impossible_reduced_sync_configs_fail_at_startup(data_dir, tmp_path, extra, message):
     with pytest.raises(configurator.ConfigError, match=message):
         train.main(tp_args(data_dir, str(tmp_path / "run"), *extra))
+
+
+def test_tp2_samples_at_the_end_of_training(data_dir, tmp_path):
+    """sample_tokens with real tensor parallelism: the generation's all-reduces need both ranks, so
+    both generate (the master alone waited for a peer already in the exit barrier)."""
+    out = str(tmp_path / "tp2")
+    gpt2_ids = "--vocab_size=50304"  # the toy ids are read as GPT-2 tokens: the prompt "\\n" is 198
+    proc = torchrun(2, tp_args(data_dir, out, "--max_iters=1", "--lr_decay_iters=1", "--sample_tokens=6", gpt2_ids,
+                               "--dist_timeout=60"))
+    assert proc.stdout.count("sample:") == 1
+    simulated = str(tmp_path / "one")
+    train.main(tp_args(data_dir, simulated, "--max_iters=1", "--lr_decay_iters=1", "--sample_tokens=6", gpt2_ids))
+    sample = lambda path: open(os.path.join(path, "log.txt")).read().split("sample:\n")[1]
+    assert sample(out) == sample(simulated)  # the same seed draws the same tokens from the same logits
+
+
+def _overflow_on_one_rank(rank, world):
+    layout = ParallelLayout(world_size=world)
+    layout.distributed, layout.rank = True, rank
+    weight = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=16.0)
+    scaler.scale(weight.sum()).backward()
+    weight.grad[0] = float("inf") if rank == 1 else 1.0  # rank 1's shard overflowed
+    scaler.unscale_(optimizer)
+    layout.agree_on_skipping(scaler, optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    assert torch.equal(weight.detach(), torch.ones(3)), f"rank {rank} stepped"  # every rank skipped
+    assert scaler.get_scale() == 8.0  # and every rank lowered its scale
+
+
+def test_an_overflow_on_one_rank_skips_the_step_on_every_rank(tmp_path):
+    """fp16 with tensor-parallel (or FSDP) shards: GradScaler's found_inf is each rank's own; reduced
+    over the ranks, one overflow skips the step everywhere, so replicated weights cannot drift."""
+    run_ranks(_overflow_on_one_rank, 2, tmp_path)
+
+
+def _mesh_groups_timeout(rank, world):
+    for layout in (ParallelLayout("ddp", world, tp=2), ParallelLayout("fsdp", world, tp=1, shard=world)):
+        layout.distributed, layout.rank = True, rank
+        layout.timeout = datetime.timedelta(seconds=7)
+        layout.build_mesh()
+        for name in layout.mesh_dims():
+            backend = layout.mesh.get_group(name)._get_backend(torch.device("cpu"))
+            assert backend.options._timeout == layout.timeout, (name, backend.options._timeout)
+
+
+def test_every_mesh_group_waits_dist_timeout(tmp_path):
+    """A mesh's subgroups got the backend's default timeout (NCCL 10 min, gloo 30), not dist_timeout."""
+    run_ranks(_mesh_groups_timeout, 2, tmp_path)
+
+
+def _compiled_steps_without_graph_breaks(rank, world, pattern):
+    import torch._dynamo
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    config = rs_config(world, block_pattern=pattern)
+    model = make(config, tp_group=dist.group.WORLD if world > 1 else None)
+    _, loss = model(batch(), batch())  # eager: the counts startup_report checks
+    loss.backward()
+    eager = model.metrics()
+    compiled = torch.compile(model, backend="eager")
+    for _ in range(2):
+        _, loss = compiled(batch(), batch())
+        loss.backward()
+    assert dict(torch._dynamo.utils.counters["graph_break"]) == {}, dict(torch._dynamo.utils.counters["graph_break"])
+    assert model.metrics() == eager and eager["syncs_forward"] == eager["syncs_backward"] == expected_syncs(config)
+
+
+@pytest.mark.parametrize("pattern", ["tp,spd,parallel"])
+def test_sync_points_compile_without_graph_breaks(tmp_path, pattern):
+    """The sync autograd Functions counted their all-reduces in a Python dict, inside forward and
+    backward: a graph break at every sync point (TORCH_LOGS=graph_breaks). Simulated and on 2 real ranks."""
+    _compiled_steps_without_graph_breaks(0, 1, pattern)
+    run_ranks(_compiled_steps_without_graph_breaks, 2, tmp_path, pattern)
+
+
+def test_a_stalled_rank_is_named_where_nccl_would_abort_first(monkeypatch):
+    """NCCL's watchdog ends the job before Python sees a timeout: the stall watch names the silent rank
+    from the heartbeats itself, said once, by the lowest live rank."""
+    import time
+
+    import parallel
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=5))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(store.port))
+    now = time.time()
+    for rank, age in ((0, 0.5), (1, 40.0), (2, 1.0)):
+        store.set(f"heartbeat/{rank}", repr(now - age))
+    stalled, message = parallel.stall_message(0, 3, timeout=60.0)
+    assert stalled == {1} and message.startswith("rank 1 (silent for 40 s) stopped responding")
+    assert "dist_timeout=60 s" in message
+    assert parallel.stall_message(2, 3, timeout=60.0) == ({1}, None)  # rank 0 says it
+    store.set("heartbeat/1", repr(time.time()))
+    assert parallel.stall_message(0, 3, timeout=60.0) == (frozenset(), None)

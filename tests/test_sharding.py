@@ -282,7 +282,8 @@ def test_memory_estimate_counts_materialized_attention_weights(keys):
                gradient_accumulation_steps=1, dtype="float32", **keys)
     estimate = sharding.memory_estimate(cfg, runtime.count_params(cfg), 1, "float32", "cpu")["step"]
     assert estimate == pytest.approx(measured_peak_bytes(cfg), rel=0.25)
-    assert sharding.memory_estimate(cfg, runtime.count_params(cfg), 1, "float32", "cuda")["step"] < estimate \
+    on_gpu = sharding.memory_estimate(cfg, runtime.count_params(cfg), 1, "float32", "cuda")["step"]
+    assert on_gpu - sharding.RESERVE_BYTES < estimate \
         or keys.get("attn_impl") == "manual"  # a GPU's flash attention keeps no weights, dropout or not
 
 
@@ -334,3 +335,50 @@ def test_a_damaged_sharded_checkpoint_is_named_in_one_line_on_export_and_resume(
                             capture_output=True, text=True, timeout=120)
     assert export.returncode == 1 and "Traceback" not in export.stderr and not os.path.exists(tmp_path / "pwned")
     assert [l for l in export.stderr.splitlines() if l.strip()][-1].startswith("error: ")
+
+
+def test_memory_estimate_counts_buckets_autocast_copies_and_a_gpu_reserve():
+    """What the allocator holds besides weights, states and activations: DDP's float32 gradient buckets
+    on several ranks, autocast's 16-bit weight copies (FSDP gathers 16-bit weights instead), and on a
+    GPU a stated reserve for workspaces and NCCL."""
+    cfg = dict(runtime.DEFAULTS, gradient_accumulation_steps=8)
+    n = 10**9
+    overhead = lambda c, world, dtype, device="cuda": sharding.memory_estimate(c, n, world, dtype, device)["overhead"]
+    assert overhead(cfg, 8, "bfloat16") == 4 * n + 2 * n + sharding.RESERVE_BYTES
+    assert overhead(cfg, 1, "bfloat16") == 2 * n + sharding.RESERVE_BYTES  # no buckets on one process
+    assert overhead(cfg, 8, "float32", "cpu") == 4 * n  # no autocast copies, no GPU reserve
+    assert overhead(dict(cfg, data_parallel="fsdp"), 8, "bfloat16") == sharding.RESERVE_BYTES
+    e = sharding.memory_estimate(cfg, n, 8, "bfloat16")
+    assert e["step"] == e["params"] + e["grads"] + e["optimizer"] + e["overhead"] + e["activations"] + e["head"]
+
+
+def test_memory_check_compares_against_the_free_gpu_memory(monkeypatch):
+    """The CUDA context and other processes take their share: a run that fits the card's total but not
+    its free memory is refused."""
+    from parallel import ParallelLayout
+    layout = ParallelLayout()
+    layout.device = "cuda:0"
+    cfg = dict(runtime.DEFAULTS, n_layer=2, n_head=2, n_embd=64, block_size=64, batch_size=2, vocab_size=256)
+    need = sharding.memory_estimate(cfg, runtime.count_params(cfg), 1, "bfloat16")["total"]
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (need - 1, 80 * 2**30))
+    with pytest.raises(configurator.ConfigError, match="but the free memory of cuda:0 is"):
+        layout.check_memory(cfg, runtime.count_params(cfg), "bfloat16")
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (need, 80 * 2**30))
+    layout.check_memory(cfg, runtime.count_params(cfg), "bfloat16")
+
+
+def _local_weights(rank, world):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from model import GPT, GPTConfig
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64))
+    full = sharding.local_weights_bytes(model)
+    sharding.shard_model(model, init_device_mesh("cpu", (world,)), "float32", "float32", False)
+    local = sharding.local_weights_bytes(model)
+    assert full / world <= local < full / world + 4 * 64, (local, full)  # its shard (rows padded to divide)
+
+
+def test_memory_ratio_divides_by_the_weights_this_rank_holds(tmp_path):
+    """memory_ratio is a rank's peak over its weights: under FSDP its shard, not the full model."""
+    from test_reduced_sync import run_ranks
+    run_ranks(_local_weights, 2, tmp_path)

@@ -62,3 +62,24 @@ def test_bench_step_times_each_option_with_mfu_and_profile(tmp_path):
         profile = r["profile_ms"]  # every category reported, the matmuls and the head's softmax seen
         assert list(profile)[:2] == ["optimizer (clip, AdamW)", "matmuls"] and min(profile.values()) >= 0
         assert profile["matmuls"] > 0 and profile["softmax + cross-entropy"] > 0 and profile["optimizer (clip, AdamW)"] > 0
+
+
+def test_profile_on_a_gpu_records_the_kernels(monkeypatch):
+    """--profile on a GPU profiles CUDA activity and counts device time (CPU time is launch time there);
+    run here on CPU ops with the device calls stood in for."""
+    sys.path.insert(0, REPO)
+    import torch.profiler
+
+    import bench_step
+    import runtime
+    asked, real = [], torch.profiler.profile
+    monkeypatch.setattr(torch.profiler, "profile",
+                        lambda activities: asked.append(activities) or real(activities=[torch.profiler.ProfilerActivity.CPU]))
+    monkeypatch.setattr(runtime, "synchronize", lambda device: None)
+    import torch
+    a = torch.randn(64, 64)
+    totals = bench_step.profile_by_category(lambda: a @ a, "cuda:0")
+    assert torch.profiler.ProfilerActivity.CUDA in asked[0]
+    assert "device idle (launch gaps, host syncs)" in totals and totals["matmuls"] == 0.0  # device time: none here
+    totals = bench_step.profile_by_category(lambda: a @ a, "cpu")
+    assert asked[1] == [torch.profiler.ProfilerActivity.CPU] and totals["matmuls"] > 0

@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -311,3 +312,104 @@ def test_hellaswag_runs_at_its_interval_and_at_the_end(data_dir, tmp_path):
     assert [r["iter"] for r in results] == [0, 4, 6]
     assert all(r["n"] == 4 and 0 <= r["acc"] <= 1 and 0 <= r["acc_norm"] <= 1 for r in results)
     assert "step 6: hellaswag acc" in open(os.path.join(out, "log.txt")).read()
+
+
+class QueuedDevice:
+    """A stand-in for a GPU's queue on CPU: every batch read queues `seconds` of 'kernels' that finish
+    only when runtime.synchronize waits for them; `peak` is the allocator's peak, which evaluation
+    raises to 1000 MiB and a training batch to 10 MiB."""
+
+    def __init__(self, monkeypatch, seconds):
+        self.pending, self.peak, self.seconds = 0.0, 0.0, seconds
+        get_batch, evaluate = train.get_batch, train.evaluate
+        monkeypatch.setattr(train, "get_batch", lambda *a: (self.queue(10.0), get_batch(*a))[1])
+        monkeypatch.setattr(train, "evaluate", lambda *a: (self.queue(1000.0), evaluate(*a))[1])
+        monkeypatch.setattr(runtime, "synchronize", self.synchronize)
+        monkeypatch.setattr(runtime, "reset_peak_memory", lambda device: setattr(self, "peak", 0.0))
+        monkeypatch.setattr(runtime, "peak_memory_mib", lambda device: self.peak)
+
+    def queue(self, mib):
+        self.pending += self.seconds
+        self.peak = max(self.peak, mib)
+
+    def synchronize(self, device):
+        time.sleep(self.pending)
+        self.pending = 0.0
+
+
+def test_step_time_waits_for_the_device(data_dir, tmp_path, monkeypatch):
+    """A step is timed to its last kernel: work the device finishes only at a synchronize is in the
+    step time, the tokens/s and train_time (and max_time), and evaluation's queued work is not."""
+    QueuedDevice(monkeypatch, seconds=0.05)
+    out = str(tmp_path / "run")
+    train.main(tiny_args(data_dir, out, "--max_iters=4", "--lr_decay_iters=4"))
+    steps = events(out, "train")
+    assert len(steps) == 4 and all(100 <= r["step_time_ms"] < 1000 for r in steps)  # 2 micro-steps x 50 ms
+    assert all(r["tokens_per_sec"] <= 128 / 0.1 for r in steps)
+    assert events(out, "end")[0]["train_time"] >= 0.4
+
+
+def test_peak_memory_is_reset_per_step_and_evaluation_logged_apart(data_dir, tmp_path, monkeypatch):
+    QueuedDevice(monkeypatch, seconds=0.0)
+    out = str(tmp_path / "run")
+    train.main(tiny_args(data_dir, out, "--max_iters=4", "--lr_decay_iters=4"))
+    assert [r["peak_memory_mib"] for r in events(out, "train")] == [10.0] * 4  # never evaluation's
+    assert [r["peak_memory_mib"] for r in events(out, "eval")] == [1000.0] * 2
+
+
+@pytest.mark.parametrize("probes,expected", [([1e3], None), ([1e3, 1e15], "against the second probe")])
+def test_mfu_is_never_above_one(data_dir, tmp_path, monkeypatch, probes, expected):
+    """A matmul peak probed while other work had the cores reads low: it is probed again when the model
+    outruns it; an MFU still above 1 is logged as n/a, never as 135%."""
+    answers = iter(probes + [probes[-1]] * 100)
+    monkeypatch.setattr(runtime, "matmul_peak_flops", lambda device, dtype: next(answers))
+    out = str(tmp_path / "run")
+    train.main(tiny_args(data_dir, out, "--max_iters=2", "--lr_decay_iters=2"))
+    steps = events(out, "train")
+    if expected is None:
+        assert all(r["mfu"] is None and r["mfu_peak_gflops"] == 1e-6 for r in steps)
+        assert "mfu n/a" in open(os.path.join(out, "log.txt")).read()
+    else:
+        assert all(0 < r["mfu"] < 1 and r["mfu_peak_gflops"] == 1e6 for r in steps)
+
+
+def test_checklist_names_the_attention_kernel_and_the_float32_matmuls(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    train.main(tiny_args(data_dir, out, "--max_iters=1", "--lr_decay_iters=1", "--warmup_iters=0"))
+    checklist = events(out, "checklist")[0]
+    assert checklist["sdpa_backend"] == "FLASH_ATTENTION"  # the CPU build's fused kernel at float32
+    assert checklist["float32_matmuls"] == "IEEE float32"
+    assert runtime.sdpa_backend("cpu", "float32", 2, 16, 16) == "FLASH_ATTENTION"
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel([SDPBackend.MATH]):  # as where a build gates the fused kernels (ROCm on RDNA3)
+        assert runtime.sdpa_backend("cpu", "float32", 2, 16, 16) == "MATH"
+
+
+def test_precision_uses_native_bf16_only_and_tf32_for_float32_on_gpus(monkeypatch):
+    """is_bf16_supported() counts emulation (V100, T4): those get fp16. A float32 GPU run uses TF32."""
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    assert runtime.precision("", "cuda:0")[0] == "float16"
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    runtime.precision("float32", "cpu")
+    assert not torch.backends.cuda.matmul.allow_tf32
+    runtime.precision("float32", "cuda:0")
+    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+
+
+def test_only_the_master_hashes_the_run_facts(data_dir, monkeypatch):
+    """Every rank takes part in gathering a sharded model's weights; only the master, which writes
+    run_info.json, hashes them and the dataset (each rank hashed all of it)."""
+    from parallel import ParallelLayout
+    cfg = runtime.resolve(configurator.apply_config(runtime.DEFAULTS, tiny_args(data_dir, "unused")), 1)
+    model = GPT(runtime.model_config(cfg))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    counts = {"train": 20000, "val": 4000}
+    follower = ParallelLayout(world_size=2)
+    follower.rank = 1
+    hashed = []
+    fingerprint = runrecord.dataset_fingerprint
+    monkeypatch.setattr(runrecord, "dataset_fingerprint", lambda d: hashed.append(d) or fingerprint(d))
+    assert runrecord.run_facts(cfg, follower, model, optimizer, data_dir, counts, "float32") is None and hashed == []
+    facts = runrecord.run_facts(cfg, ParallelLayout(), model, optimizer, data_dir, counts, "float32")
+    assert hashed == [data_dir] and len(facts["init_weights"]) > 0
