@@ -50,6 +50,7 @@ import sys
 import time
 
 import ablation
+import ablation_report
 import configurator
 import parallel
 import rundir
@@ -453,7 +454,7 @@ def main(argv, launch=launch_subprocess):
     if options["plan"]:
         if not suite:
             raise configurator.ConfigError("--plan needs a suite file (variants x seeds)")
-        print(ablation.seed_plan_text(suite, len(runs), options["pilot"] or sweep_dir))
+        print(ablation_report.seed_plan_text(suite, len(runs), options["pilot"] or sweep_dir))
         return runs
     if options["dry_run"]:
         return runs
@@ -471,7 +472,7 @@ def main(argv, launch=launch_subprocess):
             freeze_suite(suite, runs, sweep_dir)
         codes = run_all(runs, sweep_dir, default_gpus(options["gpus"], nproc, options["cpu_runs"]), launch)
     if suite:
-        print(open(ablation.report_suite_dir(sweep_dir)).read())
+        print(open(ablation_report.report_suite_dir(sweep_dir)).read())
     else:
         summarize(runs, sweep_dir)
         print(open(os.path.join(sweep_dir, "summary.md")).read())
@@ -488,7 +489,7 @@ def show_status(runs, suite, sweep_dir):
     print(slurm_launch.status_text(states, sweep_dir))
     if all(s["state"] in slurm_launch.DONE for s in states):
         if suite:
-            path = ablation.report_suite_dir(sweep_dir)
+            path = ablation_report.report_suite_dir(sweep_dir)
         else:
             summarize(runs, sweep_dir)
             path = os.path.join(sweep_dir, "summary.md")

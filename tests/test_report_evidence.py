@@ -8,12 +8,13 @@ import os
 
 import numpy as np
 import pytest
-from scipy import stats
 
 import ablation
+import ablation_report
 import evaluation
 import hellaswag
 import runrecord
+import stats
 import train
 from ra_model import RAGPT, RAConfig
 from test_hellaswag import FIXTURE, tiny_gpt, write_jsonl
@@ -33,16 +34,16 @@ def enumerated_sign_flip_p(d):
 @pytest.mark.parametrize("diffs", [[-0.03, -0.02, -0.05], [0.01, -0.004, 0.02, 0.015], [0.0, 0.02, -0.01],
                                    [-0.01, -0.02, -0.015, -0.03, -0.012, -0.001]])
 def test_sign_flip_p_equals_the_enumeration_of_every_sign_pattern(diffs):
-    result = ablation.sign_flip_test(diffs)
+    result = stats.sign_flip_test(diffs)
     assert result["p"] == pytest.approx(enumerated_sign_flip_p(diffs), abs=1e-12)
     assert (result["below"], result["above"], result["zero"]) == (
         sum(d < 0 for d in diffs), sum(d > 0 for d in diffs), sum(d == 0 for d in diffs))
 
 
 def test_three_seeds_of_one_sign_give_a_quarter_and_six_give_one_in_thirty_two():
-    assert ablation.sign_flip_test([-0.03, -0.02, -0.05])["p"] == pytest.approx(0.25)
-    assert ablation.sign_flip_test([-1, -2, -3, -4, -5, -6])["p"] == pytest.approx(2 / 64)
-    assert ablation.sign_flip_test([0.2]) == dict(below=0, above=1, zero=0, p=None)  # one seed: no test
+    assert stats.sign_flip_test([-0.03, -0.02, -0.05])["p"] == pytest.approx(0.25)
+    assert stats.sign_flip_test([-1, -2, -3, -4, -5, -6])["p"] == pytest.approx(2 / 64)
+    assert stats.sign_flip_test([0.2]) == dict(below=0, above=1, zero=0, p=None)  # one seed: no test
 
 
 # ----------------------------------------------------------------------------- synthetic run directories
@@ -67,7 +68,8 @@ def fake_run(out_dir, value_at, windows_ms, tokens_per_iter=100, iters=50, flops
 def compared(runs, variants, baseline="base"):
     """ablation.add_evidence on a report whose comparison part is filled in by hand (the runs have no
     configs: only what the evidence needs)."""
-    report = dict(metric="val_loss", goal="lower", baseline=baseline, hellaswag_tokens=None, level=0.05,
+    report = dict(metric="val_loss", goal="lower", baseline=baseline, hellaswag_tokens=None, level=0.05, alpha=0.05,
+                  min_effect=None,
                   compared_at_tokens=ablation.common_tokens(list(runs.values()), "val_loss"),
                   variants={v: {} for v in variants})
     for run in runs.values():
@@ -104,10 +106,15 @@ def test_throughput_is_total_tokens_over_total_step_time_and_step_time_follows_f
     for c in (base, mix):
         assert c["tokens_per_sec"] * c["step_time_ms"] / 1000 == pytest.approx(100)  # tokens per step
     ratio = report["variants"]["mix"]["cost_ratio"]
-    assert ratio["tokens_per_sec"] == pytest.approx((5000 / 6) / 500)
     assert ratio["flops_per_token"] == pytest.approx(1.25) and ratio["parameters"] == 1
-    # b2's windows after the first, 100, 300, 300, 300 ms: 90th percentile 300, 10th 160: not trusted
+    # b2's windows after the first, 100, 300, 300, 300 ms: 90th percentile 300, 10th 160: not trusted, so
+    # no throughput ratio against this baseline is given as a number (it was 1.19-1.36 under load)
     assert base["unreliable"] == ["b2 (step times spread x1.88)"] and mix["unreliable"] == []
+    assert "tokens_per_sec" not in ratio and "b2 (step times spread x1.88)" in ratio["tokens_per_sec_withheld"]
+    assert "| mix | 833 [667, 1,111] | not trusted (flagged) |" in "\n".join(ablation_report.cost_lines(report))
+    runs[("base", 2)] = fake_run(tmp_path / "b2", lambda t: 3.0, calm)  # the same runs on a calm machine
+    ratio = compared(runs, {"base": [1, 2, 3], "mix": [1, 2, 3]})["variants"]["mix"]["cost_ratio"]
+    assert ratio["tokens_per_sec"] == pytest.approx((5000 / 6) / 1000)
 
 
 def test_the_load_average_and_flops_per_token_are_recorded_by_a_run(data_dir, tmp_path):
@@ -182,7 +189,7 @@ def write_items(out_dir, right, tokens=200, extra=(), append=False):
     evaluation.write_items(os.path.join(out_dir, evaluation.HELLASWAG_ITEMS), items, append, iter=2, tokens=tokens)
 
 
-def test_hellaswag_is_compared_on_the_same_items_paired_over_items_and_seeds(tmp_path):
+def test_hellaswag_item_by_item_counts_the_same_items_over_seeds(tmp_path):
     rng = np.random.default_rng(0)
     n = 40
     base_right = {s: rng.integers(0, 2, n) for s in (1, 2)}
@@ -197,16 +204,13 @@ def test_hellaswag_is_compared_on_the_same_items_paired_over_items_and_seeds(tmp
         runs[("var", s)] = dict(out_dir=str(tmp_path / f"v{s}"), status="finished")
     result = ablation.hellaswag_per_item({s: runs[("var", s)] for s in (1, 2)},
                                          {s: runs[("base", s)] for s in (1, 2)}, 200)
-    per_item = np.mean([var_right[s] - base_right[s] for s in (1, 2)], axis=0)
-    reference = stats.ttest_1samp(per_item, 0.0)
     assert result["items"] == n and result["seeds"] == [1, 2]
     assert result["diff"] == pytest.approx(np.mean([var_right[s].mean() - base_right[s].mean() for s in (1, 2)]))
-    assert result["p"] == pytest.approx(reference.pvalue)
     assert result["variant_only"] == sum(int(((var_right[s] == 1) & (base_right[s] == 0)).sum()) for s in (1, 2))
     assert result["baseline_only"] == sum(int(((var_right[s] == 0) & (base_right[s] == 1)).sum()) for s in (1, 2))
-    # the same answers on every item: no spread, a difference of exactly 0, no test pretended
+    # evidence only: no p over items x seeds, which would treat items of one model as independent
     same = ablation.hellaswag_per_item({1: runs[("base", 1)]}, {1: runs[("base", 1)]}, 200)
-    assert same["diff"] == 0 and same["p"] == 1.0 and same["ci95"] == [0.0, 0.0]
+    assert same["diff"] == 0 and same["variant_only"] == same["baseline_only"] == 0 and "p" not in same
 
 
 def test_per_example_scores_agree_with_the_counts_and_the_losses(tmp_path):
@@ -260,7 +264,7 @@ def test_report_shows_the_evidence_per_seed_the_cost_and_the_plots(tmp_path):
     report = ablation.compare(suite, runs)
     mix = report["variants"]["mix"]
     assert mix["signs"]["below"] == 3 and mix["signs"]["p"] == pytest.approx(0.25)
-    path = ablation.write_report(report, runs, str(tmp_path / "report"))
+    path = ablation_report.write_report(report, runs, str(tmp_path / "report"))
     text = open(path).read()
     assert "| mix | -0.031 | -0.032 | -0.033 | 3 / 0 | 0.25 |" in text
     assert "## At equal model FLOPs" in text and "| mix | 1.250 | 4,000 |" in text
