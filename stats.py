@@ -33,14 +33,15 @@ def family_level(alpha, k):
 
 
 def holm(p_values, alpha):
-    """Holm-adjusted p-values (statsmodels), in the given order; None stays None and is not counted."""
-    from statsmodels.stats.multitest import multipletests
-    present = [i for i, p in enumerate(p_values) if p is not None]
-    adjusted = [None] * len(p_values)
-    if present:
-        _, padj, _, _ = multipletests([p_values[i] for i in present], alpha=alpha, method="holm")
-        for i, p in zip(present, padj):
-            adjusted[i] = float(p)
+    """Holm-adjusted p-values in the given order (None stays None and is not counted): the i-th
+    smallest of k times (k - i + 1), kept monotone and at most 1. Written out rather than taken from
+    statsmodels' multipletests, which runs gc.collect() on every call (a second each on a report's
+    heap); tests/test_stats.py checks it against multipletests."""
+    present = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    adjusted, running, k = [None] * len(p_values), 0.0, len(present)
+    for step, (p, i) in enumerate(present):
+        running = max(running, min(1.0, (k - step) * p))
+        adjusted[i] = running
     return adjusted
 
 

@@ -57,6 +57,7 @@ import rundir
 import runrecord
 import runtime
 import slurm_launch
+import stats
 
 OPTIONS = dict(
     grid="",  # "key=[v1,v2] key2=[...]": added to a sweep file's grid
@@ -183,14 +184,18 @@ def read_suite(namespace, name, here):
     heatmap = list(namespace.get("heatmap", []))
     if heatmap and (len(heatmap) != 2 or not set(heatmap) <= set(namespace["allowed"])):
         raise err(f"heatmap={heatmap!r}: name two of the allowed keys (x, y)")
-    alpha, min_effect = namespace.get("alpha", ablation.DEFAULT_ALPHA), namespace.get("min_effect")
+    alpha, min_effect, looks = namespace.get("alpha", ablation.DEFAULT_ALPHA), namespace.get("min_effect"), \
+        namespace.get("looks")
     if not (isinstance(alpha, float) and 0 < alpha < 1):
         raise err(f"alpha={alpha!r}: the family-wise significance level, a float in (0, 1)")
     if min_effect is not None and not (isinstance(min_effect, (int, float)) and min_effect > 0):
         raise err(f"min_effect={min_effect!r}: the smallest effect of interest in the metric's units, > 0")
+    if looks is not None and not (isinstance(looks, list) and looks and all(isinstance(n, int) for n in looks)
+                                  and looks == sorted(set(looks)) and looks[0] >= stats.MIN_SEEDS):
+        raise err(f"looks={looks!r}: the planned seed counts of each report, increasing integers >= {stats.MIN_SEEDS}")
     return dict(name=name, variants=variants, baseline=namespace["baseline"], seeds=list(seeds),
                 metric=namespace["metric"], allowed=list(namespace["allowed"]), nproc=nproc, heatmap=heatmap,
-                alpha=alpha, min_effect=min_effect)
+                alpha=alpha, min_effect=min_effect, looks=looks)
 
 
 def parse_grid(text):
@@ -419,24 +424,32 @@ def summarize(runs, sweep_dir):
 
 
 def freeze_suite(suite, runs, sweep_dir):
-    """suite.json: the declaration as of the first run. The metric and the baseline cannot change
-    afterwards (the report must not pick the most flattering one); variants and seeds may grow."""
+    """suite.json: the declaration as of the first run, written once and never rewritten. Its metric,
+    baseline, alpha, min_effect and looks cannot change afterwards (the report must not pick the most
+    flattering one); runs added later (more seeds or variants) go into the suite's record, with the
+    number of looks taken before them, so a report can say the suite grew after it was looked at."""
     path = os.path.join(sweep_dir, "suite.json")
-    declared = dict(suite, runs={name: [p["variant"], p["seed"]] for name, p, _ in runs})
-    if os.path.exists(path):
-        try:
-            first = ablation.read_suite_json(path)
-        except ValueError as e:
-            raise configurator.ConfigError(str(e)) from None
-        for key in ("metric", "baseline", "alpha", "min_effect"):
-            if key in first and first[key] != suite[key]:
-                raise configurator.ConfigError(
-                    f"{path} declared {key}={first[key]!r} before its runs; this suite says {suite[key]!r}: "
-                    f"keep it, or start a new suite_dir")
-        declared["runs"] = {**first["runs"], **declared["runs"]}
-    with rundir.atomic_write(path, "w") as f:  # a torn suite.json would lose the plan
-        json.dump(declared, f, indent=1)
-    return declared
+    wanted = {name: [p["variant"], p["seed"]] for name, p, _ in runs}
+    if not os.path.exists(path):
+        os.makedirs(sweep_dir, exist_ok=True)
+        with rundir.atomic_write(path, "w") as f:  # a torn suite.json would lose the plan
+            json.dump(dict(suite, runs=wanted), f, indent=1)
+        return
+    try:
+        first = ablation.read_suite_json(path)
+    except ValueError as e:
+        raise configurator.ConfigError(str(e)) from None
+    for key in ("metric", "baseline", "alpha", "min_effect", "looks"):
+        if first.get(key) != suite.get(key) and (key in first or suite.get(key) is not None):
+            raise configurator.ConfigError(
+                f"{path} declared {key}={first.get(key)!r} before its runs; this suite says {suite.get(key)!r}: "
+                f"keep it, or start a new suite_dir")
+    record = ablation.read_suite_record(sweep_dir)
+    known = ablation.suite_runs(first, record)
+    added = {name: run for name, run in wanted.items() if name not in known}
+    if added:
+        ablation.append_suite_record(sweep_dir, dict(event="added", runs=added,
+                                                     looks_before=len(ablation.looks_taken(record))))
 
 
 def main(argv, launch=launch_subprocess):
