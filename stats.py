@@ -249,8 +249,9 @@ def decide(test, adjusted_p, step_level, alpha, level, goal, min_effect, plan):
     why = (f"Holm-adjusted p = {adjusted_p:.3g}; {held} holds 0"
            + (f"; the {pct(1 - 2 * level)} interval {span(out['equivalence_interval'])} reaches beyond ±{min_effect:g}"
               if min_effect else ""))
-    if plan and plan.get("seeds_needed"):
-        why += f"; the suite's seed plan: {plan['seeds_needed']} seeds for {min_effect:g}"
+    if plan and min_effect:
+        why += "; the suite's seed plan: " + (f"{plan['seeds_needed']} seeds for {min_effect:g}" if plan["seeds_needed"]
+                                              else "see it below")
     return dict(out, verdict="inconclusive", why=why)
 
 

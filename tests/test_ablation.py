@@ -134,9 +134,10 @@ def test_aa_suite_and_positive_control(data_dir, tmp_path, capsys):
     capsys.readouterr()
     sweep.main([*suite_args(data_dir, path), "--plan=True", f"--pilot={suite_dir}"], launch=in_process(calls))
     planned = capsys.readouterr().out
-    sd = ablation.pooled_difference_sd(result)
-    needed = stats.plan_seeds(sd, 3, 2, 0.05, 0.01)["seeds_needed"]
-    assert f"paired-difference sd {sd:.4g}, 2 comparison(s)" in planned and f"needs {needed} seeds" in planned
+    sd, df = ablation.pooled_difference_sd(result)
+    needed = stats.plan_seeds(sd, df, 3, 2, 0.05, 0.01)["seeds_needed"]
+    assert f"paired-difference sd {sd:.4g} ({df} df" in planned and "2 comparison(s)" in planned
+    assert f"needs {needed} seeds" in planned
     assert len(calls) == 9  # planning runs nothing
     # The metric is frozen by the first run.
     text = open(path).read().replace("metric = 'val_loss'", "metric = 'train_loss'")
