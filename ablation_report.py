@@ -326,8 +326,8 @@ def forest_plot(report, compared, plt):
     ax.set_yticks(range(len(compared)), [f"{n}: {v['verdict']}" for n, v in compared])
     ax.set_ylim(-0.7, len(compared) - 0.3)
     left, right = ("better", "worse") if report["goal"] == "lower" else ("worse", "better")
-    ax.set(xlabel=f"{report['metric']}: variant - baseline (same seed), each interval at the level its verdict "
-                  f"was tested\n{left} <-   |   -> {right}",
+    ax.set(xlabel=f"{report['metric']}: variant - baseline (same seed)\neach interval at the level its verdict was "
+                  f"tested;   {left} <-   |   -> {right}",
            title="paired differences")
     return fig, "paired_differences.png"
 
