@@ -32,8 +32,10 @@ optionally `nproc` (torchrun ranks per run), `base` and `overrides` as above. Ea
 once per seed as `<variant>-seed<seed>` under suite_dir. Before any run starts, every resolved
 config is compared with the baseline's: a difference in a key that is not allowed refuses the
 suite (--allow_confounds=True runs it anyway; the report still calls it not comparable). The
-metric is frozen in suite_dir/suite.json by the first run. The runs share a W&B group; at the end
-ablation.py writes report.md, report.json and plots to suite_dir (python report.py rebuilds them).
+metric is frozen in suite_dir/suite.json by the first run; runs added later and every report (a
+look) go into suite_dir/suite_record.jsonl (docs/ablation.md: a suite may declare `looks`, the seed
+counts of its planned reports). The runs share a W&B group; at the end ablation_report.py writes
+report.md, report.json and plots to suite_dir (python report.py rebuilds them).
 """
 import ast
 import csv
