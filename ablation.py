@@ -8,18 +8,22 @@ and the config keys a variant may change. This module:
 - compares every variant at the largest token count that every finished run evaluated at;
 - refuses a report whose runs do not measure the metric alike (data, evaluation windows, eval_iters);
 - pairs seeds (same seed = same data order and initial shared weights, checked, not assumed),
-  and judges the k paired differences as one planned family (stats.py: Holm, simultaneous
-  intervals, TOST against ±min_effect, power): better, worse, equivalent, inconclusive,
-  deterministic, too few seeds, not comparable, incomplete;
-- writes report.md, report.json and PNG plots.
+  and judges the k paired differences as one planned family (stats.py: Holm with intervals at
+  each step's level, TOST against ±min_effect, the seed plan): better, worse, "better/worse, but
+  negligible", equivalent, inconclusive, deterministic, too few seeds, not comparable, incomplete
+  (a run whose metric is not finite is named and its comparison is incomplete);
+- keeps the suite's sequential record (runs added after a look, every look) and tests each look at
+  the alpha its declared plan spends there, or says that the verdict is not at nominal alpha.
+The result is plain data (report.json); ablation_report.py words and draws it.
 
-Used by sweep.py (the check before running, the report after) and report.py (the report rebuilt
-from run directories alone).
+Used by sweep.py (the check before running) and, through ablation_report.py, by sweep.py and
+report.py (the report).
 """
 import json
 import math
 import os
 import re
+import time
 
 import numpy as np
 
@@ -124,10 +128,10 @@ def common_tokens(runs, metric):
 
 # ----------------------------------------------------------------------------- statistics
 
-def binomial_interval(successes, trials):
-    """Clopper-Pearson 95% interval of an accuracy (scipy)."""
+def binomial_interval(successes, trials, confidence=0.95):
+    """Clopper-Pearson interval of an accuracy (scipy)."""
     from scipy import stats
-    ci = stats.binomtest(successes, trials).proportion_ci(0.95)
+    ci = stats.binomtest(successes, trials).proportion_ci(confidence)
     return [float(ci.low), float(ci.high)]
 
 
@@ -143,12 +147,94 @@ def blocked_verdict(confounds, incomplete, n):
     return None
 
 
+# ----------------------------------------------------------------------------- the sequential record
+
+SUITE_RECORD = "suite_record.jsonl"  # beside suite.json: runs added after it, and every report (a look)
+
+
+def read_suite_record(suite_dir):
+    """The suite's record, oldest first: {"event": "added", "runs", "looks_before"} and
+    {"event": "look", "seeds"} lines (a torn last line is skipped)."""
+    path = os.path.join(suite_dir, SUITE_RECORD)
+    if not os.path.exists(path):
+        return []
+    entries = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return entries
+
+
+def append_suite_record(suite_dir, entry):
+    """Append one line to the record; earlier lines are never rewritten."""
+    with open(os.path.join(suite_dir, SUITE_RECORD), "a", encoding="utf-8") as f:
+        f.write(json.dumps(dict(entry, time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))) + "\n")
+
+
+def looks_taken(record):
+    """The distinct seed counts at which a report was built (a second report at the same count sees
+    the same data, so it is no new look)."""
+    return sorted({e["seeds"] for e in record if e.get("event") == "look"})
+
+
+def obrien_fleming_spent(fraction, alpha):
+    """Alpha spent by the information fraction t (Lan-DeMets, O'Brien-Fleming type):
+    2 - 2 Phi(z_(1 - alpha/2) / sqrt(t)): little early, almost all of it at the last look."""
+    from scipy import stats
+    return float(2 * stats.norm.sf(stats.norm.isf(alpha / 2) / math.sqrt(fraction)))
+
+
+def sequential_alpha(suite, seeds):
+    """(family-wise alpha for a report at `seeds` paired seeds, the note that says why). A suite that
+    declared `looks` (seed counts) tests each planned look at the alpha spent there; a look beyond the
+    plan, or seeds added after a look without one, keeps the nominal alpha and says that the verdict
+    is not at it."""
+    alpha, record = suite.get("alpha") or DEFAULT_ALPHA, suite.get("record") or []
+    looks = sorted(set(looks_taken(record)) | {seeds})
+    planned = suite.get("looks")
+    added = [e for e in record if e.get("event") == "added" and e.get("looks_before")]
+    grown = (f"; runs were added after a look ({', '.join(sorted(added[0]['runs']))} after "
+             f"{added[0]['looks_before']} look(s))" if added else "")
+    if planned:
+        if set(looks) <= set(planned):
+            j = planned.index(seeds)
+            spent = obrien_fleming_spent(seeds / planned[-1], alpha) - (
+                obrien_fleming_spent(planned[j - 1] / planned[-1], alpha) if j else 0.0)
+            return spent, (f"look {j + 1} of the {len(planned)} declared before the runs (at {planned} seeds): "
+                           f"family-wise alpha {spent:.3g} spent here of {alpha:g} (O'Brien-Fleming-type spending, "
+                           f"looks combined by Bonferroni, which is conservative)")
+        return alpha, (f"NOT AT NOMINAL ALPHA: looks at {looks} seeds, but the plan declared looks at {planned}; "
+                       f"the verdicts test at {alpha:g} as if this were the only look{grown}")
+    if len(looks) > 1:
+        return alpha, (f"NOT AT NOMINAL ALPHA: {len(looks)} looks (reports at {looks} seeds) and no group-sequential "
+                       f"plan; the verdicts test at {alpha:g} as if this were the only look, so their family-wise "
+                       f"error is larger (up to about {len(looks)} x {alpha:g}){grown}. Declare `looks` in the suite "
+                       f"before growing it")
+    return alpha, f"one look, at {seeds} seeds: family-wise alpha {alpha:g}" + grown
+
+
 # ----------------------------------------------------------------------------- the comparison
+
+def finite_value(run, metric, tokens, problems):
+    """A finished run's metric at `tokens`; a value that is not finite is None and is named (run and
+    file) in problems."""
+    if run["status"] != "finished":
+        return None
+    value = metric_by_tokens(run, metric).get(tokens)
+    if value is not None and not math.isfinite(value):
+        problems.append(f"{os.path.join(run['out_dir'], 'log.jsonl')}: {metric} is {value} at {tokens} tokens")
+        return None
+    return value
+
 
 def compare(suite, runs):
     """The whole comparison as plain data (report.json).
 
-    suite: dict(name, metric, baseline, allowed, variants: {variant: [seeds]}).
+    suite: dict(name, metric, baseline, allowed, variants: {variant: [seeds]}, alpha, min_effect, and
+    for a suite directory its record and declared looks).
     runs: {(variant, seed): runrecord.read_run(...)} for every expected run.
     """
     metric, baseline = suite["metric"], suite["baseline"]
@@ -157,18 +243,18 @@ def compare(suite, runs):
         run["status"] = rundir.run_status(run["events"])
     finished = [r for r in runs.values() if r["status"] == "finished"]
     tokens = common_tokens(finished, metric)
-    value = lambda run: metric_by_tokens(run, metric).get(tokens) if run["status"] == "finished" else None
+    non_finite = []
+    values = {key: finite_value(r, metric, tokens, non_finite) for key, r in runs.items()}
     base_runs = {s: runs[(baseline, s)] for s in suite["variants"][baseline]}
-    base_values = {s: value(r) for s, r in base_runs.items() if value(r) is not None}
+    base_values = {s: values[(baseline, s)] for s in base_runs if values[(baseline, s)] is not None}
     reference = next((r for r in base_runs.values() if r["config"] is not None), None)
     k = len(suite["variants"]) - 1
-    alpha, min_effect = suite.get("alpha") or DEFAULT_ALPHA, suite.get("min_effect")
     report = dict(suite=suite["name"], metric=metric, goal=goal, baseline=baseline, compared_at_tokens=tokens,
-                  alpha=alpha, min_effect=min_effect, comparisons=k, level=stats.family_level(alpha, k),
-                  measurement=measurement_problems(runs, suite["allowed"]),
+                  alpha=suite.get("alpha") or DEFAULT_ALPHA, min_effect=suite.get("min_effect"), comparisons=k,
+                  measurement=measurement_problems(runs, suite["allowed"]), non_finite=non_finite,
                   damaged=[note for run in runs.values() for note in run.get("damage", [])],
                   allowed=sorted(suite["allowed"]), allowed_declared=suite.get("allowed_declared", True),
-                  heatmap=suite.get("heatmap") or [],
+                  heatmap=suite.get("heatmap") or [], declared_seeds=suite.get("declared_seeds"),
                   final_tokens={f"{v}-seed{s}": (r["events"][-1].get("tokens") if r["events"] else None)
                                 for (v, s), r in runs.items()},
                   baseline_sd=float(np.std(list(base_values.values()), ddof=1)) if len(base_values) > 1 else None,
@@ -177,27 +263,29 @@ def compare(suite, runs):
     report["hellaswag_tokens"] = common_tokens(finished, "hellaswag_acc_norm")
     for variant, seeds in suite["variants"].items():
         own = {s: runs[(variant, s)] for s in seeds}
-        values = {s: value(r) for s, r in own.items() if value(r) is not None}
-        entry = dict(runs={f"seed{s}": dict(status=r["status"], value=value(r), out_dir=r["out_dir"])
+        mine = {s: values[(variant, s)] for s in seeds if values[(variant, s)] is not None}
+        entry = dict(runs={f"seed{s}": dict(status=r["status"], value=values[(variant, s)], out_dir=r["out_dir"])
                            for s, r in own.items()},
-                     n=len(values), mean=float(np.mean(list(values.values()))) if values else None,
-                     sd=float(np.std(list(values.values()), ddof=1)) if len(values) > 1 else None)
-        hellaswag = hellaswag_summary(own.values(), report["hellaswag_tokens"])
-        if hellaswag:
-            entry["hellaswag"] = hellaswag
+                     n=len(mine), mean=float(np.mean(list(mine.values()))) if mine else None,
+                     sd=float(np.std(list(mine.values()), ddof=1)) if len(mine) > 1 else None)
         tasks = lm_eval_results.pooled_task_scores([r["out_dir"] for r in own.values() if r["status"] == "finished"])
         if tasks:
             entry["lm_eval"] = tasks
         if variant != baseline:
-            add_comparison(entry, report, suite, own, base_runs, base_values, values, reference)
+            add_comparison(entry, report, suite, own, base_runs, base_values, mine, reference)
         else:
             entry["verdict"], entry["why"] = "baseline", "the reference of every paired difference"
         report["variants"][variant] = entry
+    seeds = max((len(v["differences"]) for n, v in report["variants"].items() if n != baseline), default=0)
+    report["looked_at_seeds"] = seeds
+    report["alpha"], report["sequential"] = sequential_alpha(suite, seeds)
+    report["level"] = stats.family_level(report["alpha"], k)
+    sd, df = pooled_difference_sd(report)
+    if sd is not None:
+        report["plan"] = stats.plan_seeds(sd, df, max(len(s) for s in suite["variants"].values()), k,
+                                          report["alpha"], report["min_effect"])
     decide(report)
-    sd = pooled_difference_sd(report)
-    if sd:
-        seeds = max(len(s) for s in suite["variants"].values())
-        report["plan"] = stats.plan_seeds(sd, seeds, k, alpha, min_effect)
+    add_hellaswag(report, suite, runs)
     add_evidence(report, suite, runs)
     return report
 
@@ -223,73 +311,52 @@ def add_comparison(entry, report, suite, own, base_runs, base_values, values, re
             pairing_lines.append(f"seed {seed}: no baseline run of this seed")
     seeds = [s for s in values if s in base_values]
     diffs = [values[s] - base_values[s] for s in seeds]
-    test = stats.paired_test(diffs, report["level"], report["min_effect"])
+    scale = float(np.mean(np.abs(list(base_values.values())))) if base_values else None
+    test = stats.paired_test(diffs, scale)
     broken = [f"{name} {r['status']}" for name, r in
               [(f"seed {s}", r) for s, r in own.items()] + [(f"baseline seed {s}", r) for s, r in base_runs.items()]
               if r["status"] != "finished"]
+    broken += [f"{name} has a {report['metric']} that is not finite" for name, r in
+               [(f"seed {s}", r) for s, r in own.items()] + [(f"baseline seed {s}", r) for s, r in base_runs.items()]
+               if r["status"] == "finished" and any(p.startswith(os.path.join(r["out_dir"], "log.jsonl"))
+                                                    for p in report["non_finite"])]
     incomplete = ", ".join(broken) + " (counted, not dropped)" if broken else ""
     if missing:  # a missing fact is never read as a difference, nor as agreement
         incomplete = "; ".join(filter(None, [incomplete, "missing or damaged: " + ", ".join(sorted(set(missing)))
                                              + ": the measured facts cannot be checked"]))
     entry.update(paired_seeds=seeds, differences=diffs, diff_mean=test["mean"], diff_sd=test["sd"],
-                 interval=test["ci"], p_value=test["p"], tost_p=test["tost_p"], deterministic=test["deterministic"],
+                 p_value=test["p"], deterministic=test["deterministic"], test=test,
                  confounds={k: list(v) for k, v in confounds.items()}, pairing=pairing_lines,
                  blocked=blocked_verdict(confounds, incomplete, test["n"]))
 
 
 def decide(report):
-    """Holm over the family's raw p-values, then each comparison's verdict. A comparison without a
-    test counts as p = 1, so the family keeps its planned size k."""
-    compared = [(n, v) for n, v in report["variants"].items() if n != report["baseline"]]
-    raw = [v["p_value"] if v["blocked"] is None and v["p_value"] is not None else 1.0 for _, v in compared]
-    for (name, v), adjusted in zip(compared, stats.holm(raw, report["alpha"])):
-        v["p_holm"] = adjusted if v["p_value"] is not None else None
+    """Holm over the family's raw p-values (stats.judge), then each comparison's verdict, with the
+    interval at the level its Holm step tested. A comparison without a test counts as p = 1, so the
+    family keeps its planned size k."""
+    compared = [v for n, v in report["variants"].items() if n != report["baseline"]]
+    blocked = lambda v: v["blocked"] is not None or (report["measurement"] and not v["confounds"])
+    decisions = stats.judge([None if blocked(v) else v["test"] for v in compared], report["alpha"], report["goal"],
+                            report["min_effect"], report.get("plan"))
+    for v, decision in zip(compared, decisions):
         if report["measurement"] and not v["confounds"]:
             v["verdict"], v["why"] = "not comparable", "the metric is not measured alike in every run (see Measurement)"
         elif v["blocked"]:
             v["verdict"], v["why"] = v["blocked"]
         else:
-            test = dict(n=len(v["differences"]), mean=v["diff_mean"], sd=v["diff_sd"], ci=v["interval"],
-                        tost_p=v["tost_p"], deterministic=v["deterministic"])
-            v["verdict"], v["why"] = stats.verdict(test, adjusted, report["alpha"], report["level"], report["goal"],
-                                                   report["min_effect"])
-        del v["blocked"]
+            v.update(decision)
+        v.setdefault("p_holm", None)
+        v.setdefault("interval", None)
+        del v["blocked"], v["test"]
 
 
 def pooled_difference_sd(report):
-    """The sd of paired differences pooled over the variants that have one (variances weighted by
-    their degrees of freedom): what the seed planner needs."""
+    """(sd, degrees of freedom) of the paired differences pooled over the variants that have one
+    (variances weighted by their degrees of freedom): what the seed planner needs."""
     parts = [(len(v["differences"]) - 1, v["diff_sd"]) for n, v in report["variants"].items()
-             if n != report["baseline"] and v.get("diff_sd") and len(v.get("differences", [])) > 1]
+             if n != report["baseline"] and v.get("diff_sd") is not None and len(v.get("differences", [])) > 1]
     df = sum(d for d, _ in parts)
-    return math.sqrt(sum(d * sd ** 2 for d, sd in parts) / df) if df else None
-
-
-def seed_plan_text(suite, n_runs, pilot_dir):
-    """sweep.py --plan: the planner's answer for this suite before anything runs, from a pilot (or
-    this suite's own finished runs, when there are some)."""
-    k, alpha, min_effect = len(suite["variants"]) - 1, suite["alpha"], suite["min_effect"]
-    lines = [f"suite {suite['name']}: {len(suite['variants'])} variants x {len(suite['seeds'])} seeds = {n_runs} runs, "
-             f"{k} comparison(s) against {suite['baseline']!r}, family-wise alpha {alpha:g}, min_effect "
-             + (f"{min_effect:g}" if min_effect else "not declared (warning: equivalence cannot be shown)")]
-    if not (pilot_dir and os.path.exists(os.path.join(pilot_dir, "suite.json"))):
-        lines.append("no pilot: pass --pilot=SUITE_DIR (a finished suite) for the detectable effect and seeds needed")
-        return "\n".join(lines)
-    pilot, runs = load_suite_dir(pilot_dir)
-    report = compare(dict(pilot, alpha=alpha, min_effect=min_effect), runs)
-    sd = pooled_difference_sd(report)
-    if not sd:
-        lines.append(f"pilot {pilot_dir}: no variant has two paired seeds yet, so no sd to plan from")
-        return "\n".join(lines)
-    lines.append(f"from pilot {pilot_dir}:")
-    lines.append(stats.describe_plan(stats.plan_seeds(sd, len(suite["seeds"]), k, alpha, min_effect)))
-    times = [e["train_time"] for r in runs.values() for e in r["events"][-1:] if e.get("event") == "end"
-             and e.get("train_time")]
-    if times:
-        lines.append(f"training time per run in the pilot: median {np.median(times):.0f} s -> about "
-                     f"{n_runs * np.median(times) / 60:.0f} min of training for {n_runs} runs one at a time "
-                     f"(evaluation and start-up come on top)")
-    return "\n".join(lines)
+    return (math.sqrt(sum(d * sd ** 2 for d, sd in parts) / df), df) if df else (None, 0)
 
 
 def measurement_problems(runs, allowed):
@@ -321,42 +388,9 @@ def measurement_problems(runs, allowed):
     return list(dict.fromkeys(problems))
 
 
-def hellaswag_summary(runs, tokens):
-    """Pooled HellaSwag accuracy of a variant's finished runs at `tokens`, with a Clopper-Pearson
-    interval and whether chance (0.25) lies inside it."""
-    right, total = {"acc": 0, "acc_norm": 0}, 0
-    for run in runs:
-        at = [e for e in run["events"] if e["event"] == "hellaswag" and e["tokens"] == tokens]
-        if run.get("status") == "finished" and at:
-            total += at[-1]["n"]
-            for key in right:
-                right[key] += round(at[-1][key] * at[-1]["n"])
-    if not total:
-        return None
-    out = {"n": total}
-    for key, k in right.items():
-        ci = binomial_interval(k, total)
-        out[key] = dict(value=k / total, ci95=ci, chance_inside=ci[0] <= 0.25 <= ci[1])
-    return out
-
-
 # ----------------------------------------------------------------------------- evidence, cost, HellaSwag per item
 
 TIMING_SPREAD_LIMIT = 1.5  # a run whose logged step times spread wider (90th / 10th percentile) has no trusted timing
-
-
-def sign_flip_test(diffs):
-    """Signs of the paired differences and the exact two-sided sign-flip p-value: under "no effect"
-    each difference is as likely negative as positive, so all 2^n sign patterns are enumerated
-    (scipy's permutation test; n = 3 cannot go below 0.25). Assumes symmetry, not normality."""
-    from scipy import stats
-    d = np.asarray(diffs, dtype=np.float64)
-    out = dict(below=int((d < 0).sum()), above=int((d > 0).sum()), zero=int((d == 0).sum()), p=None)
-    if len(d) >= 2:
-        test = stats.permutation_test((d,), np.mean, permutation_type="samples", n_resamples=np.inf,
-                                      alternative="two-sided", vectorized=True, axis=-1)
-        out["p"] = min(1.0, float(test.pvalue))
-    return out
 
 
 def run_cost(run):
@@ -415,7 +449,8 @@ def metric_at(run, metric, tokens):
 def compute_matched(report, runs, variant, seeds, base_seeds):
     """The variant's metric at the baseline's model FLOPs at the compared point (the baseline's FLOPs
     per token x compared tokens), interpolated on each seed's evaluation curve, paired with the
-    baseline seed: an idea that costs more per token is not flattered by an equal-token comparison."""
+    baseline seed: an idea that costs more per token is not flattered by an equal-token comparison.
+    The family's verdicts come afterwards (add_evidence: Holm over this view's own family)."""
     base_cost, own_cost = report["variants"][report["baseline"]].get("cost"), report["variants"][variant].get("cost")
     tokens = report["compared_at_tokens"]
     if not (base_cost and own_cost and base_cost["flops_per_token"] and own_cost["flops_per_token"] and tokens):
@@ -426,14 +461,13 @@ def compute_matched(report, runs, variant, seeds, base_seeds):
     for seed in seeds:
         run, base = runs[(variant, seed)], runs.get((report["baseline"], seed))
         if seed in base_seeds and run["status"] == base["status"] == "finished":
-            values[seed] = metric_at(run, report["metric"], at)
-            if values[seed] is not None:
-                diffs.append(values[seed] - metric_at(base, report["metric"], tokens))
-    test = stats.paired_test(diffs, report["level"])
+            mine, theirs = metric_at(run, report["metric"], at), metric_at(base, report["metric"], tokens)
+            values[seed] = mine
+            if mine is not None and theirs is not None and math.isfinite(mine) and math.isfinite(theirs):
+                diffs.append(mine - theirs)
     return dict(flops=flops, tokens=at, flops_ratio=own_cost["flops_per_token"] / base_cost["flops_per_token"],
-                values={f"seed{s}": v for s, v in values.items()}, differences=diffs, diff_mean=test["mean"],
-                interval=test["ci"], p_value=test["p"],
-                missing=[f"seed{s}" for s, v in values.items() if v is None])
+                values={f"seed{s}": v if v is None or math.isfinite(v) else None for s, v in values.items()},
+                differences=diffs, missing=[f"seed{s}" for s, v in values.items() if v is None or not math.isfinite(v)])
 
 
 def hellaswag_items(run, tokens):
@@ -455,11 +489,9 @@ def hellaswag_items(run, tokens):
 
 
 def hellaswag_per_item(own, base_runs, tokens, key="correct_norm"):
-    """Variant against baseline on the same HellaSwag items: per item, the difference in right (1)
-    or wrong (0) averaged over the paired seeds; their mean is the accuracy difference, with a
-    Student-t 95% interval and p over items (items, not item x seed pairs, are the independent
-    units). Counts of items only one side got right, summed over seeds, show where it comes from."""
-    from scipy import stats
+    """Where a HellaSwag difference comes from, item by item (evidence, not the verdict: items within
+    a seed are not independent of the seed): on the items both runs of a seed scored, how many only
+    the variant and how many only the baseline got right, summed over the paired seeds."""
     pairs = []
     for seed, run in own.items():
         base = base_runs.get(seed)
@@ -471,21 +503,60 @@ def hellaswag_per_item(own, base_runs, tokens, key="correct_norm"):
     if not common:
         return None
     d = np.array([[m[i][key] - t[i][key] for i in common] for _, m, t in pairs], dtype=np.float64)
-    per_item = d.mean(axis=0)
-    out = dict(metric=key, items=len(common), seeds=[s for s, _, _ in pairs], diff=float(per_item.mean()),
-               variant_only=int((d > 0).sum()), baseline_only=int((d < 0).sum()), ci95=None, p=None)
-    if per_item.std() == 0:  # the same answer on every item: no spread to test against
-        out.update(ci95=[out["diff"], out["diff"]], p=1.0 if out["diff"] == 0 else None)
-    else:
-        test = stats.ttest_1samp(per_item, 0.0)
-        ci = test.confidence_interval(0.95)
-        out.update(ci95=[float(ci.low), float(ci.high)], p=float(test.pvalue))
+    return dict(metric=key, items=len(common), seeds=[s for s, _, _ in pairs], diff=float(d.mean()),
+                variant_only=int((d > 0).sum()), baseline_only=int((d < 0).sum()))
+
+
+def hellaswag_at(run, tokens):
+    """A finished run's HellaSwag record at `tokens` (n, acc, acc_norm), or None."""
+    at = [e for e in run["events"] if e["event"] == "hellaswag" and e["tokens"] == tokens]
+    if run.get("status") != "finished" or not at or not all(math.isfinite(at[-1][k]) for k in ("acc", "acc_norm")):
+        return None
+    return at[-1]
+
+
+def hellaswag_pooled(records, confidence):
+    """A variant's HellaSwag accuracy pooled over its seeds' records, with a Clopper-Pearson interval
+    at `confidence` and whether chance (0.25) lies inside it: a description, not the comparison."""
+    total = sum(r["n"] for r in records)
+    out = dict(n=total, confidence=confidence)
+    for key in ("acc", "acc_norm"):
+        right = sum(round(r[key] * r["n"]) for r in records)
+        ci = binomial_interval(right, total, confidence)
+        out[key] = dict(value=right / total, interval=ci, chance_inside=ci[0] <= CHANCE["hellaswag_" + key] <= ci[1])
     return out
 
 
+def add_hellaswag(report, suite, runs, key="acc_norm"):
+    """HellaSwag judged like the metric: per variant the paired difference of each seed's accuracy
+    (the seed is the unit: its items share one model, so items x seeds are not independent), Holm
+    over the family at the report's alpha; beside it each variant's pooled accuracy at the family level."""
+    tokens, baseline = report["hellaswag_tokens"], report["baseline"]
+    if tokens is None:
+        return
+    scores = {key_: hellaswag_at(run, tokens) for key_, run in runs.items()}
+    for variant, seeds in suite["variants"].items():
+        records = [scores[(variant, s)] for s in seeds if scores[(variant, s)]]
+        if records:
+            report["variants"][variant]["hellaswag"] = hellaswag_pooled(records, 1 - report["level"])
+    compared, tests = [], []
+    for variant, seeds in suite["variants"].items():
+        if variant != baseline:
+            pairs = [(s, scores[(variant, s)][key] - scores[(baseline, s)][key]) for s in seeds
+                     if scores[(variant, s)] and scores.get((baseline, s))]
+            compared.append((variant, pairs))
+            tests.append(stats.paired_test([d for _, d in pairs]) if pairs else None)
+    for (variant, pairs), test, decision in zip(compared, tests, stats.judge(tests, report["alpha"], "higher")):
+        if test is not None:
+            report["variants"][variant]["hellaswag_paired"] = dict(
+                metric=key, seeds=[s for s, _ in pairs], differences=[d for _, d in pairs], diff_mean=test["mean"],
+                p_value=test["p"], **decision)
+
+
 def add_evidence(report, suite, runs):
-    """What the comparison rests on, per variant: cost and its ratios to the baseline, the per-seed
-    differences with their signs and exact sign-flip p, the compute-matched view and HellaSwag per item."""
+    """What the comparison rests on, per variant: cost and its ratios to the baseline (no throughput
+    ratio where a timing is flagged), the per-seed differences with their signs and sign-flip p, the
+    compute-matched view (Holm over its own family) and HellaSwag item by item."""
     baseline = report["baseline"]
     by_variant = {v: {s: runs[(v, s)] for s in seeds} for v, seeds in suite["variants"].items()}
     for variant, entry in report["variants"].items():
@@ -496,328 +567,31 @@ def add_evidence(report, suite, runs):
             entry["cost_ratio"] = {k: entry["cost"][k] / base_cost[k] for k in
                                    ("tokens_per_sec", "parameters", "flops_per_token", "peak_memory_mib")
                                    if entry["cost"][k] and base_cost[k]}
+            flagged = entry["cost"]["unreliable"] + (base_cost["unreliable"] if variant != baseline else [])
+            if flagged:  # a ratio of untrusted timings reads as a measurement; say why there is none
+                entry["cost_ratio"].pop("tokens_per_sec", None)
+                entry["cost_ratio"]["tokens_per_sec_withheld"] = "timings flagged: " + ", ".join(flagged)
         if variant == baseline:
             continue
-        entry["signs"] = sign_flip_test(entry.get("differences") or [])
+        entry["signs"] = stats.sign_flip_test(entry.get("differences") or [])
         entry["compute_matched"] = compute_matched(report, runs, variant, suite["variants"][variant],
                                                    suite["variants"][baseline])
         per_item = hellaswag_per_item(by_variant[variant], by_variant[baseline], report["hellaswag_tokens"])
         if per_item:
             entry["hellaswag_per_item"] = per_item
+    judge_compute_matched(report)
 
 
-# ----------------------------------------------------------------------------- the report
-
-def fmt(value, digits=4):
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}"
-    return str(value)
-
-
-def write_report(report, runs, out_dir):
-    """report.json, the PNG plots and report.md (which embeds them) in out_dir."""
-    os.makedirs(out_dir, exist_ok=True)
-    plots = make_plots(report, runs, out_dir)
-    with open(os.path.join(out_dir, "report.json"), "w") as f:
-        json.dump(report, f, indent=1, allow_nan=False, default=str)
-    with open(os.path.join(out_dir, "report.md"), "w") as f:
-        f.write(markdown(report, plots))
-    return os.path.join(out_dir, "report.md")
-
-
-def markdown(report, plots):
-    metric, tokens = report["metric"], report["compared_at_tokens"]
-    better = "lower" if report["goal"] == "lower" else "higher"
-    lines = [f"# Ablation report: {report['suite']}", "",
-             f"Deciding metric (declared before the runs): **{metric}** ({better} is better), compared at "
-             f"**{fmt(tokens)} tokens**, the largest token count at which every finished run was evaluated "
-             f"(final token counts: {fmt(min(filter(None, report['final_tokens'].values()), default=None))} to "
-             f"{fmt(max(filter(None, report['final_tokens'].values()), default=None))}).",
-             f"Paired differences are variant minus baseline (`{report['baseline']}`) on the same seed. "
-             f"**{report['comparisons']} comparison(s), Holm** at family-wise alpha {report['alpha']:g}: p-values "
-             f"are Holm-adjusted and each interval is a simultaneous {100 * (1 - report['level']):.4g}% "
-             f"(Bonferroni) Student-t interval. Smallest effect of interest (min_effect): "
-             + (f"**±{report['min_effect']:g}** {UNITS.get(metric, '')}." if report["min_effect"] else
-                "**not declared** (warning: equivalence cannot be shown; declare min_effect in the suite or "
-                "pass --min_effect to report.py).")
-             + f" Keys allowed to differ: {', '.join(report['allowed']) or 'none'}"
-             + ("." if report["allowed_declared"] else " (no suite declared them: every config difference "
-                                                       "between these runs is treated as intended)."), "",
-             f"| variant | verdict | seeds | mean | sd | diff vs baseline | {100 * (1 - report['level']):.4g}% "
-             f"simultaneous interval | p | p (Holm) |", "|" + "---|" * 9]
-    for name, v in report["variants"].items():
-        ci = v.get("interval")
-        lines.append(" | ".join([
-            f"| {name}", f"**{v['verdict']}**", str(v["n"]), fmt(v["mean"]), fmt(v["sd"]),
-            fmt(v.get("diff_mean")) if name != report["baseline"] else "-",
-            f"[{ci[0]:+.4g}, {ci[1]:+.4g}]" if ci else "-", fmt(v.get("p_value"), 3),
-            fmt(v.get("p_holm"), 3)]) + " |")
-    if report.get("declared_after_the_runs"):
-        lines.append(f"\nNote: {', '.join(report['declared_after_the_runs'])} declared after the runs (report.py), "
-                     f"not before them.")
-    lines.append(f"\nBaseline seed-to-seed sd: {fmt(report['baseline_sd'])} (a property of single runs; each "
-                 f"paired difference is judged against its own standard error).")
-    if report["measurement"]:
-        lines += ["", "## Measurement (must agree in every run): NOT COMPARABLE", ""] + [
-            f"- {m}" for m in report["measurement"]]
-    if report["damaged"]:
-        lines += ["", "## Damaged files (and what was done about them)", ""] + [f"- {d}" for d in report["damaged"]]
-    if report.get("plan"):
-        lines += ["", "## Seed plan", "", "```", stats.describe_plan(report["plan"]), "```"]
-    lines += ["", "## Why each verdict", ""]
-    lines += [f"- **{name}**: {v['verdict']}: {v['why']}." for name, v in report["variants"].items()]
-    pairing = [f"- {name}: {'; '.join(v['pairing'])}" for name, v in report["variants"].items() if "pairing" in v]
-    if pairing:
-        lines += ["", "## Pairing (same seed = same data order and initial shared weights)", "", *pairing]
-    lines += evidence_lines(report) + compute_matched_lines(report) + cost_lines(report) + hellaswag_lines(report)
-    lines += lm_eval_results.report_lines(report)
-    lines += ["", "## Runs", "", "| variant | seed | status | value at compared point | final tokens | out_dir |",
-              "|---|---|---|---|---|---|"]
-    for name, v in report["variants"].items():
-        for seed, r in v["runs"].items():
-            lines.append(f"| {name} | {seed.removeprefix('seed')} | {r['status']} | {fmt(r['value'])} | "
-                         f"{fmt(report['final_tokens'].get(f'{name}-{seed}'))} | {r['out_dir']} |")
-    if plots:
-        lines += ["", "## Plots", ""] + [f"![{title}]({file})" for title, file in plots]
-    return "\n".join(lines) + "\n"
-
-
-def thousands(count):
-    return "-" if count is None else f"{count:,}"
-
-
-def signed(value, digits=4):
-    return "-" if value is None else f"{value:+.{digits}g}"
-
-
-def evidence_lines(report):
-    """Per seed: the paired differences, their signs and the exact sign-flip p next to the t-test's."""
-    compared = [(n, v) for n, v in report["variants"].items() if v.get("signs")]
-    if not compared:
-        return []
-    seeds = sorted({s for _, v in compared for s in v["paired_seeds"]})
-    lines = ["", "## The evidence per seed", "",
-             f"Each paired difference (variant - baseline, same seed); the signs (below / above 0) and the exact "
-             f"sign-flip p (all 2^n sign patterns; n = 3 cannot go below 0.25) need no normality, the t-test's p does.",
-             "", "| variant | " + " | ".join(f"seed {s}" for s in seeds) + " | below / above 0 | sign-flip p | t-test p |",
-             "|" + "---|" * (len(seeds) + 4)]
-    for name, v in compared:
-        by_seed = dict(zip(v["paired_seeds"], v["differences"]))
-        signs = v["signs"]
-        lines.append(f"| {name} | " + " | ".join(signed(by_seed.get(s)) for s in seeds) +
-                     f" | {signs['below']} / {signs['above']} | {fmt(signs['p'], 3)} | {fmt(v.get('p_value'), 3)} |")
-    return lines
-
-
-def compute_matched_lines(report):
-    matched = [(n, v["compute_matched"]) for n, v in report["variants"].items() if v.get("compute_matched")]
-    if not matched:
-        return []
-    lines = ["", f"## At equal model FLOPs", "",
-             f"The baseline's model FLOPs at the compared point ({matched[0][1]['flops']:.4g}): each variant's "
-             f"{report['metric']} at the token count where it spent as much (linear between its evaluations; "
-             f"'-' where it never got there), paired with the baseline seed, Student-t at the family's simultaneous level.", "",
-             "| variant | FLOPs/token x | tokens at equal FLOPs | diff vs baseline | interval | p |",
-             "|---|---|---|---|---|---|"]
-    for name, m in matched:
-        ci = m["interval"]
-        lines.append(f"| {name} | {m['flops_ratio']:.3f} | {m['tokens']:,.0f} | {signed(m['diff_mean'])} | "
-                     + (f"[{ci[0]:+.4g}, {ci[1]:+.4g}]" if ci else "-") + f" | {fmt(m['p_value'], 3)} |")
-    return lines
-
-
-def cost_lines(report):
-    costs = [(n, v["cost"], v.get("cost_ratio", {})) for n, v in report["variants"].items() if v.get("cost")]
-    if not costs:
-        return []
-    lines = ["", "## Cost", "",
-             "Throughput per run = its tokens / its summed training-step time; the median over seeds [min, max], "
-             "and the step time that follows from it. FLOPs per token count every matmul with weights (6N) and "
-             "the attention as it runs (RA's mix doubles the score width; a learned gate runs two attentions).",
-             "", "| variant | tokens/s [range] | x baseline | step time ms | parameters | x | FLOPs/token | x | "
-             "peak mem MiB | highest load |", "|" + "---|" * 10]
-    for name, c, ratio in costs:
-        low, high = c["tokens_per_sec_range"]
-        lines.append(f"| {name} | {c['tokens_per_sec']:,.0f} [{low:,.0f}, {high:,.0f}] | "
-                     f"{fmt(ratio.get('tokens_per_sec'), 3)} | {fmt(c['step_time_ms'], 4)} | {thousands(c['parameters'])} | "
-                     f"{fmt(ratio.get('parameters'), 4)} | {thousands(c['flops_per_token'])} | "
-                     f"{fmt(ratio.get('flops_per_token'), 4)} | {fmt(c['peak_memory_mib'], 4)} | {fmt(c['max_load'], 3)} |")
-    unreliable = [r for _, c, _ in costs for r in c["unreliable"]]
-    if unreliable:
-        lines += ["", f"**Timings not to be trusted** (logged step times spread more than x{TIMING_SPREAD_LIMIT} "
-                      f"between the 10th and 90th percentile, e.g. other work on the machine): " + ", ".join(unreliable)
-                  + ". Compare FLOPs per token instead, or time on an idle machine (bench_step.py)."]
-    return lines
-
-
-def hellaswag_lines(report):
-    lines = []
-    pooled = [(n, v["hellaswag"]) for n, v in report["variants"].items() if "hellaswag" in v]
-    if pooled:
-        lines += ["", f"## HellaSwag at {fmt(report['hellaswag_tokens'])} tokens, the largest count every finished "
-                  f"run evaluated it at (pooled over seeds, Clopper-Pearson 95%)", "",
-                  "| variant | n | acc_norm | interval | chance (0.25) inside |", "|---|---|---|---|---|"]
-        lines += [f"| {n} | {h['n']} | {h['acc_norm']['value']:.4f} | [{h['acc_norm']['ci95'][0]:.4f}, "
-                  f"{h['acc_norm']['ci95'][1]:.4f}] | {'yes' if h['acc_norm']['chance_inside'] else 'no'} |"
-                  for n, h in pooled]
-    per_item = [(n, v["hellaswag_per_item"]) for n, v in report["variants"].items() if v.get("hellaswag_per_item")]
-    if per_item:
-        lines += ["", "HellaSwag item by item against the baseline (acc_norm; the same items, paired over items and "
-                      "seeds: per item the right/wrong difference averaged over seeds, Student-t 95% over items):", "",
-                  "| variant | items | seeds | acc_norm diff | 95% interval | p | only variant right | "
-                  "only baseline right |", "|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {n} | {h['items']} | {len(h['seeds'])} | {h['diff']:+.4f} | "
-                  + (f"[{h['ci95'][0]:+.4f}, {h['ci95'][1]:+.4f}]" if h["ci95"] else "-")
-                  + f" | {fmt(h['p'], 3)} | {h['variant_only']} | {h['baseline_only']} |" for n, h in per_item]
-    return lines
-
-
-def make_plots(report, runs, out_dir):
-    """[(title, file)] of the PNGs written: loss against tokens with the seeds' band, the paired
-    differences (forest plot), and where the runs have them: syncs per forward against loss,
-    sparsity against perplexity, a heatmap over two swept numeric keys."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plots = []
-
-    def save(fig, file, title):
-        fig.tight_layout()
-        fig.savefig(os.path.join(out_dir, file), dpi=110)
-        plt.close(fig)
-        plots.append((title, file))
-
-    metric, variants = report["metric"], report["variants"]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    later = []  # values after the first evaluation: the initial loss would flatten everything else
-    for name in variants:
-        curves = [metric_by_tokens(r, metric) for (v, _), r in runs.items() if v == name and r["status"] == "finished"]
-        if not curves:
-            continue
-        xs = sorted(set.intersection(*(set(c) for c in curves)))
-        ys = np.array([[c[x] for x in xs] for c in curves])
-        ax.plot(xs, ys.mean(axis=0), label=f"{name} ({len(curves)} seeds)")
-        ax.fill_between(xs, ys.min(axis=0), ys.max(axis=0), alpha=0.2)
-        later += ys[:, 1:].ravel().tolist()
-    if later:
-        pad = 0.05 * (max(later) - min(later) or 1.0)
-        ax.set_ylim(min(later) - pad, max(later) + pad)
-    if report["compared_at_tokens"]:
-        ax.axvline(report["compared_at_tokens"], color="gray", linestyle=":", label="compared here")
-    ax.set(xlabel="tokens", ylabel=f"{metric} ({UNITS[metric]})", title=f"{metric} (mean, band = min..max over seeds)")
-    ax.legend(fontsize=8)
-    save(fig, "metric_vs_tokens.png", f"{metric} against tokens")
-
-    compared = [(n, v) for n, v in variants.items() if v.get("diff_mean") is not None]
-    if compared:
-        save(*forest_plot(report, compared, plt), "paired differences (forest plot)")
-        save(*differences_over_tokens(report, runs, [n for n, _ in compared], plt),
-             "paired differences over tokens, one line per seed")
-
-    final_eval = lambda r: next((e for e in reversed(r["events"]) if e["event"] == "eval"), None)
-    points = [(name, final_eval(r)) for (name, _), r in runs.items() if r["status"] == "finished"]
-    for field, file, xlabel, ylabel, title in (
-            ("syncs_forward", "syncs_vs_loss.png", "all-reduces per forward", "val_loss", "syncs against loss"),
-            ("sparsity", "sparsity_vs_ppl.png", "sparsity", "val_ppl", "sparsity against perplexity")):
-        have = [(n, e) for n, e in points if e and field in e]
-        if have:
-            fig, ax = plt.subplots(figsize=(6, 4))
-            for name in dict(have):
-                xs = [e[field] for n, e in have if n == name]
-                ax.plot(xs, [e[ylabel] for n, e in have if n == name], "o", label=name)
-            ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
-            ax.legend(fontsize=7)
-            save(fig, file, title)
-
-    heat = heatmap_axes(report, runs)
-    if heat:
-        (kx, xs), (ky, ys), grid = heat
-        fig, ax = plt.subplots(figsize=(6, 4.5))
-        image = ax.imshow(grid, origin="lower", cmap="viridis_r" if report["goal"] == "lower" else "viridis")
-        ax.set_xticks(range(len(xs)), [fmt(x, 3) for x in xs])
-        ax.set_yticks(range(len(ys)), [fmt(y, 3) for y in ys])
-        for (i, j), value in np.ndenumerate(grid):
-            if not math.isnan(value):
-                ax.text(j, i, f"{value:.3f}", ha="center", va="center", color="white", fontsize=7)
-        fig.colorbar(image, label=f"{metric} (mean over seeds)")
-        ax.set(xlabel=kx, ylabel=ky, title=f"{metric} over {kx} x {ky}")
-        save(fig, "heatmap.png", f"{metric} over {kx} x {ky}")
-    return plots
-
-
-def forest_plot(report, compared, plt):
-    """Each variant's mean paired difference and interval, with the numbers, the ±min_effect band
-    (when the report has one) and which side is better."""
-    fig, ax = plt.subplots(figsize=(7.5, 0.6 * len(compared) + 1.8))
-    for i, (name, v) in enumerate(compared):
-        ax.plot([v["diff_mean"]], [i], "o", color="black")
-        ci = v.get("interval")
-        if ci:
-            ax.plot(ci, [i, i], "-", color="black")
-        ax.annotate(f"{v['diff_mean']:+.4f}" + (f" [{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else ""), (v["diff_mean"], i),
-                    textcoords="offset points", xytext=(0, 7), ha="center", fontsize=7)
-    ax.axvline(0, color="gray", linestyle=":")
-    if report.get("min_effect"):
-        ax.axvspan(-report["min_effect"], report["min_effect"], color="tab:blue", alpha=0.12,
-                   label=f"±min_effect {report['min_effect']:g}")
-        ax.legend(fontsize=8, loc="lower right")
-    ax.set_yticks(range(len(compared)), [f"{n}: {v['verdict']}" for n, v in compared])
-    ax.set_ylim(-0.7, len(compared) - 0.3)
-    left, right = ("better", "worse") if report["goal"] == "lower" else ("worse", "better")
-    ax.set(xlabel=f"{report['metric']}: variant - baseline (same seed), {100 * (1 - report['level']):.4g}% "
-                  f"simultaneous interval\n{left} <-   |   -> {right}",
-           title="paired differences")
-    return fig, "paired_differences.png"
-
-
-def differences_over_tokens(report, runs, names, plt):
-    """Per variant, variant - baseline at every evaluation both runs of a seed share, one line per seed:
-    whether a difference is steady or only where the comparison happens to be made."""
-    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names) + 1, 3.4), sharey=True, squeeze=False)
-    for ax, name in zip(axes[0], names):
-        for (variant, seed), run in sorted(runs.items(), key=lambda item: str(item[0])):
-            base = runs.get((report["baseline"], seed))
-            if variant != name or base is None or run["status"] != "finished" or base["status"] != "finished":
-                continue
-            mine, theirs = metric_by_tokens(run, report["metric"]), metric_by_tokens(base, report["metric"])
-            xs = sorted(set(mine) & set(theirs))[1:]  # from the first evaluation after the start
-            ax.plot(xs, [mine[x] - theirs[x] for x in xs], marker=".", label=f"seed {seed}")
-        ax.axhline(0, color="gray", linestyle=":")
-        if report.get("min_effect"):
-            ax.axhspan(-report["min_effect"], report["min_effect"], color="tab:blue", alpha=0.12)
-        if report["compared_at_tokens"]:
-            ax.axvline(report["compared_at_tokens"], color="gray", linestyle="--", linewidth=0.8)
-        ax.set(title=name, xlabel="tokens")
-        ax.legend(fontsize=7)
-    axes[0][0].set_ylabel(f"{report['metric']} - baseline ({UNITS[report['metric']]})")
-    return fig, "differences_over_tokens.png"
-
-
-def heatmap_axes(report, runs):
-    """Over the suite's `heatmap` keys, or else when the variants differ in exactly two numeric keys
-    (e.g. learning rate x batch size): ((key, values), (key, values), grid of the variants' means)."""
-    configs = {}
-    for (name, _), r in runs.items():
-        if r["config"] is not None:
-            configs.setdefault(name, r["config"])
-    keys = [k for k in report["allowed"]
-            if len({json.dumps(c.get(k)) for c in configs.values()}) > 1
-            and all(isinstance(c.get(k), (int, float)) and not isinstance(c.get(k), bool) for c in configs.values())]
-    keys = report["heatmap"] or keys
-    if len(keys) != 2 or len(configs) < 4:
-        return None
-    kx, ky = keys
-    xs = sorted({c[kx] for c in configs.values()})
-    ys = sorted({c[ky] for c in configs.values()})
-    grid = np.full((len(ys), len(xs)), np.nan)
-    for name, c in configs.items():
-        mean = report["variants"][name]["mean"]
-        if mean is not None:
-            grid[ys.index(c[ky]), xs.index(c[kx])] = mean
-    return (kx, xs), (ky, ys), grid
+def judge_compute_matched(report):
+    """The equal-FLOPs view is a family of its own: Holm over its k comparisons at the report's alpha,
+    each interval at its Holm step's level, as in the main table."""
+    matched = [v["compute_matched"] for n, v in report["variants"].items() if v.get("compute_matched")]
+    tests = [stats.paired_test(m["differences"]) if m["differences"] else None for m in matched]
+    for m, test, decision in zip(matched, tests, stats.judge(tests, report["alpha"], report["goal"],
+                                                             report["min_effect"])):
+        m.update(diff_mean=test["mean"] if test else None, p_value=test["p"] if test else None,
+                 **(decision or dict(verdict="incomplete", why="no paired seed reached the baseline's FLOPs",
+                                     interval=None, p_holm=None)))
 
 
 # ----------------------------------------------------------------------------- where runs come from
@@ -836,14 +610,23 @@ def read_suite_json(path):
 
 
 def load_suite_dir(suite_dir):
-    """(suite, runs) of a directory written by sweep.py: suite.json names each run's variant and seed."""
+    """(suite, runs) of a directory written by sweep.py: suite.json names each run's variant and seed
+    as declared before the first run; the suite's record adds the runs added later and the looks."""
     declared = read_suite_json(os.path.join(suite_dir, "suite.json"))
-    suite = {k: declared.get(k) for k in ("name", "metric", "baseline", "allowed", "heatmap", "alpha", "min_effect")}
+    suite = {k: declared.get(k) for k in ("name", "metric", "baseline", "allowed", "heatmap", "alpha", "min_effect",
+                                          "looks")}
+    suite.update(record=read_suite_record(suite_dir), declared_seeds=declared.get("seeds"))
     suite["variants"], runs = {}, {}
-    for run_name, (variant, seed) in declared["runs"].items():
+    for run_name, (variant, seed) in suite_runs(declared, suite["record"]).items():
         suite["variants"].setdefault(variant, []).append(seed)
         runs[(variant, seed)] = runrecord.read_run(os.path.join(suite_dir, run_name))
     return suite, runs
+
+
+def suite_runs(declared, record):
+    """{run name: [variant, seed]}: the declared runs, then those the record says were added."""
+    added = [e["runs"] for e in record if e.get("event") == "added"]
+    return {k: v for runs in (declared["runs"], *added) for k, v in runs.items()}
 
 
 def suite_from_run_dirs(dirs, metric, baseline="", allowed=None, alpha=DEFAULT_ALPHA, min_effect=None):
@@ -883,18 +666,3 @@ def suite_from_run_dirs(dirs, metric, baseline="", allowed=None, alpha=DEFAULT_A
     suite = dict(name="runs " + ", ".join(variants), metric=metric, baseline=base, allowed=list(allowed),
                  variants=variants, allowed_declared=declared, alpha=alpha, min_effect=min_effect)
     return suite, runs
-
-
-def report_suite_dir(suite_dir, out_dir=None, plan=None):
-    """The suite's report; `plan` (alpha, min_effect) may fill in only what the suite did not declare
-    before its runs, and the report then says it was declared afterwards."""
-    suite, runs = load_suite_dir(suite_dir)
-    late = {k: v for k, v in (plan or {}).items() if suite.get(k) is None}
-    refused = sorted(set(plan or {}) - set(late))
-    if refused:
-        raise ValueError(f"{suite_dir} declared {', '.join(f'{k}={suite[k]!r}' for k in refused)} before its runs: "
-                         f"it cannot be changed here")
-    report = compare(dict(suite, **late), runs)
-    if late:
-        report["declared_after_the_runs"] = sorted(late)
-    return write_report(report, runs, out_dir or suite_dir)

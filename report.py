@@ -13,6 +13,7 @@ import os
 import sys
 
 import ablation
+import ablation_report
 import configurator
 
 OPTIONS = dict(
@@ -56,7 +57,7 @@ def main(argv):
             raise configurator.ConfigError(f"{dirs[0]} is a suite: its metric, baseline and allowed keys were "
                                            f"declared before its runs and cannot be changed here")
         try:
-            path = ablation.report_suite_dir(dirs[0], options["out"] or None, plan_given(options))
+            path = ablation_report.report_suite_dir(dirs[0], options["out"] or None, plan_given(options))
         except ValueError as e:
             raise configurator.ConfigError(str(e)) from None
     else:
@@ -66,7 +67,7 @@ def main(argv):
                                                        options["alpha"], options["min_effect"] or None)
         except ValueError as e:
             raise configurator.ConfigError(str(e)) from None
-        path = ablation.write_report(ablation.compare(suite, runs), runs, options["out"] or "out-report")
+        path = ablation_report.write_report(ablation.compare(suite, runs), runs, options["out"] or "out-report")
     print(open(path).read())
     print(f"written: {path}", file=sys.stderr)
     return path

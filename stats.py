@@ -3,18 +3,28 @@
 A plan fixes, before the runs, the significance level `alpha` of the whole family of k comparisons
 and the smallest effect of interest `min_effect` (in the metric's units). Then, per variant:
 - the family-wise error is controlled by Holm's step-down adjustment of the paired t-tests' p-values,
-  and each interval is a simultaneous one at the matching Bonferroni level 1 - alpha/k;
-- equivalence within ±min_effect is shown only by two one-sided tests (TOST) at level alpha/k;
-- what is neither is inconclusive, with the smallest effect these seeds could detect with 80% power
-  and the seeds that min_effect would need.
-The procedures come from scipy and statsmodels; this module only puts them together.
+  and each better/worse interval is at the level its Holm step tested (alpha / (k - i + 1)), so an
+  interval excludes 0 exactly when its comparison is decided;
+- equivalence within ±min_effect is shown only by two one-sided tests (TOST) at level alpha/k, whose
+  interval is the 1 - 2 alpha/k one; a decided difference inside that margin is "negligible";
+- what is neither is inconclusive; the suite's seed plan (one per suite, from an upper confidence
+  bound of the paired sd) says how many seeds would decide min_effect.
+The procedures come from scipy and statsmodels; this module puts them together and checks them.
 """
 import functools
+import math
 
 import numpy as np
 
 POWER = 0.8  # the conventional chance of detecting an effect of the planned size
 MIN_SEEDS = 3  # below this a t-test rests on one or two differences: no verdict
+MOST_SEEDS = 100_000  # the planner's search stops here and says so
+SD_CONFIDENCE = 0.8  # the planner uses this one-sided upper confidence bound of the pilot's sd
+# Differences whose spread is within this fraction of the metric's size are deterministic: a few
+# float32 ulps (eps 1.2e-7) of a loss is rounding, not seed-to-seed variance.
+DETERMINISTIC_RTOL = 1e-6
+EXACT_SIGN_FLIP_SEEDS = 16  # up to 2^16 sign patterns are enumerated; above, a Monte Carlo sample
+SIGN_FLIP_RESAMPLES = 100_000
 
 
 def family_level(alpha, k):
@@ -23,118 +33,265 @@ def family_level(alpha, k):
 
 
 def holm(p_values, alpha):
-    """Holm-adjusted p-values (statsmodels), in the given order; None stays None and is not counted."""
-    from statsmodels.stats.multitest import multipletests
-    present = [i for i, p in enumerate(p_values) if p is not None]
-    adjusted = [None] * len(p_values)
-    if present:
-        _, padj, _, _ = multipletests([p_values[i] for i in present], alpha=alpha, method="holm")
-        for i, p in zip(present, padj):
-            adjusted[i] = float(p)
+    """Holm-adjusted p-values in the given order (None stays None and is not counted): the i-th
+    smallest of k times (k - i + 1), kept monotone and at most 1. Written out rather than taken from
+    statsmodels' multipletests, which runs gc.collect() on every call (a second each on a report's
+    heap); tests/test_stats.py checks it against multipletests."""
+    present = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    adjusted, running, k = [None] * len(p_values), 0.0, len(present)
+    for step, (p, i) in enumerate(present):
+        running = max(running, min(1.0, (k - step) * p))
+        adjusted[i] = running
     return adjusted
+
+
+def holm_levels(p_values, alpha):
+    """The level Holm's step-down tested each comparison at (None stays None): the i-th smallest p at
+    alpha / (k - i + 1) while every smaller one was rejected; from the first that was not, every later
+    one at that step's level. A Student-t interval at 1 - this level then excludes 0 exactly when the
+    Holm-adjusted p is below alpha."""
+    present = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    levels, k, stopped = [None] * len(p_values), len(present), None
+    for step, (p, i) in enumerate(present):
+        level = stopped or alpha / (k - step)
+        if p >= level:
+            stopped = level
+        levels[i] = level
+    return levels
+
+
+def t_power(effect, n, level):
+    """Power of the two-sided paired t-test at `level` from n seeds against a standardized effect
+    |mean| / sd (scipy's noncentral t). The lower tail is taken as the upper tail of -nc: scipy's
+    nct.cdf returns NaN far in its lower tail (e.g. nct.cdf(-8.86, 2, 8.66))."""
+    from scipy import stats
+    df, nc = n - 1, effect * math.sqrt(n)
+    crit = stats.t.isf(level / 2, df)
+    power = stats.nct.sf(crit, df, nc) + stats.nct.sf(crit, df, -nc)
+    if not math.isfinite(power):
+        raise ArithmeticError(f"the noncentral t gave no power for effect {effect}, n {n}, level {level}")
+    return float(power)
 
 
 @functools.lru_cache(maxsize=None)
 def standardized_detectable(n, level, power=POWER):
-    """Smallest |mean| / sd a two-sided paired t-test at `level` detects with `power` from n seeds
-    (statsmodels' t-test power; it depends on n and the level only, so it is cached)."""
-    from statsmodels.stats.power import TTestPower
-    effect = TTestPower().solve_power(effect_size=None, nobs=n, alpha=level, power=power, alternative="two-sided")
-    return float(np.ravel(effect)[0])  # the solver returns a scalar or a one-element array
+    """Smallest |mean| / sd that a two-sided paired t-test at `level` detects with `power` from n >= 2
+    seeds: the root of t_power, checked by putting it back in (a solver can stop at a wrong root
+    without a warning, as statsmodels' solve_power does at 3 seeds). Cached: it depends on n and
+    the level only."""
+    from scipy.optimize import brentq
+    short = lambda effect: t_power(effect, n, level) - power
+    high = 1.0
+    while short(high) < 0:
+        high *= 2
+        if high > 1e7:
+            raise ArithmeticError(f"no effect reaches power {power} with {n} seeds at level {level}")
+    effect = brentq(short, 0.0, high, xtol=1e-12, rtol=1e-12)
+    if abs(short(effect)) > 1e-6:
+        raise ArithmeticError(f"the detectable effect for {n} seeds at level {level} did not check out: "
+                              f"power {t_power(effect, n, level):.6f} at {effect}, not {power}")
+    return effect
 
 
 def detectable_effect(sd, n, level, power=POWER):
     """Smallest |mean paired difference| detectable with `power` from n seeds whose differences
-    have standard deviation sd."""
+    have standard deviation sd (None with fewer than 2 seeds or no sd)."""
     if n < 2 or not sd:
         return None
     return standardized_detectable(n, level, power) * sd
 
 
-def seeds_needed(sd, min_effect, level, power=POWER, most=100_000):
-    """Fewest paired seeds (at least MIN_SEEDS) whose detectable effect is within min_effect: the
-    detectable effect falls as seeds are added, so a bisection over n finds it."""
+def seeds_needed(sd, min_effect, level, power=POWER):
+    """Fewest paired seeds (at least MIN_SEEDS) that detect min_effect with `power` when the
+    differences have sd: power grows with n, so a bisection over n finds it. None when more than
+    MOST_SEEDS would be needed (or there is no sd or no min_effect): describe_plan says which."""
     if not sd or not min_effect:
         return None
-    target = min_effect / sd
-    if standardized_detectable(MIN_SEEDS, level, power) <= target:
-        return MIN_SEEDS
-    low, high = MIN_SEEDS, most
+    enough = lambda n: t_power(min_effect / sd, n, level) >= power
+    if not enough(MOST_SEEDS):
+        return None
+    low, high = MIN_SEEDS - 1, MIN_SEEDS
+    while not enough(high):
+        low, high = high, min(2 * high, MOST_SEEDS)
     while high - low > 1:
         mid = (low + high) // 2
-        low, high = (low, mid) if standardized_detectable(mid, level, power) <= target else (mid, high)
+        low, high = (low, mid) if enough(mid) else (mid, high)
     return high
 
 
-def paired_test(diffs, level, min_effect=None):
-    """One variant's paired differences (variant - baseline, one per seed): mean, sd, the raw
-    two-sided t-test p-value, the interval at 1 - level, the TOST p-value against ±min_effect, and
-    whether the differences are deterministic (all equal: no variance, so no test at all)."""
-    from scipy import stats
-    from statsmodels.stats.weightstats import ttost_paired
+def paired_test(diffs, scale=None):
+    """One variant's paired differences (variant - baseline, one per seed): n, mean, sd, the raw
+    two-sided t-test p-value, and whether they are deterministic (their spread within
+    DETERMINISTIC_RTOL of `scale`, the metric's size: no seed-to-seed variance, so no test). A
+    difference that is not finite is the caller's to report: here it raises. The t-test is scipy's
+    ttest_1samp (tests/test_stats.py) through scipy.special's t distribution: a simulation calls it
+    thousands of times, and scipy.stats' wrappers cost a millisecond each."""
+    from scipy import special
     d = np.asarray(diffs, dtype=np.float64)
-    out = dict(n=len(d), mean=float(d.mean()) if len(d) else None, sd=None, p=None, ci=None, tost_p=None,
-               deterministic=False)
+    if not np.all(np.isfinite(d)):
+        raise ValueError(f"paired differences must be finite, got {d.tolist()}")
+    out = dict(n=len(d), mean=float(d.mean()) if len(d) else None, sd=None, p=None, deterministic=False,
+               diffs=d.tolist())
     if len(d) < 2:
         return out
     out["sd"] = float(d.std(ddof=1))
-    if np.all(d == d[0]):  # bitwise-equal runs or a constant offset: a p-value would claim certainty
+    if np.ptp(d) <= DETERMINISTIC_RTOL * max(scale or 0.0, float(np.abs(d).max())):
         out["deterministic"] = True
         return out
-    test = stats.ttest_1samp(d, 0.0)
-    ci = test.confidence_interval(1 - level)
-    out.update(p=float(test.pvalue), ci=[float(ci.low), float(ci.high)])
-    if min_effect:
-        out["tost_p"] = float(ttost_paired(d, np.zeros_like(d), -min_effect, min_effect)[0])
+    out["p"] = float(2 * special.stdtr(len(d) - 1, -abs(out["mean"]) / (out["sd"] / math.sqrt(len(d)))))
     return out
 
 
-def verdict(test, adjusted_p, alpha, level, goal, min_effect):
-    """(word, sentence) for one comparison whose inputs were comparable and complete."""
+def interval(test, confidence):
+    """The two-sided Student-t interval of the mean paired difference at `confidence` (scipy's t quantile)."""
+    from scipy import special
     n = test["n"]
-    if n < MIN_SEEDS:
-        return "too few seeds", f"{n} paired seed{'s' if n != 1 else ''}: at least {MIN_SEEDS} are needed for a verdict"
-    if test["deterministic"]:
-        kind = "exactly equal runs" if test["mean"] == 0 else f"a constant offset of {test['mean']:+.4g} in every seed"
-        return "deterministic", f"{kind}: no seed-to-seed variance, so no test applies; compare the code paths"
-    low, high = test["ci"]
-    interval = f"the {100 * (1 - level):.4g}% simultaneous interval [{low:+.4g}, {high:+.4g}]"
-    if adjusted_p < alpha:
-        helps = (test["mean"] < 0) == (goal == "lower")
-        beyond = ""
-        if min_effect:
-            beyond = (f"; it also excludes ±{min_effect:g}" if min(abs(low), abs(high)) >= min_effect and low * high > 0
-                      else f"; it does not exclude effects smaller than {min_effect:g}")
-        return ("better" if helps else "worse"), f"Holm-adjusted p = {adjusted_p:.3g} < {alpha:g}; {interval}{beyond}"
-    if min_effect and test["tost_p"] is not None and test["tost_p"] < level:
-        return "equivalent", (f"equivalent within ±{min_effect:g}: TOST p = {test['tost_p']:.3g} < {level:.3g}; "
-                              f"{interval}")
-    mde = detectable_effect(test["sd"], n, level)
-    needed = seeds_needed(test["sd"], min_effect, level)
-    plan = f"; {needed} seeds would detect {min_effect:g}" if needed else ""
-    return "inconclusive", (f"Holm-adjusted p = {adjusted_p:.3g}; {interval} holds 0"
-                            f"{' and reaches beyond ±%g' % min_effect if min_effect else ''}; "
-                            f"{n} seeds detect only effects of about {mde:.3g} or more (80% power){plan}")
+    half = special.stdtrit(n - 1, 0.5 + confidence / 2) * test["sd"] / math.sqrt(n)
+    return [test["mean"] - float(half), test["mean"] + float(half)]
 
 
-def plan_seeds(sd, seeds, k, alpha, min_effect):
-    """The seed planner: for paired-difference sd, the planned seeds and k comparisons, the smallest
-    effect detectable with 80% power, the seeds that min_effect needs, and whether the plan falls short."""
+def tost_p(test, min_effect):
+    """Two one-sided t-tests against -min_effect and +min_effect (the larger p): below a level exactly
+    when the 1 - 2 level interval lies inside the margin. statsmodels' ttost_paired gives the same
+    (tests/test_stats.py) at twenty times the cost, which simulations pay thousands of times."""
+    from scipy import special
+    n = test["n"]
+    se = test["sd"] / math.sqrt(n)
+    return float(max(special.stdtr(n - 1, -(test["mean"] + min_effect) / se),
+                     special.stdtr(n - 1, -(min_effect - test["mean"]) / se)))
+
+
+def sign_flip_test(diffs):
+    """Signs of the paired differences and the two-sided sign-flip p-value (scipy's permutation test):
+    under "no effect" each difference is as likely negative as positive. Exact over all 2^n sign
+    patterns up to EXACT_SIGN_FLIP_SEEDS seeds, in batches; above, SIGN_FLIP_RESAMPLES random
+    patterns from a fixed seed, with the Monte Carlo standard error of p. Assumes symmetry, not
+    normality; its smallest possible p is 2^(1-n) (0.25 at 3 seeds)."""
+    from scipy import stats
+    d = np.asarray(diffs, dtype=np.float64)
+    out = dict(below=int((d < 0).sum()), above=int((d > 0).sum()), zero=int((d == 0).sum()), p=None)
+    if len(d) < 2:
+        return out
+    exact = len(d) <= EXACT_SIGN_FLIP_SEEDS
+    resamples = np.inf if exact else SIGN_FLIP_RESAMPLES
+    test = stats.permutation_test((d,), np.mean, permutation_type="samples", n_resamples=resamples,
+                                  alternative="two-sided", vectorized=True, axis=-1, batch=8192,
+                                  rng=np.random.default_rng(0))
+    out["p"] = min(1.0, float(test.pvalue))
+    if not exact:
+        out.update(resamples=SIGN_FLIP_RESAMPLES,
+                   monte_carlo_error=math.sqrt(out["p"] * (1 - out["p"]) / SIGN_FLIP_RESAMPLES))
+    return out
+
+
+def smallest_sign_flip_p(n):
+    return 2.0 ** (1 - n)
+
+
+def pct(confidence):
+    return f"{100 * confidence:.4g}%"
+
+
+def span(ci):
+    return f"[{ci[0]:+.4g}, {ci[1]:+.4g}]"
+
+
+def judge(tests, alpha, goal, min_effect=None, plan=None):
+    """Verdicts for one family of k comparisons. tests: paired_test results, or None for a comparison
+    that could not be tested (it counts as p = 1, so the family keeps its planned size k). Per
+    comparison: the Holm-adjusted p, the interval at the level its Holm step tested, the 1 - 2 alpha/k
+    equivalence interval (with a min_effect), the verdict and why."""
+    k = len(tests)
     level = family_level(alpha, k)
-    mde = detectable_effect(sd, seeds, level)
-    needed = seeds_needed(sd, min_effect, level)
-    return dict(sd=sd, seeds=seeds, comparisons=k, alpha=alpha, level=level, min_effect=min_effect,
-                detectable=mde, seeds_needed=needed, underpowered=bool(needed and needed > seeds))
+    raw = [t["p"] if t is not None and t["p"] is not None else 1.0 for t in tests]
+    adjusted, levels = holm(raw, alpha), holm_levels(raw, alpha)
+    return [decide(t, a, step, alpha, level, goal, min_effect, plan) if t is not None else None
+            for t, a, step in zip(tests, adjusted, levels)]
+
+
+def decide(test, adjusted_p, step_level, alpha, level, goal, min_effect, plan):
+    """One comparison's verdict, interval(s) and sentence (see judge)."""
+    n = test["n"]
+    out = dict(p_holm=adjusted_p if test["p"] is not None else None, interval=None, interval_confidence=None,
+               equivalence_interval=None, equivalence_confidence=None, tost_p=None)
+    if n < MIN_SEEDS:
+        return dict(out, verdict="too few seeds",
+                    why=f"{n} paired seed{'s' if n != 1 else ''}: at least {MIN_SEEDS} are needed for a verdict")
+    if test["deterministic"]:
+        kind = ("exactly equal runs" if not any(test["diffs"])
+                else f"a constant offset of {test['mean']:+.4g} in every seed")
+        return dict(out, verdict="deterministic",
+                    why=f"{kind} (spread within {DETERMINISTIC_RTOL:g} of the metric): no seed-to-seed variance, "
+                        f"so no test applies; compare the code paths")
+    out.update(interval=interval(test, 1 - step_level), interval_confidence=1 - step_level)
+    held = f"the {pct(1 - step_level)} interval {span(out['interval'])} (Holm's step level {step_level:.3g})"
+    if min_effect:
+        out.update(equivalence_interval=interval(test, 1 - 2 * level), equivalence_confidence=1 - 2 * level,
+                   tost_p=tost_p(test, min_effect))
+    inside = min_effect and -min_effect < out["equivalence_interval"][0] and out["equivalence_interval"][1] < min_effect
+    margin = (f"the {pct(1 - 2 * level)} interval {span(out['equivalence_interval'])} lies within ±{min_effect:g} "
+              f"(TOST p = {out['tost_p']:.3g} < {level:.3g})") if inside else ""
+    if adjusted_p < alpha:
+        word = "better" if (test["mean"] < 0) == (goal == "lower") else "worse"
+        why = f"Holm-adjusted p = {adjusted_p:.3g} < {alpha:g}; {held} excludes 0"
+        if inside:
+            word, why = f"{word}, but negligible", f"{why}, but {margin}: a real difference smaller than min_effect"
+        elif min_effect:
+            low, high = out["interval"]
+            why += (f" and ±{min_effect:g}" if min(abs(low), abs(high)) >= min_effect
+                    else f" but not effects smaller than {min_effect:g}")
+        if smallest_sign_flip_p(n) > step_level:
+            why += (f"; with {n} seeds the sign-flip test cannot go below {smallest_sign_flip_p(n):.3g}, above the "
+                    f"level {step_level:.3g}: this verdict rests on the t-test's normality")
+        return dict(out, verdict=word, why=why)
+    if inside:
+        return dict(out, verdict="equivalent", why=f"equivalent within ±{min_effect:g}: {margin}")
+    why = (f"Holm-adjusted p = {adjusted_p:.3g}; {held} holds 0"
+           + (f"; the {pct(1 - 2 * level)} interval {span(out['equivalence_interval'])} reaches beyond ±{min_effect:g}"
+              if min_effect else ""))
+    if plan and min_effect:
+        why += "; the suite's seed plan: " + (f"{plan['seeds_needed']} seeds for {min_effect:g}" if plan["seeds_needed"]
+                                              else "see it below")
+    return dict(out, verdict="inconclusive", why=why)
+
+
+def sd_upper_bound(sd, df, confidence=SD_CONFIDENCE):
+    """One-sided upper confidence bound of a standard deviation estimated with df degrees of freedom
+    (chi-square): a 3-seed pilot's sd is itself very uncertain."""
+    from scipy import stats
+    return sd * math.sqrt(df / stats.chi2.ppf(1 - confidence, df))
+
+
+def plan_seeds(sd, df, seeds, k, alpha, min_effect):
+    """The seed planner, one answer per suite: from the pooled paired-difference sd (df degrees of
+    freedom), the effect `seeds` seeds detect with 80% power at the point estimate and at the sd's
+    upper confidence bound, and the seeds min_effect needs at that bound."""
+    level = family_level(alpha, k)
+    upper = sd_upper_bound(sd, df) if sd and df else None
+    needed = seeds_needed(upper, min_effect, level)
+    return dict(sd=sd, df=df, sd_upper=upper, sd_confidence=SD_CONFIDENCE, seeds=seeds, comparisons=k, alpha=alpha,
+                level=level, min_effect=min_effect, detectable_at_sd=detectable_effect(sd, seeds, level),
+                detectable=detectable_effect(upper, seeds, level), seeds_needed=needed,
+                underpowered=bool(min_effect and upper and (needed is None or needed > seeds)))
 
 
 def describe_plan(plan):
-    lines = [f"paired-difference sd {plan['sd']:.4g}, {plan['comparisons']} comparison(s) at family-wise "
-             f"alpha {plan['alpha']:g} (each at {plan['level']:.3g}), 80% power:",
-             f"  {plan['seeds']} seeds detect effects of about {plan['detectable']:.3g} or more"
-             if plan["detectable"] else f"  {plan['seeds']} seeds: too few to detect anything"]
+    if not plan["sd"]:
+        return (f"paired-difference sd 0 ({plan['df']} df): the differences do not vary, so no seed count follows "
+                f"from them; compare the code paths")
+    lines = [f"paired-difference sd {plan['sd']:.4g} ({plan['df']} df, pooled over the comparisons); planned with its "
+             f"{pct(plan['sd_confidence'])} upper confidence bound {plan['sd_upper']:.4g}; {plan['comparisons']} "
+             f"comparison(s) at family-wise alpha {plan['alpha']:g} (each at {plan['level']:.3g}), 80% power:"]
+    if plan["detectable"]:
+        lines.append(f"  {plan['seeds']} seeds detect effects of about {plan['detectable']:.3g} or more "
+                     f"({plan['detectable_at_sd']:.3g} if the sd were exactly {plan['sd']:.4g})")
+    else:
+        lines.append(f"  {plan['seeds']} seed(s): too few to detect anything")
     if plan["min_effect"]:
-        lines.append(f"  detecting min_effect {plan['min_effect']:g} needs {plan['seeds_needed']} seeds")
+        lines.append(f"  detecting min_effect {plan['min_effect']:g} needs {plan['seeds_needed']} seeds"
+                     if plan["seeds_needed"] else
+                     f"  detecting min_effect {plan['min_effect']:g} needs more than {MOST_SEEDS:,} seeds")
     if plan["underpowered"]:
         lines.append(f"warning: underpowered: {plan['seeds']} planned seeds cannot reliably detect "
-                     f"{plan['min_effect']:g}; plan {plan['seeds_needed']} or declare a larger min_effect")
+                     f"{plan['min_effect']:g}; plan {plan['seeds_needed'] or 'far more'} or declare a larger min_effect")
     return "\n".join(lines)

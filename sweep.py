@@ -33,8 +33,10 @@ optionally `nproc` (torchrun ranks per run), `base` and `overrides` as above. Ea
 once per seed as `<variant>-seed<seed>` under suite_dir. Before any run starts, every resolved
 config is compared with the baseline's: a difference in a key that is not allowed refuses the
 suite (--allow_confounds=True runs it anyway; the report still calls it not comparable). The
-metric is frozen in suite_dir/suite.json by the first run. The runs share a W&B group; at the end
-ablation.py writes report.md, report.json and plots to suite_dir (python report.py rebuilds them).
+metric is frozen in suite_dir/suite.json by the first run; runs added later and every report (a
+look) go into suite_dir/suite_record.jsonl (docs/ablation.md: a suite may declare `looks`, the seed
+counts of its planned reports). The runs share a W&B group; at the end ablation_report.py writes
+report.md, report.json and plots to suite_dir (python report.py rebuilds them).
 """
 import ast
 import csv
@@ -51,12 +53,14 @@ import sys
 import time
 
 import ablation
+import ablation_report
 import configurator
 import parallel
 import rundir
 import runrecord
 import runtime
 import slurm_launch
+import stats
 
 OPTIONS = dict(
     grid="",  # "key=[v1,v2] key2=[...]": added to a sweep file's grid
@@ -183,14 +187,18 @@ def read_suite(namespace, name, here):
     heatmap = list(namespace.get("heatmap", []))
     if heatmap and (len(heatmap) != 2 or not set(heatmap) <= set(namespace["allowed"])):
         raise err(f"heatmap={heatmap!r}: name two of the allowed keys (x, y)")
-    alpha, min_effect = namespace.get("alpha", ablation.DEFAULT_ALPHA), namespace.get("min_effect")
+    alpha, min_effect, looks = namespace.get("alpha", ablation.DEFAULT_ALPHA), namespace.get("min_effect"), \
+        namespace.get("looks")
     if not (isinstance(alpha, float) and 0 < alpha < 1):
         raise err(f"alpha={alpha!r}: the family-wise significance level, a float in (0, 1)")
     if min_effect is not None and not (isinstance(min_effect, (int, float)) and min_effect > 0):
         raise err(f"min_effect={min_effect!r}: the smallest effect of interest in the metric's units, > 0")
+    if looks is not None and not (isinstance(looks, list) and looks and all(isinstance(n, int) for n in looks)
+                                  and looks == sorted(set(looks)) and looks[0] >= stats.MIN_SEEDS):
+        raise err(f"looks={looks!r}: the planned seed counts of each report, increasing integers >= {stats.MIN_SEEDS}")
     return dict(name=name, variants=variants, baseline=namespace["baseline"], seeds=list(seeds),
                 metric=namespace["metric"], allowed=list(namespace["allowed"]), nproc=nproc, heatmap=heatmap,
-                alpha=alpha, min_effect=min_effect)
+                alpha=alpha, min_effect=min_effect, looks=looks)
 
 
 def parse_grid(text):
@@ -423,24 +431,32 @@ def summarize(runs, sweep_dir):
 
 
 def freeze_suite(suite, runs, sweep_dir):
-    """suite.json: the declaration as of the first run. The metric and the baseline cannot change
-    afterwards (the report must not pick the most flattering one); variants and seeds may grow."""
+    """suite.json: the declaration as of the first run, written once and never rewritten. Its metric,
+    baseline, alpha, min_effect and looks cannot change afterwards (the report must not pick the most
+    flattering one); runs added later (more seeds or variants) go into the suite's record, with the
+    number of looks taken before them, so a report can say the suite grew after it was looked at."""
     path = os.path.join(sweep_dir, "suite.json")
-    declared = dict(suite, runs={name: [p["variant"], p["seed"]] for name, p, _ in runs})
-    if os.path.exists(path):
-        try:
-            first = ablation.read_suite_json(path)
-        except ValueError as e:
-            raise configurator.ConfigError(str(e)) from None
-        for key in ("metric", "baseline", "alpha", "min_effect"):
-            if key in first and first[key] != suite[key]:
-                raise configurator.ConfigError(
-                    f"{path} declared {key}={first[key]!r} before its runs; this suite says {suite[key]!r}: "
-                    f"keep it, or start a new suite_dir")
-        declared["runs"] = {**first["runs"], **declared["runs"]}
-    with rundir.atomic_write(path, "w") as f:  # a torn suite.json would lose the plan
-        json.dump(declared, f, indent=1)
-    return declared
+    wanted = {name: [p["variant"], p["seed"]] for name, p, _ in runs}
+    if not os.path.exists(path):
+        os.makedirs(sweep_dir, exist_ok=True)
+        with rundir.atomic_write(path, "w") as f:  # a torn suite.json would lose the plan
+            json.dump(dict(suite, runs=wanted), f, indent=1)
+        return
+    try:
+        first = ablation.read_suite_json(path)
+    except ValueError as e:
+        raise configurator.ConfigError(str(e)) from None
+    for key in ("metric", "baseline", "alpha", "min_effect", "looks"):
+        if first.get(key) != suite.get(key) and (key in first or suite.get(key) is not None):
+            raise configurator.ConfigError(
+                f"{path} declared {key}={first.get(key)!r} before its runs; this suite says {suite.get(key)!r}: "
+                f"keep it, or start a new suite_dir")
+    record = ablation.read_suite_record(sweep_dir)
+    known = ablation.suite_runs(first, record)
+    added = {name: run for name, run in wanted.items() if name not in known}
+    if added:
+        ablation.append_suite_record(sweep_dir, dict(event="added", runs=added,
+                                                     looks_before=len(ablation.looks_taken(record))))
 
 
 def main(argv, launch=launch_subprocess):
@@ -458,7 +474,7 @@ def main(argv, launch=launch_subprocess):
     if options["plan"]:
         if not suite:
             raise configurator.ConfigError("--plan needs a suite file (variants x seeds)")
-        print(ablation.seed_plan_text(suite, len(runs), options["pilot"] or sweep_dir))
+        print(ablation_report.seed_plan_text(suite, len(runs), options["pilot"] or sweep_dir))
         return runs
     if options["dry_run"]:
         return runs
@@ -478,7 +494,7 @@ def main(argv, launch=launch_subprocess):
             freeze_suite(suite, runs, sweep_dir)
         codes = run_all(runs, sweep_dir, default_gpus(options["gpus"], nproc, options["cpu_runs"]), launch)
     if suite:
-        print(open(ablation.report_suite_dir(sweep_dir)).read())
+        print(open(ablation_report.report_suite_dir(sweep_dir)).read())
     else:
         summarize(runs, sweep_dir)
         print(open(os.path.join(sweep_dir, "summary.md")).read())
@@ -526,7 +542,7 @@ def show_status(runs, suite, sweep_dir):
     mark_stale(runs, suite, sweep_dir)
     if all(s["state"] in slurm_launch.DONE for s in states):
         if suite:
-            path = ablation.report_suite_dir(sweep_dir)
+            path = ablation_report.report_suite_dir(sweep_dir)
         else:
             summarize(runs, sweep_dir)
             path = os.path.join(sweep_dir, "summary.md")

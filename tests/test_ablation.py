@@ -8,8 +8,10 @@ import shutil
 
 import numpy as np
 import pytest
+from scipy import stats as scipy_stats
 
 import ablation
+import ablation_report
 import configurator
 import report
 import runrecord
@@ -23,36 +25,38 @@ T_975_DF2 = 4.302652729911275  # Student t quantile 0.975 with 2 degrees of free
 
 def test_paired_test_matches_a_hand_computation():
     d = [0.1, 0.2, 0.3]  # mean 0.2, sd 0.1, standard error 0.1 / sqrt(3)
-    test = stats.paired_test(d, level=0.05)
+    test = stats.paired_test(d)
     se = 0.1 / math.sqrt(3)
     assert test["n"] == 3 and test["mean"] == pytest.approx(0.2) and test["sd"] == pytest.approx(0.1)
-    assert test["ci"] == pytest.approx([0.2 - T_975_DF2 * se, 0.2 + T_975_DF2 * se])
+    assert stats.interval(test, 0.95) == pytest.approx([0.2 - T_975_DF2 * se, 0.2 + T_975_DF2 * se])
     # two-sided p of t = 0.2 / se = 2 sqrt(3) with 2 df: the t(2) tail is 1/2 - t / (2 sqrt(t^2 + 2))
     t = 0.2 / se
     assert test["p"] == pytest.approx(2 * (0.5 - t / (2 * math.sqrt(t * t + 2))))
-    for same in ([0.0, 0.0, 0.0], [1e-6, 1e-6, 1e-6]):  # equal runs, a constant offset: no p, no interval
-        assert stats.paired_test(same, 0.05) == dict(n=3, mean=same[0], sd=0.0, p=None, ci=None, tost_p=None,
-                                                     deterministic=True)
-    assert stats.paired_test([0.5], 0.05)["ci"] is None  # one seed: no interval
+    for same in ([0.0, 0.0, 0.0], [1e-6, 1e-6, 1e-6]):  # equal runs, a constant offset: no p
+        assert stats.paired_test(same) == dict(n=3, mean=same[0], sd=0.0, p=None, deterministic=True, diffs=same)
+    assert stats.paired_test([0.5])["p"] is None  # one seed: no test
 
 
 def test_clopper_pearson_interval_matches_its_closed_form():
     # 0 of n: upper bound 1 - (alpha/2)^(1/n); n of n: lower bound (alpha/2)^(1/n)
     assert ablation.binomial_interval(0, 10) == pytest.approx([0.0, 1 - 0.025 ** 0.1])
     assert ablation.binomial_interval(10, 10) == pytest.approx([0.025 ** 0.1, 1.0])
+    assert ablation.binomial_interval(10, 10, 0.99) == pytest.approx([0.005 ** 0.1, 1.0])
 
 
 def test_verdicts():
-    def v(diffs, goal="lower", min_effect=0.05, adjusted=None, level=0.05):
-        test = stats.paired_test(diffs, level, min_effect)
-        return stats.verdict(test, test["p"] if adjusted is None else adjusted, 0.05, level, goal, min_effect)
+    def v(diffs, goal="lower", min_effect=0.05, others=()):
+        decision = stats.judge([stats.paired_test(d) for d in (diffs, *others)], 0.05, goal, min_effect,
+                               dict(seeds_needed=12))[0]
+        return decision["verdict"], decision["why"]
     assert v([-0.3, -0.2, -0.25])[0] == "better"
     assert v([0.3, 0.2, 0.25])[0] == "worse" and v([0.3, 0.2, 0.25], "higher")[0] == "better"
-    assert v([0.3, 0.2, 0.25], adjusted=0.2)[0] == "inconclusive"  # Holm decides, not the raw p
+    # Holm decides, not the raw p: p = 0.0088 alone is worse, beside three nulls (k = 4) it is inconclusive
+    assert v([0.3, 0.2, 0.25], others=[[0.1, -0.1, 0.05]] * 3)[0] == "inconclusive"
     word, why = v([0.001, -0.002, 0.0005, 0.0015, -0.001], min_effect=0.05)
-    assert word == "equivalent" and "±0.05" in why
+    assert word == "equivalent" and "±0.05" in why and "90% interval" in why
     word, why = v([-0.02, 0.05, 0.01])
-    assert word == "inconclusive" and "seeds would detect 0.05" in why and "80% power" in why
+    assert word == "inconclusive" and "the suite's seed plan: 12 seeds for 0.05" in why and "holds 0" in why
     assert v([0.1, 0.3])[0] == "too few seeds"  # n = 2: no t-test with one degree of freedom
     assert v([1e-6] * 3)[0] == "deterministic" and "constant offset" in v([1e-6] * 3)[1]
     assert v([0.0] * 3)[1].startswith("exactly equal runs")
@@ -130,9 +134,10 @@ def test_aa_suite_and_positive_control(data_dir, tmp_path, capsys):
     capsys.readouterr()
     sweep.main([*suite_args(data_dir, path), "--plan=True", f"--pilot={suite_dir}"], launch=in_process(calls))
     planned = capsys.readouterr().out
-    sd = ablation.pooled_difference_sd(result)
-    needed = stats.plan_seeds(sd, 3, 2, 0.05, 0.01)["seeds_needed"]
-    assert f"paired-difference sd {sd:.4g}, 2 comparison(s)" in planned and f"needs {needed} seeds" in planned
+    sd, df = ablation.pooled_difference_sd(result)
+    needed = stats.plan_seeds(sd, df, 3, 2, 0.05, 0.01)["seeds_needed"]
+    assert f"paired-difference sd {sd:.4g} ({df} df" in planned and "2 comparison(s)" in planned
+    assert f"needs {needed} seeds" in planned
     assert len(calls) == 9  # planning runs nothing
     # The metric is frozen by the first run.
     text = open(path).read().replace("metric = 'val_loss'", "metric = 'train_loss'")
@@ -259,10 +264,10 @@ def test_time_limited_runs_are_compared_at_equal_tokens_with_every_plot(tmp_path
     assert v["cost_ratio"]["tokens_per_sec"] == pytest.approx(0.5)  # its tokens / its step time: 100/16 vs 100/8
     h = v["hellaswag"]  # 33 of 100 in each of 2 seeds, pooled
     assert h["n"] == 200 and h["acc_norm"]["value"] == pytest.approx(0.33)
-    assert h["acc_norm"]["ci95"] == pytest.approx(ablation.binomial_interval(66, 200))
+    assert h["acc_norm"]["interval"] == pytest.approx(ablation.binomial_interval(66, 200, 1 - 0.05 / 3))
     assert not h["acc_norm"]["chance_inside"]  # 66/200: [0.265, 0.40]
     assert result["variants"]["lr0.001_b8"]["hellaswag"]["acc_norm"]["chance_inside"]  # 60/200 is not above chance
-    path = ablation.write_report(result, runs, str(tmp_path))
+    path = ablation_report.write_report(result, runs, str(tmp_path))
     for png in ("metric_vs_tokens.png", "paired_differences.png", "syncs_vs_loss.png", "sparsity_vs_ppl.png",
                 "heatmap.png"):
         assert os.path.getsize(tmp_path / png) > 1000, png
@@ -354,3 +359,25 @@ def test_eval_iters_can_never_differ_ad_hoc_or_in_a_suite(tmp_path):
     path, _ = write_suite(tmp_path, {"base": {}, "more": {"eval_iters": 40}}, ["eval_iters"], name="suite_eval")
     with pytest.raises(configurator.ConfigError, match=r"allowed names \['eval_iters'\]: these define how the metric"):
         sweep.parse_args([path])
+
+
+def test_declared_looks_keep_the_family_wise_error_at_alpha_and_unplanned_looks_do_not():
+    """Under a true null, looks at 3, 6, 10 and 20 seeds each tested at 0.05 claimed a difference 15% of
+    the time. With the looks declared, each tested at the alpha spent there, at most 5%."""
+    rng = np.random.default_rng(11)
+    sims, looks = 4000, [3, 6, 10, 20]
+    d = rng.normal(0.0, 1.0, size=(sims, looks[-1]))
+    record, planned, naive = [], np.zeros(sims, bool), np.zeros(sims, bool)
+    for n in looks:
+        alpha, note = ablation.sequential_alpha(dict(alpha=0.05, looks=looks, record=record), n)
+        assert note.startswith(f"look {looks.index(n) + 1} of the 4 declared")
+        t = d[:, :n].mean(axis=1) / (d[:, :n].std(axis=1, ddof=1) / math.sqrt(n))
+        p = 2 * scipy_stats.t.sf(np.abs(t), n - 1)
+        planned |= p < alpha
+        naive |= p < 0.05
+        record.append(dict(event="look", seeds=n))
+    error = 3 * math.sqrt(0.05 * 0.95 / sims)
+    assert planned.mean() <= 0.05 + error, planned.mean()
+    assert naive.mean() > 0.1, naive.mean()
+    alpha, note = ablation.sequential_alpha(dict(alpha=0.05, record=record[:2]), 10)  # no plan: said, not hidden
+    assert alpha == 0.05 and note.startswith("NOT AT NOMINAL ALPHA: 3 looks (reports at [3, 6, 10] seeds)")

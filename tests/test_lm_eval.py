@@ -259,6 +259,7 @@ def test_seeds_scored_on_different_items_are_not_pooled_and_missing_seeds_are_co
 
 def test_the_ablation_report_pools_each_variants_task_scores(tmp_path):
     import ablation
+    import ablation_report
     from test_ablation import synthetic_run
     runs = {}
     for variant, accs in (("base", (0.30, 0.32)), ("wide", (0.36, 0.40))):
@@ -273,7 +274,7 @@ def test_the_ablation_report_pools_each_variants_task_scores(tmp_path):
     assert wide["value"] == pytest.approx(0.38) and wide["seeds"] == 2
     assert wide["ci95"] == pytest.approx(lm_eval_results.pooled_task_scores(
         [runs[("wide", s)]["out_dir"] for s in (1, 2)])["arc_easy"]["acc"]["ci95"])
-    assert "| wide | arc_easy | acc | 2 of 2 | 100 | 0.3800 |" in ablation.markdown(report, [])
+    assert "| wide | arc_easy | acc | 2 of 2 | 100 | 0.3800 |" in ablation_report.markdown(report, [])
 
 
 def test_a_task_whose_data_is_not_cached_offline_is_one_line(run, tmp_path):

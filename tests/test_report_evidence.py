@@ -8,12 +8,13 @@ import os
 
 import numpy as np
 import pytest
-from scipy import stats
 
 import ablation
+import ablation_report
 import evaluation
 import hellaswag
 import runrecord
+import stats
 import train
 from ra_model import RAGPT, RAConfig
 from test_hellaswag import FIXTURE, tiny_gpt, write_jsonl
@@ -33,16 +34,16 @@ def enumerated_sign_flip_p(d):
 @pytest.mark.parametrize("diffs", [[-0.03, -0.02, -0.05], [0.01, -0.004, 0.02, 0.015], [0.0, 0.02, -0.01],
                                    [-0.01, -0.02, -0.015, -0.03, -0.012, -0.001]])
 def test_sign_flip_p_equals_the_enumeration_of_every_sign_pattern(diffs):
-    result = ablation.sign_flip_test(diffs)
+    result = stats.sign_flip_test(diffs)
     assert result["p"] == pytest.approx(enumerated_sign_flip_p(diffs), abs=1e-12)
     assert (result["below"], result["above"], result["zero"]) == (
         sum(d < 0 for d in diffs), sum(d > 0 for d in diffs), sum(d == 0 for d in diffs))
 
 
 def test_three_seeds_of_one_sign_give_a_quarter_and_six_give_one_in_thirty_two():
-    assert ablation.sign_flip_test([-0.03, -0.02, -0.05])["p"] == pytest.approx(0.25)
-    assert ablation.sign_flip_test([-1, -2, -3, -4, -5, -6])["p"] == pytest.approx(2 / 64)
-    assert ablation.sign_flip_test([0.2]) == dict(below=0, above=1, zero=0, p=None)  # one seed: no test
+    assert stats.sign_flip_test([-0.03, -0.02, -0.05])["p"] == pytest.approx(0.25)
+    assert stats.sign_flip_test([-1, -2, -3, -4, -5, -6])["p"] == pytest.approx(2 / 64)
+    assert stats.sign_flip_test([0.2]) == dict(below=0, above=1, zero=0, p=None)  # one seed: no test
 
 
 # ----------------------------------------------------------------------------- synthetic run directories
@@ -67,7 +68,8 @@ def fake_run(out_dir, value_at, windows_ms, tokens_per_iter=100, iters=50, flops
 def compared(runs, variants, baseline="base"):
     """ablation.add_evidence on a report whose comparison part is filled in by hand (the runs have no
     configs: only what the evidence needs)."""
-    report = dict(metric="val_loss", goal="lower", baseline=baseline, hellaswag_tokens=None, level=0.05,
+    report = dict(metric="val_loss", goal="lower", baseline=baseline, hellaswag_tokens=None, level=0.05, alpha=0.05,
+                  min_effect=None,
                   compared_at_tokens=ablation.common_tokens(list(runs.values()), "val_loss"),
                   variants={v: {} for v in variants})
     for run in runs.values():
@@ -104,10 +106,15 @@ def test_throughput_is_total_tokens_over_total_step_time_and_step_time_follows_f
     for c in (base, mix):
         assert c["tokens_per_sec"] * c["step_time_ms"] / 1000 == pytest.approx(100)  # tokens per step
     ratio = report["variants"]["mix"]["cost_ratio"]
-    assert ratio["tokens_per_sec"] == pytest.approx((5000 / 6) / 500)
     assert ratio["flops_per_token"] == pytest.approx(1.25) and ratio["parameters"] == 1
-    # b2's windows after the first, 100, 300, 300, 300 ms: 90th percentile 300, 10th 160: not trusted
+    # b2's windows after the first, 100, 300, 300, 300 ms: 90th percentile 300, 10th 160: not trusted, so
+    # no throughput ratio against this baseline is given as a number (it was 1.19-1.36 under load)
     assert base["unreliable"] == ["b2 (step times spread x1.88)"] and mix["unreliable"] == []
+    assert "tokens_per_sec" not in ratio and "b2 (step times spread x1.88)" in ratio["tokens_per_sec_withheld"]
+    assert "| mix | 833 [667, 1,111] | not trusted (flagged) |" in "\n".join(ablation_report.cost_lines(report))
+    runs[("base", 2)] = fake_run(tmp_path / "b2", lambda t: 3.0, calm)  # the same runs on a calm machine
+    ratio = compared(runs, {"base": [1, 2, 3], "mix": [1, 2, 3]})["variants"]["mix"]["cost_ratio"]
+    assert ratio["tokens_per_sec"] == pytest.approx((5000 / 6) / 1000)
 
 
 def test_the_load_average_and_flops_per_token_are_recorded_by_a_run(data_dir, tmp_path):
@@ -182,7 +189,7 @@ def write_items(out_dir, right, tokens=200, extra=(), append=False):
     evaluation.write_items(os.path.join(out_dir, evaluation.HELLASWAG_ITEMS), items, append, iter=2, tokens=tokens)
 
 
-def test_hellaswag_is_compared_on_the_same_items_paired_over_items_and_seeds(tmp_path):
+def test_hellaswag_item_by_item_counts_the_same_items_over_seeds(tmp_path):
     rng = np.random.default_rng(0)
     n = 40
     base_right = {s: rng.integers(0, 2, n) for s in (1, 2)}
@@ -197,16 +204,13 @@ def test_hellaswag_is_compared_on_the_same_items_paired_over_items_and_seeds(tmp
         runs[("var", s)] = dict(out_dir=str(tmp_path / f"v{s}"), status="finished")
     result = ablation.hellaswag_per_item({s: runs[("var", s)] for s in (1, 2)},
                                          {s: runs[("base", s)] for s in (1, 2)}, 200)
-    per_item = np.mean([var_right[s] - base_right[s] for s in (1, 2)], axis=0)
-    reference = stats.ttest_1samp(per_item, 0.0)
     assert result["items"] == n and result["seeds"] == [1, 2]
     assert result["diff"] == pytest.approx(np.mean([var_right[s].mean() - base_right[s].mean() for s in (1, 2)]))
-    assert result["p"] == pytest.approx(reference.pvalue)
     assert result["variant_only"] == sum(int(((var_right[s] == 1) & (base_right[s] == 0)).sum()) for s in (1, 2))
     assert result["baseline_only"] == sum(int(((var_right[s] == 0) & (base_right[s] == 1)).sum()) for s in (1, 2))
-    # the same answers on every item: no spread, a difference of exactly 0, no test pretended
+    # evidence only: no p over items x seeds, which would treat items of one model as independent
     same = ablation.hellaswag_per_item({1: runs[("base", 1)]}, {1: runs[("base", 1)]}, 200)
-    assert same["diff"] == 0 and same["p"] == 1.0 and same["ci95"] == [0.0, 0.0]
+    assert same["diff"] == 0 and same["variant_only"] == same["baseline_only"] == 0 and "p" not in same
 
 
 def test_per_example_scores_agree_with_the_counts_and_the_losses(tmp_path):
@@ -260,7 +264,7 @@ def test_report_shows_the_evidence_per_seed_the_cost_and_the_plots(tmp_path):
     report = ablation.compare(suite, runs)
     mix = report["variants"]["mix"]
     assert mix["signs"]["below"] == 3 and mix["signs"]["p"] == pytest.approx(0.25)
-    path = ablation.write_report(report, runs, str(tmp_path / "report"))
+    path = ablation_report.write_report(report, runs, str(tmp_path / "report"))
     text = open(path).read()
     assert "| mix | -0.031 | -0.032 | -0.033 | 3 / 0 | 0.25 |" in text
     assert "## At equal model FLOPs" in text and "| mix | 1.250 | 4,000 |" in text
@@ -268,3 +272,118 @@ def test_report_shows_the_evidence_per_seed_the_cost_and_the_plots(tmp_path):
     for png in ("metric_vs_tokens.png", "paired_differences.png", "differences_over_tokens.png"):
         assert os.path.getsize(tmp_path / "report" / png) > 1000, png
         assert f"({png})" in text
+
+
+# ----------------------------------------------------------------------------- edge cases and scale
+
+def suite_of(runs):
+    variants = {}
+    for v, s in runs:
+        variants.setdefault(v, []).append(s)
+    for (v, s), run in runs.items():
+        run["config"] = dict(seed=s, out_dir=run["out_dir"])
+        run["info"] = dict(facts=dict(data_order="o", init_weights={}), code_versions=["x"])
+    return dict(name="toy", metric="val_loss", baseline="base", allowed=[], variants=variants, min_effect=0.01)
+
+
+def test_a_nan_metric_names_the_run_and_file_and_the_rest_of_the_report_is_built(tmp_path):
+    """Issue 31: 'Out of range float values are not JSON compliant: nan', no run named, no report."""
+    runs = {}
+    for s in (1, 2, 3):
+        runs[("base", s)] = fake_run(tmp_path / f"b{s}", lambda t, s=s: 3.0 - t / 10000 + 0.01 * s, [100.0] * 5)
+        runs[("good", s)] = fake_run(tmp_path / f"g{s}", lambda t, s=s: 3.05 - t / 10000 + 0.011 * s, [100.0] * 5)
+        runs[("bad", s)] = fake_run(tmp_path / f"x{s}", lambda t, s=s: (float("nan") if s == 2 and t > 3000 else
+                                                                       2.9 - t / 10000 + 0.01 * s), [100.0] * 5)
+    result = ablation.compare(suite_of(runs), runs)
+    assert result["non_finite"] == [f"{tmp_path}/x2/log.jsonl: val_loss is nan at 5000 tokens"]
+    bad, good = result["variants"]["bad"], result["variants"]["good"]
+    assert bad["verdict"] == "incomplete" and "seed 2 has a val_loss that is not finite" in bad["why"]
+    assert bad["runs"]["seed2"]["value"] is None and bad["n"] == 2
+    assert good["verdict"] == "worse" and good["p_holm"] is not None  # the rest is still judged
+    path = ablation_report.write_report(result, runs, str(tmp_path / "report"))
+    text = open(path).read()
+    assert "## Metric not finite: COMPARISON INCOMPLETE" in text and f"{tmp_path}/x2/log.jsonl" in text
+    assert json.load(open(tmp_path / "report" / "report.json"))["non_finite"] == result["non_finite"]  # strict JSON
+
+
+def test_a_negligible_difference_is_worded_as_such_in_the_table_and_the_plot(tmp_path):
+    runs = {}
+    for s in (1, 2, 3, 4, 5, 6):
+        runs[("base", s)] = fake_run(tmp_path / f"b{s}", lambda t, s=s: 3.0 - t / 10000 + 0.01 * s, [100.0] * 5)
+        runs[("tiny", s)] = fake_run(tmp_path / f"t{s}", lambda t, s=s: 3.0001 - t / 10000 + 0.01 * s
+                                     + 2e-5 * (s % 3), [100.0] * 5)
+    result = ablation.compare(suite_of(runs), runs)
+    tiny = result["variants"]["tiny"]
+    assert tiny["verdict"] == "worse, but negligible" and tiny["interval"][0] > 0
+    assert -0.01 < tiny["equivalence_interval"][0] and tiny["equivalence_interval"][1] < 0.01
+    text = open(ablation_report.write_report(result, runs, str(tmp_path / "report"))).read()
+    assert "| tiny | **worse, but negligible** |" in text and "a real difference smaller than min_effect" in text
+    assert "**worse** |" not in text
+
+
+def test_hellaswag_is_judged_at_the_seed_level_with_holm(tmp_path):
+    """Items of one seed share one model: the per-seed accuracy difference is the unit (a t-test over
+    items pooled items x seeds as independent: 13-33% false positives at a nominal 5%)."""
+    base_acc, var_acc = [0.30, 0.34, 0.31, 0.29], [0.33, 0.35, 0.35, 0.30]
+    runs = {}
+    for s in (1, 2, 3, 4):
+        for v, accs in (("base", base_acc), ("var", var_acc), ("same", base_acc)):
+            run = fake_run(tmp_path / f"{v}{s}", lambda t: 3.0, [100.0] * 5)
+            run["events"].insert(-1, dict(event="hellaswag", tokens=5000, n=1000, acc=accs[s - 1], acc_norm=accs[s - 1]))
+            runs[(v, s)] = run
+    result = ablation.compare(suite_of(runs), runs)
+    paired = result["variants"]["var"]["hellaswag_paired"]
+    diffs = np.subtract(var_acc, base_acc)
+    assert paired["differences"] == pytest.approx(diffs) and paired["seeds"] == [1, 2, 3, 4]
+    from scipy import stats as scipy_stats
+    p = scipy_stats.ttest_1samp(diffs, 0.0).pvalue
+    assert paired["p_value"] == pytest.approx(p) and paired["p_holm"] == pytest.approx(min(1, 2 * p))
+    assert result["variants"]["same"]["hellaswag_paired"]["verdict"] == "deterministic"
+    pooled = result["variants"]["var"]["hellaswag"]
+    assert pooled["confidence"] == pytest.approx(1 - 0.05 / 2) and pooled["n"] == 4000
+    text = "\n".join(ablation_report.hellaswag_lines(result))
+    assert "with the seed as the unit" in text and "| var | 4 | +0.0225 |" in text
+
+
+def test_the_equal_flops_view_is_holm_over_its_own_family_and_agrees_with_its_intervals(tmp_path):
+    runs = {}
+    for s in (1, 2, 3, 4):
+        runs[("base", s)] = fake_run(tmp_path / f"b{s}", lambda t, s=s: 3.0 - t / 10000 + 0.01 * s, [100.0] * 5)
+        for i, (name, shift) in enumerate((("a", 0.02), ("b", 0.0), ("c", 0.04))):
+            runs[(name, s)] = fake_run(tmp_path / f"{name}{s}", lambda t, s=s, shift=shift: 3.0 + shift - t / 10000
+                                       + 0.01 * s + 0.003 * (-1) ** s * (i + 1), [100.0] * 5, flops_per_token=1100)
+    result = ablation.compare(suite_of(runs), runs)
+    matched = {n: v["compute_matched"] for n, v in result["variants"].items() if v.get("compute_matched")}
+    raw = [m["p_value"] for m in matched.values()]
+    assert [m["p_holm"] for m in matched.values()] == pytest.approx(stats.holm(raw, 0.05))
+    for m in matched.values():
+        low, high = m["interval"]
+        assert (m["verdict"] in ("better", "worse")) == (low > 0 or high < 0), m
+    assert "| p | p (Holm) |" in "\n".join(ablation_report.compute_matched_lines(result))
+
+
+def test_a_24_seed_report_takes_seconds_and_little_memory(tmp_path):
+    """report.py over 24 seeds of two variants took 135 s and about 23 GB (every 2^24 sign pattern in
+    memory). Measured in a fresh process: the report alone, after the imports."""
+    script = f"""
+import resource, sys, time
+sys.path.insert(0, {os.path.join(os.path.dirname(__file__))!r})
+import numpy as np
+import ablation, ablation_report
+import matplotlib.pyplot, scipy.stats  # the libraries' own import time is not the report's
+from test_report_evidence_scale import fake_runs
+runs, suite = fake_runs({str(tmp_path)!r}, 24)
+before, start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter()
+ablation_report.write_report(ablation.compare(suite, runs), runs, {str(tmp_path / 'report')!r})
+print(time.perf_counter() - start, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+"""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=os.path.dirname(
+        os.path.dirname(os.path.abspath(__file__))), env=dict(os.environ, MPLBACKEND="Agg"))
+    assert out.returncode == 0, out.stderr
+    seconds, mib = map(float, out.stdout.split())
+    assert seconds < 10 and mib < 500, (seconds, mib)
+    result = json.load(open(tmp_path / "report" / "report.json"))
+    assert result["variants"]["var"]["signs"]["resamples"] == stats.SIGN_FLIP_RESAMPLES
+    assert "random patterns" in open(tmp_path / "report" / "report.md").read()

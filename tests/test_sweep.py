@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from scipy.stats import norm as scipy_norm
 
 import ablation
 import configurator
@@ -238,3 +239,84 @@ def test_a_report_whose_runs_are_gone_says_it_is_stale_until_rebuilt(data_dir, t
             "finished.\n\n" + report)
     sweep.main(suite_args(data_dir, path), launch=in_process([]))
     assert not open(os.path.join(suite_dir, "report.md")).read().startswith("> **Stale**")
+
+
+# ----------------------------------------------------------------------------- the suite's record: growth and looks
+
+FACTS = dict(dataset_fingerprint="d", tokenizer="t", eval_windows="w", data_order="o", init_weights={})
+
+
+def written_runs(calls):
+    """A launcher that writes a finished run directory (config, run record, log) instead of training,
+    so the sweep, its record and its report run as they do: 'other' is 0.03 worse, give or take."""
+    def launch(argv, gpu, log_path):
+        cfg = configurator.apply_config(runtime.DEFAULTS, argv)
+        calls.append(os.path.basename(cfg["out_dir"]))
+        value = 2.0 + 0.01 * cfg["seed"] + (0.03 + 0.004 * (-1) ** cfg["seed"] if cfg["learning_rate"] > 1e-3 else 0)
+        with open(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
+            json.dump(cfg, f)
+        with open(os.path.join(cfg["out_dir"], "run_info.json"), "w") as f:
+            json.dump(dict(facts=FACTS, resumes=[], code_versions=["x"]), f)
+        with open(os.path.join(cfg["out_dir"], "log.jsonl"), "w") as f:
+            for i, v in enumerate([3.0, value]):
+                f.write(json.dumps(dict(event="eval", iter=i, tokens=1000 * i, val_loss=v)) + "\n")
+            f.write(json.dumps(dict(event="end", iter=1, tokens=1000, stop_reason="max_iters")) + "\n")
+        return Finished(0)
+    return launch
+
+
+def write_growing_suite(tmp_path, seeds, looks=None):
+    path = tmp_path / "suite_grow.py"
+    path.write_text(f"variants = {{'base': {{'learning_rate': 1e-3}}, 'other': {{'learning_rate': 2e-3}}}}\n"
+                    f"baseline = 'base'\nseeds = {list(seeds)!r}\nmetric = 'val_loss'\nmin_effect = 0.01\n"
+                    f"allowed = ['learning_rate']\nsuite_dir = {str(tmp_path / 'out-grow')!r}\n"
+                    + (f"looks = {looks!r}\n" if looks else ""))
+    return str(path), str(tmp_path / "out-grow")
+
+
+def test_seeds_added_after_a_look_never_rewrite_the_declaration_and_the_report_says_so(data_dir, tmp_path):
+    """Issue 31: freeze_suite rewrote the declared seeds [1, 2] -> [1, 2, 3, 4] and the report still said
+    the plan was declared before the runs. Now suite.json stays as written, the record says what was
+    added after how many looks, and the report says the verdict is not at nominal alpha."""
+    calls = []
+    path, suite_dir = write_growing_suite(tmp_path, [1, 2, 3])
+    sweep.main([path, *toy_args(data_dir)], launch=written_runs(calls))
+    declared = open(os.path.join(suite_dir, "suite.json")).read()
+    first = json.load(open(os.path.join(suite_dir, "report.json")))
+    assert first["sequential"] == "one look, at 3 seeds: family-wise alpha 0.05" and first["alpha"] == 0.05
+    path, _ = write_growing_suite(tmp_path, [1, 2, 3, 4, 5])
+    sweep.main([path, *toy_args(data_dir)], launch=written_runs(calls))
+    assert calls == [f"{v}-seed{s}" for v in ("base", "other") for s in (1, 2, 3)] + \
+           [f"{v}-seed{s}" for v in ("base", "other") for s in (4, 5)]
+    assert open(os.path.join(suite_dir, "suite.json")).read() == declared
+    assert json.loads(declared)["seeds"] == [1, 2, 3]
+    record = [json.loads(line) for line in open(os.path.join(suite_dir, "suite_record.jsonl"))]
+    assert [(e["event"], e.get("seeds"), e.get("looks_before")) for e in record] == [
+        ("look", 3, None), ("added", None, 1), ("look", 5, None)]
+    assert sorted(record[1]["runs"]) == ["base-seed4", "base-seed5", "other-seed4", "other-seed5"]
+    result = json.load(open(os.path.join(suite_dir, "report.json")))
+    assert result["variants"]["other"]["n"] == 5
+    assert result["sequential"].startswith("NOT AT NOMINAL ALPHA: 2 looks (reports at [3, 5] seeds)")
+    assert "base-seed4, base-seed5, other-seed4, other-seed5 after 1 look(s)" in result["sequential"]
+    assert "Looks: NOT AT NOMINAL ALPHA" in open(os.path.join(suite_dir, "report.md")).read()
+    # rebuilding the report at the same seed count is no new look
+    report_text = open(os.path.join(suite_dir, "report.md")).read()
+    import report
+    report.main([suite_dir])
+    assert open(os.path.join(suite_dir, "report.md")).read() == report_text
+
+
+def test_a_declared_group_sequential_plan_spends_alpha_over_its_looks(data_dir, tmp_path):
+    calls = []
+    path, suite_dir = write_growing_suite(tmp_path, [1, 2, 3], looks=[3, 5])
+    sweep.main([path, *toy_args(data_dir)], launch=written_runs(calls))
+    first = json.load(open(os.path.join(suite_dir, "report.json")))
+    spent = lambda t: 2 * scipy_norm.sf(scipy_norm.isf(0.025) / t ** 0.5)  # O'Brien-Fleming-type spending
+    assert first["alpha"] == pytest.approx(spent(3 / 5)) and first["sequential"].startswith("look 1 of the 2 declared")
+    path, _ = write_growing_suite(tmp_path, [1, 2, 3, 4, 5], looks=[3, 5])
+    sweep.main([path, *toy_args(data_dir)], launch=written_runs(calls))
+    second = json.load(open(os.path.join(suite_dir, "report.json")))
+    assert second["alpha"] == pytest.approx(0.05 - spent(3 / 5)) and second["sequential"].startswith("look 2 of the 2")
+    path, _ = write_growing_suite(tmp_path, [1, 2, 3, 4, 5], looks=[3, 6])
+    with pytest.raises(configurator.ConfigError, match=r"declared looks=\[3, 5\] before its runs"):
+        sweep.main([path, *toy_args(data_dir)], launch=written_runs(calls))

@@ -1,0 +1,426 @@
+"""Render a comparison (ablation.py's report.json data) for people: report.md and its PNG plots.
+
+The numbers come from ablation.compare and stats.py; this module only words and draws them, so each
+reads alone and the numbers can be tested without the markdown. Used by sweep.py (the report after
+a suite, the seed plan before it) and report.py (the report rebuilt from run directories alone).
+"""
+import json
+import math
+import os
+
+import numpy as np
+
+import ablation
+import lm_eval_results
+import stats
+from ablation import UNITS, metric_by_tokens
+
+def fmt(value, digits=4):
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def write_report(report, runs, out_dir):
+    """report.json, the PNG plots and report.md (which embeds them) in out_dir."""
+    os.makedirs(out_dir, exist_ok=True)
+    plots = make_plots(report, runs, out_dir)
+    with open(os.path.join(out_dir, "report.json"), "w") as f:
+        json.dump(report, f, indent=1, allow_nan=False, default=str)
+    with open(os.path.join(out_dir, "report.md"), "w") as f:
+        f.write(markdown(report, plots))
+    return os.path.join(out_dir, "report.md")
+
+
+def interval_cell(v):
+    """The interval(s) a verdict rests on, each with its confidence: the Holm step's interval for a
+    decision, the 1 - 2 alpha/k one for equivalence, both for a negligible difference."""
+    holm = f"{stats.span(v['interval'])} {stats.pct(v['interval_confidence'])}" if v.get("interval") else None
+    margin = (f"{stats.span(v['equivalence_interval'])} {stats.pct(v['equivalence_confidence'])}"
+              if v.get("equivalence_interval") else None)
+    if v.get("verdict") == "equivalent":
+        return margin
+    if v.get("verdict", "").endswith("negligible"):
+        return f"{holm}; {margin}"
+    return holm or "-"
+
+
+def header_lines(report):
+    metric, tokens = report["metric"], report["compared_at_tokens"]
+    better = "lower" if report["goal"] == "lower" else "higher"
+    finals = list(filter(None, report["final_tokens"].values()))
+    return [f"# Ablation report: {report['suite']}", "",
+            f"Deciding metric (declared before the runs): **{metric}** ({better} is better), compared at "
+            f"**{fmt(tokens)} tokens**, the largest token count at which every finished run was evaluated "
+            f"(final token counts: {fmt(min(finals, default=None))} to {fmt(max(finals, default=None))}).",
+            f"Paired differences are variant minus baseline (`{report['baseline']}`) on the same seed. "
+            f"**{report['comparisons']} comparison(s), Holm** at family-wise alpha {report['alpha']:.3g}: the p column "
+            f"is each paired t-test's raw p, p (Holm) the adjusted one that decides; each better/worse interval is at "
+            f"the level its Holm step tested (so it excludes 0 exactly when the verdict is better or worse), an "
+            f"equivalence interval at 1 - 2 alpha/k ({stats.pct(1 - 2 * report['level'])}, TOST). "
+            f"Smallest effect of interest (min_effect): "
+            + (f"**±{report['min_effect']:g}** {UNITS.get(metric, '')}: a decided difference inside it is "
+               f"reported as negligible." if report["min_effect"] else
+               "**not declared** (warning: equivalence cannot be shown; declare min_effect in the suite or "
+               "pass --min_effect to report.py).")
+            + f" Keys allowed to differ: {', '.join(report['allowed']) or 'none'}"
+            + ("." if report["allowed_declared"] else " (no suite declared them: every config difference "
+                                                      "between these runs is treated as intended)."),
+            f"Looks: {report['sequential']}."]
+
+
+def markdown(report, plots):
+    lines = header_lines(report) + [
+        "", "| variant | verdict | seeds | mean | sd | diff vs baseline | interval (confidence) | p | p (Holm) |",
+        "|" + "---|" * 9]
+    for name, v in report["variants"].items():
+        lines.append(" | ".join([
+            f"| {name}", f"**{v['verdict']}**", str(v["n"]), fmt(v["mean"]), fmt(v["sd"]),
+            fmt(v.get("diff_mean")) if name != report["baseline"] else "-",
+            interval_cell(v) if name != report["baseline"] else "-", fmt(v.get("p_value"), 3),
+            fmt(v.get("p_holm"), 3)]) + " |")
+    if report.get("declared_after_the_runs"):
+        lines.append(f"\nNote: {', '.join(report['declared_after_the_runs'])} declared after the runs (report.py), "
+                     f"not before them.")
+    lines.append(f"\nBaseline seed-to-seed sd: {fmt(report['baseline_sd'])} (a property of single runs; each "
+                 f"paired difference is judged against its own standard error).")
+    if report["non_finite"]:
+        lines += ["", "## Metric not finite: COMPARISON INCOMPLETE", ""] + [
+            f"- {m} (the run counts as missing; its comparisons are incomplete)" for m in report["non_finite"]]
+    if report["measurement"]:
+        lines += ["", "## Measurement (must agree in every run): NOT COMPARABLE", ""] + [
+            f"- {m}" for m in report["measurement"]]
+    if report["damaged"]:
+        lines += ["", "## Damaged files (and what was done about them)", ""] + [f"- {d}" for d in report["damaged"]]
+    if report.get("plan"):
+        lines += ["", "## Seed plan", "", "```", stats.describe_plan(report["plan"]), "```"]
+    lines += ["", "## Why each verdict", ""]
+    lines += [f"- **{name}**: {v['verdict']}: {v['why']}." for name, v in report["variants"].items()]
+    pairing = [f"- {name}: {'; '.join(v['pairing'])}" for name, v in report["variants"].items() if "pairing" in v]
+    if pairing:
+        lines += ["", "## Pairing (same seed = same data order and initial shared weights)", "", *pairing]
+    lines += evidence_lines(report) + compute_matched_lines(report) + cost_lines(report) + hellaswag_lines(report)
+    lines += lm_eval_results.report_lines(report)
+    lines += ["", "## Runs", "", "| variant | seed | status | value at compared point | final tokens | out_dir |",
+              "|---|---|---|---|---|---|"]
+    for name, v in report["variants"].items():
+        for seed, r in v["runs"].items():
+            lines.append(f"| {name} | {seed.removeprefix('seed')} | {r['status']} | {fmt(r['value'])} | "
+                         f"{fmt(report['final_tokens'].get(f'{name}-{seed}'))} | {r['out_dir']} |")
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{title}]({file})" for title, file in plots]
+    return "\n".join(lines) + "\n"
+
+
+def thousands(count):
+    return "-" if count is None else f"{count:,}"
+
+
+def signed(value, digits=4):
+    return "-" if value is None else f"{value:+.{digits}g}"
+
+
+def sign_flip_cell(signs):
+    if signs["p"] is None:
+        return "-"
+    if "resamples" in signs:
+        return f"{signs['p']:.3g} ± {signs['monte_carlo_error']:.1g} ({signs['resamples']:,} random patterns)"
+    return f"{signs['p']:.3g}"
+
+
+def evidence_lines(report):
+    """Per seed: the paired differences, their signs and the sign-flip p next to the t-test's."""
+    compared = [(n, v) for n, v in report["variants"].items() if v.get("signs")]
+    if not compared:
+        return []
+    seeds = sorted({s for _, v in compared for s in v["paired_seeds"]})
+    shown = seeds if len(seeds) <= 8 else []  # beyond 8 seeds the row would not fit: signs and p only
+    level = report["level"]
+    lines = ["", "## The evidence per seed", "",
+             f"Each paired difference (variant - baseline, same seed); the signs (below / above 0) and the sign-flip p "
+             f"(all 2^n sign patterns up to {stats.EXACT_SIGN_FLIP_SEEDS} seeds, else {stats.SIGN_FLIP_RESAMPLES:,} "
+             f"random ones from a fixed seed, with their error) need no normality, the t-test's p does.",
+             "", "| variant | " + "".join(f"seed {s} | " for s in shown) + "below / above 0 | sign-flip p | t-test p |",
+             "|" + "---|" * (len(shown) + 4)]
+    for name, v in compared:
+        by_seed = dict(zip(v["paired_seeds"], v["differences"]))
+        signs = v["signs"]
+        lines.append(f"| {name} | " + "".join(f"{signed(by_seed.get(s))} | " for s in shown) +
+                     f"{signs['below']} / {signs['above']} | {sign_flip_cell(signs)} | {fmt(v.get('p_value'), 3)} |")
+    smallest = stats.smallest_sign_flip_p(min(len(v["differences"]) for _, v in compared) or 1)
+    if compared[0][1]["differences"] and smallest > level:
+        lines += ["", f"With these seeds the sign-flip test cannot go below {smallest:.3g}, above the family's level "
+                      f"{level:.3g}: every verdict here rests on the t-test's normality assumption."]
+    return lines
+
+
+def compute_matched_lines(report):
+    matched = [(n, v["compute_matched"]) for n, v in report["variants"].items() if v.get("compute_matched")]
+    if not matched:
+        return []
+    lines = ["", f"## At equal model FLOPs", "",
+             f"The baseline's model FLOPs at the compared point ({matched[0][1]['flops']:.4g}): each variant's "
+             f"{report['metric']} at the token count where it spent as much (linear between its evaluations; "
+             f"'-' where it never got there), paired with the baseline seed. A family of its own: Holm over these "
+             f"{len(matched)} comparisons at alpha {report['alpha']:.3g}, each interval at its Holm step's level.", "",
+             "| variant | FLOPs/token x | tokens at equal FLOPs | diff vs baseline | verdict | interval (confidence) "
+             "| p | p (Holm) |", "|---|---|---|---|---|---|---|---|"]
+    for name, m in matched:
+        lines.append(f"| {name} | {m['flops_ratio']:.3f} | {m['tokens']:,.0f} | {signed(m['diff_mean'])} | "
+                     f"{m['verdict']} | {interval_cell(m)} | {fmt(m['p_value'], 3)} | {fmt(m['p_holm'], 3)} |")
+    return lines
+
+
+def cost_lines(report):
+    costs = [(n, v["cost"], v.get("cost_ratio", {})) for n, v in report["variants"].items() if v.get("cost")]
+    if not costs:
+        return []
+    lines = ["", "## Cost", "",
+             "Throughput per run = its tokens / its summed training-step time; the median over seeds [min, max], "
+             "and the step time that follows from it. FLOPs per token count every matmul with weights (6N) and "
+             "the attention as it runs (RA's mix doubles the score width; a learned gate runs two attentions). "
+             "No throughput ratio is given where its timings (the variant's or the baseline's) are flagged.",
+             "", "| variant | tokens/s [range] | x baseline | step time ms | parameters | x | FLOPs/token | x | "
+             "peak mem MiB | highest load |", "|" + "---|" * 10]
+    for name, c, ratio in costs:
+        low, high = c["tokens_per_sec_range"]
+        speed = "not trusted (flagged)" if "tokens_per_sec_withheld" in ratio else fmt(ratio.get("tokens_per_sec"), 3)
+        lines.append(f"| {name} | {c['tokens_per_sec']:,.0f} [{low:,.0f}, {high:,.0f}] | "
+                     f"{speed} | {fmt(c['step_time_ms'], 4)} | {thousands(c['parameters'])} | "
+                     f"{fmt(ratio.get('parameters'), 4)} | {thousands(c['flops_per_token'])} | "
+                     f"{fmt(ratio.get('flops_per_token'), 4)} | {fmt(c['peak_memory_mib'], 4)} | {fmt(c['max_load'], 3)} |")
+    unreliable = [r for _, c, _ in costs for r in c["unreliable"]]
+    if unreliable:
+        lines += ["", f"**Timings not to be trusted** (logged step times spread more than "
+                      f"x{ablation.TIMING_SPREAD_LIMIT} between the 10th and 90th percentile, e.g. other work on the "
+                      f"machine): " + ", ".join(unreliable)
+                  + ". Compare FLOPs per token instead, or time on an idle machine (bench_step.py)."]
+    return lines
+
+
+def hellaswag_lines(report):
+    lines = []
+    paired = [(n, v["hellaswag_paired"]) for n, v in report["variants"].items() if v.get("hellaswag_paired")]
+    if paired:
+        lines += ["", f"## HellaSwag at {fmt(report['hellaswag_tokens'])} tokens, the largest count every finished "
+                  f"run evaluated it at", "",
+                  f"Judged like the metric, with the seed as the unit: each seed's acc_norm difference (variant - "
+                  f"baseline, higher is better), Holm over the {len(paired)} comparisons at alpha "
+                  f"{report['alpha']:.3g}.", "",
+                  "| variant | seeds | acc_norm diff | verdict | interval (confidence) | p | p (Holm) |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {n} | {len(h['seeds'])} | {signed(h['diff_mean'])} | {h['verdict']} | {interval_cell(h)} | "
+                  f"{fmt(h['p_value'], 3)} | {fmt(h['p_holm'], 3)} |" for n, h in paired]
+    pooled = [(n, v["hellaswag"]) for n, v in report["variants"].items() if "hellaswag" in v]
+    if pooled:
+        lines += ["", f"Each variant's accuracy pooled over its seeds (a description: Clopper-Pearson "
+                      f"{stats.pct(pooled[0][1]['confidence'])}, the family's level, over items x seeds):", "",
+                  "| variant | n | acc_norm | interval | chance (0.25) inside |", "|---|---|---|---|---|"]
+        lines += [f"| {n} | {h['n']} | {h['acc_norm']['value']:.4f} | [{h['acc_norm']['interval'][0]:.4f}, "
+                  f"{h['acc_norm']['interval'][1]:.4f}] | {'yes' if h['acc_norm']['chance_inside'] else 'no'} |"
+                  for n, h in pooled]
+    per_item = [(n, v["hellaswag_per_item"]) for n, v in report["variants"].items() if v.get("hellaswag_per_item")]
+    if per_item:
+        lines += ["", "Where it comes from, item by item (the same items in both runs of a seed, summed over seeds):", "",
+                  "| variant | items | seeds | acc_norm diff | only variant right | only baseline right |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {n} | {h['items']} | {len(h['seeds'])} | {h['diff']:+.4f} | {h['variant_only']} | "
+                  f"{h['baseline_only']} |" for n, h in per_item]
+    return lines
+
+
+def make_plots(report, runs, out_dir):
+    """[(title, file)] of the PNGs written: loss against tokens with the seeds' band, the paired
+    differences (forest plot), and where the runs have them: syncs per forward against loss,
+    sparsity against perplexity, a heatmap over two swept numeric keys."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plots = []
+
+    def save(fig, file, title):
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, file), dpi=110)
+        plt.close(fig)
+        plots.append((title, file))
+
+    metric, variants = report["metric"], report["variants"]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    later = []  # values after the first evaluation: the initial loss would flatten everything else
+    for name in variants:
+        curves = [metric_by_tokens(r, metric) for (v, _), r in runs.items() if v == name and r["status"] == "finished"]
+        if not curves:
+            continue
+        xs = sorted(set.intersection(*(set(c) for c in curves)))
+        ys = np.array([[c[x] for x in xs] for c in curves])
+        ax.plot(xs, ys.mean(axis=0), label=f"{name} ({len(curves)} seeds)")
+        ax.fill_between(xs, ys.min(axis=0), ys.max(axis=0), alpha=0.2)
+        later += [y for y in ys[:, 1:].ravel().tolist() if math.isfinite(y)]  # a NaN run is named in the report
+    if later:
+        pad = 0.05 * (max(later) - min(later) or 1.0)
+        ax.set_ylim(min(later) - pad, max(later) + pad)
+    if report["compared_at_tokens"]:
+        ax.axvline(report["compared_at_tokens"], color="gray", linestyle=":", label="compared here")
+    ax.set(xlabel="tokens", ylabel=f"{metric} ({UNITS[metric]})", title=f"{metric} (mean, band = min..max over seeds)")
+    ax.legend(fontsize=8)
+    save(fig, "metric_vs_tokens.png", f"{metric} against tokens")
+
+    compared = [(n, v) for n, v in variants.items() if v.get("diff_mean") is not None]
+    if compared:
+        save(*forest_plot(report, compared, plt), "paired differences (forest plot)")
+        save(*differences_over_tokens(report, runs, [n for n, _ in compared], plt),
+             "paired differences over tokens, one line per seed")
+
+    final_eval = lambda r: next((e for e in reversed(r["events"]) if e["event"] == "eval"), None)
+    points = [(name, final_eval(r)) for (name, _), r in runs.items() if r["status"] == "finished"]
+    for field, file, xlabel, ylabel, title in (
+            ("syncs_forward", "syncs_vs_loss.png", "all-reduces per forward", "val_loss", "syncs against loss"),
+            ("sparsity", "sparsity_vs_ppl.png", "sparsity", "val_ppl", "sparsity against perplexity")):
+        have = [(n, e) for n, e in points if e and field in e]
+        if have:
+            fig, ax = plt.subplots(figsize=(6, 4))
+            for name in dict(have):
+                xs = [e[field] for n, e in have if n == name]
+                ax.plot(xs, [e[ylabel] for n, e in have if n == name], "o", label=name)
+            ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+            ax.legend(fontsize=7)
+            save(fig, file, title)
+
+    heat = heatmap_axes(report, runs)
+    if heat:
+        (kx, xs), (ky, ys), grid = heat
+        fig, ax = plt.subplots(figsize=(6, 4.5))
+        image = ax.imshow(grid, origin="lower", cmap="viridis_r" if report["goal"] == "lower" else "viridis")
+        ax.set_xticks(range(len(xs)), [fmt(x, 3) for x in xs])
+        ax.set_yticks(range(len(ys)), [fmt(y, 3) for y in ys])
+        for (i, j), value in np.ndenumerate(grid):
+            if not math.isnan(value):
+                ax.text(j, i, f"{value:.3f}", ha="center", va="center", color="white", fontsize=7)
+        fig.colorbar(image, label=f"{metric} (mean over seeds)")
+        ax.set(xlabel=kx, ylabel=ky, title=f"{metric} over {kx} x {ky}")
+        save(fig, "heatmap.png", f"{metric} over {kx} x {ky}")
+    return plots
+
+
+def forest_plot(report, compared, plt):
+    """Each variant's mean paired difference with the interval its verdict rests on (black: the Holm
+    step's, labelled with its confidence; blue: the 1 - 2 alpha/k equivalence interval where the
+    verdict is equivalent or negligible), the ±min_effect band and which side is better."""
+    fig, ax = plt.subplots(figsize=(7.5, 0.7 * len(compared) + 1.8))
+    for i, (name, v) in enumerate(compared):
+        ax.plot([v["diff_mean"]], [i], "o", color="black")
+        if v.get("interval") and v["verdict"] != "equivalent":
+            ax.plot(v["interval"], [i, i], "-", color="black")
+        if v["verdict"] == "equivalent" or v["verdict"].endswith("negligible"):
+            ax.plot(v["equivalence_interval"], [i - 0.12, i - 0.12], "-", color="tab:blue", linewidth=2)
+        ax.annotate(f"{v['diff_mean']:+.4f}  {interval_cell(v)}", (v["diff_mean"], i),
+                    textcoords="offset points", xytext=(0, 7), ha="center", fontsize=7)
+    ax.axvline(0, color="gray", linestyle=":")
+    if report.get("min_effect"):
+        ax.axvspan(-report["min_effect"], report["min_effect"], color="tab:blue", alpha=0.12,
+                   label=f"±min_effect {report['min_effect']:g}")
+        ax.legend(fontsize=8, loc="lower right")
+    ax.set_yticks(range(len(compared)), [f"{n}: {v['verdict']}" for n, v in compared])
+    ax.set_ylim(-0.7, len(compared) - 0.3)
+    left, right = ("better", "worse") if report["goal"] == "lower" else ("worse", "better")
+    ax.set(xlabel=f"{report['metric']}: variant - baseline (same seed)\neach interval at the level its verdict was "
+                  f"tested;   {left} <-   |   -> {right}",
+           title="paired differences")
+    return fig, "paired_differences.png"
+
+
+def differences_over_tokens(report, runs, names, plt):
+    """Per variant, variant - baseline at every evaluation both runs of a seed share, one line per seed:
+    whether a difference is steady or only where the comparison happens to be made."""
+    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names) + 1, 3.4), sharey=True, squeeze=False)
+    for ax, name in zip(axes[0], names):
+        for (variant, seed), run in sorted(runs.items(), key=lambda item: str(item[0])):
+            base = runs.get((report["baseline"], seed))
+            if variant != name or base is None or run["status"] != "finished" or base["status"] != "finished":
+                continue
+            mine, theirs = metric_by_tokens(run, report["metric"]), metric_by_tokens(base, report["metric"])
+            xs = sorted(set(mine) & set(theirs))[1:]  # from the first evaluation after the start
+            ax.plot(xs, [mine[x] - theirs[x] for x in xs], marker=".", label=f"seed {seed}")
+        ax.axhline(0, color="gray", linestyle=":")
+        if report.get("min_effect"):
+            ax.axhspan(-report["min_effect"], report["min_effect"], color="tab:blue", alpha=0.12)
+        if report["compared_at_tokens"]:
+            ax.axvline(report["compared_at_tokens"], color="gray", linestyle="--", linewidth=0.8)
+        ax.set(title=name, xlabel="tokens")
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel(f"{report['metric']} - baseline ({UNITS[report['metric']]})")
+    return fig, "differences_over_tokens.png"
+
+
+def heatmap_axes(report, runs):
+    """Over the suite's `heatmap` keys, or else when the variants differ in exactly two numeric keys
+    (e.g. learning rate x batch size): ((key, values), (key, values), grid of the variants' means)."""
+    configs = {}
+    for (name, _), r in runs.items():
+        if r["config"] is not None:
+            configs.setdefault(name, r["config"])
+    keys = [k for k in report["allowed"]
+            if len({json.dumps(c.get(k)) for c in configs.values()}) > 1
+            and all(isinstance(c.get(k), (int, float)) and not isinstance(c.get(k), bool) for c in configs.values())]
+    keys = report["heatmap"] or keys
+    if len(keys) != 2 or len(configs) < 4:
+        return None
+    kx, ky = keys
+    xs = sorted({c[kx] for c in configs.values()})
+    ys = sorted({c[ky] for c in configs.values()})
+    grid = np.full((len(ys), len(xs)), np.nan)
+    for name, c in configs.items():
+        mean = report["variants"][name]["mean"]
+        if mean is not None:
+            grid[ys.index(c[ky]), xs.index(c[kx])] = mean
+    return (kx, xs), (ky, ys), grid
+
+
+
+def seed_plan_text(suite, n_runs, pilot_dir):
+    """sweep.py --plan: the planner's answer for this suite before anything runs, from a pilot (or
+    this suite's own finished runs, when there are some)."""
+    k, alpha, min_effect = len(suite["variants"]) - 1, suite["alpha"], suite["min_effect"]
+    lines = [f"suite {suite['name']}: {len(suite['variants'])} variants x {len(suite['seeds'])} seeds = {n_runs} runs, "
+             f"{k} comparison(s) against {suite['baseline']!r}, family-wise alpha {alpha:g}, min_effect "
+             + (f"{min_effect:g}" if min_effect else "not declared (warning: equivalence cannot be shown)")]
+    if not (pilot_dir and os.path.exists(os.path.join(pilot_dir, "suite.json"))):
+        lines.append("no pilot: pass --pilot=SUITE_DIR (a finished suite) for the detectable effect and seeds needed")
+        return "\n".join(lines)
+    pilot, runs = ablation.load_suite_dir(pilot_dir)
+    report = ablation.compare(dict(pilot, alpha=alpha, min_effect=min_effect, record=[], looks=None), runs)
+    sd, df = ablation.pooled_difference_sd(report)
+    if sd is None:
+        lines.append(f"pilot {pilot_dir}: no variant has two paired seeds yet, so no sd to plan from")
+        return "\n".join(lines)
+    lines.append(f"from pilot {pilot_dir}:")
+    lines.append(stats.describe_plan(stats.plan_seeds(sd, df, len(suite["seeds"]), k, alpha, min_effect)))
+    times = [e["train_time"] for r in runs.values() for e in r["events"][-1:] if e.get("event") == "end"
+             and e.get("train_time")]
+    if times:
+        lines.append(f"training time per run in the pilot: median {np.median(times):.0f} s -> about "
+                     f"{n_runs * np.median(times) / 60:.0f} min of training for {n_runs} runs one at a time "
+                     f"(evaluation and start-up come on top)")
+    return "\n".join(lines)
+
+
+
+def report_suite_dir(suite_dir, out_dir=None, plan=None):
+    """The suite's report; `plan` (alpha, min_effect) may fill in only what the suite did not declare
+    before its runs, and the report then says it was declared afterwards."""
+    suite, runs = ablation.load_suite_dir(suite_dir)
+    late = {k: v for k, v in (plan or {}).items() if suite.get(k) is None}
+    refused = sorted(set(plan or {}) - set(late))
+    if refused:
+        raise ValueError(f"{suite_dir} declared {', '.join(f'{k}={suite[k]!r}' for k in refused)} before its runs: "
+                         f"it cannot be changed here")
+    report = ablation.compare(dict(suite, **late), runs)
+    if late:
+        report["declared_after_the_runs"] = sorted(late)
+    path = write_report(report, runs, out_dir or suite_dir)
+    if report["looked_at_seeds"]:  # every report is a look at the data: the suite's record keeps it
+        ablation.append_suite_record(suite_dir, dict(event="look", seeds=report["looked_at_seeds"]))
+    return path
