@@ -63,6 +63,7 @@ def parse_args(argv):
 def measure(args):
     """One variant in this process: a JSON line with its step time and peak memory."""
     import torch
+    import runtime
     from ra_model import RAConfig, RAGPT
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

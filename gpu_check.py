@@ -117,7 +117,7 @@ def step_timing_and_memory_rows(device):
     the allocator's peak, the SDPA kernel, MFU's data-sheet peak against a measured matmul peak."""
     import runtime
     import sharding
-    from model import GPT, GPTConfig, peak_flops
+    from model import GPT, peak_flops
     cfg = dict(runtime.DEFAULTS, n_layer=12, n_head=12, n_embd=768, block_size=1024, batch_size=8,
                gradient_accumulation_steps=1, dtype="bfloat16")
     model = GPT(runtime.model_config(cfg)).to(device)

@@ -289,8 +289,9 @@ def test_new_configs_apply_and_validate(name):
     cfg = configurator.apply_config(runtime.DEFAULTS, [path])
     runtime.resolve(dict(cfg), 1)
     if name.startswith("train_gpt2"):  # the notes' recipe, shared from config/train_gpt2.py
-        assert (cfg["dataset"], cfg["block_size"], cfg["batch_size"], cfg["gradient_accumulation_steps"]) == \
-            ("finewebedu", 1024, 32, 4)
+        # the notes' step: 128 sequences of 1024 (their micro-batch 32 x 4, ours 16 x 8 to split over 8 GPUs)
+        assert (cfg["dataset"], cfg["block_size"], cfg["batch_size"] * cfg["gradient_accumulation_steps"]) == \
+            ("finewebedu", 1024, 128)
         assert (cfg["learning_rate"], cfg["weight_decay"], cfg["warmup_iters"], cfg["min_lr"]) == (6e-4, 0.1, 2000, 6e-5)
         assert cfg["max_iters"] == (12100 if "bitter2" in name else 10000) and cfg["eval_interval"] == 500
         assert cfg["dtype"] == "bfloat16" and cfg["compile"] and cfg["out_dir"] != "out-gpt2-124M"

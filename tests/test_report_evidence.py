@@ -3,7 +3,6 @@ adds up, FLOPs per token, the compute-matched view, HellaSwag compared item by i
 records for them (load average, FLOPs per token, per-example HellaSwag scores)."""
 import itertools
 import json
-import math
 import os
 
 import numpy as np
