@@ -52,6 +52,7 @@ import time
 import ablation
 import ablation_report
 import configurator
+import ladder
 import parallel
 import rundir
 import runrecord
@@ -188,9 +189,13 @@ def read_suite(namespace, name, here):
         raise err(f"alpha={alpha!r}: the family-wise significance level, a float in (0, 1)")
     if min_effect is not None and not (isinstance(min_effect, (int, float)) and min_effect > 0):
         raise err(f"min_effect={min_effect!r}: the smallest effect of interest in the metric's units, > 0")
+    try:
+        sizes = ladder.check_ladder(namespace.get("ladder"), variants)
+    except ValueError as e:
+        raise err(str(e)) from None
     return dict(name=name, variants=variants, baseline=namespace["baseline"], seeds=list(seeds),
                 metric=namespace["metric"], allowed=list(namespace["allowed"]), nproc=nproc, heatmap=heatmap,
-                alpha=alpha, min_effect=min_effect)
+                alpha=alpha, min_effect=min_effect, ladder=sizes)
 
 
 def parse_grid(text):
@@ -233,10 +238,13 @@ def plan(spec):
         overrides["gradient_accumulation_steps"] = 0
     suite = spec["suite"]
     points = suite_points(suite) if suite else [p for grid in spec["grid"] for p in expand(grid)]
+    if suite and suite["ladder"]:
+        points = ladder_points(spec, overrides, points)
     sweep = os.path.basename(os.path.normpath(spec["sweep_dir"])).removeprefix("out-")
     runs, names = [], set()
     for point in points:
-        clash = set(point) & set(overrides) - {"config"}
+        scaled = ladder.RULE_KEYS if "size" in point else ()  # a ladder's rules scale these from the overrides
+        clash = set(point) & set(overrides) - {"config", *scaled}
         if clash:
             raise configurator.ConfigError(f"{sorted(clash)} are both swept and fixed: drop the fixed value")
         name = suite_run_name(point) if suite else run_name(point)
@@ -246,9 +254,9 @@ def plan(spec):
         out_dir = os.path.join(spec["sweep_dir"], name)
         configs = point.get("config", [])
         argv = [*spec["base"], *([configs] if isinstance(configs, str) else configs), *spec["configs"],
-                *(f"--{k}={v!r}" for k, v in overrides.items()),
-                *(f"--{k}={v!r}" for k, v in point.items() if k not in ("config", "variant")),
-                f"--out_dir={out_dir}", f"--wandb_run_name={sweep}-{name}"]
+                *(f"--{k}={v!r}" for k, v in overrides.items() if k not in point),
+                *(f"--{k}={v!r}" for k, v in point.items() if k not in ("config", "variant", "size")),
+                f"--out_dir={out_dir}", f"--wandb_run_name={sweep}-{name.replace('/', '-')}"]
         if suite:
             argv.append(f"--wandb_group={sweep}")
         runs.append((name, point, argv))
@@ -272,18 +280,38 @@ def suite_points(suite):
 
 
 def suite_run_name(point):
-    return f"{point['variant']}-seed{point['seed']}"
+    """'<variant>-seed<seed>', in the size's subdirectory for a ladder ('w64/baseline-seed1')."""
+    name = f"{point['variant']}-seed{point['seed']}"
+    return f"{point['size']}/{name}" if "size" in point else name
+
+
+def ladder_points(spec, overrides, points):
+    """A ladder suite's points: every variant x seed at every size, size by size, each with
+    the keys ladder.size_keys derives from that variant's own recipe (the shape, the token budget
+    and the learning rate), so every run's arguments, and its config.json, record them."""
+    sized = {}
+    for point in points:
+        recipe = configurator.apply_config(runtime.DEFAULTS, [*spec["base"], *point.get("config", []), *spec["configs"],
+                                                              *(f"--{k}={v!r}" for k, v in overrides.items())])
+        for size, keys in ladder.size_keys(spec["suite"]["ladder"], recipe).items():
+            sized.setdefault(size, []).append(dict(point, size=size, **keys))
+    return [p for size_points in sized.values() for p in size_points]
 
 
 def check_confounds(suite, runs, resolved, spec):
     """Every difference between a variant's resolved config and the baseline's (same seed) must be
     a declared key; otherwise the suite is refused before any run starts."""
-    base = {p["seed"]: resolved[name] for name, p, _ in runs if p["variant"] == suite["baseline"]}
+    base = {(p.get("size"), p["seed"]): resolved[name] for name, p, _ in runs if p["variant"] == suite["baseline"]}
     problems = []
     for name, point, _ in runs:
-        for key, (value, theirs) in ablation.config_differences(resolved[name], base[point["seed"]],
+        for key, (value, theirs) in ablation.config_differences(resolved[name], base[(point.get("size"), point["seed"])],
                                                                 suite["allowed"]).items():
-            problems.append(f"{point['variant']}: {key} = {value!r} vs baseline {theirs!r}")
+            where = f" at size {point['size']}" if "size" in point else ""
+            problems.append(f"{point['variant']}{where}: {key} = {value!r} vs baseline {theirs!r}")
+    if suite["ladder"]:  # across sizes only the ladder's keys may differ (within a size, as above, none)
+        seed = suite["seeds"][0]
+        problems += ladder.across_size_problems({size: base[(size, seed)] for size in suite["ladder"]["sizes"]},
+                                                suite["ladder"])
     problems = list(dict.fromkeys(problems))
     if problems and not spec["allow_confounds"]:
         raise configurator.ConfigError(
@@ -436,6 +464,11 @@ def freeze_suite(suite, runs, sweep_dir):
         declared["runs"] = {**first["runs"], **declared["runs"]}
     with rundir.atomic_write(path, "w") as f:  # a torn suite.json would lose the plan
         json.dump(declared, f, indent=1)
+    if suite.get("ladder"):  # each size is an ordinary suite of its own in suite_dir/<size>
+        for size in suite["ladder"]["sizes"]:
+            own = [(ladder.size_of(name)[1], p, argv) for name, p, argv in runs if p["size"] == size]
+            os.makedirs(os.path.join(sweep_dir, size), exist_ok=True)
+            freeze_suite(dict(suite, name=f"{suite['name']}/{size}", ladder=None), own, os.path.join(sweep_dir, size))
     return declared
 
 
