@@ -487,7 +487,8 @@ def main(argv, launch=launch_subprocess):
     if options["plan"]:
         if not suite:
             raise configurator.ConfigError("--plan needs a suite file (variants x seeds)")
-        print(ablation_report.seed_plan_text(suite, len(runs), options["pilot"] or sweep_dir))
+        own = os.path.join(sweep_dir, suite["ladder"]["reference"]) if suite["ladder"] else sweep_dir  # one size's family
+        print(ablation_report.seed_plan_text(suite, len(runs), options["pilot"] or own))
         return runs
     if options["dry_run"]:
         return runs

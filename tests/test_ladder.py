@@ -12,8 +12,10 @@ import ablation
 import configurator
 import ladder
 import runtime
+import slurm_launch
 import sweep
-from test_sweep import in_process, toy_args
+from test_slurm import cluster, jobs, wait_for  # noqa: F401 (fixtures)
+from test_sweep import toy_args
 
 SHAPES = {"s": dict(n_layer=2, n_embd=32, n_head=2), "m": dict(n_layer=2, n_embd=64, n_head=2),
           "l": dict(n_layer=2, n_embd=128, n_head=2)}
@@ -177,7 +179,7 @@ def synthetic_launcher(calls, effect):
     return launch
 
 
-def test_a_ladder_suite_runs_resumes_and_reports_across_sizes(data_dir, tmp_path):
+def test_a_ladder_suite_runs_resumes_and_reports_across_sizes(data_dir, tmp_path, capsys):
     """Through sweep.main: every variant x seed at every size, each size an ordinary suite with its
     own report, the across-size report with its table, plot and fit; an effect that grows by 0.02 per
     e-fold of N is called "grows"; a second run launches nothing."""
@@ -205,3 +207,22 @@ def test_a_ladder_suite_runs_resumes_and_reports_across_sizes(data_dir, tmp_path
     calls.clear()
     sweep.main(argv, launch=synthetic_launcher(calls, grows))  # finished runs are skipped, as in any suite
     assert calls == []
+    capsys.readouterr()
+    sweep.main([*argv, "--plan=True"])  # seeds are planned for one size's family, from the reference size
+    assert f"from pilot {suite_dir / 'm'}:" in capsys.readouterr().out
+
+
+def test_a_ladder_on_slurm_runs_every_size_in_one_array_and_reports_across_sizes(cluster, jobs, data_dir, tmp_path):
+    """--launcher=slurm: the ladder's runs (in their size subdirectories) are one job array, and the
+    dependent status job builds each size's report and the across-size report."""
+    argv = ladder_suite(tmp_path, data_dir, {"base": {}, "ra": {"ra_pattern": "all"}})
+    sweep.main([*argv, "--launcher=slurm"])
+    suite_dir = tmp_path / "out-ladder"
+    records = [slurm_launch.read_record(str(suite_dir / size / f"{v}-seed{s}"))
+               for size in SHAPES for v in ("base", "ra") for s in (1, 2)]
+    jobs.extend({r["job"] for r in records} | {r["status_job"] for r in records})
+    assert len({r["job"].split("_")[0] for r in records}) == 1 and len({r["job"] for r in records}) == 12
+    wait_for(lambda: os.path.exists(suite_dir / "report.json"), "the status job's across-size report", timeout=600)
+    effects = json.load(open(suite_dir / "report.json"))["across_sizes"]["variants"]["ra"]["effects"]
+    assert [(e["size"], e["n"]) for e in effects] == [("s", 2), ("m", 2), ("l", 2)]
+    assert json.load(open(suite_dir / "l" / "ra-seed2" / "config.json"))["max_iters"] == 32
