@@ -97,6 +97,11 @@ def size_keys(ladder, recipe):
     schedule scaled by the token rule, its learning rates by the learning-rate rule. `recipe` is a
     variant's resolved config (train.py keys) before any size is applied."""
     reference = ladder["sizes"][ladder["reference"]]
+    differ = {k: (recipe[k], v) for k, v in reference.items() if recipe[k] != v}
+    if differ:  # the rules would scale from a recipe tuned for another shape
+        raise ValueError(f"the recipe is not of the reference size {ladder['reference']!r}: " + ", ".join(
+            f"{k}={mine} (the size has {theirs})" for k, (mine, theirs) in differ.items())
+            + ": name the size whose shape the recipe has as the ladder's reference, or fix that size")
     out = {}
     for size, shape in ladder["sizes"].items():
         tokens = rule_factor(ladder["tokens"], shape, reference)

@@ -293,7 +293,11 @@ def ladder_points(spec, overrides, points):
     for point in points:
         recipe = configurator.apply_config(runtime.DEFAULTS, [*spec["base"], *point.get("config", []), *spec["configs"],
                                                               *(f"--{k}={v!r}" for k, v in overrides.items())])
-        for size, keys in ladder.size_keys(spec["suite"]["ladder"], recipe).items():
+        try:
+            sizes = ladder.size_keys(spec["suite"]["ladder"], recipe)
+        except ValueError as e:
+            raise configurator.ConfigError(f"variant {point['variant']!r}: {e}") from None
+        for size, keys in sizes.items():
             sized.setdefault(size, []).append(dict(point, size=size, **keys))
     return [p for size_points in sized.values() for p in size_points]
 

@@ -104,9 +104,11 @@ def test_the_trend_fit_keeps_its_level_under_the_null_and_finds_a_real_slope():
 
 def ladder_suite(tmp_path, data_dir, variants, seeds=(1, 2), rules="tokens=('params', 1.0), "
                  "learning_rate=('params', -1 / 3)"):
+    recipe = tmp_path / "recipe_m.py"  # the reference size's shape: the rules scale from it
+    recipe.write_text("n_layer = 2\nn_embd = 64\nn_head = 2\n")
     path = tmp_path / "suite_ladder.py"
     path.write_text(f"variants = {variants!r}\nbaseline = 'base'\nseeds = {list(seeds)!r}\nmetric = 'val_loss'\n"
-                    f"allowed = ['ra_pattern']\nsuite_dir = {str(tmp_path / 'out-ladder')!r}\n"
+                    f"allowed = ['ra_pattern']\nbase = ['recipe_m.py']\nsuite_dir = {str(tmp_path / 'out-ladder')!r}\n"
                     f"ladder = dict(sizes={SHAPES!r}, reference='m', {rules})\n")
     shape = tuple(f"--{k}=" for k in ladder.SHAPE_KEYS)  # the ladder sets them
     return [str(path), *(a for a in toy_args(data_dir) if not a.startswith(shape)), "--learning_rate=0.01", "--batch_size=4", "--model_type=ra",
@@ -143,6 +145,9 @@ def test_a_ladder_refuses_what_would_confound_it(data_dir, tmp_path):
         sweep.main([*ladder_suite(tmp_path, data_dir, {"base": {}, "ra": {"dropout": 0.1}}), "--dry_run=True"])
     with pytest.raises(ValueError, match="a size overlays only model-shape keys"):
         ladder.check_ladder(dict(sizes=dict(SHAPES, s=dict(n_layer=2, n_embd=32, dropout=0.1)), reference="m"), {})
+    with pytest.raises(configurator.ConfigError, match=r"variant 'base': the recipe is not of the reference size 'm': "
+                                                       r"n_embd=32 \(the size has 64\): name the size"):
+        sweep.main([*ladder_suite(tmp_path, data_dir, {"base": {}}), "--n_embd=32", "--dry_run=True"])
     problems = ladder.across_size_problems({"s": dict(n_embd=32, dropout=0.1), "m": dict(n_embd=64, dropout=0.0)},
                                            dict(reference="m"))
     assert problems == ["size s: dropout = 0.1 vs size m 0.0"]
