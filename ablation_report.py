@@ -504,8 +504,9 @@ def ladder_markdown(report, plot):
     for name, v in across["variants"].items():
         for e in v["effects"]:
             ci = (f"{stats.span(e['interval'])} {stats.pct(e['interval_confidence'])}" if e.get("interval") else "-")
+            flops = format(e["compute"], ".3g") if e.get("compute") else "-"
             lines.append(f"| {name} | {e['size']} | {e['params']:,} | {thousands(e.get('measured_parameters'))} | "
-                         f"{format(e['compute'], '.3g') if e.get('compute') else '-'} | {e['n']} | {signed(e['diff'])} | {ci} | {e['verdict']} |")
+                         f"{flops} | {e['n']} | {signed(e['diff'])} | {ci} | {e['verdict']} |")
     lines += ["", "| variant | trend | slope per e-fold of N | interval (confidence) | p | fitted at smallest | "
                   "fitted at largest |", "|" + "---|" * 7]
     for name, v in across["variants"].items():

@@ -221,8 +221,8 @@ def classify(effects, fit, goal):
         return "flips", (f"the fitted effect's {stats.pct(fit['confidence'])} intervals at the smallest size "
                          f"{stats.span(low)} and at the largest {stats.span(high)} lie on opposite sides of 0")
     if lo <= 0 <= hi:
-        return "no trend detectable", (f"the slope's {stats.pct(fit['confidence'])} interval {stats.span([lo, hi])} per "
-                                       f"e-fold of N holds 0")
+        return "no trend detectable", (f"the slope's {stats.pct(fit['confidence'])} interval "
+                                       f"{stats.span([lo, hi])} per e-fold of N holds 0")
     away = (fit["slope"] > 0) == (fit["centre"]["effect"] > 0)
     better = (fit["slope"] < 0) == (goal == "lower")
     crosses = fit["smallest"]["effect"] * fit["largest"]["effect"] < 0

@@ -308,8 +308,8 @@ def check_confounds(suite, runs, resolved, spec):
     base = {(p.get("size"), p["seed"]): resolved[name] for name, p, _ in runs if p["variant"] == suite["baseline"]}
     problems = []
     for name, point, _ in runs:
-        for key, (value, theirs) in ablation.config_differences(resolved[name], base[(point.get("size"), point["seed"])],
-                                                                suite["allowed"]).items():
+        paired = base[(point.get("size"), point["seed"])]  # a ladder's runs are paired within their size
+        for key, (value, theirs) in ablation.config_differences(resolved[name], paired, suite["allowed"]).items():
             where = f" at size {point['size']}" if "size" in point else ""
             problems.append(f"{point['variant']}{where}: {key} = {value!r} vs baseline {theirs!r}")
     if suite["ladder"]:  # across sizes only the ladder's keys may differ (within a size, as above, none)
@@ -491,7 +491,7 @@ def main(argv, launch=launch_subprocess):
     if options["plan"]:
         if not suite:
             raise configurator.ConfigError("--plan needs a suite file (variants x seeds)")
-        own = os.path.join(sweep_dir, suite["ladder"]["reference"]) if suite["ladder"] else sweep_dir  # one size's family
+        own = os.path.join(sweep_dir, suite["ladder"]["reference"]) if suite["ladder"] else sweep_dir  # a size's family
         print(ablation_report.seed_plan_text(suite, len(runs), options["pilot"] or own))
         return runs
     if options["dry_run"]:

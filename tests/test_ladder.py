@@ -111,7 +111,8 @@ def ladder_suite(tmp_path, data_dir, variants, seeds=(1, 2), rules="tokens=('par
                     f"allowed = ['ra_pattern']\nbase = ['recipe_m.py']\nsuite_dir = {str(tmp_path / 'out-ladder')!r}\n"
                     f"ladder = dict(sizes={SHAPES!r}, reference='m', {rules})\n")
     shape = tuple(f"--{k}=" for k in ladder.SHAPE_KEYS)  # the ladder sets them
-    return [str(path), *(a for a in toy_args(data_dir) if not a.startswith(shape)), "--learning_rate=0.01", "--batch_size=4", "--model_type=ra",
+    return [str(path), *(a for a in toy_args(data_dir) if not a.startswith(shape)), "--learning_rate=0.01",
+            "--batch_size=4", "--model_type=ra",
             "--max_iters=8", "--lr_decay_iters=8",
             "--warmup_iters=2"]
 
@@ -173,8 +174,8 @@ def synthetic_launcher(calls, effect):
         tokens = cfg["max_iters"] * cfg["tokens_per_iter"]
         loss = 2.0 + effect(cfg) + 0.002 * np.sin(7 * cfg["seed"] + cfg["n_embd"] + len(cfg["ra_pattern"]))
         with open(os.path.join(out, "log.jsonl"), "w") as f:
-            for event in (dict(event="checklist", time=0.0, parameters=ladder.non_embedding_params(cfg), tokens_per_iter=128,
-                               flops_per_token=6 * ladder.non_embedding_params(cfg)),
+            n = ladder.non_embedding_params(cfg)
+            for event in (dict(event="checklist", time=0.0, parameters=n, tokens_per_iter=128, flops_per_token=6 * n),
                           dict(event="eval", iter=0, tokens=0, val_loss=4.0),
                           dict(event="eval", iter=cfg["max_iters"], tokens=tokens, val_loss=loss),
                           dict(event="end", time=1.0, iter=cfg["max_iters"], tokens=tokens, train_time=1.0,
