@@ -34,6 +34,9 @@ config is compared with the baseline's: a difference in a key that is not allowe
 suite (--allow_confounds=True runs it anyway; the report still calls it not comparable). The
 metric is frozen in suite_dir/suite.json by the first run. The runs share a W&B group; at the end
 ablation.py writes report.md, report.json and plots to suite_dir (python report.py rebuilds them).
+A suite that declares a `ladder` (ladder.py) runs every variant x seed at every size, as
+`<size>/<variant>-seed<seed>` with the size's shape, token budget and learning rate in its arguments;
+each size directory is a suite of its own, and the report adds the effect's trend across sizes.
 """
 import ast
 import csv
