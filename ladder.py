@@ -35,7 +35,6 @@ RULE_BASES = ("params", "width")
 TOKEN_KEYS = ("max_iters", "warmup_iters", "lr_decay_iters")
 LR_KEYS = ("learning_rate", "min_lr")
 RULE_KEYS = TOKEN_KEYS + LR_KEYS
-TRENDS = ("grows", "shrinks", "flips", "no trend detectable", "incomplete")
 
 
 def check_ladder(ladder, variants):
@@ -102,6 +101,9 @@ def size_keys(ladder, recipe):
         raise ValueError(f"the recipe is not of the reference size {ladder['reference']!r}: " + ", ".join(
             f"{k}={mine} (the size has {theirs})" for k, (mine, theirs) in differ.items())
             + ": name the size whose shape the recipe has as the ladder's reference, or fix that size")
+    limits = [k for k in ("max_tokens", "max_time") if recipe[k]]
+    if limits:
+        raise ValueError(f"the recipe sets {', '.join(limits)}: a ladder's token rule scales max_iters; drop them")
     out = {}
     for size, shape in ladder["sizes"].items():
         tokens = rule_factor(ladder["tokens"], shape, reference)

@@ -149,6 +149,8 @@ def test_a_ladder_refuses_what_would_confound_it(data_dir, tmp_path):
     with pytest.raises(configurator.ConfigError, match=r"variant 'base': the recipe is not of the reference size 'm': "
                                                        r"n_embd=32 \(the size has 64\): name the size"):
         sweep.main([*ladder_suite(tmp_path, data_dir, {"base": {}}), "--n_embd=32", "--dry_run=True"])
+    with pytest.raises(configurator.ConfigError, match="the recipe sets max_time: a ladder's token rule scales max_iters"):
+        sweep.main([*ladder_suite(tmp_path, data_dir, {"base": {}}), "--max_time=60", "--dry_run=True"])
     problems = ladder.across_size_problems({"s": dict(n_embd=32, dropout=0.1), "m": dict(n_embd=64, dropout=0.0)},
                                            dict(reference="m"))
     assert problems == ["size s: dropout = 0.1 vs size m 0.0"]
