@@ -546,6 +546,9 @@ def ladder_plot(report, out_dir):
             errors = [[e["diff"] - e["interval"][0] if e.get("interval") else 0 for e in points],
                       [e["interval"][1] - e["diff"] if e.get("interval") else 0 for e in points]]
             ax.errorbar(xs, ys, yerr=errors, fmt="o", color=color, capsize=3, label=f"{name}: {v['trend']}")
+            if i == 0:  # the sizes' names once, under the first variant's points
+                for e in points:
+                    ax.annotate(e["size"], (e[key], e["diff"]), textcoords="offset points", xytext=(4, -10), fontsize=7)
         if v["fit"]:
             grid = np.geomspace(min(e["params"] for e in have), max(e["params"] for e in have), 50)
             line = [ladder.fitted(v["fit"], n) for n in grid]
@@ -555,6 +558,7 @@ def ladder_plot(report, out_dir):
     for ax in (by_n, by_flops):
         if ax.has_data():
             ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # crowded over a short range
         else:  # runs that logged no FLOPs per token (older logs)
             ax.text(0.5, 0.5, "no FLOPs per token recorded", ha="center", transform=ax.transAxes)
         ax.axhline(0, color="gray", linestyle=":")
