@@ -11,6 +11,7 @@ import os
 import numpy as np
 
 import ablation
+import ladder
 import lm_eval_results
 import stats
 from ablation import UNITS, metric_by_tokens
@@ -411,6 +412,8 @@ def seed_plan_text(suite, n_runs, pilot_dir):
 def report_suite_dir(suite_dir, out_dir=None, plan=None):
     """The suite's report; `plan` (alpha, min_effect) may fill in only what the suite did not declare
     before its runs, and the report then says it was declared afterwards."""
+    if ladder.is_ladder_dir(suite_dir):
+        return report_ladder_dir(suite_dir, out_dir, plan)
     suite, runs = ablation.load_suite_dir(suite_dir)
     late = {k: v for k, v in (plan or {}).items() if suite.get(k) is None}
     refused = sorted(set(plan or {}) - set(late))
@@ -424,3 +427,146 @@ def report_suite_dir(suite_dir, out_dir=None, plan=None):
     if report["looked_at_seeds"]:  # every report is a look at the data: the suite's record keeps it
         ablation.append_suite_record(suite_dir, dict(event="look", seeds=report["looked_at_seeds"]))
     return path
+
+
+# ----------------------------------------------------------------------------- a ladder: across sizes
+
+def report_ladder_dir(suite_dir, out_dir=None, plan=None):
+    """A ladder suite: each size's own report (suite_dir/<size>/report.md, one family per size), then
+    the across-size report (report.md, report.json, effect_vs_size.png) from ladder.across_sizes."""
+    out_dir = out_dir or suite_dir
+    declared, sizes = ladder.load_ladder_dir(suite_dir)
+    reports = {}
+    for size in sizes:
+        path = report_suite_dir(os.path.join(suite_dir, size), os.path.join(out_dir, size), plan)
+        with open(os.path.join(os.path.dirname(path), "report.json")) as f:
+            reports[size] = json.load(f)
+    goal = ablation.check_metric(declared["metric"])[2]
+    across = ladder.across_sizes(declared["ladder"], reports, goal)
+    report = dict(suite=declared["name"], metric=declared["metric"], goal=goal, baseline=declared["baseline"],
+                  allowed=declared["allowed"], per_size={s: dict(compared_at_tokens=r["compared_at_tokens"],
+                                                                 alpha=r["alpha"], comparisons=r["comparisons"],
+                                                                 report=os.path.join(s, "report.md"))
+                                                          for s, r in reports.items()},
+                  across_sizes=across)
+    os.makedirs(out_dir, exist_ok=True)
+    plot = ladder_plot(report, out_dir)
+    with open(os.path.join(out_dir, "report.json"), "w") as f:
+        json.dump(report, f, indent=1, allow_nan=False, default=str)
+    with open(os.path.join(out_dir, "report.md"), "w") as f:
+        f.write(ladder_markdown(report, plot))
+    return os.path.join(out_dir, "report.md")
+
+
+def rule_text(rule):
+    base, power = rule
+    return "the same at every size" if power == 0 else f"∝ {'N' if base == 'params' else 'n_embd'}^{power:.3g}"
+
+
+def extrapolation_text(across, fit):
+    target = across["extrapolate_to"]
+    if not target or not fit:
+        return ""
+    e = fit["extrapolated"]
+    largest = max(s["params"] for s in across["sizes"].values())
+    return (f" Extrapolated to {target['name']} (N = {target['params']:,}, {target['params'] / largest:.3g}x the largest "
+            f"size run): {e['effect']:+.4g} {stats.span(e['interval'])} ({stats.pct(fit['confidence'])}): an "
+            f"extrapolation of a straight line in ln N beyond every measured size, not a measurement.")
+
+
+def ladder_markdown(report, plot):
+    across, metric = report["across_sizes"], report["metric"]
+    sizes = across["sizes"]
+    lines = [f"# Ablation report across sizes: {report['suite']}", "",
+             f"Deciding metric (declared before the runs): **{metric}** ({report['goal']} is better), paired "
+             f"differences variant minus baseline (`{report['baseline']}`), same seed, same size. Each size is one "
+             f"family (Holm within it at its own alpha, its full report linked below), compared at the largest token "
+             f"count its runs share. Across sizes only the ladder's keys differ: the shape of each size, and from the "
+             f"recipe of size `{across['reference']}` the token budget {rule_text(across['tokens_rule'])} (max_iters "
+             f"and warmup) and the learning rate {rule_text(across['learning_rate_rule'])} (learning_rate and min_lr), "
+             f"N being the non-embedding parameters 12 n_layer n_embd^2. Keys allowed to differ within a size: "
+             f"{', '.join(report['allowed']) or 'none'}.",
+             "", "| size | shape | N | compared at tokens | report |", "|---|---|---|---|---|"]
+    for size, s in sizes.items():
+        per = report["per_size"].get(size)
+        lines.append(f"| {size} | {', '.join(f'{k}={v}' for k, v in s['shape'].items())} | {s['params']:,} | "
+                     f"{thousands(per['compared_at_tokens']) if per else '-'} | "
+                     + (f"[{per['report']}]({per['report']})" if per else "no runs") + " |")
+    lines += ["", "## Across sizes", "",
+              f"The effect at each size with the interval its size's Holm step tested; the weighted fit of effect "
+              f"against ln N (weights 1/se^2, se widened when the line does not fit, Student t with seeds - 1 "
+              f"degrees of freedom), its slope per e-fold of N at {stats.pct(1 - across['level'])} "
+              f"(family-wise alpha {across['alpha']:g} over the {across['comparisons']} variants, Bonferroni). "
+              f"Training FLOPs = the variant's FLOPs per token x the compared tokens (they differ between "
+              f"variants and sizes).", "",
+              "| variant | size | N | parameters (measured) | training FLOPs | seeds | diff vs baseline | interval "
+              "(confidence) | verdict at this size |", "|" + "---|" * 9]
+    for name, v in across["variants"].items():
+        for e in v["effects"]:
+            ci = (f"{stats.span(e['interval'])} {stats.pct(e['interval_confidence'])}" if e.get("interval") else "-")
+            flops = format(e["compute"], ".3g") if e.get("compute") else "-"
+            lines.append(f"| {name} | {e['size']} | {e['params']:,} | {thousands(e.get('measured_parameters'))} | "
+                         f"{flops} | {e['n']} | {signed(e['diff'])} | {ci} | {e['verdict']} |")
+    lines += ["", "| variant | trend | slope per e-fold of N | interval (confidence) | p | fitted at smallest | "
+                  "fitted at largest |", "|" + "---|" * 7]
+    for name, v in across["variants"].items():
+        f = v["fit"]
+        lines.append(f"| {name} | **{v['trend']}** | " + (
+            f"{f['slope']:+.4g} | {stats.span(f['slope_interval'])} {stats.pct(f['confidence'])} | {f['p']:.3g} | "
+            f"{f['smallest']['effect']:+.4g} {stats.span(f['smallest']['interval'])} | "
+            f"{f['largest']['effect']:+.4g} {stats.span(f['largest']['interval'])} |" if f else "- | - | - | - | - |"))
+    lines += ["", "What each variant does across sizes:", ""]
+    lines += [f"- **{name}**: {v['trend']}: {v['why']}." + extrapolation_text(across, v["fit"])
+              for name, v in across["variants"].items()]
+    lines += ["", "A ladder tells how an effect moves over the sizes it ran, under its own rules for tokens and "
+                  "learning rate; a trend fitted on a few small sizes says nothing certain about sizes far beyond "
+                  "them (docs/ablation.md, 'Across sizes').", ""]
+    if plot:
+        lines += [f"![effect against size and compute]({plot})"]
+    return "\n".join(lines) + "\n"
+
+
+def ladder_plot(report, out_dir):
+    """Per variant the effect at each size with its interval, against N (log x) with the fitted line
+    and its band, and against training FLOPs (log x)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    across = report["across_sizes"]
+    fig, (by_n, by_flops) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for i, (name, v) in enumerate(across["variants"].items()):
+        color = f"C{i}"
+        have = [e for e in v["effects"] if e["diff"] is not None]
+        for ax, key in ((by_n, "params"), (by_flops, "compute")):
+            points = [e for e in have if e.get(key)]
+            if not points:
+                continue
+            xs, ys = [e[key] for e in points], [e["diff"] for e in points]
+            errors = [[e["diff"] - e["interval"][0] if e.get("interval") else 0 for e in points],
+                      [e["interval"][1] - e["diff"] if e.get("interval") else 0 for e in points]]
+            ax.errorbar(xs, ys, yerr=errors, fmt="o", color=color, capsize=3, label=f"{name}: {v['trend']}")
+            if i == 0:  # the sizes' names once, under the first variant's points
+                for e in points:
+                    ax.annotate(e["size"], (e[key], e["diff"]), textcoords="offset points", xytext=(4, -10), fontsize=7)
+        if v["fit"]:
+            grid = np.geomspace(min(e["params"] for e in have), max(e["params"] for e in have), 50)
+            line = [ladder.fitted(v["fit"], n) for n in grid]
+            by_n.plot(grid, [p["effect"] for p in line], "-", color=color, linewidth=1)
+            by_n.fill_between(grid, [p["interval"][0] for p in line], [p["interval"][1] for p in line], color=color,
+                              alpha=0.12)
+    for ax in (by_n, by_flops):
+        if ax.has_data():
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # crowded over a short range
+        else:  # runs that logged no FLOPs per token (older logs)
+            ax.text(0.5, 0.5, "no FLOPs per token recorded", ha="center", transform=ax.transAxes)
+        ax.axhline(0, color="gray", linestyle=":")
+    by_n.set(xlabel="non-embedding parameters N (log)", ylabel=f"{report['metric']}: variant - baseline",
+             title="effect against size (fit: band at the across-size level)")
+    by_flops.set(xlabel="training FLOPs at the compared point (log)", title="effect against compute")
+    by_n.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "effect_vs_size.png"), dpi=110)
+    plt.close(fig)
+    return "effect_vs_size.png"

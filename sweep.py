@@ -37,6 +37,9 @@ metric is frozen in suite_dir/suite.json by the first run; runs added later and 
 look) go into suite_dir/suite_record.jsonl (docs/ablation.md: a suite may declare `looks`, the seed
 counts of its planned reports). The runs share a W&B group; at the end ablation_report.py writes
 report.md, report.json and plots to suite_dir (python report.py rebuilds them).
+A suite that declares a `ladder` (ladder.py) runs every variant x seed at every size, as
+`<size>/<variant>-seed<seed>` with the size's shape, token budget and learning rate in its arguments;
+each size directory is a suite of its own, and the report adds the effect's trend across sizes.
 """
 import ast
 import csv
@@ -55,6 +58,7 @@ import time
 import ablation
 import ablation_report
 import configurator
+import ladder
 import parallel
 import rundir
 import runrecord
@@ -196,9 +200,13 @@ def read_suite(namespace, name, here):
     if looks is not None and not (isinstance(looks, list) and looks and all(isinstance(n, int) for n in looks)
                                   and looks == sorted(set(looks)) and looks[0] >= stats.MIN_SEEDS):
         raise err(f"looks={looks!r}: the planned seed counts of each report, increasing integers >= {stats.MIN_SEEDS}")
+    try:
+        sizes = ladder.check_ladder(namespace.get("ladder"), variants)
+    except ValueError as e:
+        raise err(str(e)) from None
     return dict(name=name, variants=variants, baseline=namespace["baseline"], seeds=list(seeds),
                 metric=namespace["metric"], allowed=list(namespace["allowed"]), nproc=nproc, heatmap=heatmap,
-                alpha=alpha, min_effect=min_effect, looks=looks)
+                alpha=alpha, min_effect=min_effect, looks=looks, ladder=sizes)
 
 
 def parse_grid(text):
@@ -241,10 +249,13 @@ def plan(spec):
         overrides["gradient_accumulation_steps"] = 0
     suite = spec["suite"]
     points = suite_points(suite) if suite else [p for grid in spec["grid"] for p in expand(grid)]
+    if suite and suite["ladder"]:
+        points = ladder_points(spec, overrides, points)
     sweep = os.path.basename(os.path.normpath(spec["sweep_dir"])).removeprefix("out-")
     runs, names = [], set()
     for point in points:
-        clash = set(point) & set(overrides) - {"config"}
+        scaled = ladder.RULE_KEYS if "size" in point else ()  # a ladder's rules scale these from the overrides
+        clash = set(point) & set(overrides) - {"config", *scaled}
         if clash:
             raise configurator.ConfigError(f"{sorted(clash)} are both swept and fixed: drop the fixed value")
         name = suite_run_name(point) if suite else run_name(point)
@@ -254,9 +265,9 @@ def plan(spec):
         out_dir = os.path.join(spec["sweep_dir"], name)
         configs = point.get("config", [])
         argv = [*spec["base"], *([configs] if isinstance(configs, str) else configs), *spec["configs"],
-                *(f"--{k}={v!r}" for k, v in overrides.items()),
-                *(f"--{k}={v!r}" for k, v in point.items() if k not in ("config", "variant")),
-                f"--out_dir={out_dir}", f"--wandb_run_name={sweep}-{name}"]
+                *(f"--{k}={v!r}" for k, v in overrides.items() if k not in point),
+                *(f"--{k}={v!r}" for k, v in point.items() if k not in ("config", "variant", "size")),
+                f"--out_dir={out_dir}", f"--wandb_run_name={sweep}-{name.replace('/', '-')}"]
         if suite:
             argv.append(f"--wandb_group={sweep}")
         runs.append((name, point, argv))
@@ -280,18 +291,42 @@ def suite_points(suite):
 
 
 def suite_run_name(point):
-    return f"{point['variant']}-seed{point['seed']}"
+    """'<variant>-seed<seed>', in the size's subdirectory for a ladder ('w64/baseline-seed1')."""
+    name = f"{point['variant']}-seed{point['seed']}"
+    return f"{point['size']}/{name}" if "size" in point else name
+
+
+def ladder_points(spec, overrides, points):
+    """A ladder suite's points: every variant x seed at every size, size by size, each with
+    the keys ladder.size_keys derives from that variant's own recipe (the shape, the token budget
+    and the learning rate), so every run's arguments, and its config.json, record them."""
+    sized = {}
+    for point in points:
+        recipe = configurator.apply_config(runtime.DEFAULTS, [*spec["base"], *point.get("config", []), *spec["configs"],
+                                                              *(f"--{k}={v!r}" for k, v in overrides.items())])
+        try:
+            sizes = ladder.size_keys(spec["suite"]["ladder"], recipe)
+        except ValueError as e:
+            raise configurator.ConfigError(f"variant {point['variant']!r}: {e}") from None
+        for size, keys in sizes.items():
+            sized.setdefault(size, []).append(dict(point, size=size, **keys))
+    return [p for size_points in sized.values() for p in size_points]
 
 
 def check_confounds(suite, runs, resolved, spec):
     """Every difference between a variant's resolved config and the baseline's (same seed) must be
     a declared key; otherwise the suite is refused before any run starts."""
-    base = {p["seed"]: resolved[name] for name, p, _ in runs if p["variant"] == suite["baseline"]}
+    base = {(p.get("size"), p["seed"]): resolved[name] for name, p, _ in runs if p["variant"] == suite["baseline"]}
     problems = []
     for name, point, _ in runs:
-        for key, (value, theirs) in ablation.config_differences(resolved[name], base[point["seed"]],
-                                                                suite["allowed"]).items():
-            problems.append(f"{point['variant']}: {key} = {value!r} vs baseline {theirs!r}")
+        paired = base[(point.get("size"), point["seed"])]  # a ladder's runs are paired within their size
+        for key, (value, theirs) in ablation.config_differences(resolved[name], paired, suite["allowed"]).items():
+            where = f" at size {point['size']}" if "size" in point else ""
+            problems.append(f"{point['variant']}{where}: {key} = {value!r} vs baseline {theirs!r}")
+    if suite["ladder"]:  # across sizes only the ladder's keys may differ (within a size, as above, none)
+        seed = suite["seeds"][0]
+        problems += ladder.across_size_problems({size: base[(size, seed)] for size in suite["ladder"]["sizes"]},
+                                                suite["ladder"])
     problems = list(dict.fromkeys(problems))
     if problems and not spec["allow_confounds"]:
         raise configurator.ConfigError(
@@ -441,22 +476,26 @@ def freeze_suite(suite, runs, sweep_dir):
         os.makedirs(sweep_dir, exist_ok=True)
         with rundir.atomic_write(path, "w") as f:  # a torn suite.json would lose the plan
             json.dump(dict(suite, runs=wanted), f, indent=1)
-        return
-    try:
-        first = ablation.read_suite_json(path)
-    except ValueError as e:
-        raise configurator.ConfigError(str(e)) from None
-    for key in ("metric", "baseline", "alpha", "min_effect", "looks"):
-        if first.get(key) != suite.get(key) and (key in first or suite.get(key) is not None):
-            raise configurator.ConfigError(
-                f"{path} declared {key}={first.get(key)!r} before its runs; this suite says {suite.get(key)!r}: "
-                f"keep it, or start a new suite_dir")
-    record = ablation.read_suite_record(sweep_dir)
-    known = ablation.suite_runs(first, record)
-    added = {name: run for name, run in wanted.items() if name not in known}
-    if added:
-        ablation.append_suite_record(sweep_dir, dict(event="added", runs=added,
-                                                     looks_before=len(ablation.looks_taken(record))))
+    else:
+        try:
+            first = ablation.read_suite_json(path)
+        except ValueError as e:
+            raise configurator.ConfigError(str(e)) from None
+        for key in ("metric", "baseline", "alpha", "min_effect", "looks"):
+            if first.get(key) != suite.get(key) and (key in first or suite.get(key) is not None):
+                raise configurator.ConfigError(
+                    f"{path} declared {key}={first.get(key)!r} before its runs; this suite says {suite.get(key)!r}: "
+                    f"keep it, or start a new suite_dir")
+        record = ablation.read_suite_record(sweep_dir)
+        known = ablation.suite_runs(first, record)
+        added = {name: run for name, run in wanted.items() if name not in known}
+        if added:
+            ablation.append_suite_record(sweep_dir, dict(event="added", runs=added,
+                                                         looks_before=len(ablation.looks_taken(record))))
+    if suite.get("ladder"):  # each size is an ordinary suite of its own in suite_dir/<size>
+        for size in suite["ladder"]["sizes"]:
+            own = [(ladder.size_of(name)[1], p, argv) for name, p, argv in runs if p["size"] == size]
+            freeze_suite(dict(suite, name=f"{suite['name']}/{size}", ladder=None), own, os.path.join(sweep_dir, size))
 
 
 def main(argv, launch=launch_subprocess):
@@ -474,7 +513,8 @@ def main(argv, launch=launch_subprocess):
     if options["plan"]:
         if not suite:
             raise configurator.ConfigError("--plan needs a suite file (variants x seeds)")
-        print(ablation_report.seed_plan_text(suite, len(runs), options["pilot"] or sweep_dir))
+        own = os.path.join(sweep_dir, suite["ladder"]["reference"]) if suite["ladder"] else sweep_dir  # a size's family
+        print(ablation_report.seed_plan_text(suite, len(runs), options["pilot"] or own))
         return runs
     if options["dry_run"]:
         return runs

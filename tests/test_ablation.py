@@ -225,7 +225,8 @@ def test_every_shipped_suite_plans_without_confounds(path):
     for extra in ([[]] + [overlay] if overlay else [[]]):
         runs = sweep.main([path, *extra, "--dry_run=True"])
         seeds = {p["seed"] for _, p, _ in runs}
-        assert len(seeds) >= 3 and len(runs) == len({p["variant"] for _, p, _ in runs}) * len(seeds)
+        sizes = {p.get("size") for _, p, _ in runs}  # a ladder runs every variant x seed at each size
+        assert len(seeds) >= 3 and len(runs) == len({p["variant"] for _, p, _ in runs}) * len(seeds) * len(sizes)
 
 
 def synthetic_run(variant, seed, lr, batch, curve, final_tokens, hellaswag_right=None):

@@ -1,0 +1,281 @@
+"""Does an effect hold across model sizes? An ablation suite run at every size of a ladder, and the
+effect's trend against size.
+
+A suite declares `ladder = dict(sizes={name: {shape keys}}, reference=name, tokens=(base, power),
+learning_rate=(base, power), alpha=..., extrapolate_to=(name, {shape keys}))`. Each size overlays
+model-shape keys (SHAPE_KEYS) on every variant's recipe; the token budget and learning rate follow
+the declared power laws from the recipe, which is taken to be the reference size's:
+    tokens_size = tokens_recipe x (B_size / B_reference) ** power  (max_iters; warmup and decay scale with it)
+    lr_size = lr_recipe x (B_size / B_reference) ** power          (learning_rate and min_lr)
+where the base B is "params" (non-embedding parameters 12 n_layer n_embd^2, Kaplan et al. 2020) or
+"width" (n_embd; power -1 is the muP-style 1/width rule of Adam's hidden learning rate, applied here
+to every weight: a width rule, not muP's parametrization). sweep.py writes the results into each
+run's arguments, so every run's config.json records what it ran with.
+
+Within one size the suite is an ordinary one: its runs live in suite_dir/<size>/ with their own
+suite.json, one family per size (Holm within it), and python report.py suite_dir/<size> reports
+it alone. Across sizes the ladder's keys are the only ones allowed to differ (across_size_problems).
+The across-size statement, per variant: the paired effect at each size, a weighted fit of effect
+against ln N and its slope's interval at the declared level (Bonferroni over the k variants), a
+trend (grows, shrinks, flips, no trend detectable, incomplete) and the fitted line extrapolated to a
+named size, stated as an extrapolation. The numbers are plain data (report.json); ablation_report.py
+words and draws them.
+"""
+import math
+import os
+
+import numpy as np
+
+import ablation
+import stats
+
+SHAPE_KEYS = ("n_layer", "n_embd", "n_head", "mla_latent_dim")  # what a size may overlay
+RULE_BASES = ("params", "width")
+# What the rules set, in every run's arguments: scaled from the recipe's own values.
+TOKEN_KEYS = ("max_iters", "warmup_iters", "lr_decay_iters")
+LR_KEYS = ("learning_rate", "min_lr")
+RULE_KEYS = TOKEN_KEYS + LR_KEYS
+
+
+def check_ladder(ladder, variants):
+    """A suite's `ladder`, checked and filled in (None when the suite has none): each mistake is one
+    line that says what to write."""
+    if ladder is None:
+        return None
+    err = ValueError
+    if not isinstance(ladder, dict) or not isinstance(ladder.get("sizes"), dict) or len(ladder["sizes"]) < 3:
+        raise err("ladder must be dict(sizes={name: {shape keys}}, ...) with at least 3 sizes: a line through two "
+                  "points has no interval")
+    unknown = set(ladder) - {"sizes", "reference", "tokens", "learning_rate", "alpha", "extrapolate_to"}
+    if unknown:
+        raise err(f"ladder sets unknown keys {sorted(unknown)}: use sizes, reference, tokens, learning_rate, alpha, "
+                  f"extrapolate_to")
+    shapes = dict(ladder["sizes"])
+    target = ladder.get("extrapolate_to")
+    if target is not None and not (isinstance(target, tuple) and len(target) == 2 and isinstance(target[1], dict)):
+        raise err(f"ladder extrapolate_to={target!r}: give (name, {{'n_layer': ..., 'n_embd': ...}})")
+    for name, shape in [*shapes.items(), *([target] if target else [])]:
+        if not isinstance(shape, dict) or not {"n_layer", "n_embd"} <= set(shape) or set(shape) - set(SHAPE_KEYS):
+            raise err(f"ladder size {name!r}: set n_layer and n_embd (and optionally n_head, mla_latent_dim); a size "
+                      f"overlays only model-shape keys {SHAPE_KEYS}, the budget and learning rate follow the rules")
+    if ladder.get("reference") not in shapes:
+        raise err(f"ladder reference={ladder.get('reference')!r}: name the size whose shape the suite's recipe has "
+                  f"(one of {list(shapes)})")
+    rules = {}
+    for key in ("tokens", "learning_rate"):
+        base, power = ladder.get(key, ("params", 0.0))
+        if base not in RULE_BASES or not isinstance(power, (int, float)):
+            raise err(f"ladder {key}={ladder.get(key)!r}: give (base, power), base one of {RULE_BASES}, e.g. "
+                      f"('params', 1.0) for tokens proportional to parameters, ('params', -1/3) for the learning rate")
+        rules[key] = (base, float(power))
+    alpha = ladder.get("alpha", ablation.DEFAULT_ALPHA)
+    if not (isinstance(alpha, float) and 0 < alpha < 1):
+        raise err(f"ladder alpha={alpha!r}: the level of the across-size statements, a float in (0, 1)")
+    clash = {v: sorted(set(body) & set(SHAPE_KEYS + RULE_KEYS)) for v, body in variants.items()}
+    clash = {v: keys for v, keys in clash.items() if keys}
+    if clash:
+        raise err(f"variants {clash} set keys the ladder sets at each size: leave them to the ladder")
+    return dict(sizes=shapes, reference=ladder["reference"], tokens=rules["tokens"],
+                learning_rate=rules["learning_rate"], alpha=alpha, extrapolate_to=list(target) if target else None)
+
+
+def non_embedding_params(shape):
+    """12 n_layer n_embd^2: the attention (4 d^2) and MLP (8 d^2) weights of every block, the N of
+    Kaplan et al. (2020) scaling laws; embeddings, biases and norms left out."""
+    return 12 * shape["n_layer"] * shape["n_embd"] ** 2
+
+
+def rule_factor(rule, shape, reference):
+    base, power = rule
+    measure = non_embedding_params if base == "params" else (lambda s: s["n_embd"])
+    return (measure(shape) / measure(reference)) ** power
+
+
+def size_keys(ladder, recipe):
+    """{size: the keys a run of that size gets}: the size's shape, the recipe's token budget and
+    schedule scaled by the token rule, its learning rates by the learning-rate rule. `recipe` is a
+    variant's resolved config (train.py keys) before any size is applied."""
+    reference = ladder["sizes"][ladder["reference"]]
+    differ = {k: (recipe[k], v) for k, v in reference.items() if recipe[k] != v}
+    if differ:  # the rules would scale from a recipe tuned for another shape
+        raise ValueError(f"the recipe is not of the reference size {ladder['reference']!r}: " + ", ".join(
+            f"{k}={mine} (the size has {theirs})" for k, (mine, theirs) in differ.items())
+            + ": name the size whose shape the recipe has as the ladder's reference, or fix that size")
+    limits = [k for k in ("max_tokens", "max_time") if recipe[k]]
+    if limits:
+        raise ValueError(f"the recipe sets {', '.join(limits)}: a ladder's token rule scales max_iters; drop them")
+    out = {}
+    for size, shape in ladder["sizes"].items():
+        tokens = rule_factor(ladder["tokens"], shape, reference)
+        lr = rule_factor(ladder["learning_rate"], shape, reference)
+        keys = dict(shape, max_iters=max(1, round(recipe["max_iters"] * tokens)),
+                    warmup_iters=round(recipe["warmup_iters"] * tokens),
+                    learning_rate=float(f"{recipe['learning_rate'] * lr:.4g}"),
+                    min_lr=float(f"{recipe['min_lr'] * lr:.4g}"))
+        if recipe["lr_decay_iters"]:
+            keys["lr_decay_iters"] = round(recipe["lr_decay_iters"] * tokens)
+        out[size] = keys
+    return out
+
+
+def across_size_problems(base_configs, ladder):
+    """The baseline's resolved config at each size against the reference size's: any difference in a
+    key the ladder does not set is a confound of the across-size view."""
+    reference = base_configs[ladder["reference"]]
+    problems = []
+    for size, cfg in base_configs.items():
+        for key, (value, theirs) in ablation.config_differences(cfg, reference, SHAPE_KEYS + RULE_KEYS).items():
+            problems.append(f"size {size}: {key} = {value!r} vs size {ladder['reference']} {theirs!r}")
+    return problems
+
+
+def size_of(run_name):
+    """'w64/baseline-seed1' -> ('w64', 'baseline-seed1')."""
+    size, _, name = run_name.partition("/")
+    return size, name
+
+
+# ----------------------------------------------------------------------------- the across-size statement
+
+def size_effect(report, variant, shape):
+    """One variant's paired effect at one size, from that size's report (ablation.compare): the
+    mean difference, its standard error, the Holm-step interval and verdict of the size's family,
+    N, and the training compute at the compared point (the variant's FLOPs per token x tokens)."""
+    v = report["variants"].get(variant)
+    cost = (v or {}).get("cost") or {}
+    out = dict(params=non_embedding_params(shape), measured_parameters=cost.get("parameters"),
+               compute=(cost["flops_per_token"] * report["compared_at_tokens"]
+                        if cost.get("flops_per_token") and report["compared_at_tokens"] else None),
+               tokens=report["compared_at_tokens"], n=0, diff=None, se=None, interval=None,
+               interval_confidence=None, verdict="incomplete", why="no run of this variant at this size")
+    if v is None:
+        return out
+    diffs = v.get("differences") or []
+    out.update(n=len(diffs), diff=v.get("diff_mean"), interval=v.get("interval"),
+               interval_confidence=v.get("interval_confidence"), p_holm=v.get("p_holm"), verdict=v["verdict"],
+               why=v["why"])
+    if len(diffs) > 1:
+        out["se"] = float(np.std(diffs, ddof=1) / math.sqrt(len(diffs)))
+    return out
+
+
+def unusable(effect):
+    """Why a size's effect cannot enter the fit (None when it can)."""
+    if effect["verdict"] in ("incomplete", "not comparable"):
+        return f"{effect['verdict']}: {effect['why']}"
+    if effect["n"] < 2 or not effect["se"]:
+        return (f"{effect['n']} paired seed(s)" if effect["n"] < 2 else
+                "no seed-to-seed variance (deterministic): nothing to weight the fit by")
+    return None
+
+
+def fit_trend(effects, level, target_params=None):
+    """Weighted least squares of the per-size mean effect on ln N (statsmodels), weights 1 / se^2:
+    a fixed-effect meta-regression. The slope's standard error is scaled by max(1, chi^2 / df) of
+    the residuals (Knapp-Hartung: a line that does not fit widens its interval) and the interval uses
+    Student's t with min(seeds) - 1 degrees of freedom, because every se comes from that few seeds.
+    Simulated at 3 sizes x 3 seeds and a nominal 5%: t on the paired differences' own 7 degrees of
+    freedom rejects a true null slope in 6.5% of ladders (the weights come from the same seeds), this
+    one in about 1%: conservative, as tests/test_ladder.py checks. Returns slope (per e-fold of N), its
+    interval, the fitted effect and interval at the ladder's ends and at target_params."""
+    import statsmodels.api as sm
+    from scipy import stats
+    x = np.log([e["params"] for e in effects])
+    y = np.array([e["diff"] for e in effects])
+    se = np.array([e["se"] for e in effects])
+    X = sm.add_constant(x)
+    fit = sm.WLS(y, X, weights=1 / se ** 2).fit(cov_type="fixed scale")
+    df_fit = len(effects) - 2
+    scale = max(1.0, float(np.sum((y - fit.fittedvalues) ** 2 / se ** 2)) / df_fit) if df_fit else 1.0
+    df = min(e["n"] for e in effects) - 1
+    cov = (fit.cov_params() * scale).tolist()
+    out = dict(intercept=float(fit.params[0]), slope=float(fit.params[1]), cov=cov, slope_se=math.sqrt(cov[1][1]),
+               confidence=1 - level, df=df, quantile=float(stats.t.isf(level / 2, df)), scale=scale)
+    out.update(slope_interval=[out["slope"] - out["quantile"] * out["slope_se"],
+                               out["slope"] + out["quantile"] * out["slope_se"]],
+               p=float(2 * stats.t.sf(abs(out["slope"]) / out["slope_se"], df)),
+               smallest=fitted(out, math.exp(x.min())), largest=fitted(out, math.exp(x.max())),
+               centre=fitted(out, math.exp(np.average(x, weights=1 / se ** 2))))
+    if target_params:
+        out["extrapolated"] = fitted(out, target_params)
+    return out
+
+
+def fitted(fit, params):
+    """The fitted effect at N = params and its interval at the fit's confidence."""
+    row = np.array([1.0, math.log(params)])
+    mean = float(row @ [fit["intercept"], fit["slope"]])
+    half = fit["quantile"] * math.sqrt(float(row @ np.array(fit["cov"]) @ row))
+    return dict(params=float(params), effect=mean, interval=[mean - half, mean + half])
+
+
+def classify(effects, fit, goal):
+    """(trend, why): flips when the sign change is established (decided effects of opposite sign at
+    two sizes, or the fit's intervals at the ladder's two ends on opposite sides of 0); grows or
+    shrinks when the slope's interval excludes 0 (grows: away from zero, judged at the weighted
+    centre of the ladder); else no trend detectable."""
+    decided = {e["size"]: e["verdict"] for e in effects if e["verdict"] in ("better", "worse")}
+    if len(set(decided.values())) == 2:
+        return "flips", "decided in opposite directions: " + ", ".join(f"{s} {v}" for s, v in decided.items())
+    low, high = fit["smallest"]["interval"], fit["largest"]["interval"]
+    ends = [1 if lo > 0 else -1 if hi < 0 else 0 for lo, hi in (low, high)]
+    lo, hi = fit["slope_interval"]
+    if ends[0] * ends[1] < 0:
+        return "flips", (f"the fitted effect's {stats.pct(fit['confidence'])} intervals at the smallest size "
+                         f"{stats.span(low)} and at the largest {stats.span(high)} lie on opposite sides of 0")
+    if lo <= 0 <= hi:
+        return "no trend detectable", (f"the slope's {stats.pct(fit['confidence'])} interval "
+                                       f"{stats.span([lo, hi])} per e-fold of N holds 0")
+    away = (fit["slope"] > 0) == (fit["centre"]["effect"] > 0)
+    better = (fit["slope"] < 0) == (goal == "lower")
+    crosses = fit["smallest"]["effect"] * fit["largest"]["effect"] < 0
+    return ("grows" if away else "shrinks"), (
+        f"the slope's {stats.pct(fit['confidence'])} interval {stats.span([lo, hi])} per e-fold of N excludes 0: the "
+        f"difference moves {'away from' if away else 'towards'} zero as N grows (towards {'better' if better else 'worse'})"
+        + ("; the fitted line crosses 0 inside the ladder, but neither end's interval establishes a sign change"
+           if crosses else ""))
+
+
+def across_sizes(ladder, reports, goal):
+    """The ladder's comparison as plain data. reports: {size: ablation.compare result}. Per variant:
+    the effect at every declared size, the fit and its trend; a variant missing a size (or without
+    a usable effect there) is incomplete, never fitted on the sizes it has."""
+    variants = list(dict.fromkeys(v for r in reports.values() for v in r["variants"] if v != r["baseline"]))
+    k = len(variants)
+    level = ladder["alpha"] / max(1, k)  # Bonferroni: k across-size statements at family-wise alpha
+    target = ladder["extrapolate_to"]
+    out = dict(sizes={s: dict(shape=shape, params=non_embedding_params(shape)) for s, shape in ladder["sizes"].items()},
+               reference=ladder["reference"], tokens_rule=list(ladder["tokens"]),
+               learning_rate_rule=list(ladder["learning_rate"]), alpha=ladder["alpha"], level=level, comparisons=k,
+               extrapolate_to=dict(name=target[0], shape=target[1], params=non_embedding_params(target[1]))
+               if target else None, variants={})
+    for variant in variants:
+        effects = []
+        for size, shape in ladder["sizes"].items():
+            report = reports.get(size)
+            effect = size_effect(report, variant, shape) if report else dict(
+                params=non_embedding_params(shape), n=0, diff=None, se=None, verdict="incomplete",
+                why="no runs at this size")
+            effects.append(dict(effect, size=size))
+        missing = {e["size"]: unusable(e) for e in effects if unusable(e)}
+        entry = dict(effects=effects, fit=None)
+        if missing:
+            entry["trend"], entry["why"] = "incomplete", "; ".join(f"{s}: {w}" for s, w in missing.items())
+        else:
+            entry["fit"] = fit_trend(effects, level, out["extrapolate_to"]["params"] if target else None)
+            entry["trend"], entry["why"] = classify(effects, entry["fit"], goal)
+        out["variants"][variant] = entry
+    return out
+
+
+def load_ladder_dir(suite_dir):
+    """(declared ladder, {size: (suite, runs)}) of a ladder suite directory written by sweep.py."""
+    declared = ablation.read_suite_json(os.path.join(suite_dir, "suite.json"))
+    sizes = {size: ablation.load_suite_dir(os.path.join(suite_dir, size)) for size in declared["ladder"]["sizes"]
+             if os.path.exists(os.path.join(suite_dir, size, "suite.json"))}
+    return declared, sizes
+
+
+def is_ladder_dir(suite_dir):
+    path = os.path.join(suite_dir, "suite.json")
+    return os.path.exists(path) and bool(ablation.read_suite_json(path).get("ladder"))

@@ -1,0 +1,236 @@
+"""Ladder suites (sweep.py's expansion, ladder.py's across-size statement, ablation_report.py's
+report): the trend of known synthetic effects, the fit's calibration by simulation, the per-size
+rules in every run's config, and a tiny ladder run end to end."""
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+import ablation
+import configurator
+import ladder
+import runtime
+import slurm_launch
+import sweep
+from test_slurm import cluster, jobs, wait_for  # noqa: F401 (fixtures)
+from test_sweep import toy_args
+
+SHAPES = {"s": dict(n_layer=2, n_embd=32, n_head=2), "m": dict(n_layer=2, n_embd=64, n_head=2),
+          "l": dict(n_layer=2, n_embd=128, n_head=2)}
+LADDER = ladder.check_ladder(dict(sizes=SHAPES, reference="m", tokens=("params", 1.0),
+                                  learning_rate=("params", -1 / 3), alpha=0.05,
+                                  extrapolate_to=("big", dict(n_layer=12, n_embd=768))), {})
+
+
+def synthetic_size_report(effects, seeds=(1, 2, 3), noise=0.004, rng_seed=0):
+    """ablation.compare over synthetic finished runs of one size: the baseline's final val loss per
+    seed, and each variant's = baseline + its effect + noise (the same facts in every run, so
+    pairing holds and nothing is confounded). effects: {variant: mean paired difference}."""
+    rng = np.random.default_rng(rng_seed)
+    runs, variants = {}, {"base": list(seeds)}
+    for seed in seeds:
+        base_loss = 2.0 + 0.05 * rng.standard_normal()
+        runs[("base", seed)] = finished_run("base", seed, base_loss)
+        for variant, effect in effects.items():
+            variants[variant] = list(seeds)
+            runs[(variant, seed)] = finished_run(variant, seed, base_loss + effect + noise * rng.standard_normal())
+    suite = dict(name="toy", metric="val_loss", baseline="base", allowed=[], variants=variants, alpha=0.05,
+                 min_effect=None)
+    return ablation.compare(suite, runs)
+
+
+def finished_run(variant, seed, final_loss):
+    events = [dict(event="eval", tokens=0, iter=0, val_loss=4.0), dict(event="eval", tokens=1000, iter=10,
+                                                                       val_loss=final_loss),
+              dict(event="end", tokens=1000, iter=10, train_time=1.0)]
+    info = dict(facts=dict(data_order="same", init_weights={}), code_versions=["x"])
+    return dict(out_dir=f"{variant}-seed{seed}", config=dict(seed=seed, out_dir=f"{variant}-seed{seed}"),
+                info=info, events=events)
+
+
+def across(per_size):
+    """ladder.across_sizes over {size: {variant: effect}}."""
+    reports = {size: synthetic_size_report(effects, rng_seed=i) for i, (size, effects) in enumerate(per_size.items())}
+    return ladder.across_sizes(LADDER, reports, "lower")["variants"]
+
+
+def test_a_growing_effect_grows_a_flat_one_shows_no_trend_and_a_sign_change_flips():
+    # Effects linear in ln N: N grows 4x per size, so +0.02 per size is +0.0144 per e-fold.
+    result = across({"s": dict(grows=0.01, flat=0.02, flips=-0.03, shrinks=0.05),
+                     "m": dict(grows=0.03, flat=0.02, flips=0.0, shrinks=0.03),
+                     "l": dict(grows=0.05, flat=0.02, flips=0.03, shrinks=0.01)})
+    assert {v: r["trend"] for v, r in result.items()} == dict(grows="grows", flat="no trend detectable",
+                                                              flips="flips", shrinks="shrinks")
+    grows = result["grows"]["fit"]
+    assert grows["slope_interval"][0] < 0.02 / math.log(4) < grows["slope_interval"][1]
+    assert grows["confidence"] == pytest.approx(1 - 0.05 / 4)  # Bonferroni over the 4 variants
+    # The extrapolation is the fitted line at N of the named size, with the fit's interval.
+    target = 12 * 12 * 768 ** 2
+    assert grows["extrapolated"]["params"] == target
+    assert grows["extrapolated"]["effect"] == pytest.approx(grows["intercept"] + grows["slope"] * math.log(target))
+    low, high = grows["extrapolated"]["interval"]
+    assert high - low > grows["largest"]["interval"][1] - grows["largest"]["interval"][0]  # wider beyond the data
+    assert [e["size"] for e in result["grows"]["effects"]] == ["s", "m", "l"]
+    assert [e["params"] for e in result["grows"]["effects"]] == [12 * 2 * 32 ** 2, 12 * 2 * 64 ** 2, 12 * 2 * 128 ** 2]
+
+
+def test_a_ladder_missing_a_size_in_one_variant_is_incomplete_not_a_trend():
+    result = across({"s": dict(a=0.01, b=0.01), "m": dict(a=0.03, b=0.03), "l": dict(a=0.05)})
+    assert result["a"]["trend"] == "grows"
+    assert result["b"]["trend"] == "incomplete" and result["b"]["fit"] is None
+    assert result["b"]["why"] == "l: incomplete: no run of this variant at this size"
+
+
+def test_the_trend_fit_keeps_its_level_under_the_null_and_finds_a_real_slope():
+    """3 sizes x 3 seeds with unequal noise: with no slope, the interval at 95% excludes 0 in at most
+    5% of ladders (t on the 7 degrees of freedom of the paired differences, with weights estimated from
+    the same seeds, does so in 6.5%); a slope of 0.03 per e-fold is found in at least 80%."""
+    rng = np.random.default_rng(0)
+    params, sds = [2e5, 8e5, 3.2e6], [0.01, 0.02, 0.015]
+
+    def rejects(slope):
+        diffs = [slope * math.log(n / params[0]) + sd * rng.standard_normal(3) for n, sd in zip(params, sds)]
+        effects = [dict(params=n, diff=float(d.mean()), se=float(d.std(ddof=1) / math.sqrt(3)), n=3)
+                   for n, d in zip(params, diffs)]
+        lo, hi = ladder.fit_trend(effects, 0.05)["slope_interval"]
+        return not lo <= 0 <= hi
+
+    null = np.mean([rejects(0.0) for _ in range(1000)])
+    assert null <= 0.05
+    assert np.mean([rejects(0.03) for _ in range(300)]) >= 0.8
+
+
+def ladder_suite(tmp_path, data_dir, variants, seeds=(1, 2), rules="tokens=('params', 1.0), "
+                 "learning_rate=('params', -1 / 3)"):
+    recipe = tmp_path / "recipe_m.py"  # the reference size's shape: the rules scale from it
+    recipe.write_text("n_layer = 2\nn_embd = 64\nn_head = 2\n")
+    path = tmp_path / "suite_ladder.py"
+    path.write_text(f"variants = {variants!r}\nbaseline = 'base'\nseeds = {list(seeds)!r}\nmetric = 'val_loss'\n"
+                    f"allowed = ['ra_pattern']\nbase = ['recipe_m.py']\nsuite_dir = {str(tmp_path / 'out-ladder')!r}\n"
+                    f"ladder = dict(sizes={SHAPES!r}, reference='m', {rules})\n")
+    shape = tuple(f"--{k}=" for k in ladder.SHAPE_KEYS)  # the ladder sets them
+    return [str(path), *(a for a in toy_args(data_dir) if not a.startswith(shape)), "--learning_rate=0.01",
+            "--batch_size=4", "--model_type=ra",
+            "--max_iters=8", "--lr_decay_iters=8",
+            "--warmup_iters=2"]
+
+
+def test_the_rules_set_budget_and_learning_rate_in_every_runs_config(data_dir, tmp_path):
+    argv = ladder_suite(tmp_path, data_dir, {"base": {}, "ra": {"ra_pattern": "all"}})
+    runs = sweep.main([*argv, "--dry_run=True"])
+    assert len(runs) == 3 * 2 * 2  # sizes x variants x seeds
+    assert [name for name, _, _ in runs][:4] == ["s/base-seed1", "s/base-seed2", "s/ra-seed1", "s/ra-seed2"]
+    for name, point, run_argv in runs:
+        cfg = configurator.apply_config(runtime.DEFAULTS, run_argv)
+        ratio = ladder.non_embedding_params(SHAPES[point["size"]]) / ladder.non_embedding_params(SHAPES["m"])
+        assert {k: cfg[k] for k in SHAPES["s"]} == SHAPES[point["size"]]
+        assert cfg["max_iters"] == round(8 * ratio) and cfg["lr_decay_iters"] == round(8 * ratio)
+        assert cfg["warmup_iters"] == round(2 * ratio)
+        assert cfg["learning_rate"] == pytest.approx(0.01 * ratio ** (-1 / 3), rel=1e-3)
+        assert cfg["min_lr"] == pytest.approx(1e-3 * ratio ** (-1 / 3), rel=1e-3)
+        assert cfg["out_dir"] == os.path.join(str(tmp_path / "out-ladder"), point["size"], name.split("/")[1])
+    # A width rule: the learning rate as 1 / n_embd, tokens the same at every size.
+    runs = sweep.main([*ladder_suite(tmp_path, data_dir, {"base": {}, "ra": {"ra_pattern": "all"}},
+                                     rules="tokens=('params', 0.0), learning_rate=('width', -1.0)"), "--dry_run=True"])
+    cfgs = {p["size"]: configurator.apply_config(runtime.DEFAULTS, a) for _, p, a in runs}
+    assert {s: (c["learning_rate"], c["max_iters"]) for s, c in cfgs.items()} == {
+        "s": (0.02, 8), "m": (0.01, 8), "l": (0.005, 8)}
+
+
+def test_a_ladder_refuses_what_would_confound_it(data_dir, tmp_path):
+    with pytest.raises(configurator.ConfigError, match=r"variants \{'ra': \['n_embd'\]\} set keys the ladder sets"):
+        sweep.main([*ladder_suite(tmp_path, data_dir, {"base": {}, "ra": {"n_embd": 48}}), "--dry_run=True"])
+    with pytest.raises(configurator.ConfigError, match="ra at size s: dropout = 0.1 vs baseline 0.0"):
+        sweep.main([*ladder_suite(tmp_path, data_dir, {"base": {}, "ra": {"dropout": 0.1}}), "--dry_run=True"])
+    with pytest.raises(ValueError, match="a size overlays only model-shape keys"):
+        ladder.check_ladder(dict(sizes=dict(SHAPES, s=dict(n_layer=2, n_embd=32, dropout=0.1)), reference="m"), {})
+    with pytest.raises(configurator.ConfigError, match=r"variant 'base': the recipe is not of the reference size 'm': "
+                                                       r"n_embd=32 \(the size has 64\): name the size"):
+        sweep.main([*ladder_suite(tmp_path, data_dir, {"base": {}}), "--n_embd=32", "--dry_run=True"])
+    with pytest.raises(configurator.ConfigError, match="the recipe sets max_time: a ladder's token rule scales max_iters"):
+        sweep.main([*ladder_suite(tmp_path, data_dir, {"base": {}}), "--max_time=60", "--dry_run=True"])
+    problems = ladder.across_size_problems({"s": dict(n_embd=32, dropout=0.1), "m": dict(n_embd=64, dropout=0.0)},
+                                           dict(reference="m"))
+    assert problems == ["size s: dropout = 0.1 vs size m 0.0"]
+
+
+class Finished:
+    returncode = 0
+
+    def poll(self):
+        return 0
+
+
+def synthetic_launcher(calls, effect):
+    """Instead of train.py: a finished run directory whose config is the one the sweep resolved for
+    it and whose final val loss is 2 + effect(config) + seed noise (no training: seconds, not minutes)."""
+    def launch(argv, slot, log_path):
+        cfg = runtime.resolve(configurator.apply_config(runtime.DEFAULTS, argv), 1)
+        out = cfg["out_dir"]
+        calls.append(os.path.relpath(out, os.path.dirname(os.path.dirname(out))))
+        json.dump(cfg, open(os.path.join(out, "config.json"), "w"))
+        json.dump(dict(facts=dict(data_order=cfg["seed"], init_weights={}), code_versions=["x"]),
+                  open(os.path.join(out, "run_info.json"), "w"))
+        tokens = cfg["max_iters"] * cfg["tokens_per_iter"]
+        loss = 2.0 + effect(cfg) + 0.002 * np.sin(7 * cfg["seed"] + cfg["n_embd"] + len(cfg["ra_pattern"]))
+        with open(os.path.join(out, "log.jsonl"), "w") as f:
+            n = ladder.non_embedding_params(cfg)
+            for event in (dict(event="checklist", time=0.0, parameters=n, tokens_per_iter=128, flops_per_token=6 * n),
+                          dict(event="eval", iter=0, tokens=0, val_loss=4.0),
+                          dict(event="eval", iter=cfg["max_iters"], tokens=tokens, val_loss=loss),
+                          dict(event="end", time=1.0, iter=cfg["max_iters"], tokens=tokens, train_time=1.0,
+                               stop_reason="max_iters")):
+                f.write(json.dumps(event) + "\n")
+        return Finished()
+    return launch
+
+
+def test_a_ladder_suite_runs_resumes_and_reports_across_sizes(data_dir, tmp_path, capsys):
+    """Through sweep.main: every variant x seed at every size, each size an ordinary suite with its
+    own report, the across-size report with its table, plot and fit; an effect that grows by 0.02 per
+    e-fold of N is called "grows"; a second run launches nothing."""
+    argv = ladder_suite(tmp_path, data_dir, {"base": {}, "ra": {"ra_pattern": "all"}}, seeds=(1, 2, 3))
+    grows = lambda cfg: 0.02 * math.log(ladder.non_embedding_params(cfg)) if cfg["ra_pattern"] == "all" else 0.0
+    calls = []
+    sweep.main(argv, launch=synthetic_launcher(calls, grows))
+    assert len(calls) == 3 * 2 * 3 and calls[0] == "s/base-seed1"
+    suite_dir = tmp_path / "out-ladder"
+    for size in SHAPES:  # every size is an ordinary suite directory, with its own report
+        assert json.load(open(suite_dir / size / "suite.json"))["runs"]["ra-seed2"] == ["ra", 2]
+        assert "# Ablation report" in open(suite_dir / size / "report.md").read()
+    report = json.load(open(suite_dir / "report.json"))["across_sizes"]
+    ra = report["variants"]["ra"]
+    assert [e["size"] for e in ra["effects"]] == ["s", "m", "l"] and all(e["n"] == 3 for e in ra["effects"])
+    assert [e["diff"] for e in ra["effects"]] == pytest.approx(
+        [0.02 * math.log(ladder.non_embedding_params(s)) for s in SHAPES.values()], abs=0.005)
+    assert [e["compute"] for e in ra["effects"]] == [6 * ladder.non_embedding_params(SHAPES[s]) * 128 * n
+                                                     for s, n in (("s", 2), ("m", 8), ("l", 32))]
+    assert ra["trend"] == "grows" and ra["fit"]["slope_interval"][0] < 0.02 < ra["fit"]["slope_interval"][1]
+    text = open(suite_dir / "report.md").read()
+    assert "## Across sizes" in text and "- **ra**: grows: " in text
+    assert "![effect against size and compute](effect_vs_size.png)" in text
+    assert os.path.getsize(suite_dir / "effect_vs_size.png") > 1000
+    calls.clear()
+    sweep.main(argv, launch=synthetic_launcher(calls, grows))  # finished runs are skipped, as in any suite
+    assert calls == []
+    capsys.readouterr()
+    sweep.main([*argv, "--plan=True"])  # seeds are planned for one size's family, from the reference size
+    assert f"from pilot {suite_dir / 'm'}:" in capsys.readouterr().out
+
+
+def test_a_ladder_on_slurm_runs_every_size_in_one_array_and_reports_across_sizes(cluster, jobs, data_dir, tmp_path):
+    """--launcher=slurm: the ladder's runs (in their size subdirectories) are one job array, and the
+    dependent status job builds each size's report and the across-size report."""
+    argv = ladder_suite(tmp_path, data_dir, {"base": {}, "ra": {"ra_pattern": "all"}})
+    sweep.main([*argv, "--launcher=slurm"])
+    suite_dir = tmp_path / "out-ladder"
+    records = [slurm_launch.read_record(str(suite_dir / size / f"{v}-seed{s}"))
+               for size in SHAPES for v in ("base", "ra") for s in (1, 2)]
+    jobs.extend({r["job"] for r in records} | {r["status_job"] for r in records})
+    assert len({r["job"].split("_")[0] for r in records}) == 1 and len({r["job"] for r in records}) == 12
+    wait_for(lambda: os.path.exists(suite_dir / "report.json"), "the status job's across-size report", timeout=600)
+    effects = json.load(open(suite_dir / "report.json"))["across_sizes"]["variants"]["ra"]["effects"]
+    assert [(e["size"], e["n"]) for e in effects] == [("s", 2), ("m", 2), ("l", 2)]
+    assert json.load(open(suite_dir / "l" / "ra-seed2" / "config.json"))["max_iters"] == 32
