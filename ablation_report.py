@@ -28,10 +28,15 @@ def write_report(report, runs, out_dir):
     """report.json, the PNG plots and report.md (which embeds them) in out_dir."""
     os.makedirs(out_dir, exist_ok=True)
     plots = make_plots(report, runs, out_dir)
+    return save_report(report, markdown(report, plots), out_dir)
+
+
+def save_report(report, text, out_dir):
+    """report.json (strict JSON) and report.md in out_dir; the path of report.md."""
     with open(os.path.join(out_dir, "report.json"), "w") as f:
         json.dump(report, f, indent=1, allow_nan=False, default=str)
     with open(os.path.join(out_dir, "report.md"), "w") as f:
-        f.write(markdown(report, plots))
+        f.write(text)
     return os.path.join(out_dir, "report.md")
 
 
@@ -161,7 +166,7 @@ def compute_matched_lines(report):
     matched = [(n, v["compute_matched"]) for n, v in report["variants"].items() if v.get("compute_matched")]
     if not matched:
         return []
-    lines = ["", f"## At equal model FLOPs", "",
+    lines = ["", "## At equal model FLOPs", "",
              f"The baseline's model FLOPs at the compared point ({matched[0][1]['flops']:.4g}): each variant's "
              f"{report['metric']} at the token count where it spent as much (linear between its evaluations; "
              f"'-' where it never got there), paired with the baseline seed. A family of its own: Holm over these "
@@ -451,11 +456,7 @@ def report_ladder_dir(suite_dir, out_dir=None, plan=None):
                   across_sizes=across)
     os.makedirs(out_dir, exist_ok=True)
     plot = ladder_plot(report, out_dir)
-    with open(os.path.join(out_dir, "report.json"), "w") as f:
-        json.dump(report, f, indent=1, allow_nan=False, default=str)
-    with open(os.path.join(out_dir, "report.md"), "w") as f:
-        f.write(ladder_markdown(report, plot))
-    return os.path.join(out_dir, "report.md")
+    return save_report(report, ladder_markdown(report, plot), out_dir)
 
 
 def rule_text(rule):
