@@ -346,16 +346,20 @@ def test_the_array_task_under_the_arrays_own_id_requeues_and_a_killed_attempt_th
     lists every task of the array (and `scontrol requeue A` would requeue them all). Signalled while
     the other task runs, it must requeue itself; its resumed train.py, killed -9, must then show as
     failed with the job script's word on it, not as preempted."""
+    # Both tasks need a core at once: jobs an earlier test cancelled may still hold one while they end.
+    wait_for(lambda: not slurm_launch.squeue(), "the jobs of earlier tests to leave the queue", timeout=120)
     sweep_dir = str(tmp_path / "s")
     args = ["--grid=learning_rate=[3e-3,1e-3]", *toy_args(data_dir, *LONG), f"--sweep_dir={sweep_dir}"]
     sweep.main([*args, "--launcher=slurm"])
     records = submitted(sweep_dir, jobs)
     array = records[0]["job"].split("_")[0]
     other, last = (os.path.join(sweep_dir, name) for name in ("learning_rate-0.003", "learning_rate-0.001"))
-    task = slurm_launch.read_record(last)["job"]
+    task, other_task = (slurm_launch.read_record(d)["job"] for d in (last, other))
+    squeue_array = lambda: subprocess.run(["squeue", "-h", "-j", array, "-o", "%i %T"],  # A lists every task
+                                          capture_output=True, text=True).stdout.splitlines()
+    wait_for(lambda: sorted(squeue_array()) == sorted([f"{task} RUNNING", f"{other_task} RUNNING"]), "both tasks to run")
     wait_for(lambda: len(losses(last)) >= 20, "the last task's first 20 steps")
-    running = subprocess.run(["squeue", "-h", "-j", array, "-o", "%i %T"], capture_output=True, text=True).stdout
-    assert running.split() == [task, "RUNNING", slurm_launch.read_record(other)["job"], "RUNNING"], running
+    assert "end" not in [e["event"] for e in runrecord.read_events(other)]  # what `scontrol requeue A` would hit
     subprocess.run(["scancel", "--signal=TERM", task], check=True)
     resumed = lambda: [e["event"] for e in runrecord.read_events(last)].count("checklist") == 2
     wait_for(lambda: resumed() and runrecord.read_events(last)[-1]["event"] == "train", "the requeued task to resume")
