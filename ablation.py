@@ -42,13 +42,13 @@ METRICS = {"val_loss": ("eval", "val_loss", "lower"), "val_ppl": ("eval", "val_p
 # A measured fact may differ only when a declared key explains it; facts with no key never may.
 FACT_CAUSES = {
     "dataset_fingerprint": ("dataset", "data_dir"), "tokenizer": ("dataset", "data_dir"),
-    "eval_windows": ("dataset", "data_dir", "eval_iters", "batch_size", "block_size"),
+    "eval_windows": ("dataset", "data_dir", "eval_iters", "final_eval_iters", "batch_size", "block_size"),
     "tokens_per_iter": ("batch_size", "block_size", "gradient_accumulation_steps", "tokens_per_iter"),
     "model_class": ("model_type",), "optimizer": ("optimizer",), "dtype": ("dtype",), "device_type": ("device",),
     "world_size": ("tp_size",), "torch_version": (), "code_versions": (), "intra_op_threads": (),
 }
 # What defines the metric itself: the same in every run of a report (variants and seeds), never "allowed".
-MEASUREMENT_KEYS = ("dataset", "data_dir", "eval_iters")
+MEASUREMENT_KEYS = ("dataset", "data_dir", "eval_iters", "final_eval_iters")
 MEASUREMENT_FACTS = ("dataset_fingerprint", "tokenizer", "eval_windows")
 # The evaluation windows follow batch_size and block_size: a suite that varies those on purpose (an
 # LR x batch grid) is told its windows differ instead of being refused.
@@ -250,6 +250,7 @@ def compare(suite, runs):
     reference = next((r for r in base_runs.values() if r["config"] is not None), None)
     k = len(suite["variants"]) - 1
     report = dict(suite=suite["name"], metric=metric, goal=goal, baseline=baseline, compared_at_tokens=tokens,
+                  design=design(runs),
                   alpha=suite.get("alpha") or DEFAULT_ALPHA, min_effect=suite.get("min_effect"), comparisons=k,
                   measurement=measurement_problems(runs, suite["allowed"]), non_finite=non_finite,
                   damaged=[note for run in runs.values() for note in run.get("damage", [])],
@@ -359,6 +360,21 @@ def pooled_difference_sd(report):
     return (math.sqrt(sum(d * sd ** 2 for d, sd in parts) / df), df) if df else (None, 0)
 
 
+def fork_point(run):
+    """The iteration a run left its trunk at (fork.py), None for a run trained from scratch."""
+    return next((e["iter"] for e in run["events"] if e["event"] == "fork"), None)
+
+
+def design(runs):
+    """What the report's runs are, in words, with the question that answers (one design per report)."""
+    points = {fork_point(r) for r in runs.values() if r["events"]} - {None}
+    if not points:
+        return "every run trained from scratch: does the variant, trained the whole budget, beat the baseline?"
+    k = min(points)
+    return (f"forked at step {k} from a shared baseline trunk per seed: does switching to the variant for the rest "
+            f"of the budget, after {k} steps of the baseline, beat continuing the baseline?")
+
+
 def measurement_problems(runs, allowed):
     """What makes the metric differ between any two runs of the report (variants and seeds alike):
     each line names the runs and both values. Runs without the record are left to `incomplete`."""
@@ -373,6 +389,14 @@ def measurement_problems(runs, allowed):
             if start.get("data_changed"):
                 problems.append(f"{', '.join(start['data_changed'])}: {name(run)} resumed on changed data "
                                 f"(allow_data_change)")
+    designs = {}
+    for run in recorded:
+        designs.setdefault(fork_point(run), []).append(name(run))
+    if len(designs) > 1:
+        problems.append("design: " + "; ".join(f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''} "
+                                               f"{'forked at step %d' % k if k is not None else 'from scratch'}"
+                                               for k, names in designs.items())
+                        + ": runs of different designs answer different questions and are never pooled")
     for run in recorded[1:]:
         for key in MEASUREMENT_KEYS:
             if run["config"].get(key) != ref["config"].get(key):

@@ -58,6 +58,7 @@ def header_lines(report):
     better = "lower" if report["goal"] == "lower" else "higher"
     finals = list(filter(None, report["final_tokens"].values()))
     return [f"# Ablation report: {report['suite']}", "",
+            f"Design: {report['design']}" if report.get("design") else "",  # reports written before designs
             f"Deciding metric (declared before the runs): **{metric}** ({better} is better), compared at "
             f"**{fmt(tokens)} tokens**, the largest token count at which every finished run was evaluated "
             f"(final token counts: {fmt(min(finals, default=None))} to {fmt(max(finals, default=None))}).",

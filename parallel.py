@@ -281,6 +281,9 @@ class ParallelLayout:
             sharding.load(checkpoint["sharded_path"], model, optimizer, self.tp_rank)
         else:
             optimizer.load_state_dict(self.optimizer_state_of(checkpoint))
+        self.restore_rng(checkpoint)
+
+    def restore_rng(self, checkpoint):
         if len(checkpoint["rng"]) == self.world_size:
             set_rng_state(checkpoint["rng"][self.rank], self.device)
 

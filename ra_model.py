@@ -411,6 +411,12 @@ class RAGPT(GPT):
             total += (2 if mode == "gate" else 1) * 6 * keys * (width + C)
         return total
 
+    def fork_new_parameters(self):
+        """What a baseline trunk lacks and a branch forked from it keeps at its own initialization
+        (fork.py): the learned alphas, the gate logits and the output gates."""
+        own = ("ra_alpha", "ra_gate_logit", "c_gate")
+        return [n for n, _ in self.named_parameters() if any(part in own for part in n.split("."))]
+
     def metrics(self):
         """Learned gates p and alphas per layer, logged with every evaluation."""
         out = {}

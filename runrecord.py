@@ -273,7 +273,9 @@ def startup_checklist(cfg, layout, model, counts, data_dir, dtype):
 
 
 def eval_windows_fingerprint(cfg, dataset, counts):
-    windows = (offsets_digest(runtime.eval_offsets(cfg, counts[split])) for split in ("train", "val"))
+    windows = [offsets_digest(runtime.eval_offsets(cfg, counts[split])) for split in ("train", "val")]
+    if cfg.get("final_eval_iters"):  # the end of the budget's evaluation reads more val windows
+        windows.append(offsets_digest(runtime.eval_offsets(cfg, counts["val"], cfg["final_eval_iters"])))
     return digest(dataset, *windows)
 
 

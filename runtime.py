@@ -35,9 +35,12 @@ DEFAULTS = dict(
     # run directory, evaluation and checkpoints
     out_dir="out",  # the run directory: config.json, log.jsonl, log.txt, ckpt.pt
     init_from="scratch",  # 'scratch', 'resume' (from out_dir/ckpt.pt), or a local HF GPT-2 directory
+    fork_from="",  # a finished trunk run's out_dir: start from its final checkpoint with this run's model (fork.py)
+    fork_optimizer="carry",  # fork_from: 'carry' the shared parameters' optimizer state, or start it 'fresh'
     allow_data_change=False,  # resume although the dataset or evaluation windows changed since the run started (recorded)
     eval_interval=500,  # also where checkpoints are written
     eval_iters=20,  # fixed batches per split per evaluation: the same windows in every run
+    final_eval_iters=0,  # >0: the evaluation at the end of the budget reads this many val batches (a steadier verdict)
     log_interval=10,  # a train log line every this many iterations
     save_checkpoint=True,  # write out_dir/ckpt.pt at evaluations
     sample_tokens=0,  # >0: print a sample of this many tokens at the end of the run
@@ -128,7 +131,9 @@ DEFAULTS = dict(
     dist_timeout=600.0,  # seconds a rank waits in a collective for the others before the job ends (a frozen rank)
     dtype="",  # 'bfloat16', 'float16', 'float32'; '' picks bfloat16 where supported
     compile=False,  # torch.compile the model (a cold compile takes 20-35 s)
-    seed=1337,  # initial weights, training batches and dropout
+    seed=1337,  # initial weights, training batches and dropout (the one seed users set)
+    init_seed=-1,  # >= 0: the initial weights from this seed instead (a noise budget varies each source alone)
+    data_seed=-1,  # >= 0: the training batches from this seed instead
     # logging
     log_act_norm_layers=[0, -1],  # blocks whose output RMS is logged (negative counts from the end)
     wandb_log=False,  # also log to Weights & Biases
@@ -328,6 +333,11 @@ def validate(cfg, world_size):
     for key in positive:
         if cfg[key] < 1:
             raise err(f"{key} must be >= 1, got {cfg[key]}")
+    if cfg["final_eval_iters"] < 0:
+        raise err(f"final_eval_iters must be >= 0 (0: eval_iters), got {cfg['final_eval_iters']}")
+    for key in ("init_seed", "data_seed"):
+        if cfg[key] < -1:
+            raise err(f"{key} must be >= 0, or -1 to follow seed, got {cfg[key]}")
     for key in ("gradient_accumulation_steps", "tokens_per_iter", "max_time", "max_tokens", "warmup_iters", "lr_decay_iters", "sample_tokens",
                 "hellaswag_interval", "hellaswag_limit", "learning_rate", "min_lr", "weight_decay", "grad_clip"):
         if cfg[key] < 0:
@@ -356,6 +366,14 @@ def validate(cfg, world_size):
                   f"not {cfg['vocab_size']}: set hellaswag_interval=0")
     if cfg["init_from"] == "resume":
         layout.check_resumable(cfg["out_dir"])
+    if cfg["fork_optimizer"] not in ("carry", "fresh"):
+        raise err(f"fork_optimizer={cfg['fork_optimizer']!r}: use 'carry' or 'fresh'")
+    if cfg["fork_from"]:
+        if cfg["init_from"] not in ("scratch", "resume"):
+            raise err(f"fork_from starts from a trunk's weights; init_from={cfg['init_from']!r} would too: set one")
+        if layout.sharded or layout.tp > 1 or cfg["pruning"] != "none":
+            raise err("fork_from needs a whole-model checkpoint and no pruning: data_parallel='ddp', tp_size=1, "
+                      "pruning='none'")
 
 
 def check_model_keys_apply(cfg):
@@ -573,18 +591,25 @@ def check_data(cfg):
     return data_dir, counts
 
 
+def seed_of(cfg, source):
+    """The seed of one source of randomness ('init' or 'data'): its own key where set, else seed."""
+    own = cfg.get(f"{source}_seed", -1)  # configs written before the sources were split
+    return own if own >= 0 else cfg["seed"]
+
+
 def train_offsets(cfg, n_tokens, iter_num, global_micro_step):
     """Random windows drawn from a seed of (seed, iteration, global micro-step), so the data
     position is just the iteration number (exact resume) and 2 ranks x 2 micro-steps read the
     same batches as 1 process x 4 micro-steps."""
-    rng = np.random.default_rng([cfg["seed"], iter_num, global_micro_step])
+    rng = np.random.default_rng([seed_of(cfg, "data"), iter_num, global_micro_step])
     return rng.integers(0, n_tokens - cfg["block_size"], size=cfg["batch_size"])
 
 
-def eval_offsets(cfg, n_tokens):
-    """Evenly spaced windows over the split, shuffled once with a fixed seed into eval_iters
-    batches: identical in every run with the same batch and block size."""
-    n = cfg["eval_iters"] * cfg["batch_size"]
+def eval_offsets(cfg, n_tokens, batches=0):
+    """Evenly spaced windows over the split, shuffled once with a fixed seed into `batches` (default
+    eval_iters) batches: identical in every run with the same batch and block size."""
+    batches = batches or cfg["eval_iters"]
+    n = batches * cfg["batch_size"]
     offsets = np.linspace(0, n_tokens - cfg["block_size"] - 1, n).astype(np.int64)
     np.random.default_rng(EVAL_SEED).shuffle(offsets)
-    return offsets.reshape(cfg["eval_iters"], cfg["batch_size"])
+    return offsets.reshape(batches, cfg["batch_size"])

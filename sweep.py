@@ -58,6 +58,7 @@ import time
 import ablation
 import ablation_report
 import configurator
+import fork
 import ladder
 import parallel
 import rundir
@@ -204,9 +205,13 @@ def read_suite(namespace, name, here):
         sizes = ladder.check_ladder(namespace.get("ladder"), variants)
     except ValueError as e:
         raise err(str(e)) from None
+    fork_at = namespace.get("fork_at")
+    if fork_at is not None and not (isinstance(fork_at, int) and fork_at >= 1):
+        raise err(f"fork_at={fork_at!r}: the iteration at which every variant leaves its seed's baseline trunk, "
+                  f"an integer >= 1 (or leave it out: every run from scratch)")
     return dict(name=name, variants=variants, baseline=namespace["baseline"], seeds=list(seeds),
                 metric=namespace["metric"], allowed=list(namespace["allowed"]), nproc=nproc, heatmap=heatmap,
-                alpha=alpha, min_effect=min_effect, looks=looks, ladder=sizes)
+                alpha=alpha, min_effect=min_effect, looks=looks, ladder=sizes, fork_at=fork_at)
 
 
 def parse_grid(text):
@@ -274,7 +279,46 @@ def plan(spec):
     resolved = {name: resolve(argv, suite["nproc"] if suite else 1) for name, _, argv in runs}
     if suite:
         check_confounds(suite, runs, resolved, spec)
+    if suite and suite["fork_at"]:
+        runs = fork_plan(suite, runs, resolved, spec["sweep_dir"])
     return runs
+
+
+def fork_plan(suite, runs, resolved, sweep_dir):
+    """A fork suite's runs: first one trunk per seed (per size on a ladder), the baseline's recipe
+    stopped at fork_at on the schedule of the whole budget, then every variant, the baseline
+    included, as a branch of its seed's trunk (fork.py). A branch whose recipe its trunk cannot
+    continue is refused here, before anything runs."""
+    fork_at, trunks, branches = suite["fork_at"], {}, []
+    for name, point, argv in runs:
+        if point["variant"] != suite["baseline"]:
+            continue
+        cfg = resolved[name]
+        if cfg["max_time"]:
+            raise configurator.ConfigError("fork_at with max_time: a time budget ends runs at unpredictable "
+                                           "iterations; give the runs an iteration or token budget")
+        if not fork_at < runtime.last_iter(cfg):
+            raise configurator.ConfigError(f"fork_at={fork_at} is not before the runs' last iteration "
+                                           f"({runtime.last_iter(cfg)}): fork earlier")
+        trunk = name[:-len(f"{point['variant']}-seed{point['seed']}")] + f"trunk-seed{point['seed']}"
+        out_dir = os.path.join(sweep_dir, trunk)
+        trunk_argv = [a for a in argv if not a.startswith(("--out_dir=", "--wandb_run_name="))] + [
+            f"--max_iters={fork_at}", "--max_tokens=0", f"--lr_decay_iters={runtime.decay_iters(cfg)}",
+            "--final_eval_iters=0", f"--out_dir={out_dir}",
+            f"--wandb_run_name={os.path.basename(os.path.normpath(sweep_dir)).removeprefix('out-')}-{trunk.replace('/', '-')}"]
+        trunks[(point.get("size"), point["seed"])] = (trunk, dict(point, trunk=True), trunk_argv)
+    nproc = suite["nproc"]
+    for name, point, argv in runs:
+        trunk, _, trunk_argv = trunks[(point.get("size"), point["seed"])]
+        branch_argv = [*argv, f"--fork_from={os.path.join(sweep_dir, trunk)}"]
+        diffs = fork.recipe_differences(resolve(branch_argv, nproc), resolve(trunk_argv, nproc))
+        if diffs:
+            raise configurator.ConfigError(
+                f"fork_at: {point['variant']} cannot continue the baseline's trunk, its training recipe differs "
+                f"({', '.join(f'{k}: {a!r} vs {b!r}' for k, (a, b) in diffs.items())}); a fork suite compares "
+                f"models only: run this suite without fork_at")
+        branches.append((name, dict(point, after=trunk), branch_argv))
+    return list(trunks.values()) + branches
 
 
 def resolve(argv, nproc):
@@ -386,8 +430,11 @@ class SweepInterrupted(Exception):
 
 
 def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
-    """Run the unfinished runs, one per GPU slot at a time; returns {name: return code}."""
-    todo = []
+    """Run the unfinished runs, one per GPU slot at a time, a fork's branches once their trunk has
+    finished; returns {name: return code}."""
+    todo, after = [], {name: point.get("after") for name, point, _ in runs}
+    trunk_finished = lambda name: rundir.run_status(runrecord.read_events(os.path.join(sweep_dir, after[name]))) \
+        == "finished" if after[name] else True
     for name, point, argv in runs:
         out_dir = os.path.join(sweep_dir, name)
         state = rundir.run_status(runrecord.read_events(out_dir))
@@ -400,9 +447,16 @@ def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
         todo.append((name, argv))
     codes, active = {}, {}  # gpu slot -> (name, process)
     while todo or active:
+        pending = {n for n, _ in todo} | {n for n, _ in active.values()}
+        for name, _ in [t for t in todo if after[t[0]] and after[t[0]] not in pending and not trunk_finished(t[0])]:
+            codes[name] = codes.get(after[name]) or 1
+            print(f"FAILED {name}: its trunk {after[name]} did not finish (see its console.txt)", flush=True)
+        todo = [t for t in todo if t[0] not in codes]
         for slot in gpus:
-            if slot not in active and todo:
-                name, argv = todo.pop(0)
+            ready = next((t for t in todo if trunk_finished(t[0])), None)
+            if slot not in active and ready:
+                todo.remove(ready)
+                name, argv = ready
                 os.makedirs(os.path.join(sweep_dir, name), exist_ok=True)
                 where = "" if slot is None else f" on GPU {slot}" if not slot.startswith("cpu") \
                     else f" ({slot.split('#')[0].removeprefix('cpu:')} threads)"
@@ -471,7 +525,7 @@ def freeze_suite(suite, runs, sweep_dir):
     flattering one); runs added later (more seeds or variants) go into the suite's record, with the
     number of looks taken before them, so a report can say the suite grew after it was looked at."""
     path = os.path.join(sweep_dir, "suite.json")
-    wanted = {name: [p["variant"], p["seed"]] for name, p, _ in runs}
+    wanted = {name: [p["variant"], p["seed"]] for name, p, _ in runs if not p.get("trunk")}
     if not os.path.exists(path):
         os.makedirs(sweep_dir, exist_ok=True)
         with rundir.atomic_write(path, "w") as f:  # a torn suite.json would lose the plan
@@ -505,6 +559,9 @@ def main(argv, launch=launch_subprocess):
     nproc = suite["nproc"] if suite else 1
     if options["status"]:
         return show_status(runs, suite, sweep_dir)
+    if options["launcher"] == "slurm" and suite and suite["fork_at"]:
+        raise configurator.ConfigError("a fork suite (fork_at) runs with the local launcher only for now: its branches "
+                                       "wait for their trunks; drop --launcher=slurm, or fork_at")
     slurm = slurm_launch.resources(options, spec["slurm"], nproc, OPTIONS) if options["launcher"] == "slurm" else None
     print(f"{len(runs)} runs in {sweep_dir}:")
     for name, _, run_argv in runs:

@@ -22,6 +22,7 @@ import torch
 
 import configurator
 import evaluation
+import fork
 import optim
 import rundir
 import runrecord
@@ -93,13 +94,14 @@ class ActivationNorms:
 
 
 @torch.no_grad()
-def evaluate(model, cfg, layout, data_dir, counts, autocast):
-    """Mean loss over the fixed windows of each split; batches are shared out across replicas."""
+def evaluate(model, cfg, layout, data_dir, counts, autocast, final=False):
+    """Mean loss over the fixed windows of each split; batches are shared out across replicas. The
+    evaluation at the end of the budget reads final_eval_iters val batches where that is set."""
     model.eval()
     losses = {}
     for split in ("train", "val"):
         total = torch.zeros(2, device=layout.device)  # loss sum, batch count
-        batches = runtime.eval_offsets(cfg, counts[split])
+        batches = runtime.eval_offsets(cfg, counts[split], cfg["final_eval_iters"] if final and split == "val" else 0)
         for first in range(0, len(batches), layout.dp):
             k = first + layout.dp_rank  # a replica's tensor-parallel ranks share each batch
             counted = k < len(batches)
@@ -208,12 +210,14 @@ def train(cfg, layout, signals, command):
         codec[0](SAMPLE_PROMPT)  # a prompt the model cannot read is refused now, not after training
     checkpoint = runtime.load_checkpoint(cfg, layout) if cfg["init_from"] == "resume" else None
     resumed = checkpoint is not None
+    trunk = fork.read_trunk(cfg) if cfg["fork_from"] and not resumed else None
     data_changes = runrecord.data_changes_since_start(cfg, data_dir, counts) if resumed else None
     hellaswag_examples = (evaluation.load_examples_on_ranks(cfg["hellaswag_input"] or "val", cfg["hellaswag_limit"],
                                                             layout) if cfg["hellaswag_interval"] else None)
 
-    torch.manual_seed(cfg["seed"])  # identical initial weights on every rank
+    torch.manual_seed(runtime.seed_of(cfg, "init"))  # identical initial weights on every rank
     raw_model = runtime.build_model(cfg, checkpoint, layout.tp_group).to(device)
+    forked = fork.load_weights(trunk, raw_model) if trunk else None  # (tensors loaded, new ones)
     if cfg["init_from"] not in ("scratch", "resume"):
         cfg.update({k: getattr(raw_model.config, k) for k in model_config_fields(GPTConfig)})
     # reduced_sync: count one tiny step's all-reduces against the schedule (before DDP's or FSDP's
@@ -237,6 +241,11 @@ def train(cfg, layout, signals, command):
         scaler.load_state_dict(checkpoint["scaler"])
         iter_num, tokens_seen = checkpoint["iter_num"], checkpoint["tokens_seen"]
         train_time, best_val = checkpoint["train_time"], checkpoint["best_val_loss"]
+    if trunk:  # the trunk's continuation, with this run's model
+        carried = fork.load_optimizer(trunk, raw_model, optimizer, cfg["fork_optimizer"] == "fresh")
+        layout.restore_rng(trunk)
+        iter_num, tokens_seen = trunk["iter_num"], trunk["tokens_seen"]
+        train_time, best_val = trunk["train_time"], trunk["best_val_loss"]
     del checkpoint
 
     log = rundir.RunLog(cfg, layout.master)
@@ -259,6 +268,10 @@ def train(cfg, layout, signals, command):
                      act_rms_after_layers=", ".join(map(str, act_norms.layers)),
                      **runtime.device_facts(cfg, device, dtype, peak_flops))
     log.event("checklist", "\n".join(f"{k:>26}: {v}" for k, v in checklist.items()), **checklist)
+    if trunk:
+        log.event("fork", f"forked from {cfg['fork_from']} at iter {iter_num}: {forked[0]} tensors from the trunk, "
+                  f"{forked[1]} new, optimizer state of {carried} parameters carried", trunk=cfg["fork_from"],
+                  iter=iter_num, tokens=tokens_seen, loaded=forked[0], new=forked[1], optimizer_carried=carried)
     log.say(f"tokens per iteration = batch_size {cfg['batch_size']} x block_size {cfg['block_size']} x "
             f"gradient_accumulation_steps {cfg['gradient_accumulation_steps']} "
             f"({grad_accum_local} per rank x {layout.dp} data-parallel ranks) = {tokens_per_iter:,}")
@@ -275,7 +288,7 @@ def train(cfg, layout, signals, command):
         checkpoint_due = iter_num % cfg["eval_interval"] == 0 or stop_reason
         if checkpoint_due and stop_reason != "signal":  # a preempted job has seconds: save now, evaluate later
             runtime.reset_peak_memory(device)  # evaluation's peak (a batch's whole logits) is logged apart
-            losses = evaluate(model, cfg, layout, data_dir, counts, autocast)
+            losses = evaluate(model, cfg, layout, data_dir, counts, autocast, final=stop_reason is not None)
             if not all(math.isfinite(v) for v in losses.values()):  # never let a NaN model replace a good checkpoint
                 diverged(log, cfg, iter_num, f"evaluation loss became train {losses['train']}, val {losses['val']}",
                          train_loss=losses["train"], val_loss=losses["val"])
@@ -306,6 +319,7 @@ def train(cfg, layout, signals, command):
         if checkpoint_due and cfg["save_checkpoint"] and iter_num > start_iter:
             layout.save(cfg["out_dir"], iter_num, raw_model, optimizer, dict(
                 scaler=scaler.state_dict(), config=cfg, iter_num=iter_num, tokens_seen=tokens_seen,
+                param_names=fork.param_names(raw_model, optimizer),
                 train_time=train_time, best_val_loss=best_val, metrics=metrics,
                 pruning=pruner.state_dict() if pruner is not None else None))
         if stop_reason:

@@ -1,0 +1,124 @@
+"""Warmup-and-fork: a run (a branch) that starts from another run's final checkpoint (its trunk).
+
+A suite with `fork_at` (sweep.py) trains the baseline once per seed to that step, then every variant
+continues from it: the branch's own model takes every trunk tensor of the same name and shape,
+parameters only the variant has (those its model lists in `fork_new_parameters`: RA's alphas and
+gates, an output gate) keep the branch's own seeded initialization, the optimizer state of the
+shared parameters is carried (fork_optimizer='fresh' starts it empty), the data stream goes on at
+the trunk's iteration (batches are a function of data seed and iteration) and the learning rate
+follows the one schedule of the whole budget (the trunk ran it with the branch's decay length).
+A branch identical to the baseline reproduces the baseline's own continuation bit for bit.
+"""
+import os
+
+import configurator
+import rundir
+import runrecord
+import runtime
+from model import model_config_fields, unwrap_state_dict
+from parallel import CHECKPOINT_FILE
+
+FORK_OPTIMIZER = ("carry", "fresh")
+# Keys a branch may set apart from its trunk: where and how it is logged, evaluated and stopped,
+# and its model (its own architecture, checked tensor by tensor). Every other key is the training
+# recipe, which the fork continues and so must be the trunk's.
+FREE_KEYS = ("out_dir", "init_from", "allow_data_change", "fork_from", "fork_optimizer", "eval_interval", "eval_iters",
+             "final_eval_iters", "log_interval", "save_checkpoint", "sample_tokens", "hellaswag_interval",
+             "hellaswag_limit", "hellaswag_input", "max_iters", "max_time", "max_tokens", "lr_decay_iters", "device",
+             "compile", "dist_timeout", "log_act_norm_layers", "wandb_log", "wandb_project", "wandb_run_name",
+             "wandb_group", "wandb_mode", "model_type")
+
+
+def model_keys():
+    return {k for _, config_cls in runtime.MODEL_TYPES.values() for k in model_config_fields(config_cls)}
+
+
+def recipe_differences(cfg, trunk_cfg):
+    """{key: (branch value, trunk value)} of the training recipe, with the schedule's decay length
+    compared as resolved (a branch's 0 means its own max_iters)."""
+    keys = (set(cfg) | set(trunk_cfg)) - set(FREE_KEYS) - model_keys()
+    diffs = {k: (cfg.get(k), trunk_cfg.get(k)) for k in sorted(keys) if cfg.get(k) != trunk_cfg.get(k)}
+    if runtime.decay_iters(cfg) != runtime.decay_iters(trunk_cfg):
+        diffs["lr_decay_iters"] = (runtime.decay_iters(cfg), runtime.decay_iters(trunk_cfg))
+    return diffs
+
+
+def read_trunk(cfg):
+    """The trunk's final checkpoint, checked before anything is built: the trunk finished, its
+    checkpoint is readable and ends where the trunk ended, its recipe is the branch's. Each problem
+    is one line naming the trunk."""
+    trunk = cfg["fork_from"]
+    err = configurator.ConfigError
+    retrain = f"delete {trunk} and run the suite again to retrain the trunk"
+    status = rundir.run_status(runrecord.read_events(trunk)) if os.path.isdir(trunk) else "missing"
+    if status != "finished":
+        raise err(f"fork_from={trunk!r}: the trunk is {status}, not finished: run it to its end first "
+                  f"(sweep.py runs a suite's trunks before their branches)")
+    path = os.path.join(trunk, CHECKPOINT_FILE)
+    if not os.path.exists(path):
+        raise err(f"fork_from={trunk!r}: the trunk has no {CHECKPOINT_FILE} (it ran with save_checkpoint=False "
+                  f"or sharded): {retrain}")
+    try:
+        ckpt = rundir.load_checkpoint_file(path)
+    except rundir.RunDirError as e:
+        raise rundir.RunDirError(f"the trunk checkpoint is damaged: {e}; or {retrain}") from None
+    last = rundir.finished(runrecord.read_events(trunk))[-1]["iter"]
+    if ckpt.get("iter_num") != last or "param_names" not in ckpt:
+        raise rundir.RunDirError(f"the trunk checkpoint {path} is at iteration {ckpt.get('iter_num')}, not the trunk's "
+                                 f"last ({last}), or was written before forks existed: {retrain}")
+    diffs = recipe_differences(cfg, ckpt["config"])
+    if diffs:
+        listed = ", ".join(f"{k}: branch {a!r} vs trunk {b!r}" for k, (a, b) in diffs.items())
+        raise err(f"fork_from={trunk!r}: the branch's training recipe differs from its trunk's ({listed}): a fork "
+                  f"continues the trunk's training, so only the model and the run's bookkeeping may differ")
+    return ckpt
+
+
+def load_weights(ckpt, model):
+    """The trunk's tensors into the branch's model (built with its own seeded initialization):
+    every tensor the two share in name and shape; the branch's extra parameters must be ones its
+    model declares new. Returns (loaded, new) tensor counts."""
+    trunk = unwrap_state_dict(ckpt["model"])
+    own = model.state_dict()
+    allowed_new = set(model.fork_new_parameters()) if hasattr(model, "fork_new_parameters") else set()
+    dropped = [n for n in trunk if n not in own]
+    reshaped = [f"{n} {tuple(trunk[n].shape)} -> {tuple(own[n].shape)}" for n in own if n in trunk
+                and trunk[n].shape != own[n].shape]
+    unexplained = [n for n in own if n not in trunk and n not in allowed_new]
+    if dropped or reshaped or unexplained:
+        what = "; ".join(f"{label}: {', '.join(names[:3])}" + (" ..." if len(names) > 3 else "")
+                         for label, names in (("trunk tensors the branch lacks", dropped),
+                                              ("other shapes", reshaped),
+                                              ("branch tensors neither in the trunk nor new", unexplained)) if names)
+        raise configurator.ConfigError(f"fork_from={ckpt['config']['out_dir']!r}: the branch's model cannot continue "
+                                       f"the trunk's ({what}); fork only variants whose model keeps the baseline's "
+                                       f"tensors and declares its additions (fork_new_parameters)")
+    model.load_state_dict({**own, **{n: trunk[n] for n in own if n in trunk}})
+    return len(own) - len(set(own) - set(trunk)), len(set(own) - set(trunk))
+
+
+def load_optimizer(ckpt, model, optimizer, fresh):
+    """The trunk's optimizer state of each shared parameter, matched by name (the branch's
+    parameter order may differ); the branch's new parameters start with an empty state, as does
+    everything with fresh=True. The trunk's group settings (AdamW-SPAM's schedule, ...) carry."""
+    if fresh:
+        return 0
+    trunk_state = ckpt["optimizer"]
+    index = {name: i for i, name in enumerate(ckpt["param_names"])}
+    own = optimizer.state_dict()
+    if len(own["param_groups"]) != len(trunk_state["param_groups"]):
+        raise configurator.ConfigError("the branch's optimizer has other parameter groups than its trunk's: use "
+                                       "fork_optimizer='fresh'")
+    state = {j: trunk_state["state"][index[name]] for j, name in enumerate(param_names(model, optimizer))
+             if name in index and index[name] in trunk_state["state"]}
+    groups = [dict(theirs, params=mine["params"]) for mine, theirs in zip(own["param_groups"],
+                                                                         trunk_state["param_groups"])]
+    optimizer.load_state_dict(dict(own, state=state, param_groups=groups))
+    return len(state)
+
+
+def param_names(model, optimizer):
+    """The parameters' names in the optimizer's order (its state is indexed by position): saved with
+    every checkpoint so that a branch can match a trunk's state by name."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    return [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
