@@ -1,0 +1,218 @@
+"""Warmup-and-fork (fork.py, sweep.py's fork_at): a baseline branch is the baseline's own
+continuation bit for bit; a variant takes the trunk's tensors and optimizer state by name and keeps
+its own new parameters; a fork suite trains one trunk per seed before its branches, resumes exactly
+after a crash anywhere, states its design, and is never pooled with runs from scratch; the
+separately seeded sources of randomness."""
+import json
+import os
+import shutil
+
+import pytest
+import torch
+
+import ablation
+import configurator
+import fork
+import optim
+import rundir
+import runrecord
+import runtime
+import sweep
+import train
+from test_ablation import LR, suite_args, write_suite
+from test_sweep import in_process
+from test_train import load_ckpt, tiny_args
+
+RA = ("--model_type=ra", "--dropout=0.1")  # dropout: the trunk's RNG state must carry into the branch
+
+
+def losses(out_dir):
+    return {e["iter"]: e["loss"] for e in runrecord.read_events(out_dir) if e["event"] == "train"}
+
+
+def trunk_and_straight(data_dir, tmp_path, *extra):
+    """A 12-step run, and a trunk of the same recipe stopped at step 5 on the 12-step schedule."""
+    straight, trunk = str(tmp_path / "straight"), str(tmp_path / "trunk")
+    common = (*RA, "--max_iters=12", "--lr_decay_iters=0", *extra)
+    train.main(tiny_args(data_dir, straight, *common))
+    train.main(tiny_args(data_dir, trunk, *common, "--max_iters=5", "--lr_decay_iters=12"))
+    return straight, trunk, common
+
+
+def test_a_baseline_branch_is_the_uninterrupted_run_bit_for_bit(data_dir, tmp_path):
+    straight, trunk, common = trunk_and_straight(data_dir, tmp_path)
+    branch = str(tmp_path / "branch")
+    train.main(tiny_args(data_dir, branch, *common, f"--fork_from={trunk}"))
+    assert sorted(losses(branch)) == list(range(6, 13))
+    assert all(losses(branch)[i] == losses(straight)[i] for i in losses(branch))
+    a, b = load_ckpt(straight), load_ckpt(branch)
+    for key in a["model"]:
+        assert torch.equal(a["model"][key], b["model"][key]), key
+    assert all(torch.equal(x, y) for s, t in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values())
+               for x, y in zip(s.values(), t.values()))
+    [event] = [e for e in runrecord.read_events(branch) if e["event"] == "fork"]
+    assert (event["iter"], event["new"], event["trunk"]) == (5, 0, trunk)
+
+
+def test_a_variant_takes_the_trunks_tensors_and_optimizer_state_and_keeps_its_own_additions(data_dir, tmp_path):
+    _, trunk, _ = trunk_and_straight(data_dir, tmp_path)
+    ckpt = fork.read_trunk(runtime.settle(dict(configurator.apply_config(runtime.DEFAULTS, tiny_args(
+        data_dir, "x", *RA, "--max_iters=12", "--lr_decay_iters=0", "--ra_pattern=learned", "--attn_gate=True")),
+        fork_from=trunk)))
+    cfg = dict(ckpt["config"], ra_pattern="learned", attn_gate=True)
+    torch.manual_seed(7)
+    model = runtime.build_model(dict(cfg, init_from="scratch"))
+    own_init = {n: p.detach().clone() for n, p in model.named_parameters()}
+    loaded, new = fork.load_weights(ckpt, model)
+    news = model.fork_new_parameters()
+    assert new == len(news) == 3 * 2 and loaded == len(model.state_dict()) - new  # gate logit, c_gate w and b per layer
+    for name, p in model.named_parameters():
+        want = own_init[name] if name in news else ckpt["model"][name]
+        assert torch.equal(p.detach(), want), name
+    optimizer = optim.build_optimizer(model, cfg)
+    assert fork.load_optimizer(ckpt, model, optimizer, fresh=False) == len(ckpt["param_names"])
+    trunk_state = {n: ckpt["optimizer"]["state"][i] for i, n in enumerate(ckpt["param_names"])}
+    for name, p in model.named_parameters():
+        state = optimizer.state.get(p, {})
+        if name in news:
+            assert not state, name  # Adam's moments of a new parameter start at zero
+        else:
+            assert torch.equal(state["exp_avg"], trunk_state[name]["exp_avg"]), name
+            assert torch.equal(state["step"], trunk_state[name]["step"]), name
+    fresh = optim.build_optimizer(model, cfg)
+    assert fork.load_optimizer(ckpt, model, fresh, fresh=True) == 0 and not fresh.state
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("--learning_rate=2e-2",), r"training recipe differs from its trunk's \(learning_rate: branch 0.02 vs trunk 0.01\)"),
+    (("--lr_decay_iters=20",), r"lr_decay_iters: branch 20 vs trunk 12"),
+    (("--mla=True", "--mla_latent_dim=8"), "the branch's model cannot continue the trunk's"),
+])
+def test_a_branch_the_trunk_cannot_continue_is_refused_in_one_line(data_dir, tmp_path, extra, message):
+    _, trunk, common = trunk_and_straight(data_dir, tmp_path)
+    with pytest.raises(configurator.ConfigError, match=message) as e:
+        train.main(tiny_args(data_dir, str(tmp_path / "b"), *common, f"--fork_from={trunk}", *extra))
+    assert "\n" not in str(e.value)
+
+
+def test_an_unfinished_or_damaged_trunk_is_named_in_one_line(data_dir, tmp_path):
+    _, trunk, common = trunk_and_straight(data_dir, tmp_path)
+    branch = lambda: train.main(tiny_args(data_dir, str(tmp_path / "b"), *common, f"--fork_from={trunk}"))
+    with open(os.path.join(trunk, "ckpt.pt"), "r+b") as f:
+        f.truncate(500)
+    with pytest.raises(rundir.RunDirError, match=f"trunk checkpoint is damaged: .*delete {trunk} and run the suite"):
+        branch()
+    shutil.rmtree(trunk)
+    with pytest.raises(configurator.ConfigError, match="the trunk is missing, not finished"):
+        branch()
+    assert not os.path.exists(tmp_path / "b" / "ckpt.pt")
+
+
+def fork_suite(tmp_path, name="suite_fork", seeds=(1, 2), fork_at=6):
+    variants = {"base": {"model_type": "ra", **LR}, "learned": {"model_type": "ra", "ra_pattern": "learned", **LR}}
+    os.makedirs(tmp_path, exist_ok=True)
+    path, suite_dir = write_suite(tmp_path, variants, ["ra_pattern"], seeds=seeds, name=name)
+    with open(path, "a") as f:
+        f.write(f"fork_at = {fork_at}\n")
+    return path, suite_dir
+
+
+class Crash(Exception):
+    pass
+
+
+@pytest.mark.parametrize("run, step", [("trunk-seed1", 3), ("trunk-seed1", 7), ("learned-seed1", 11),
+                                       ("learned-seed1", 14)])
+def test_a_fork_suite_runs_trunks_first_and_resumes_exactly_after_a_crash_anywhere(data_dir, tmp_path, monkeypatch,
+                                                                                  run, step):
+    """Forked at 10 of 16 steps, checkpoints every 4: a crash in trunk step 3 or branch step 11 finds no
+    checkpoint of the run's own (the trunk starts again, the branch forks again); in trunk step 7 or
+    branch step 14 the run resumes from its own. Either way the suite's numbers are the uninterrupted
+    suite's, bit for bit."""
+    args = lambda path: [a for a in suite_args(data_dir, path) if not a.startswith("--eval_interval=")] + \
+        ["--eval_interval=4"]
+    path, clean_dir = fork_suite(tmp_path / "clean", fork_at=10)
+    calls = []
+    sweep.main(args(path), launch=in_process(calls))
+    assert calls == ["trunk-seed1", "trunk-seed2", "base-seed1", "base-seed2", "learned-seed1", "learned-seed2"]
+    clean = json.load(open(os.path.join(clean_dir, "report.json")))
+    assert clean["design"].startswith("forked at step 10 from a shared baseline trunk per seed")
+    assert "Design: forked at step 10" in open(os.path.join(clean_dir, "report.md")).read()
+
+    path, crash_dir = fork_suite(tmp_path / "crash", fork_at=10)
+    real_offsets, real_main, seen = train.train_offsets, train.main, []
+
+    def crashing(cfg, n_tokens, iter_num, global_micro_step):
+        if os.path.basename(cfg["out_dir"]) == run and iter_num + 1 == step and global_micro_step == 1 and not seen:
+            seen.append(step)  # in the middle of the step, between its two micro-batches
+            raise Crash(f"{run} in step {step}")
+        return real_offsets(cfg, n_tokens, iter_num, global_micro_step)
+
+    monkeypatch.setattr(train, "train_offsets", crashing)
+    with pytest.raises(Crash):
+        sweep.main(args(path), launch=in_process([]))
+    sweep.main(args(path), launch=in_process([]))
+    assert seen == [step]
+    for name in calls:
+        assert losses(os.path.join(crash_dir, name)) == losses(os.path.join(clean_dir, name)), name
+    crashed = json.load(open(os.path.join(crash_dir, "report.json")))
+    assert {v: e.get("differences") for v, e in crashed["variants"].items()} == \
+        {v: e.get("differences") for v, e in clean["variants"].items()}
+
+
+def test_forked_and_scratch_runs_are_never_pooled(data_dir, tmp_path):
+    path, forked_dir = fork_suite(tmp_path, seeds=(1,))
+    sweep.main(suite_args(data_dir, path), launch=in_process([]))
+    scratch = str(tmp_path / "scratch")
+    train.main(tiny_args(data_dir, scratch, "--model_type=ra", "--seed=2", "--max_iters=16", "--lr_decay_iters=16",
+                         "--eval_interval=8", "--learning_rate=3e-3", "--min_lr=3e-4"))
+    runs = {("base", 1): runrecord.read_run(os.path.join(forked_dir, "base-seed1")),
+            ("base", 2): runrecord.read_run(scratch)}
+    [problem] = [p for p in ablation.measurement_problems(runs, []) if p.startswith("design:")]
+    assert "base-seed1 forked at step 6" in problem and "scratch from scratch" in problem
+    assert "never pooled" in problem
+
+
+def test_a_fork_suite_refuses_what_it_cannot_fork_before_any_run(data_dir, tmp_path):
+    variants = {"base": {"model_type": "ra", **LR}, "lr": {"model_type": "ra", "learning_rate": 1e-3, "min_lr": 1e-4}}
+    path, suite_dir = write_suite(tmp_path, variants, ["learning_rate", "min_lr"], seeds=(1,))
+    with open(path, "a") as f:
+        f.write("fork_at = 6\n")
+    with pytest.raises(configurator.ConfigError, match="lr cannot continue the baseline's trunk, its training recipe "
+                                                       "differs \\(learning_rate: 0.001 vs 0.003"):
+        sweep.main(suite_args(data_dir, path), launch=in_process([]))
+    with open(path, "a") as f:
+        f.write("fork_at = 16\n")
+    with pytest.raises(configurator.ConfigError, match="fork_at=16 is not before the runs' last iteration"):
+        sweep.main(suite_args(data_dir, path), launch=in_process([]))
+    assert not os.path.exists(suite_dir)
+
+
+def test_each_source_of_randomness_has_its_own_seed(data_dir, tmp_path):
+    cfg = lambda **keys: {**runtime.DEFAULTS, "seed": 1, "batch_size": 4, "block_size": 16, **keys}
+    batches = lambda c: runtime.train_offsets(c, 10_000, 3, 0).tolist()
+    assert batches(cfg(data_seed=5)) == batches(cfg(seed=5)) != batches(cfg())
+    assert batches(cfg(init_seed=5)) == batches(cfg())
+    runs = {}
+    for name, keys in (("base", ()), ("init", ("--init_seed=9",)), ("data", ("--data_seed=9",))):
+        runs[name] = str(tmp_path / name)
+        train.main(tiny_args(data_dir, runs[name], "--seed=1", "--max_iters=2", *keys))
+    facts = {n: runrecord.read_run_info(d)["facts"] for n, d in runs.items()}
+    assert facts["init"]["data_order"] == facts["base"]["data_order"] != facts["data"]["data_order"]
+    assert facts["data"]["init_weights"] == facts["base"]["init_weights"] != facts["init"]["init_weights"]
+    with pytest.raises(configurator.ConfigError, match="init_seed must be >= 0, or -1 to follow seed"):
+        train.main(tiny_args(data_dir, str(tmp_path / "bad"), "--init_seed=-2"))
+
+
+def test_the_final_evaluation_reads_final_eval_iters_batches(data_dir, tmp_path, monkeypatch):
+    out = str(tmp_path / "run")
+    read = []
+    real = runtime.eval_offsets
+    monkeypatch.setattr(runtime, "eval_offsets", lambda cfg, n, batches=0: read.append(batches) or real(cfg, n, batches))
+    train.main(tiny_args(data_dir, out, "--final_eval_iters=7"))
+    # evaluations at steps 0, 4 and 8 (train, val each); only the last val reads 7 batches
+    assert read[-6:] == [0, 0, 0, 0, 0, 7]
+    info = runrecord.read_run_info(out)["facts"]
+    other = str(tmp_path / "other")
+    train.main(tiny_args(data_dir, other))
+    assert runrecord.read_run_info(other)["facts"]["eval_windows"] != info["eval_windows"]
