@@ -1,4 +1,4 @@
-# The RA ablation across a ladder of three widths of the Shakespeare twin (suites/ra_shakespeare.py):
+# The RA ablation across a ladder of three widths of the Shakespeare twin (suites/ra_shakespeare_scratch.py):
 # baseline, RALATE and RAALL, three paired seeds, at n_embd 48, 64 and 96 (4 layers, 4 heads).
 # Tokens grow with non-embedding parameters N (a fixed number of tokens per parameter), the learning
 # rate as N^-1/3, both from the twin's recipe at n_embd 96 (config/ra_shakespeare.py, shortened to
@@ -11,7 +11,7 @@
 # python data/shakespeare/prepare.py --tokenizer=char && python sweep.py suites/ra_ladder_shakespeare.py --cpu_runs=2
 import os
 
-exec(open(os.path.join(os.path.dirname(__file__), "ra_shakespeare.py")).read())
+exec(open(os.path.join(os.path.dirname(__file__), "ra_shakespeare_scratch.py")).read())
 variants = {name: variants[name] for name in ("baseline", "late", "all")}
 overrides = dict(max_iters=250, warmup_iters=20)
 ladder = dict(
