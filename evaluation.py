@@ -1,5 +1,5 @@
 """What train.py and the evaluation scripts share: HellaSwag scoring, perplexity on a fixed prefix
-of val.bin, and sampling text. Entry points (hellaswag.py, eval.py, sample.py) and train.py import
+of val.bin, sampling text, and the residual stream's RMS that train.py logs. Entry points (hellaswag.py, eval.py, sample.py) and train.py import
 this module; it imports only libraries and the data helpers.
 
 HellaSwag (completion style). Each example becomes one row per ending, context tokens followed by the tokens of " " + ending.
@@ -285,3 +285,24 @@ def generate_text(model, prompt, max_new_tokens, device, codec, autocast=nullcon
         out = model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k)
     model.train(was_training)
     return decode(out[0].tolist())
+
+
+class ActivationNorms:
+    """Forward hooks that keep the RMS of the residual stream after chosen layers, from the latest
+    micro-step. A reduced_sync model has the whole stream only at its sync points: a layer inside a
+    parallel run is measured after the run's last layer (the start-up checklist lists them)."""
+
+    def __init__(self, model, layers):
+        self.latest = {}
+        n = len(model.transformer.h)
+        self.layers = sorted({model.residual_layer(l % n) for l in layers})
+        for layer in self.layers:
+            model.residual_module(layer).register_forward_hook(self.hook(layer))
+
+    def hook(self, layer):
+        def record(module, inputs, output):
+            self.latest[layer] = output.detach().float().pow(2).mean().sqrt()
+        return record
+
+    def read(self):
+        return {f"act_rms_layer{l}": v.item() for l, v in sorted(self.latest.items())}

@@ -117,6 +117,18 @@ def load_optimizer(ckpt, model, optimizer, fresh):
     return len(state)
 
 
+def continue_trunk(ckpt, model, optimizer, layout, cfg, loaded):
+    """After load_weights (which counted `loaded`, new): the trunk's optimizer state and RNG state,
+    and (iter_num, tokens_seen, train_time, best_val_loss, the log's fork event) to go on from."""
+    carried = load_optimizer(ckpt, model, optimizer, cfg["fork_optimizer"] == "fresh")
+    layout.restore_rng(ckpt)
+    event = dict(line=f"forked from {cfg['fork_from']} at iter {ckpt['iter_num']}: {loaded[0]} tensors from the trunk, "
+                 f"{loaded[1]} new, optimizer state of {carried} parameters carried",
+                 trunk=cfg["fork_from"], iter=ckpt["iter_num"], tokens=ckpt["tokens_seen"], loaded=loaded[0],
+                 new=loaded[1], optimizer_carried=carried)
+    return ckpt["iter_num"], ckpt["tokens_seen"], ckpt["train_time"], ckpt["best_val_loss"], event
+
+
 def param_names(model, optimizer):
     """The parameters' names in the optimizer's order (its state is indexed by position): saved with
     every checkpoint so that a branch can match a trunk's state by name."""

@@ -75,7 +75,8 @@ OPTIONS = dict(
     allow_confounds=False,  # run a suite whose variants differ in undeclared keys (the report still says so)
     cpu_runs=0,  # on a CPU: this many runs at once, each with its share of the cores (0 = one per nproc cores)
     plan=False,  # a suite: print the seed plan (detectable effect, seeds needed, run count, time) and stop
-    pilot="",  # with --plan: a finished suite directory whose paired differences and run times inform the plan
+    pilot="",  # with --plan: finished suite directories (comma-separated, one per design) whose paired differences and run times inform the plan
+    budget="",  # with --plan: the wall-clock budget ('30m', '2h', '900s') that chooses the seed count
     launcher="local",  # 'local' (this machine) or 'slurm' (one job array per submission; docs/slurm.md)
     status=False,  # show where each run stands (and build the report once all have finished), start nothing
     # --launcher=slurm: each run's resources; a suite may set them as slurm = dict(partition=..., time=...)
@@ -571,7 +572,9 @@ def main(argv, launch=launch_subprocess):
         if not suite:
             raise configurator.ConfigError("--plan needs a suite file (variants x seeds)")
         own = os.path.join(sweep_dir, suite["ladder"]["reference"]) if suite["ladder"] else sweep_dir  # a size's family
-        print(ablation_report.seed_plan_text(suite, len(runs), options["pilot"] or own))
+        pilots = [p.strip() for p in options["pilot"].split(",") if p.strip()] or [own]
+        slots = len(default_gpus(options["gpus"], nproc, options["cpu_runs"]))
+        print(ablation_report.seed_plan_text(suite, len(runs), pilots, parse_budget(options["budget"]), slots))
         return runs
     if options["dry_run"]:
         return runs
@@ -599,6 +602,16 @@ def main(argv, launch=launch_subprocess):
     if failed:
         raise RuntimeError(f"{len(failed)} runs failed: {', '.join(failed)} (see their console.txt)")
     return runs
+
+
+def parse_budget(text):
+    """'30m', '2h', '900s' (or '') -> seconds (or None)."""
+    if not text:
+        return None
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh])\s*", str(text))
+    if not found:
+        raise configurator.ConfigError(f"--budget={text!r}: a wall-clock time such as 30m, 2h or 900s")
+    return float(found.group(1)) * {"s": 1, "m": 60, "h": 3600}[found.group(2)]
 
 
 def check_data(runs, nproc):

@@ -72,27 +72,6 @@ def learning_rate_at(cfg, it):
     return lr - (lr - min_lr) * (it - decay_start) / max(1, end - decay_start)
 
 
-class ActivationNorms:
-    """Forward hooks that keep the RMS of the residual stream after chosen layers, from the latest
-    micro-step. A reduced_sync model has the whole stream only at its sync points: a layer inside a
-    parallel run is measured after the run's last layer (the start-up checklist lists them)."""
-
-    def __init__(self, model, layers):
-        self.latest = {}
-        n = len(model.transformer.h)
-        self.layers = sorted({model.residual_layer(l % n) for l in layers})
-        for layer in self.layers:
-            model.residual_module(layer).register_forward_hook(self.hook(layer))
-
-    def hook(self, layer):
-        def record(module, inputs, output):
-            self.latest[layer] = output.detach().float().pow(2).mean().sqrt()
-        return record
-
-    def read(self):
-        return {f"act_rms_layer{l}": v.item() for l, v in sorted(self.latest.items())}
-
-
 @torch.no_grad()
 def evaluate(model, cfg, layout, data_dir, counts, autocast, final=False):
     """Mean loss over the fixed windows of each split; batches are shared out across replicas. The
@@ -225,7 +204,7 @@ def train(cfg, layout, signals, command):
     model_report = raw_model.startup_report(device) if hasattr(raw_model, "startup_report") else {}
     model = layout.wrap(raw_model, dtype, cfg)
     weights_bytes = sharding.local_weights_bytes(raw_model)  # this rank's: its FSDP or tensor-parallel shards
-    act_norms = ActivationNorms(raw_model, cfg["log_act_norm_layers"])
+    act_norms = evaluation.ActivationNorms(raw_model, cfg["log_act_norm_layers"])
     optimizer = optim.build_optimizer(raw_model, cfg)
     pruner = optim.Pruner(raw_model, optimizer, cfg, runtime.last_iter(cfg)) if cfg["pruning"] != "none" else None
     scaler = torch.amp.GradScaler(device.split(":")[0], enabled=dtype == "float16")
@@ -242,10 +221,8 @@ def train(cfg, layout, signals, command):
         iter_num, tokens_seen = checkpoint["iter_num"], checkpoint["tokens_seen"]
         train_time, best_val = checkpoint["train_time"], checkpoint["best_val_loss"]
     if trunk:  # the trunk's continuation, with this run's model
-        carried = fork.load_optimizer(trunk, raw_model, optimizer, cfg["fork_optimizer"] == "fresh")
-        layout.restore_rng(trunk)
-        iter_num, tokens_seen = trunk["iter_num"], trunk["tokens_seen"]
-        train_time, best_val = trunk["train_time"], trunk["best_val_loss"]
+        iter_num, tokens_seen, train_time, best_val, forked = fork.continue_trunk(trunk, raw_model, optimizer, layout,
+                                                                                  cfg, forked)
     del checkpoint
 
     log = rundir.RunLog(cfg, layout.master)
@@ -269,9 +246,7 @@ def train(cfg, layout, signals, command):
                      **runtime.device_facts(cfg, device, dtype, peak_flops))
     log.event("checklist", "\n".join(f"{k:>26}: {v}" for k, v in checklist.items()), **checklist)
     if trunk:
-        log.event("fork", f"forked from {cfg['fork_from']} at iter {iter_num}: {forked[0]} tensors from the trunk, "
-                  f"{forked[1]} new, optimizer state of {carried} parameters carried", trunk=cfg["fork_from"],
-                  iter=iter_num, tokens=tokens_seen, loaded=forked[0], new=forked[1], optimizer_carried=carried)
+        log.event("fork", **forked)
     log.say(f"tokens per iteration = batch_size {cfg['batch_size']} x block_size {cfg['block_size']} x "
             f"gradient_accumulation_steps {cfg['gradient_accumulation_steps']} "
             f"({grad_accum_local} per rank x {layout.dp} data-parallel ranks) = {tokens_per_iter:,}")
@@ -319,7 +294,7 @@ def train(cfg, layout, signals, command):
         if checkpoint_due and cfg["save_checkpoint"] and iter_num > start_iter:
             layout.save(cfg["out_dir"], iter_num, raw_model, optimizer, dict(
                 scaler=scaler.state_dict(), config=cfg, iter_num=iter_num, tokens_seen=tokens_seen,
-                param_names=fork.param_names(raw_model, optimizer),
+                param_names=None if layout.sharded or layout.tp > 1 else fork.param_names(raw_model, optimizer),
                 train_time=train_time, best_val_loss=best_val, metrics=metrics,
                 pruning=pruner.state_dict() if pruner is not None else None))
         if stop_reason:

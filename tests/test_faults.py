@@ -108,9 +108,9 @@ def test_a_nan_evaluation_never_replaces_the_last_good_checkpoint(data_dir, tmp_
     real_evaluate = train.evaluate
     calls = []
 
-    def evaluate_nan_the_third_time(*args):  # evaluations at iterations 0, 4, 8
+    def evaluate_nan_the_third_time(*args, **kwargs):  # evaluations at iterations 0, 4, 8
         calls.append(1)
-        losses = real_evaluate(*args)
+        losses = real_evaluate(*args, **kwargs)
         return {k: float("nan") for k in losses} if len(calls) == 3 else losses
 
     monkeypatch.setattr(train, "evaluate", evaluate_nan_the_third_time)

@@ -12,6 +12,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import configurator
+import evaluation
 import runrecord
 import runtime
 import sharding
@@ -101,12 +102,12 @@ def test_activation_norms_watch_the_whole_residual_stream_at_sync_points():
     gpt = GPT(GPTConfig(**TINY)).double()
     tp = make(rs_config(2, block_pattern="tp"))
     tp.load_state_dict(gpt.state_dict())
-    norms = {name: train.ActivationNorms(model, range(TINY["n_layer"])) for name, model in (("gpt", gpt), ("tp", tp))}
+    norms = {name: evaluation.ActivationNorms(model, range(TINY["n_layer"])) for name, model in (("gpt", gpt), ("tp", tp))}
     gpt(batch()), tp(batch())
     assert norms["tp"].layers == list(range(TINY["n_layer"]))
     assert norms["tp"].read() == pytest.approx(norms["gpt"].read(), rel=1e-12)  # TP blocks are GPT-2
     runs = make(rs_config(2, block_types=["parallel", "parallel", "tp", "parallel", "spd", "parallel"]))
-    assert train.ActivationNorms(runs, [0, 1, 2, 3, 4, -1]).layers == [1, 2, 3, 4, 5]
+    assert evaluation.ActivationNorms(runs, [0, 1, 2, 3, 4, -1]).layers == [1, 2, 3, 4, 5]
     assert len(runs.state_dict()) == len(gpt.state_dict())  # the sync points hold no weights
 
 

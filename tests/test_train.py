@@ -323,7 +323,7 @@ class QueuedDevice:
         self.pending, self.peak, self.seconds = 0.0, 0.0, seconds
         get_batch, evaluate = train.get_batch, train.evaluate
         monkeypatch.setattr(train, "get_batch", lambda *a: (self.queue(10.0), get_batch(*a))[1])
-        monkeypatch.setattr(train, "evaluate", lambda *a: (self.queue(1000.0), evaluate(*a))[1])
+        monkeypatch.setattr(train, "evaluate", lambda *a, **k: (self.queue(1000.0), evaluate(*a, **k))[1])
         monkeypatch.setattr(runtime, "synchronize", self.synchronize)
         monkeypatch.setattr(runtime, "reset_peak_memory", lambda device: setattr(self, "peak", 0.0))
         monkeypatch.setattr(runtime, "peak_memory_mib", lambda device: self.peak)

@@ -1,0 +1,92 @@
+"""The noise budget: where the variance of a paired difference comes from, one finished suite per design.
+
+    python noise_budget.py out-noise-all out-noise-data-fixed out-noise-init-fixed out-suite-ra_shakespeare
+
+Each suite directory is one design: runs from scratch with every source of randomness following
+the seed, with the data order fixed (data_seed) or the initial weights fixed (init_seed), or forked
+from a shared trunk per seed (fork_at). For each design and variant it prints the effect (the mean
+paired difference against the suite's baseline) beside the noise (the sd of the paired
+differences, with its 95% chi-square interval), and what one seed-hour buys: the effect the
+design detects (80% power, paired t at alpha / comparisons) with the seeds its wall time allows
+in an hour on the pilot's run slots. Markdown on stdout (docs/ablation.md holds the measured one).
+"""
+import math
+import sys
+
+import numpy as np
+
+import ablation
+import ablation_report
+import configurator
+import stats
+
+OPTIONS = dict(
+    slots=2,  # runs at a time the seed-hour assumes (the cores of the machine that ran the suites)
+    hour_s=3600.0,  # the wall-clock budget of the last column, in seconds
+)
+
+
+def sources(runs):
+    """What varies from seed to seed in a suite's runs, in words."""
+    configs = [r["config"] for r in runs.values() if r["config"]]
+    fixed = [f"{source} fixed ({key}={configs[0][key]})" for source, key in
+             (("initial weights", "init_seed"), ("data order", "data_seed"))
+             if configs and all(c.get(key, -1) >= 0 and c[key] == configs[0][key] for c in configs)]
+    return ", ".join(fixed) or "every source follows the seed"
+
+
+def sd_interval(sd, df, confidence=0.95):
+    from scipy import stats as sps
+    tail = (1 - confidence) / 2
+    return sd * math.sqrt(df / sps.chi2.ppf(1 - tail, df)), sd * math.sqrt(df / sps.chi2.ppf(tail, df))
+
+
+def rows(suite_dir, options):
+    suite, runs = ablation.load_suite_dir(suite_dir)
+    report = ablation.compare(dict(suite, looks=None), runs)
+    k, level = report["comparisons"], report["level"]
+    design = report["design"].split(":")[0]
+    cost = ablation_report.seed_cost(suite_dir, runs, len(report["variants"]))
+    per_hour = int(options["hour_s"] * options["slots"] // cost[0]) if cost else 0
+    out = []
+    for name, v in report["variants"].items():
+        diffs = v.get("differences") or []
+        if name == report["baseline"] or len(diffs) < 2:
+            continue
+        sd, n = float(np.std(diffs, ddof=1)), len(diffs)
+        low, high = sd_interval(sd, n - 1) if sd else (0.0, 0.0)
+        hour = stats.detectable_effect(sd, per_hour, level) if per_hour >= 2 else None
+        out.append([f"{design}; {sources(runs)}", name, str(n), f"{np.mean(diffs):+.4f}", f"{sd:.4f}",
+                    f"[{low:.4f}, {high:.4f}]", f"{cost[0]:.0f}" if cost else "-",
+                    f"{hour:.4f} ({per_hour} seeds)" if hour else "-"])
+    return out, k
+
+
+def main(argv):
+    dirs = []
+    options = dict(OPTIONS)
+    if any(a in configurator.HELP_FLAGS for a in argv):
+        raise configurator.HelpRequested(OPTIONS)
+    for arg in argv:
+        key, raw = configurator.split_arg(arg, OPTIONS)
+        if key is None:
+            dirs.append(arg)
+        else:
+            options[key] = configurator.check_type(key, configurator.parse_value(raw), OPTIONS[key], arg)
+    if not dirs:
+        raise configurator.ConfigError("give one finished suite directory per design (python noise_budget.py --help)")
+    header = ["design", "variant", "seeds", "effect (mean diff)", "sd of paired diffs", "sd 95% interval",
+              "wall s per seed", f"detectable in {options['hour_s'] / 60:.0f} min on {options['slots']} slots"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for d in dirs:
+        try:
+            found, _ = rows(d, options)
+        except ValueError as e:
+            raise configurator.ConfigError(str(e)) from None
+        lines += ["| " + " | ".join(r) + " |" for r in found]
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    configurator.run_script(main)
