@@ -34,7 +34,8 @@ import runrecord
 import stats
 
 # Keys every run of a suite sets differently without changing what is compared.
-BOOKKEEPING = ("seed", "out_dir", "wandb_run_name", "wandb_group", "init_from", "allow_data_change")
+# fork_from names each seed's own trunk: whether a pair shares one is the pairing's check (initial weights)
+BOOKKEEPING = ("seed", "out_dir", "wandb_run_name", "wandb_group", "init_from", "allow_data_change", "fork_from")
 # metric -> (log event, field, which direction is better)
 METRICS = {"val_loss": ("eval", "val_loss", "lower"), "val_ppl": ("eval", "val_ppl", "lower"),
            "train_loss": ("eval", "train_loss", "lower"),
@@ -150,6 +151,7 @@ def blocked_verdict(confounds, incomplete, n):
 # ----------------------------------------------------------------------------- the sequential record
 
 SUITE_RECORD = "suite_record.jsonl"  # beside suite.json: runs added after it, and every report (a look)
+LAUNCHES = "launches.jsonl"  # sweep.py's local launcher: each process of a run, start to exit (wall seconds)
 
 
 def read_suite_record(suite_dir):

@@ -447,15 +447,25 @@ def pilot_plan_lines(suite, pilot_dir, budget_s, slots):
 
 
 def seed_cost(pilot_dir, runs, n_variants):
-    """(wall seconds per seed, median run, median trunk) from a pilot's runs: each run from its first
-    logged event to its last (evaluation included, interpreter start-up not), a seed as n_variants
-    runs and, in a fork pilot, the trunk it shares. None without a finished run."""
-    span = lambda events: events[-1]["time"] - events[0]["time"]
-    done = [span(r["events"]) for r in runs.values() if rundir.run_status(r["events"]) == "finished"]
+    """(wall seconds per seed, median run, median trunk) from a pilot's finished runs: each run's
+    processes from start to exit as the local launcher timed them (else from its first logged event
+    to its last: start-up not counted), a seed as n_variants runs and, in a fork pilot, the trunk it
+    shares. None without a finished run."""
+    launched = {}
+    path = os.path.join(pilot_dir, ablation.LAUNCHES)
+    for line in open(path).read().splitlines() if os.path.exists(path) else []:
+        entry = json.loads(line)
+        launched[entry["run"]] = launched.get(entry["run"], 0.0) + entry["end"] - entry["start"]
+
+    def wall(name, events):
+        return launched.get(name, events[-1]["time"] - events[0]["time"])
+
+    done = [wall(os.path.basename(os.path.normpath(r["out_dir"])), r["events"]) for r in runs.values()
+            if rundir.run_status(r["events"]) == "finished"]
     if not done:
         return None
-    trunks = [span(events) for events in (runrecord.read_events(os.path.join(pilot_dir, d))
-                                          for d in os.listdir(pilot_dir) if d.startswith("trunk-seed"))
+    trunks = [wall(d, events) for d, events in ((d, runrecord.read_events(os.path.join(pilot_dir, d)))
+                                                for d in os.listdir(pilot_dir) if d.startswith("trunk-seed"))
               if rundir.run_status(events) == "finished"]
     run_s, trunk_s = float(np.median(done)), float(np.median(trunks)) if trunks else 0.0
     return n_variants * run_s + trunk_s, run_s, trunk_s

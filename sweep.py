@@ -74,6 +74,7 @@ OPTIONS = dict(
     dry_run=False,  # print the runs (and check them) without starting any
     allow_confounds=False,  # run a suite whose variants differ in undeclared keys (the report still says so)
     cpu_runs=0,  # on a CPU: this many runs at once, each with its share of the cores (0 = one per nproc cores)
+    seeds="",  # a suite: run these seeds ('1,2') instead of the file's, e.g. a pilot in its own --sweep_dir
     plan=False,  # a suite: print the seed plan (detectable effect, seeds needed, run count, time) and stop
     pilot="",  # with --plan: finished suite directories (comma-separated, one per design) whose paired differences and run times inform the plan
     budget="",  # with --plan: the wall-clock budget ('30m', '2h', '900s') that chooses the seed count
@@ -103,8 +104,8 @@ def parse_args(argv):
     for arg in argv:
         key, raw = configurator.split_arg(arg, {**runtime.DEFAULTS, **OPTIONS})
         if key is not None:
-            if key == "gpus":
-                options[key] = raw  # '0' or '0,1,3', never a number
+            if key in ("gpus", "seeds"):
+                options[key] = raw  # '0' or '0,1,3' (seeds '1,2'), never a number
             elif key in OPTIONS:
                 options[key] = configurator.check_type(key, configurator.parse_value(raw), OPTIONS[key], arg)
             else:
@@ -124,6 +125,12 @@ def parse_args(argv):
         spec["sweep_dir"] += "".join("-" + os.path.splitext(os.path.basename(c))[0] for c in spec["configs"])
     if spec["suite"] and spec["grid"]:
         raise configurator.ConfigError("a suite runs its variants x seeds: drop --grid (or the grid file)")
+    if options["seeds"]:
+        seeds = [s.strip() for s in str(options["seeds"]).split(",")]
+        if not spec["suite"] or not all(re.fullmatch(r"-?\d+", s) for s in seeds) or len(set(seeds)) != len(seeds):
+            raise configurator.ConfigError(f"--seeds={options['seeds']!r}: distinct integers, comma-separated, for a "
+                                           f"suite file")
+        spec["suite"]["seeds"] = [int(s) for s in seeds]
     if not spec["grid"] and not spec["suite"]:
         raise configurator.ConfigError("no grid: pass --grid=\"key=[v1,v2] ...\", a sweep file defining grid, "
                                        "or a suite file defining variants")
@@ -448,7 +455,7 @@ def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
         todo.append((name, argv))
     codes, active = {}, {}  # gpu slot -> (name, process)
     while todo or active:
-        pending = {n for n, _ in todo} | {n for n, _ in active.values()}
+        pending = {n for n, _ in todo} | {n for n, *_ in active.values()}
         for name, _ in [t for t in todo if after[t[0]] and after[t[0]] not in pending and not trunk_finished(t[0])]:
             codes[name] = codes.get(after[name]) or 1
             print(f"FAILED {name}: its trunk {after[name]} did not finish (see its console.txt)", flush=True)
@@ -462,20 +469,22 @@ def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
                 where = "" if slot is None else f" on GPU {slot}" if not slot.startswith("cpu") \
                     else f" ({slot.split('#')[0].removeprefix('cpu:')} threads)"
                 print(f"start {name}{where}", flush=True)
-                active[slot] = (name, launch(argv, slot, os.path.join(sweep_dir, name, "console.txt")))
-        for slot, (name, proc) in list(active.items()):
+                active[slot] = (name, launch(argv, slot, os.path.join(sweep_dir, name, "console.txt")), time.time())
+        for slot, (name, proc, started) in list(active.items()):
             if proc.poll() is not None:
                 codes[name] = proc.returncode
                 print(f"{'done' if proc.returncode == 0 else 'FAILED'} {name} (exit {proc.returncode})", flush=True)
                 del active[slot]
+                with open(os.path.join(sweep_dir, ablation.LAUNCHES), "a") as f:  # what --plan times a seed by
+                    f.write(json.dumps(dict(run=name, start=started, end=time.time(), exit=proc.returncode)) + "\n")
                 here = lambda names: [os.path.join(sweep_dir, n) for n in names]
-                print(slurm_launch.progress_line(here(n for n, _, _ in runs), here(n for n, _ in active.values()),
+                print(slurm_launch.progress_line(here(n for n, _, _ in runs), here(n for n, *_ in active.values()),
                                                  here(n for n, _ in todo), len(gpus)), flush=True)
         if active:
             try:
                 time.sleep(0.5)
             except KeyboardInterrupt:  # Ctrl-C reached the runs too: each finishes its step and saves
-                for name, proc in active.values():
+                for name, proc, _ in active.values():
                     proc.wait()
                 raise SweepInterrupted(f"interrupted: {len(active)} running run(s) saved a checkpoint and "
                                        f"stopped; run the same command again to resume them") from None

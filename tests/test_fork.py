@@ -5,6 +5,7 @@ after a crash anywhere, states its design, and is never pooled with runs from sc
 separately seeded sources of randomness."""
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -121,26 +122,39 @@ class Crash(Exception):
     pass
 
 
+def crash_args(data_dir, path):
+    """Forked at 10 of 16 steps, checkpoints every 4."""
+    return [a for a in suite_args(data_dir, path) if not a.startswith("--eval_interval=")] + ["--eval_interval=4"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_fork_suite(data_dir, tmp_path_factory):
+    """(suite_dir, run names in launch order) of a fork suite run without a crash."""
+    path, suite_dir = fork_suite(tmp_path_factory.mktemp("clean"), fork_at=10)
+    calls = []
+    sweep.main(crash_args(data_dir, path), launch=in_process(calls))
+    return suite_dir, calls
+
+
+def test_a_fork_suite_runs_trunks_first_and_states_its_design(uninterrupted_fork_suite):
+    suite_dir, calls = uninterrupted_fork_suite
+    assert calls == ["trunk-seed1", "trunk-seed2", "base-seed1", "base-seed2", "learned-seed1", "learned-seed2"]
+    report = json.load(open(os.path.join(suite_dir, "report.json")))
+    assert report["design"].startswith("forked at step 10 from a shared baseline trunk per seed")
+    assert "Design: forked at step 10" in open(os.path.join(suite_dir, "report.md")).read()
+    assert not report["measurement"] and report["compared_at_tokens"] == 16 * 12 * 16 * 2
+
+
 @pytest.mark.parametrize("run, step", [("trunk-seed1", 3), ("trunk-seed1", 7), ("learned-seed1", 11),
                                        ("learned-seed1", 14)])
-def test_a_fork_suite_runs_trunks_first_and_resumes_exactly_after_a_crash_anywhere(data_dir, tmp_path, monkeypatch,
-                                                                                  run, step):
-    """Forked at 10 of 16 steps, checkpoints every 4: a crash in trunk step 3 or branch step 11 finds no
-    checkpoint of the run's own (the trunk starts again, the branch forks again); in trunk step 7 or
-    branch step 14 the run resumes from its own. Either way the suite's numbers are the uninterrupted
-    suite's, bit for bit."""
-    args = lambda path: [a for a in suite_args(data_dir, path) if not a.startswith("--eval_interval=")] + \
-        ["--eval_interval=4"]
-    path, clean_dir = fork_suite(tmp_path / "clean", fork_at=10)
-    calls = []
-    sweep.main(args(path), launch=in_process(calls))
-    assert calls == ["trunk-seed1", "trunk-seed2", "base-seed1", "base-seed2", "learned-seed1", "learned-seed2"]
-    clean = json.load(open(os.path.join(clean_dir, "report.json")))
-    assert clean["design"].startswith("forked at step 10 from a shared baseline trunk per seed")
-    assert "Design: forked at step 10" in open(os.path.join(clean_dir, "report.md")).read()
-
-    path, crash_dir = fork_suite(tmp_path / "crash", fork_at=10)
-    real_offsets, real_main, seen = train.train_offsets, train.main, []
+def test_a_fork_suite_resumes_exactly_after_a_crash_anywhere(data_dir, tmp_path, monkeypatch, uninterrupted_fork_suite,
+                                                             run, step):
+    """A crash in trunk step 3 or branch step 11 finds no checkpoint of the run's own (the trunk starts
+    again, the branch forks again); in trunk step 7 or branch step 14 the run resumes from its own.
+    Either way the suite's numbers are the uninterrupted suite's, bit for bit."""
+    clean_dir, calls = uninterrupted_fork_suite
+    path, crash_dir = fork_suite(tmp_path, fork_at=10)
+    real_offsets, seen = train.train_offsets, []
 
     def crashing(cfg, n_tokens, iter_num, global_micro_step):
         if os.path.basename(cfg["out_dir"]) == run and iter_num + 1 == step and global_micro_step == 1 and not seen:
@@ -150,12 +164,12 @@ def test_a_fork_suite_runs_trunks_first_and_resumes_exactly_after_a_crash_anywhe
 
     monkeypatch.setattr(train, "train_offsets", crashing)
     with pytest.raises(Crash):
-        sweep.main(args(path), launch=in_process([]))
-    sweep.main(args(path), launch=in_process([]))
+        sweep.main(crash_args(data_dir, path), launch=in_process([]))
+    sweep.main(crash_args(data_dir, path), launch=in_process([]))
     assert seen == [step]
     for name in calls:
         assert losses(os.path.join(crash_dir, name)) == losses(os.path.join(clean_dir, name)), name
-    crashed = json.load(open(os.path.join(crash_dir, "report.json")))
+    clean, crashed = (json.load(open(os.path.join(d, "report.json"))) for d in (clean_dir, crash_dir))
     assert {v: e.get("differences") for v, e in crashed["variants"].items()} == \
         {v: e.get("differences") for v, e in clean["variants"].items()}
 
@@ -216,3 +230,50 @@ def test_the_final_evaluation_reads_final_eval_iters_batches(data_dir, tmp_path,
     other = str(tmp_path / "other")
     train.main(tiny_args(data_dir, other))
     assert runrecord.read_run_info(other)["facts"]["eval_windows"] != info["eval_windows"]
+
+
+def launched_span(suite_dir):
+    """The suite's runs from the first start to the last exit, as the local launcher timed them."""
+    lines = [json.loads(line) for line in open(os.path.join(suite_dir, ablation.LAUNCHES))]
+    return max(e["end"] for e in lines) - min(e["start"] for e in lines)
+
+
+def test_the_planners_time_for_a_fork_suite_is_within_a_quarter_of_the_measured_suite(data_dir, tmp_path, capsys):
+    """A 2-seed pilot (real train.py processes, two at a time) times a seed; --plan for 4 seeds then
+    estimates the suite's minutes, and the 4-seed suite is run and timed the same way."""
+    pilot_path, pilot_dir = fork_suite(tmp_path / "pilot", seeds=(1, 2))
+    args = lambda path: [*suite_args(data_dir, path), "--cpu_runs=2"]
+    sweep.main(args(pilot_path))
+    path, suite_dir = fork_suite(tmp_path / "suite", seeds=(1, 2, 3, 4))
+    capsys.readouterr()
+    sweep.main([*args(path), "--plan=True", f"--pilot={pilot_dir}", "--budget=1m"])
+    plan = capsys.readouterr().out
+    assert f"from pilot {pilot_dir} (forked at step 6 from a shared baseline trunk per seed" in plan
+    per_seed = float(re.search(r"wall time per seed: ([\d.]+) s \(2 runs of median [\d.]+ s \+ its trunk", plan).group(1))
+    assert re.search(r"budget 1 min: \d+ seeds", plan) and "so: seeds = list(range(1, " in plan
+    estimate = 4 * per_seed / 2
+    sweep.main(args(path))
+    measured = launched_span(suite_dir)
+    assert abs(estimate - measured) <= 0.25 * measured, (estimate, measured)
+
+
+def test_plan_compares_designs_and_a_budget_chooses_the_seeds(data_dir, tmp_path, capsys):
+    """Two pilots, one per design: --plan prints each one's sd, time per seed and what a budget buys."""
+    fork_path, fork_dir = fork_suite(tmp_path / "fork", seeds=(1, 2, 3))
+    sweep.main(suite_args(data_dir, fork_path), launch=in_process([]))
+    variants = {"base": {"model_type": "ra", **LR}, "learned": {"model_type": "ra", "ra_pattern": "learned", **LR}}
+    scratch_path, scratch_dir = write_suite(tmp_path, variants, ["ra_pattern"], name="scratch")
+    sweep.main(suite_args(data_dir, scratch_path), launch=in_process([]))
+    capsys.readouterr()
+    sweep.main([*suite_args(data_dir, fork_path), "--plan=True", f"--pilot={scratch_dir},{fork_dir}", "--budget=2m"])
+    plan = capsys.readouterr().out
+    assert f"from pilot {scratch_dir} (every run trained from scratch" in plan
+    assert f"from pilot {fork_dir} (forked at step 6" in plan
+    slots = len(sweep.default_gpus("", 1, 0))
+    per_seed = [float(x) for x in re.findall(r"wall time per seed: ([\d.]+) s", plan)]
+    chosen = [int(x) for x in re.findall(r"budget 2 min: (\d+) seeds", plan)]
+    assert len(per_seed) == len(chosen) == 2
+    # the printed cost is rounded: the seeds a budget buys follow from it to within one
+    assert all(abs(n - 120 * slots / cost) <= 1 for n, cost in zip(chosen, per_seed)), (chosen, per_seed)
+    with pytest.raises(configurator.ConfigError, match="--budget='half an hour': a wall-clock time such as 30m"):
+        sweep.main([*suite_args(data_dir, fork_path), "--plan=True", "--budget=half an hour"])

@@ -1,0 +1,73 @@
+"""Seeds per hour of the RA twin's two designs, side by side in one sitting on this machine.
+
+    python bench_suite.py                       # 2 seeds of each design, both cores busy
+    python bench_suite.py --seeds=1,2,3 --out=out-bench-suite
+
+Today's path, every run from scratch (suites/ra_shakespeare_scratch.py with --cpu_runs=2), against
+the recommended one, warmup-and-fork (suites/ra_shakespeare.py: one trunk per seed, five branches of
+half the budget, evaluation only at the fork and at the end). Each design runs as `python sweep.py`
+does for a user, one after the other in fresh suite directories; the table gives each one's wall
+time, seconds per seed and seeds per hour, and the ratio to today's path. Resolution per seed
+differs between the designs (the noise budget in docs/ablation.md): seeds per hour is the cost side.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import configurator
+
+REPO = os.path.dirname(os.path.abspath(__file__))
+OPTIONS = dict(
+    seeds="1,2",  # the seeds each design runs
+    out="out-bench-suite",  # where the two suite directories and bench_suite.json go (emptied first)
+)
+DESIGNS = (("from scratch (today: --cpu_runs=2)", "suites/ra_shakespeare_scratch.py", ["--cpu_runs=2"]),
+           ("warmup-and-fork (recommended)", "suites/ra_shakespeare.py", []))
+
+
+def run_design(suite, extra, seeds, sweep_dir):
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, os.path.join(REPO, "sweep.py"), os.path.join(REPO, suite),
+                           f"--seeds={seeds}", f"--sweep_dir={sweep_dir}", *extra], cwd=REPO,
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise configurator.ConfigError(f"{suite} failed: {(done.stderr or done.stdout).strip().splitlines()[-1]}")
+    return time.perf_counter() - started, len([d for d in os.listdir(sweep_dir)
+                                               if os.path.isdir(os.path.join(sweep_dir, d))])
+
+
+def main(argv):
+    options = dict(OPTIONS)
+    if any(a in configurator.HELP_FLAGS for a in argv):
+        raise configurator.HelpRequested(OPTIONS)
+    for arg in argv:
+        key, raw = configurator.split_arg(arg, OPTIONS)
+        if key is None:
+            raise configurator.ConfigError(f"{arg!r}: bench_suite.py takes only --key=value options (--help)")
+        options[key] = raw if key == "seeds" else configurator.check_type(key, configurator.parse_value(raw),
+                                                                          OPTIONS[key], arg)
+    n = len(str(options["seeds"]).split(","))
+    shutil.rmtree(options["out"], ignore_errors=True)
+    os.makedirs(options["out"])
+    rows = []
+    for label, suite, extra in DESIGNS:
+        sweep_dir = os.path.abspath(os.path.join(options["out"], os.path.splitext(os.path.basename(suite))[0]))
+        wall, runs = run_design(suite, extra, options["seeds"], sweep_dir)
+        rows.append(dict(design=label, suite=suite, seeds=n, runs=runs, wall_s=wall, s_per_seed=wall / n,
+                         seeds_per_hour=3600 * n / wall))
+    base = rows[0]["seeds_per_hour"]
+    print(f"{os.cpu_count()} cores, seeds {options['seeds']}")
+    print(f"{'design':<36} {'runs':>4} {'wall s':>8} {'s/seed':>8} {'seeds/h':>8} {'x today':>8}")
+    for r in rows:
+        print(f"{r['design']:<36} {r['runs']:>4} {r['wall_s']:>8.0f} {r['s_per_seed']:>8.0f} "
+              f"{r['seeds_per_hour']:>8.1f} {r['seeds_per_hour'] / base:>8.2f}")
+    with open(os.path.join(options["out"], "bench_suite.json"), "w") as f:
+        json.dump(dict(cores=os.cpu_count(), rows=rows), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    configurator.run_script(main)
