@@ -1,6 +1,7 @@
 """The noise budget: where the variance of a paired difference comes from, one finished suite per design.
 
     python noise_budget.py out-noise-all out-noise-data-fixed out-noise-init-fixed out-suite-ra_shakespeare
+    python noise_budget.py out-suite-ra_shakespeare --windows=20,100   # the evaluation windows' share
 
 Each suite directory is one design: runs from scratch with every source of randomness following
 the seed, with the data order fixed (data_seed) or the initial weights fixed (init_seed), or forked
@@ -9,20 +10,29 @@ paired difference against the suite's baseline) beside the noise (the sd of the 
 differences, with its 95% chi-square interval), and what one seed-hour buys: the effect the
 design detects (80% power, paired t at alpha / comparisons) with the seeds its wall time allows
 in an hour on the pilot's run slots. Markdown on stdout (docs/ablation.md holds the measured one).
+
+--windows=20,100 measures the evaluation's own share instead: every run's final checkpoint is
+evaluated again on the val windows train.py would use with that many batches, and the paired
+differences' sd is given per window count (the rest of the noise is training's).
 """
 import math
-import sys
+import os
 
 import numpy as np
+import torch
 
 import ablation
 import ablation_report
 import configurator
+import parallel
+import rundir
+import runtime
 import stats
 
 OPTIONS = dict(
     slots=2,  # runs at a time the seed-hour assumes (the cores of the machine that ran the suites)
     hour_s=3600.0,  # the wall-clock budget of the last column, in seconds
+    windows="",  # '20,100': re-evaluate the final checkpoints on that many val batches each (the evaluation's share)
 )
 
 
@@ -62,6 +72,34 @@ def rows(suite_dir, options):
     return out, k
 
 
+@torch.no_grad()
+def val_loss(out_dir, batches):
+    """A run's final checkpoint on `batches` val batches of train.py's evaluation windows."""
+    ckpt = rundir.load_checkpoint_file(os.path.join(out_dir, parallel.CHECKPOINT_FILE))
+    cfg = ckpt["config"]
+    model = runtime.build_model(cfg, ckpt).eval()
+    data_dir, counts = runtime.check_data(cfg)
+    losses = [model(*runtime.get_batch(data_dir, "val", offsets, cfg["block_size"], "cpu"))[1].item()
+              for offsets in runtime.eval_offsets(cfg, counts["val"], batches)]
+    return float(np.mean(losses))
+
+
+def window_rows(suite_dir, counts):
+    """Per variant and window count: the sd of the paired differences of the re-evaluated checkpoints."""
+    suite, runs = ablation.load_suite_dir(suite_dir)
+    out = []
+    for variant, seeds in suite["variants"].items():
+        if variant == suite["baseline"]:
+            continue
+        paired = [s for s in seeds if s in suite["variants"][suite["baseline"]]]
+        for batches in counts:
+            diffs = [val_loss(runs[(variant, s)]["out_dir"], batches) - val_loss(runs[(suite["baseline"], s)]["out_dir"],
+                                                                                 batches) for s in paired]
+            out.append([variant, str(batches), str(len(diffs)), f"{np.mean(diffs):+.4f}",
+                        f"{np.std(diffs, ddof=1):.4f}" if len(diffs) > 1 else "-"])
+    return out
+
+
 def main(argv):
     dirs = []
     options = dict(OPTIONS)
@@ -72,9 +110,18 @@ def main(argv):
         if key is None:
             dirs.append(arg)
         else:
-            options[key] = configurator.check_type(key, configurator.parse_value(raw), OPTIONS[key], arg)
+            options[key] = raw if key == "windows" else configurator.check_type(
+                key, configurator.parse_value(raw), OPTIONS[key], arg)
     if not dirs:
         raise configurator.ConfigError("give one finished suite directory per design (python noise_budget.py --help)")
+    if options["windows"]:
+        counts = [int(c) for c in str(options["windows"]).split(",")]
+        header = ["variant", "val batches", "seeds", "effect (mean diff)", "sd of paired diffs"]
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for d in dirs:
+            lines += ["| " + " | ".join(r) + " |" for r in window_rows(d, counts)]
+        print("\n".join(lines))
+        return 0
     header = ["design", "variant", "seeds", "effect (mean diff)", "sd of paired diffs", "sd 95% interval",
               "wall s per seed", f"detectable in {options['hour_s'] / 60:.0f} min on {options['slots']} slots"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

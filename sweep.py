@@ -545,7 +545,7 @@ def freeze_suite(suite, runs, sweep_dir):
             first = ablation.read_suite_json(path)
         except ValueError as e:
             raise configurator.ConfigError(str(e)) from None
-        for key in ("metric", "baseline", "alpha", "min_effect", "looks"):
+        for key in ("metric", "baseline", "alpha", "min_effect", "looks", "fork_at"):  # fork_at: the trunks on disk
             if first.get(key) != suite.get(key) and (key in first or suite.get(key) is not None):
                 raise configurator.ConfigError(
                     f"{path} declared {key}={first.get(key)!r} before its runs; this suite says {suite.get(key)!r}: "

@@ -185,6 +185,10 @@ def test_forked_and_scratch_runs_are_never_pooled(data_dir, tmp_path):
     [problem] = [p for p in ablation.measurement_problems(runs, []) if p.startswith("design:")]
     assert "base-seed1 forked at step 6" in problem and "scratch from scratch" in problem
     assert "never pooled" in problem
+    with open(path, "a") as f:  # the trunks on disk stopped at 6: another fork point is another suite
+        f.write("fork_at = 8\n")
+    with pytest.raises(configurator.ConfigError, match="declared fork_at=6 before its runs; this suite says 8"):
+        sweep.main(suite_args(data_dir, path), launch=in_process([]))
 
 
 def test_a_fork_suite_refuses_what_it_cannot_fork_before_any_run(data_dir, tmp_path):
