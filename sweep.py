@@ -469,7 +469,8 @@ def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
                 where = "" if slot is None else f" on GPU {slot}" if not slot.startswith("cpu") \
                     else f" ({slot.split('#')[0].removeprefix('cpu:')} threads)"
                 print(f"start {name}{where}", flush=True)
-                active[slot] = (name, launch(argv, slot, os.path.join(sweep_dir, name, "console.txt")), time.time())
+                started = time.time()
+                active[slot] = (name, launch(argv, slot, os.path.join(sweep_dir, name, "console.txt")), started)
         for slot, (name, proc, started) in list(active.items()):
             if proc.poll() is not None:
                 codes[name] = proc.returncode

@@ -273,11 +273,12 @@ def test_plan_compares_designs_and_a_budget_chooses_the_seeds(data_dir, tmp_path
     plan = capsys.readouterr().out
     assert f"from pilot {scratch_dir} (every run trained from scratch" in plan
     assert f"from pilot {fork_dir} (forked at step 6" in plan
-    slots = len(sweep.default_gpus("", 1, 0))
-    per_seed = [float(x) for x in re.findall(r"wall time per seed: ([\d.]+) s", plan)]
-    chosen = [int(x) for x in re.findall(r"budget 2 min: (\d+) seeds", plan)]
-    assert len(per_seed) == len(chosen) == 2
-    # the printed cost is rounded: the seeds a budget buys follow from it to within one
-    assert all(abs(n - 120 * slots / cost) <= 1 for n, cost in zip(chosen, per_seed)), (chosen, per_seed)
+    assert plan.count("wall time per seed") == 2
+    # each design's seed count fills the budget: its time is at most the budget (the printed minutes
+    # are rounded); here a fork's seed costs more (three short runs, start-up dominates), not less
+    chosen = [(int(n), int(m)) for n, m in re.findall(r"budget 2 min: (\d+) seeds \(about (\d+) min\)", plan)]
+    assert len(chosen) == 2 and all(n >= 2 and m <= 2 for n, m in chosen), plan
+    assert plan.splitlines()[-1] == f"  so: seeds = list(range(1, {chosen[1][0] + 1})) in the suite file, declared " \
+                                    f"before its runs"
     with pytest.raises(configurator.ConfigError, match="--budget='half an hour': a wall-clock time such as 30m"):
         sweep.main([*suite_args(data_dir, fork_path), "--plan=True", "--budget=half an hour"])
