@@ -217,7 +217,7 @@ def test_a_ladder_suite_runs_resumes_and_reports_across_sizes(data_dir, tmp_path
     assert calls == []
     capsys.readouterr()
     sweep.main([*argv, "--plan=True"])  # seeds are planned for one size's family, from the reference size
-    assert f"from pilot {suite_dir / 'm'}:" in capsys.readouterr().out
+    assert f"from pilot {suite_dir / 'm'} (every run trained from scratch" in capsys.readouterr().out
 
 
 def test_a_ladder_on_slurm_runs_every_size_in_one_array_and_reports_across_sizes(cluster, jobs, data_dir, tmp_path):
