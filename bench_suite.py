@@ -40,15 +40,9 @@ def run_design(suite, extra, seeds, sweep_dir):
 
 
 def main(argv):
-    options = dict(OPTIONS)
-    if any(a in configurator.HELP_FLAGS for a in argv):
-        raise configurator.HelpRequested(OPTIONS)
-    for arg in argv:
-        key, raw = configurator.split_arg(arg, OPTIONS)
-        if key is None:
-            raise configurator.ConfigError(f"{arg!r}: bench_suite.py takes only --key=value options (--help)")
-        options[key] = raw if key == "seeds" else configurator.check_type(key, configurator.parse_value(raw),
-                                                                          OPTIONS[key], arg)
+    options, extra = configurator.options_and_paths(argv, OPTIONS, text_keys=("seeds",))
+    if extra:
+        raise configurator.ConfigError(f"{extra[0]!r}: bench_suite.py takes only --key=value options (--help)")
     n = len(str(options["seeds"]).split(","))
     shutil.rmtree(options["out"], ignore_errors=True)
     os.makedirs(options["out"])

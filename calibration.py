@@ -90,15 +90,7 @@ def markdown(c, name, variant, plot):
 
 
 def main(argv):
-    options, dirs = dict(OPTIONS), []
-    if any(a in configurator.HELP_FLAGS for a in argv):
-        raise configurator.HelpRequested(OPTIONS)
-    for arg in argv:
-        key, raw = configurator.split_arg(arg, OPTIONS)
-        if key is None:
-            dirs.append(arg)
-        else:
-            options[key] = configurator.check_type(key, configurator.parse_value(raw), OPTIONS[key], arg)
+    options, dirs = configurator.options_and_paths(argv, OPTIONS)
     if len(dirs) != 1:
         raise configurator.ConfigError("give one finished true-null suite directory (python calibration.py --help)")
     if options["pilot_seeds"] < 2:

@@ -65,6 +65,23 @@ def apply_config(defaults, argv):
     return config
 
 
+def options_and_paths(argv, defaults, text_keys=()):
+    """A tool's (options, positional arguments): --key=value checked against `defaults` (the
+    text_keys kept as written: '1,2' stays a string), every other argument a path; --help answered."""
+    if any(arg in HELP_FLAGS for arg in argv):
+        raise HelpRequested(defaults)
+    options, paths = dict(defaults), []
+    for arg in argv:
+        key, raw = split_arg(arg, defaults)
+        if key is None:
+            paths.append(arg)
+        elif key in text_keys and key in defaults:
+            options[key] = raw
+        else:
+            set_key(options, defaults, key, parse_value(raw), source=arg)
+    return options, paths
+
+
 def split_arg(arg, defaults):
     """(key, raw value) of a --key=value argument, (None, arg) of any other (a file or a directory);
     a bare --key whose default is a bool means --key=True. The one reading of the command line that

@@ -66,9 +66,9 @@ def rows(suite_dir, options):
         sd, n = float(np.std(diffs, ddof=1)), len(diffs)
         low, high = sd_interval(sd, n - 1) if sd else (0.0, 0.0)
         hour = stats.detectable_effect(sd, per_hour, level) if per_hour >= 2 else None
-        out.append([f"{design}; {sources(runs)}", name, str(n), f"{np.mean(diffs):+.4f}", f"{sd:.4f}",
-                    f"[{low:.4f}, {high:.4f}]", f"{cost[0]:.0f}" if cost else "-",
-                    f"{hour:.4f} ({per_hour} seeds)" if hour else "-"])
+        out.append([f"{design}; {sources(runs)}", name, str(n), f"{np.mean(diffs):+.3g}", f"{sd:.3g}",
+                    f"[{low:.3g}, {high:.3g}]", f"{cost[0]:.0f}" if cost else "-",
+                    f"{hour:.3g} ({per_hour} seeds)" if hour else "-"])
     return out, k
 
 
@@ -95,23 +95,13 @@ def window_rows(suite_dir, counts):
         for batches in counts:
             diffs = [val_loss(runs[(variant, s)]["out_dir"], batches) - val_loss(runs[(suite["baseline"], s)]["out_dir"],
                                                                                  batches) for s in paired]
-            out.append([variant, str(batches), str(len(diffs)), f"{np.mean(diffs):+.4f}",
-                        f"{np.std(diffs, ddof=1):.4f}" if len(diffs) > 1 else "-"])
+            out.append([variant, str(batches), str(len(diffs)), f"{np.mean(diffs):+.3g}",
+                        f"{np.std(diffs, ddof=1):.3g}" if len(diffs) > 1 else "-"])
     return out
 
 
 def main(argv):
-    dirs = []
-    options = dict(OPTIONS)
-    if any(a in configurator.HELP_FLAGS for a in argv):
-        raise configurator.HelpRequested(OPTIONS)
-    for arg in argv:
-        key, raw = configurator.split_arg(arg, OPTIONS)
-        if key is None:
-            dirs.append(arg)
-        else:
-            options[key] = raw if key == "windows" else configurator.check_type(
-                key, configurator.parse_value(raw), OPTIONS[key], arg)
+    options, dirs = configurator.options_and_paths(argv, OPTIONS, text_keys=("windows",))
     if not dirs:
         raise configurator.ConfigError("give one finished suite directory per design (python noise_budget.py --help)")
     if options["windows"]:

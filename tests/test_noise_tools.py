@@ -1,0 +1,73 @@
+"""noise_budget.py and calibration.py on suites they did not write: the sources each design fixes,
+the paired sd the report computes, the evaluation re-run on the windows train.py used, and the
+calibration's numbers on differences whose truth is known."""
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+import calibration
+import configurator
+import noise_budget
+import sweep
+from test_ablation import LR, suite_args, write_suite
+from test_sweep import in_process
+
+
+@pytest.fixture(scope="module")
+def null_suite(data_dir, tmp_path_factory):
+    """A true null with variance (swap_all against the baseline, from scratch), 4 seeds, the data order
+    fixed: the final evaluation reads 3 val batches."""
+    tmp = tmp_path_factory.mktemp("null")
+    variants = {"base": {"model_type": "ra", "final_eval_iters": 3, **LR},
+                "swap_all": {"model_type": "ra", "final_eval_iters": 3, "ra_pattern": "all", "ra_mode": "swap", **LR}}
+    path, suite_dir = write_suite(tmp, variants, ["ra_pattern", "ra_mode"], seeds=(1, 2, 3, 4))
+    sweep.main([*suite_args(data_dir, path), "--data_seed=7"], launch=in_process([]))
+    return suite_dir
+
+
+def test_the_noise_budget_names_the_fixed_source_and_gives_the_reports_sd(null_suite, capsys):
+    noise_budget.main([null_suite])
+    table = capsys.readouterr().out.splitlines()
+    [row] = [line for line in table if line.startswith("| every run trained from scratch")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    report = json.load(open(os.path.join(null_suite, "report.json")))["variants"]["swap_all"]
+    assert cells[0] == "every run trained from scratch; data order fixed (data_seed=7)"
+    assert cells[1:3] == ["swap_all", "4"] and float(cells[3]) == pytest.approx(report["diff_mean"], abs=1e-4)
+    assert float(cells[4]) == pytest.approx(report["diff_sd"], abs=1e-4)
+    low, high = (float(x) for x in cells[5].strip("[]").split(","))
+    assert low < float(cells[4]) < high
+
+
+def test_the_windows_rerun_reproduces_the_logged_final_evaluation(null_suite, capsys):
+    noise_budget.main([null_suite, "--windows=3,2"])
+    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| swap_all")}
+    report = json.load(open(os.path.join(null_suite, "report.json")))["variants"]["swap_all"]
+    three = [c.strip() for c in rows[("swap_all", "3")].strip("|").split("|")]
+    assert float(three[3]) == pytest.approx(report["diff_mean"], abs=1e-4)  # 3 batches: what train.py logged
+    assert ("swap_all", "2") in rows
+
+
+def test_calibration_on_known_differences():
+    rng = np.random.default_rng(0)
+    normal = calibration.calibrate(rng.normal(0.0, 0.01, 20), 0.05, 0.01, 3, 20000)
+    assert normal["subsets"] == math.comb(20, 3) and normal["shapiro_p"] > 0.05
+    assert normal["called"] == round(normal["called_rate"] * normal["subsets"])
+    # the 80% upper bound of a 3-seed sd covers a normal sample's sd about 80% of the time
+    assert 0.65 < normal["upper_covers"] < 0.95
+    skewed = calibration.calibrate(rng.exponential(0.01, 20) ** 3, 0.05, 0.01, 3, 20000)
+    assert skewed["shapiro_p"] < 0.01
+    shifted = calibration.calibrate(rng.normal(0.5, 0.001, 20), 0.05, 0.01, 3, 500)
+    assert shifted["subsets"] == 500 and shifted["called_rate"] == 1.0  # sampled, and every one calls it worse
+
+
+def test_calibration_needs_one_comparison_with_more_seeds_than_a_pilot(null_suite, tmp_path, capsys):
+    calibration.main([null_suite, "--pilot_seeds=3", f"--out={tmp_path}"])
+    out = capsys.readouterr().out
+    assert "True null `swap_all` against the baseline, 4 paired seeds" in out and "of 4 called better or worse" in out
+    assert os.path.getsize(tmp_path / "qq.png") > 1000
+    with pytest.raises(configurator.ConfigError, match="more paired seeds than --pilot_seeds=4"):
+        calibration.main([null_suite, "--pilot_seeds=4", f"--out={tmp_path}"])
