@@ -369,7 +369,10 @@ def fork_point(run):
 
 def design(runs):
     """What the report's runs are, in words, with the question that answers (one design per report)."""
-    points = {fork_point(r) for r in runs.values() if r["events"]} - {None}
+    logged = [r for r in runs.values() if r["events"]]
+    if not logged:
+        return "no run has logged yet: the design shows once runs exist"
+    points = {fork_point(r) for r in logged} - {None}
     if not points:
         return "every run trained from scratch: does the variant, trained the whole budget, beat the baseline?"
     k = min(points)
