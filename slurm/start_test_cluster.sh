@@ -39,6 +39,8 @@ if answers; then  # daemons the packages started
 fi
 
 node=$(hostname)
+# nproc alone obeys OMP_NUM_THREADS (CI sets it to 1): the node would offer one CPU, one run at a time.
+cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge
 cat > /etc/slurm/slurm.conf <<EOF
 ClusterName=test
@@ -63,7 +65,7 @@ MinJobAge=60
 KillWait=30
 # the main scheduler looks at pending (requeued) jobs every 2 s, not every 60 s
 SchedulerParameters=sched_interval=2
-NodeName=$node CPUs=$(nproc) State=UNKNOWN
+NodeName=$node CPUs=$cpus State=UNKNOWN
 PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
 EOF
 

@@ -346,6 +346,8 @@ def test_the_array_task_under_the_arrays_own_id_requeues_and_a_killed_attempt_th
     lists every task of the array (and `scontrol requeue A` would requeue them all). Signalled while
     the other task runs, it must requeue itself; its resumed train.py, killed -9, must then show as
     failed with the job script's word on it, not as preempted."""
+    cpus = int(subprocess.run(["sinfo", "-h", "-o", "%c"], capture_output=True, text=True).stdout.split()[0])
+    assert cpus >= 2, f"the test cluster offers {cpus} CPU: stop its daemons and run slurm/start_test_cluster.sh again"
     # Both tasks need a core at once: jobs an earlier test cancelled may still hold one while they end.
     wait_for(lambda: not slurm_launch.squeue(), "the jobs of earlier tests to leave the queue", timeout=120)
     sweep_dir = str(tmp_path / "s")
