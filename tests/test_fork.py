@@ -242,6 +242,7 @@ def launched_span(suite_dir):
     return max(e["end"] for e in lines) - min(e["start"] for e in lines)
 
 
+@pytest.mark.alone
 def test_the_planners_time_for_a_fork_suite_is_within_a_quarter_of_the_measured_suite(data_dir, tmp_path, capsys):
     """A 2-seed pilot (real train.py processes, two at a time) times a seed; --plan for 4 seeds then
     estimates the suite's minutes, and the 4-seed suite is run and timed the same way."""

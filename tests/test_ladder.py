@@ -220,6 +220,7 @@ def test_a_ladder_suite_runs_resumes_and_reports_across_sizes(data_dir, tmp_path
     assert f"from pilot {suite_dir / 'm'} (every run trained from scratch" in capsys.readouterr().out
 
 
+@pytest.mark.xdist_group("slurm")  # beside tests/test_slurm.py's jobs, never at the same time
 def test_a_ladder_on_slurm_runs_every_size_in_one_array_and_reports_across_sizes(cluster, jobs, data_dir, tmp_path):
     """--launcher=slurm: the ladder's runs (in their size subdirectories) are one job array, and the
     dependent status job builds each size's report and the across-size report."""

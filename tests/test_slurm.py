@@ -22,6 +22,8 @@ from test_ablation import LR, suite_args, write_suite
 from test_sweep import in_process, toy_args
 from test_train import tiny_args
 
+pytestmark = pytest.mark.xdist_group("slurm")  # one test cluster: its jobs must not meet another test's
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Long enough (a few seconds) for a signal to land mid-run; dropout makes the RNG part of the resume.
 LONG = ("--max_iters=1000", "--lr_decay_iters=1000", "--eval_interval=200", "--dropout=0.1")
@@ -323,7 +325,9 @@ def test_ci_runs_exactly_the_readmes_test_command():
     block = re.search(r"^Install and run the whole test suite:\n\n```sh\n(.*?)\n```", readme, re.S | re.M).group(1)
     printed = subprocess.run([os.path.join(REPO, ".ci", "run"), "--print"], capture_output=True, text=True, check=True)
     assert printed.stdout.strip() == block
-    assert block.startswith("bash slurm/start_test_cluster.sh && ") and "python -m pytest -q tests" in block
+    assert block.startswith("bash slurm/start_test_cluster.sh && ")
+    # every test runs: the parallel part leaves out exactly the tests the serial part selects
+    assert '-m "not alone" tests && python -m pytest -q -m alone tests' in block
 
 
 def test_a_queued_run_is_labelled_requeued_only_when_its_own_job_stopped(tmp_path, monkeypatch):
