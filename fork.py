@@ -100,7 +100,8 @@ def load_weights(ckpt, model):
 def load_optimizer(ckpt, model, optimizer, fresh):
     """The trunk's optimizer state of each shared parameter, matched by name (the branch's
     parameter order may differ); the branch's new parameters start with an empty state, as does
-    everything with fresh=True. The trunk's group settings (AdamW-SPAM's schedule, ...) carry."""
+    everything with fresh=True. The trunk's group settings and whatever else its state holds
+    (AdamW-SPAM's gradient-norm history and reset clock) carry."""
     if fresh:
         return 0
     trunk_state = ckpt["optimizer"]
@@ -113,7 +114,7 @@ def load_optimizer(ckpt, model, optimizer, fresh):
              if name in index and index[name] in trunk_state["state"]}
     groups = [dict(theirs, params=mine["params"]) for mine, theirs in zip(own["param_groups"],
                                                                          trunk_state["param_groups"])]
-    optimizer.load_state_dict(dict(own, state=state, param_groups=groups))
+    optimizer.load_state_dict(dict(trunk_state, state=state, param_groups=groups))
     return len(state)
 
 
