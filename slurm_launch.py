@@ -88,37 +88,55 @@ def sbatch(args):
 
 def submit(runs, sweep_dir, nproc, res, status_command):
     """Submit the runs that are neither finished nor queued/running (resubmitting is idempotent);
-    returns the names submitted."""
-    todo = []
-    for (name, _, argv), run in zip(runs, run_states(runs, sweep_dir)):
+    returns the names submitted. A fork suite's branches (sweep.fork_plan) go in one array per trunk
+    that starts when the trunk's job has ended (afterany: a branch of a trunk that failed stops in its
+    first line, naming the trunk, rather than waiting forever)."""
+    todo, live = [], {}
+    for (name, point, argv), run in zip(runs, run_states(runs, sweep_dir)):
         if run["state"] in (*DONE, "queued", "running"):
             print(f"skip {name}: {run['state']}" + (f" (job {run['job']})" if run["job"] else ""))
+            live[name] = run["job"] if run["state"] in ("queued", "running") else ""
         else:
-            todo.append((name, argv))
+            todo.append((name, point.get("after"), argv))
     if not todo:
         print("nothing to submit: every run is finished, queued or running (sweep.py ... --status shows them)")
         return []
     logs = os.path.join(sweep_dir, "slurm")
     os.makedirs(logs, exist_ok=True)
-    script = os.path.abspath(os.path.join(logs, f"array-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.sbatch"))
-    with rundir.atomic_write(script, "w") as f:
-        f.write(array_script(todo, sweep_dir, res, nproc,
-                             os.path.basename(os.path.normpath(sweep_dir)).removeprefix("out-")))
-    try:
-        array = sbatch([script])
-    except configurator.ConfigError:
-        os.remove(script)
-        raise
-    status_job = sbatch([f"--dependency=afterany:{array}", "--job-name=status", f"--chdir={os.getcwd()}",
+    job_name = os.path.basename(os.path.normpath(sweep_dir)).removeprefix("out-")
+    waves = {}  # the trunk a wave of runs waits for (None: none); trunks come first in a fork suite's runs
+    for name, trunk, argv in todo:
+        waves.setdefault(trunk, []).append((name, argv))
+    stamp, arrays = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}", []
+    for k, (trunk, wave) in enumerate(sorted(waves.items(), key=lambda item: item[0] is not None)):
+        waits_for = live.get(trunk, "") if trunk else ""
+        script = os.path.abspath(os.path.join(logs, f"array-{stamp}{'-%d' % k if k else ''}.sbatch"))
+        with rundir.atomic_write(script, "w") as f:
+            f.write(array_script(wave, sweep_dir, res, nproc, job_name))
+        try:
+            array = sbatch([*([f"--dependency=afterany:{waits_for}"] if waits_for else []), script])
+        except configurator.ConfigError:
+            os.remove(script)
+            if arrays:  # the arrays already in the queue run; submitting again submits the rest
+                print(f"submitted only job arrays {', '.join(arrays)}: the rest was refused")
+            raise
+        arrays.append(array)
+        for i, (name, _) in enumerate(wave):
+            os.makedirs(os.path.join(sweep_dir, name), exist_ok=True)
+            with rundir.atomic_write(os.path.join(sweep_dir, name, RECORD), "w") as f:
+                json.dump(dict(job=f"{array}_{i}", log=os.path.join(os.path.abspath(logs), f"{array}_{i}.out"),
+                               script=script, submitted=time.time()), f)
+            live[name] = f"{array}_{i}"
+        print(f"submitted {len(wave)} runs as job array {array} ({script})" +
+              (f", to start when {trunk} (job {waits_for}) has ended" if waits_for else ""))
+    status_job = sbatch([f"--dependency=afterany:{':'.join(arrays)}", "--job-name=status", f"--chdir={os.getcwd()}",
                          f"--output={os.path.abspath(logs)}/status-%j.out", f"--wrap={shlex.join(status_command)}"])
-    for i, (name, _) in enumerate(todo):
-        os.makedirs(os.path.join(sweep_dir, name), exist_ok=True)
-        with rundir.atomic_write(os.path.join(sweep_dir, name, RECORD), "w") as f:
-            json.dump(dict(job=f"{array}_{i}", log=os.path.join(os.path.abspath(logs), f"{array}_{i}.out"),
-                           script=script, status_job=status_job, submitted=time.time()), f)
-    print(f"submitted {len(todo)} runs as job array {array} ({script}); job {status_job} builds the report when "
-          f"they end; `sweep.py ... --status` shows where they stand")
-    return [name for name, _ in todo]
+    for name, _, _ in todo:
+        path = os.path.join(sweep_dir, name, RECORD)
+        with rundir.atomic_write(path, "w") as f:
+            json.dump(dict(read_record(os.path.join(sweep_dir, name)), status_job=status_job), f)
+    print(f"job {status_job} builds the report when they end; `sweep.py ... --status` shows where they stand")
+    return [name for name, _, _ in todo]
 
 
 def squeue():

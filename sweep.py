@@ -570,9 +570,6 @@ def main(argv, launch=launch_subprocess):
     nproc = suite["nproc"] if suite else 1
     if options["status"]:
         return show_status(runs, suite, sweep_dir)
-    if options["launcher"] == "slurm" and suite and suite["fork_at"]:
-        raise configurator.ConfigError("a fork suite (fork_at) runs with the local launcher only for now: its branches "
-                                       "wait for their trunks; drop --launcher=slurm, or fork_at")
     slurm = slurm_launch.resources(options, spec["slurm"], nproc, OPTIONS) if options["launcher"] == "slurm" else None
     print(f"{len(runs)} runs in {sweep_dir}:")
     for name, _, run_argv in runs:

@@ -164,6 +164,46 @@ def test_a_signalled_job_checkpoints_requeues_and_continues_exactly(cluster, job
     assert losses(out_dir) == uninterrupted  # exact equality, every iteration, dropout's RNG included
 
 
+def test_a_fork_suite_on_slurm_starts_each_seeds_branches_after_its_trunk_and_reports_as_run_locally(
+        cluster, jobs, data_dir, tmp_path, capsys):
+    """The trunks go in one array; each seed's branches in their own array, held by Slurm until that
+    seed's trunk task has ended. Every run's numbers, and so the report, are the local suite's."""
+    from test_fork import fork_suite
+    path, _ = fork_suite(tmp_path, seeds=(1, 2))
+    args = suite_args(data_dir, path)
+    local, on_slurm = str(tmp_path / "local"), str(tmp_path / "slurm")
+    sweep.main([*args, f"--sweep_dir={local}"], launch=in_process([]))
+    slurm_args = [*args, f"--sweep_dir={on_slurm}", "--launcher=slurm"]
+    capsys.readouterr()
+    sweep.main(slurm_args)
+    out = capsys.readouterr().out
+    records = {r["job"]: r for r in submitted(on_slurm, jobs)}
+    names = ["trunk-seed1", "trunk-seed2", "base-seed1", "learned-seed1", "base-seed2", "learned-seed2"]
+    job = {name: slurm_launch.read_record(os.path.join(on_slurm, name))["job"] for name in names}
+    array = {name: job[name].split("_")[0] for name in names}
+    assert len(records) == 6 and array["trunk-seed1"] == array["trunk-seed2"]
+    for seed in (1, 2):
+        assert array[f"base-seed{seed}"] == array[f"learned-seed{seed}"] != array["trunk-seed1"]
+        assert f"to start when trunk-seed{seed} (job {job[f'trunk-seed{seed}']}) has ended" in out
+        held = subprocess.run(["squeue", "-h", "-r", "-j", array[f"base-seed{seed}"], "-o", "%E"],
+                              capture_output=True, text=True).stdout.split()
+        assert held == [f"afterany:{job[f'trunk-seed{seed}']}(unfulfilled)"] * 2, held  # the trunk takes seconds
+    assert array["base-seed1"] != array["base-seed2"] and len({r["status_job"] for r in records.values()}) == 1
+
+    wait_for(lambda: os.path.exists(os.path.join(on_slurm, "report.json")), "the status job's report")
+    event_time = lambda name, event: next(e["time"] for e in runrecord.read_events(os.path.join(on_slurm, name))
+                                          if e["event"] == event)
+    for name in names:
+        assert losses(os.path.join(on_slurm, name)) == losses(os.path.join(local, name)), name
+        if not name.startswith("trunk"):
+            assert event_time(name, "checklist") > event_time(f"trunk-seed{name[-1]}", "end"), name
+    assert verdicts_and_values(json.load(open(os.path.join(on_slurm, "report.json")))) == \
+        verdicts_and_values(json.load(open(os.path.join(local, "report.json"))))
+    capsys.readouterr()
+    sweep.main(slurm_args)
+    assert "nothing to submit" in capsys.readouterr().out
+
+
 def test_a_cancelled_job_shows_in_status_and_resubmitting_resumes_it(cluster, jobs, data_dir, tmp_path, uninterrupted,
                                                                      capsys):
     sweep_dir = str(tmp_path / "s")
