@@ -129,6 +129,7 @@ def submit(runs, sweep_dir, nproc, res, status_command):
             live[name] = f"{array}_{i}"
         print(f"submitted {len(wave)} runs as job array {array} ({script})" +
               (f", to start when {trunk} (job {waits_for}) has ended" if waits_for else ""))
+    # Each run's record was written as soon as its array was queued, so a refused status job loses none.
     status_job = sbatch([f"--dependency=afterany:{':'.join(arrays)}", "--job-name=status", f"--chdir={os.getcwd()}",
                          f"--output={os.path.abspath(logs)}/status-%j.out", f"--wrap={shlex.join(status_command)}"])
     for name, _, _ in todo:

@@ -31,10 +31,9 @@ VOCAB = 64  # the toy corpus's ids; tests/test_train.py's tiny_args sets vocab_s
 
 
 def pytest_configure(config):
-    # The README's command runs the suite in two workers (pytest-xdist, --dist loadgroup), then the
-    # tests marked `alone`: a test that times itself must not share the cores with the other worker.
+    # The README's command runs the suite in a worker per core (pytest-xdist, --dist loadgroup), then
+    # the tests marked `alone`: a test that times itself must not share the cores with other workers.
     config.addinivalue_line("markers", "alone: times real processes; runs after the parallel part, by itself")
-    config.addinivalue_line("markers", "xdist_group(name): the tests of one group run in one worker, one at a time")
 
 
 @pytest.fixture(scope="session")
