@@ -40,7 +40,6 @@ from runtime import REPO_DIR, get_batch
 HELLASWAG_DIR = os.path.join(REPO_DIR, "data", "hellaswag")
 URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_{}.jsonl"
 SPLITS = ("train", "val", "test")
-HELLASWAG_ITEMS = "hellaswag_items.jsonl"  # train.py's per-example HellaSwag scores in a run directory
 PAD_ID = 0  # any valid id: padding follows the scored tokens, and causal attention never looks ahead
 
 

@@ -164,7 +164,7 @@ MODEL_CARD_KEYS = ("model_type", "n_layer", "n_head", "n_embd", "block_size", "v
 def model_card(out_dir, checkpoint, model):
     """README.md of the export: what it is, how it was trained, and what the export changed."""
     cfg = checkpoint["config"]
-    info = runrecord.read_run_info(out_dir)
+    info = rundir.read_run_info(out_dir)
     lines = ["---", "library_name: transformers", "tags: [gpt2, nanogpt]", "---", "",
              f"# {os.path.basename(os.path.abspath(out_dir))}", "",
              f"A GPT-2 ({model.get_num_params():,} parameters without position embeddings) trained with the GPT-2 "

@@ -82,7 +82,7 @@ def toy_data(directory):
 
 def train_rows(directory):
     """train.py for a few steps per option, as a user runs it; the log's losses and step times."""
-    import runrecord
+    import rundir
     from kernels.linear_cross_entropy import CUDA_LIBRARIES
     toy_data(directory)
     rows = []
@@ -104,7 +104,7 @@ def train_rows(directory):
             rows.append(row(name, False, "exit %d" % done.returncode, done.stderr.strip().splitlines()[-1][:160]
                             if done.stderr.strip() else ""))
             continue
-        steps = [e for e in runrecord.read_events(out) if e["event"] == "train"]
+        steps = [e for e in rundir.read_events(out) if e["event"] == "train"]
         first, last = steps[0]["loss"], steps[-1]["loss"]
         ms = np.median([e["step_time_ms"] for e in steps[5:]])
         rows.append(row(name, np.isfinite(last) and last < first - 0.5, f"loss {first:.2f} -> {last:.2f}",

@@ -16,7 +16,7 @@ import sys
 
 import configurator
 import parallel
-from lm_eval_results import RESULTS_DIR
+from ablation.lm_eval_results import RESULTS_DIR
 
 
 def option(argv, name):

@@ -12,12 +12,11 @@ Measured confounds (data, evaluation windows, classes, dtype, device, versions) 
 import os
 import sys
 
-import ablation
-import ablation_report
 import configurator
+from ablation import compare, render, suites
 
 OPTIONS = dict(
-    metric="val_loss",  # run directories only: one of ablation.METRICS (a suite keeps its declared metric)
+    metric="val_loss",  # run directories only: one of compare.METRICS (a suite keeps its declared metric)
     baseline="",  # run directories only: a variant name or a directory ('' = the first directory's variant)
     allowed="",  # run directories only: comma-separated keys allowed to differ ('' = every difference)
     out="",  # where report.md goes ('' = the suite directory, or out-report for run directories)
@@ -57,17 +56,17 @@ def main(argv):
             raise configurator.ConfigError(f"{dirs[0]} is a suite: its metric, baseline and allowed keys were "
                                            f"declared before its runs and cannot be changed here")
         try:
-            path = ablation_report.report_suite_dir(dirs[0], options["out"] or None, plan_given(options))
+            path = suites.report_suite_dir(dirs[0], options["out"] or None, plan_given(options))
         except ValueError as e:
             raise configurator.ConfigError(str(e)) from None
     else:
         allowed = [k for k in options["allowed"].split(",") if k] if options["allowed"] else None
         try:
-            suite, runs = ablation.suite_from_run_dirs(dirs, options["metric"], options["baseline"], allowed,
+            suite, runs = suites.suite_from_run_dirs(dirs, options["metric"], options["baseline"], allowed,
                                                        options["alpha"], options["min_effect"] or None)
         except ValueError as e:
             raise configurator.ConfigError(str(e)) from None
-        path = ablation_report.write_report(ablation.compare(suite, runs), runs, options["out"] or "out-report")
+        path = render.write_report(compare.compare(suite, runs), runs, options["out"] or "out-report")
     print(open(path).read())
     print(f"written: {path}", file=sys.stderr)
     return path

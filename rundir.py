@@ -1,6 +1,6 @@
 """A run directory (out_dir) that survives faults: one process at a time, checkpoints that cannot
 run code, write errors said in one line, and a log.jsonl whose torn last line is cut off before
-the next record is appended (readers skip it: runrecord.read_events).
+the next record is appended (readers skip it: rundir.read_events).
 
 train.py locks out_dir and writes ckpt.pt (through parallel.ParallelLayout) and log.jsonl (RunLog)
 through here; every script that loads a checkpoint reads it through here.
@@ -17,9 +17,8 @@ import re
 import time
 import zipfile
 
-import torch
-
 LOCK_FILE = "lock"
+HELLASWAG_ITEMS = "hellaswag_items.jsonl"  # train.py's per-example HellaSwag scores in a run directory
 
 
 class RunDirError(RuntimeError):
@@ -102,6 +101,7 @@ def save_checkpoint(path, state):
     full disk mid-save keeps the previous checkpoint. torch's zip writer reports a failed write of
     the file as `RuntimeError: [enforce fail at inline_container.cc] ...`; the real cause (an
     OSError, or the exception a signal handler raised) is its __context__, and that is what we raise."""
+    import torch  # here, not above: the comparison engine reads run directories without torch
     had_one = os.path.exists(path)
     try:
         with atomic_write(path) as f:
@@ -119,6 +119,7 @@ def save_checkpoint(path, state):
 def load_checkpoint_file(path):
     """A checkpoint's contents, loaded with weights_only=True: tensors and plain containers only,
     so a crafted file cannot execute code when unpickled. Anything else is refused in one line."""
+    import torch
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
@@ -242,3 +243,65 @@ def run_status(events):
     if "end" in kinds and "checklist" not in kinds[len(kinds) - kinds[::-1].index("end"):]:
         return "preempted"
     return "failed" if events else "not run"
+
+
+# ----------------------------------------------------------------------------- reading a finished run
+
+def read_events(out_dir, damage=None):
+    """The records of log.jsonl. A line that is not a JSON record (torn by a kill or a full disk,
+    bytes that are not UTF-8) or that holds a non-finite token or iteration count is skipped, so a
+    reader never fails on, or glues together, a partial record; pass a list as `damage` to have
+    each skipped line named there."""
+    path = os.path.join(out_dir, "log.jsonl")
+    if not os.path.exists(path):
+        return []
+    events = []
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                record = json.loads(raw.decode("utf-8"))
+                if not isinstance(record, dict):
+                    raise ValueError("not a record")
+                if any(not math.isfinite(record[k]) for k in ("tokens", "iter") if isinstance(record.get(k), float)):
+                    raise ValueError("a non-finite token or iteration count")
+            except (UnicodeDecodeError, ValueError) as e:
+                if damage is not None:
+                    reason = "not UTF-8" if isinstance(e, UnicodeDecodeError) else str(e) if "non-finite" in str(e) \
+                        else "not a whole JSON record"
+                    damage.append(f"{path}:{number}: {reason}: line skipped")
+                continue
+            events.append(record)
+    return events
+
+
+def read_run_info(out_dir):
+    """out_dir's run_info.json, or {} when it has none; a damaged one is an error that names it."""
+    path = os.path.join(out_dir, "run_info.json")
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise RunDirError(f"{path} is damaged ({type(e).__name__}): restore it, or move it away to go on "
+                                 f"without the run's recorded facts") from None
+
+
+def read_run(out_dir):
+    """Everything a report needs from one run directory: its resolved config, run_info and events,
+    and `damage`: each damaged file or line and what was done about it (a damaged JSON file is read
+    as missing, so no fact is taken from it)."""
+    damage = []
+
+    def load(name):
+        path = os.path.join(out_dir, name)
+        if not os.path.exists(path):
+            return None
+        try:
+            with open(path, encoding="utf-8") as f:
+                return json.load(f)
+        except (UnicodeDecodeError, ValueError) as e:
+            damage.append(f"{path} is damaged ({type(e).__name__}): read as missing")
+            return None
+    config, info = load("config.json"), load("run_info.json")
+    return dict(out_dir=out_dir, config=config, info=info, events=read_events(out_dir, damage), damage=damage)

@@ -14,7 +14,6 @@ can be rebuilt from the directories alone, whoever produced them.
 import hashlib
 import importlib.metadata
 import json
-import math
 import os
 import platform
 import shlex
@@ -180,73 +179,13 @@ def offsets_digest(batches):
     return digest(*(np.asarray(b, dtype=np.int64).tobytes() for b in batches))
 
 
-def read_events(out_dir, damage=None):
-    """The records of log.jsonl. A line that is not a JSON record (torn by a kill or a full disk,
-    bytes that are not UTF-8) or that holds a non-finite token or iteration count is skipped, so a
-    reader never fails on, or glues together, a partial record; pass a list as `damage` to have
-    each skipped line named there."""
-    path = os.path.join(out_dir, "log.jsonl")
-    if not os.path.exists(path):
-        return []
-    events = []
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, 1):
-            try:
-                record = json.loads(raw.decode("utf-8"))
-                if not isinstance(record, dict):
-                    raise ValueError("not a record")
-                if any(not math.isfinite(record[k]) for k in ("tokens", "iter") if isinstance(record.get(k), float)):
-                    raise ValueError("a non-finite token or iteration count")
-            except (UnicodeDecodeError, ValueError) as e:
-                if damage is not None:
-                    reason = "not UTF-8" if isinstance(e, UnicodeDecodeError) else str(e) if "non-finite" in str(e) \
-                        else "not a whole JSON record"
-                    damage.append(f"{path}:{number}: {reason}: line skipped")
-                continue
-            events.append(record)
-    return events
-
-
-def read_run_info(out_dir):
-    """out_dir's run_info.json, or {} when it has none; a damaged one is an error that names it."""
-    path = os.path.join(out_dir, "run_info.json")
-    if not os.path.exists(path):
-        return {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise rundir.RunDirError(f"{path} is damaged ({type(e).__name__}): restore it, or move it away to go on "
-                                 f"without the run's recorded facts") from None
-
-
 def check_gpt2_tokens(out_dir, what):
     """Refuse, in one line, a run whose data run_info.json records as tokenized other than with GPT-2's BPE:
     `what` feeds GPT-2 BPE ids, which would mean other tokens to that model."""
-    tokenizer = read_run_info(out_dir).get("facts", {}).get("tokenizer")
+    tokenizer = rundir.read_run_info(out_dir).get("facts", {}).get("tokenizer")
     if tokenizer not in (None, "gpt2"):
         raise configurator.ConfigError(f"{out_dir} was trained on {tokenizer!r} tokens but {what} uses GPT-2's BPE: "
                                        f"only runs on GPT-2-tokenized data apply")
-
-
-def read_run(out_dir):
-    """Everything a report needs from one run directory: its resolved config, run_info and events,
-    and `damage`: each damaged file or line and what was done about it (a damaged JSON file is read
-    as missing, so no fact is taken from it)."""
-    damage = []
-
-    def load(name):
-        path = os.path.join(out_dir, name)
-        if not os.path.exists(path):
-            return None
-        try:
-            with open(path, encoding="utf-8") as f:
-                return json.load(f)
-        except (UnicodeDecodeError, ValueError) as e:
-            damage.append(f"{path} is damaged ({type(e).__name__}): read as missing")
-            return None
-    config, info = load("config.json"), load("run_info.json")
-    return dict(out_dir=out_dir, config=config, info=info, events=read_events(out_dir, damage), damage=damage)
 
 
 # ----------------------------------------------------------------------------- what train.py records at start-up

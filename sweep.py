@@ -28,7 +28,7 @@ whose log has an `end` event is skipped, an unfinished one with a checkpoint res
 (summary.md, summary.csv in sweep_dir) has the best val loss and perplexity of every run.
 
 A suite file (suites/*.py) assigns `variants` ({name: {"config": file(s), key: value, ...}}),
-`baseline`, `seeds`, `metric` (ablation.METRICS) and `allowed` (the keys a variant may change),
+`baseline`, `seeds`, `metric` (compare.METRICS) and `allowed` (the keys a variant may change),
 optionally `nproc` (torchrun ranks per run), `base` and `overrides` as above. Each variant runs
 once per seed as `<variant>-seed<seed>` under suite_dir. Before any run starts, every resolved
 config is compared with the baseline's: a difference in a key that is not allowed refuses the
@@ -55,17 +55,13 @@ import subprocess
 import sys
 import time
 
-import ablation
-import ablation_report
 import configurator
-import fork
-import ladder
+import forking
 import parallel
 import rundir
-import runrecord
 import runtime
-import slurm_launch
-import stats
+from ablation import compare, ladder, plan, suites
+from slurm import jobs as slurm_jobs
 
 OPTIONS = dict(
     grid="",  # "key=[v1,v2] key2=[...]": added to a sweep file's grid
@@ -92,7 +88,6 @@ OPTIONS = dict(
     slurm_max_running=0,  # runs at once (the array's %N); 0 = as many as the cluster gives
     slurm_signal_s=300,  # SIGTERM this many seconds before the time limit: the last step and the save must fit
 )
-SUITE_KEYS = ("variants", "baseline", "seeds", "metric", "allowed")
 
 
 def parse_args(argv):
@@ -153,73 +148,16 @@ def read_sweep_file(path, spec):
     exec(compile(open(path).read(), path, "exec"), namespace)
     stem = os.path.splitext(os.path.basename(path))[0]
     if "variants" in namespace:
-        spec["suite"] = read_suite(namespace, stem, os.path.dirname(os.path.abspath(path)))  # base too: relative to it
+        spec["suite"] = suites.read_suite(namespace, stem, os.path.dirname(os.path.abspath(path)), runtime.DEFAULTS)  # base too: relative to it
     else:
         grid = namespace["grid"]
         spec["grid"].extend(grid if isinstance(grid, list) else [grid])
     here = os.path.dirname(os.path.abspath(path))
     spec["base"].extend(os.path.normpath(os.path.join(here, b)) if spec["suite"] else b for b in namespace.get("base", []))
     spec["overrides"].update(namespace.get("overrides", {}))
-    spec["slurm"].update(namespace.get("slurm", {}))  # each run's Slurm resources: slurm_launch.resources
+    spec["slurm"].update(namespace.get("slurm", {}))  # each run's Slurm resources: slurm_jobs.resources
     default_dir = f"out-suite-{stem}" if spec["suite"] else "out-sweep-" + stem.removeprefix("sweep_")
     spec["sweep_dir"] = namespace.get("suite_dir", namespace.get("sweep_dir", "")) or spec["sweep_dir"] or default_dir
-
-
-def read_suite(namespace, name, here):
-    """A suite's declaration, checked: each mistake is one line that says what to write. A variant's
-    config files are relative to the suite file's directory."""
-    err = configurator.ConfigError
-    missing = [k for k in SUITE_KEYS if k not in namespace]
-    if missing:
-        raise err(f"suite {name!r} does not set {missing}: a suite declares {SUITE_KEYS}")
-    variants, seeds = namespace["variants"], namespace["seeds"]
-    if not isinstance(variants, dict) or not all(isinstance(v, dict) for v in variants.values()):
-        raise err("variants must be {name: {'config': file or [files], key: value, ...}}")
-    if namespace["baseline"] not in variants:
-        raise err(f"baseline={namespace['baseline']!r} is not one of the variants {list(variants)}")
-    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(s, int) for s in seeds):
-        raise err(f"seeds={seeds!r}: give a list of distinct integers")
-    try:
-        ablation.check_metric(namespace["metric"])
-    except ValueError as e:
-        raise err(str(e)) from None
-    for variant, body in variants.items():
-        if not re.fullmatch(r"[\w.+-]+", variant):
-            raise err(f"variant name {variant!r}: use letters, digits, '.', '+', '-' or '_'")
-        unknown = set(body) - {"config"} - set(runtime.DEFAULTS)
-        if unknown:
-            raise err(f"variant {variant!r} sets unknown keys {sorted(unknown)}")
-        configs = body.get("config", [])
-        body["config"] = [os.path.normpath(os.path.join(here, c)) for c in ([configs] if isinstance(configs, str) else configs)]
-    fixed = sorted(set(namespace["allowed"]) & set(ablation.MEASUREMENT_KEYS))
-    if fixed:
-        raise err(f"allowed names {fixed}: these define how the metric is measured and must be equal in every run")
-    nproc = namespace.get("nproc", 1)
-    if not isinstance(nproc, int) or nproc < 1:
-        raise err(f"nproc={nproc!r}: the ranks per run, an integer >= 1")
-    heatmap = list(namespace.get("heatmap", []))
-    if heatmap and (len(heatmap) != 2 or not set(heatmap) <= set(namespace["allowed"])):
-        raise err(f"heatmap={heatmap!r}: name two of the allowed keys (x, y)")
-    alpha, min_effect, looks = namespace.get("alpha", ablation.DEFAULT_ALPHA), namespace.get("min_effect"), \
-        namespace.get("looks")
-    if not (isinstance(alpha, float) and 0 < alpha < 1):
-        raise err(f"alpha={alpha!r}: the family-wise significance level, a float in (0, 1)")
-    if min_effect is not None and not (isinstance(min_effect, (int, float)) and min_effect > 0):
-        raise err(f"min_effect={min_effect!r}: the smallest effect of interest in the metric's units, > 0")
-    if looks is not None and not (isinstance(looks, list) and looks and all(isinstance(n, int) for n in looks)
-                                  and looks == sorted(set(looks)) and looks[0] >= stats.MIN_SEEDS):
-        raise err(f"looks={looks!r}: the planned seed counts of each report, increasing integers >= {stats.MIN_SEEDS}")
-    try:
-        sizes = ladder.check_ladder(namespace.get("ladder"), variants)
-    except ValueError as e:
-        raise err(str(e)) from None
-    fork_at = namespace.get("fork_at")
-    if fork_at is not None and not (isinstance(fork_at, int) and fork_at >= 1):
-        raise err(f"fork_at={fork_at!r}: the iteration at which every variant leaves its seed's baseline trunk, "
-                  f"an integer >= 1 (or leave it out: every run from scratch)")
-    return dict(name=name, variants=variants, baseline=namespace["baseline"], seeds=list(seeds),
-                metric=namespace["metric"], allowed=list(namespace["allowed"]), nproc=nproc, heatmap=heatmap,
-                alpha=alpha, min_effect=min_effect, looks=looks, ladder=sizes, fork_at=fork_at)
 
 
 def parse_grid(text):
@@ -249,7 +187,7 @@ def run_name(point):
     return re.sub(r"[^\w.+-]", "_", "_".join(parts))
 
 
-def plan(spec):
+def plan_runs(spec):
     """[(name, point, train.py argv)]: one per grid point (or suite variant x seed), each argv
     checked by the configurator."""
     if not spec["sweep_dir"]:
@@ -319,7 +257,7 @@ def fork_plan(suite, runs, resolved, sweep_dir):
     for name, point, argv in runs:
         trunk, _, trunk_argv = trunks[(point.get("size"), point["seed"])]
         branch_argv = [*argv, f"--fork_from={os.path.join(sweep_dir, trunk)}"]
-        diffs = fork.recipe_differences(resolve(branch_argv, nproc), resolve(trunk_argv, nproc))
+        diffs = forking.recipe_differences(resolve(branch_argv, nproc), resolve(trunk_argv, nproc))
         if diffs:
             raise configurator.ConfigError(
                 f"fork_at: {point['variant']} cannot continue the baseline's trunk, its training recipe differs "
@@ -372,7 +310,7 @@ def check_confounds(suite, runs, resolved, spec):
     problems = []
     for name, point, _ in runs:
         paired = base[(point.get("size"), point["seed"])]  # a ladder's runs are paired within their size
-        for key, (value, theirs) in ablation.config_differences(resolved[name], paired, suite["allowed"]).items():
+        for key, (value, theirs) in compare.config_differences(resolved[name], paired, suite["allowed"]).items():
             where = f" at size {point['size']}" if "size" in point else ""
             problems.append(f"{point['variant']}{where}: {key} = {value!r} vs baseline {theirs!r}")
     if suite["ladder"]:  # across sizes only the ladder's keys may differ (within a size, as above, none)
@@ -441,11 +379,11 @@ def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
     """Run the unfinished runs, one per GPU slot at a time, a fork's branches once their trunk has
     finished; returns {name: return code}."""
     todo, after = [], {name: point.get("after") for name, point, _ in runs}
-    trunk_finished = lambda name: rundir.run_status(runrecord.read_events(os.path.join(sweep_dir, after[name]))) \
+    trunk_finished = lambda name: rundir.run_status(rundir.read_events(os.path.join(sweep_dir, after[name]))) \
         == "finished" if after[name] else True
     for name, point, argv in runs:
         out_dir = os.path.join(sweep_dir, name)
-        state = rundir.run_status(runrecord.read_events(out_dir))
+        state = rundir.run_status(rundir.read_events(out_dir))
         if state in ("finished", "diverged"):  # a diverged run would only diverge again
             print(f"skip {name}: {'finished' if state == 'finished' else 'diverged (reported, not rerun)'}")
             continue
@@ -476,10 +414,10 @@ def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
                 codes[name] = proc.returncode
                 print(f"{'done' if proc.returncode == 0 else 'FAILED'} {name} (exit {proc.returncode})", flush=True)
                 del active[slot]
-                with open(os.path.join(sweep_dir, ablation.LAUNCHES), "a") as f:  # what --plan times a seed by
+                with open(os.path.join(sweep_dir, suites.LAUNCHES), "a") as f:  # what --plan times a seed by
                     f.write(json.dumps(dict(run=name, start=started, end=time.time(), exit=proc.returncode)) + "\n")
                 here = lambda names: [os.path.join(sweep_dir, n) for n in names]
-                print(slurm_launch.progress_line(here(n for n, _, _ in runs), here(n for n, *_ in active.values()),
+                print(slurm_jobs.progress_line(here(n for n, _, _ in runs), here(n for n, *_ in active.values()),
                                                  here(n for n, _ in todo), len(gpus)), flush=True)
         if active:
             try:
@@ -501,7 +439,7 @@ def summarize(runs, sweep_dir):
     keys = sorted({k for _, point, _ in runs for k in point})
     rows = []
     for name, point, _ in runs:
-        events = runrecord.read_events(os.path.join(sweep_dir, name))
+        events = rundir.read_events(os.path.join(sweep_dir, name))
         evals = [e for e in events if e["event"] == "eval"]
         end = rundir.finished(events)
         status = rundir.run_status(events)
@@ -530,47 +468,14 @@ def summarize(runs, sweep_dir):
     return rows
 
 
-def freeze_suite(suite, runs, sweep_dir):
-    """suite.json: the declaration as of the first run, written once and never rewritten. Its metric,
-    baseline, alpha, min_effect and looks cannot change afterwards (the report must not pick the most
-    flattering one); runs added later (more seeds or variants) go into the suite's record, with the
-    number of looks taken before them, so a report can say the suite grew after it was looked at."""
-    path = os.path.join(sweep_dir, "suite.json")
-    wanted = {name: [p["variant"], p["seed"]] for name, p, _ in runs if not p.get("trunk")}
-    if not os.path.exists(path):
-        os.makedirs(sweep_dir, exist_ok=True)
-        with rundir.atomic_write(path, "w") as f:  # a torn suite.json would lose the plan
-            json.dump(dict(suite, runs=wanted), f, indent=1)
-    else:
-        try:
-            first = ablation.read_suite_json(path)
-        except ValueError as e:
-            raise configurator.ConfigError(str(e)) from None
-        for key in ("metric", "baseline", "alpha", "min_effect", "looks", "fork_at"):  # fork_at: the trunks on disk
-            if first.get(key) != suite.get(key) and (key in first or suite.get(key) is not None):
-                raise configurator.ConfigError(
-                    f"{path} declared {key}={first.get(key)!r} before its runs; this suite says {suite.get(key)!r}: "
-                    f"keep it, or start a new suite_dir")
-        record = ablation.read_suite_record(sweep_dir)
-        known = ablation.suite_runs(first, record)
-        added = {name: run for name, run in wanted.items() if name not in known}
-        if added:
-            ablation.append_suite_record(sweep_dir, dict(event="added", runs=added,
-                                                         looks_before=len(ablation.looks_taken(record))))
-    if suite.get("ladder"):  # each size is an ordinary suite of its own in suite_dir/<size>
-        for size in suite["ladder"]["sizes"]:
-            own = [(ladder.size_of(name)[1], p, argv) for name, p, argv in runs if p["size"] == size]
-            freeze_suite(dict(suite, name=f"{suite['name']}/{size}", ladder=None), own, os.path.join(sweep_dir, size))
-
-
 def main(argv, launch=launch_subprocess):
     spec, options = parse_args(argv)
-    runs = plan(spec)
+    runs = plan_runs(spec)
     sweep_dir, suite = spec["sweep_dir"], spec["suite"]
     nproc = suite["nproc"] if suite else 1
     if options["status"]:
         return show_status(runs, suite, sweep_dir)
-    slurm = slurm_launch.resources(options, spec["slurm"], nproc, OPTIONS) if options["launcher"] == "slurm" else None
+    slurm = slurm_jobs.resources(options, spec["slurm"], nproc, OPTIONS) if options["launcher"] == "slurm" else None
     print(f"{len(runs)} runs in {sweep_dir}:")
     for name, _, run_argv in runs:
         print(f"  {name}: {'torchrun --nproc_per_node=%d' % nproc if nproc > 1 else 'python'} train.py "
@@ -581,7 +486,7 @@ def main(argv, launch=launch_subprocess):
         own = os.path.join(sweep_dir, suite["ladder"]["reference"]) if suite["ladder"] else sweep_dir  # a size's family
         pilots = [p.strip() for p in options["pilot"].split(",") if p.strip()] or [own]
         slots = len(default_gpus(options["gpus"], nproc, options["cpu_runs"]))
-        print(ablation_report.seed_plan_text(suite, len(runs), pilots, parse_budget(options["budget"]), slots))
+        print(plan.seed_plan_text(suite, len(runs), pilots, parse_budget(options["budget"]), slots))
         return runs
     if options["dry_run"]:
         return runs
@@ -590,18 +495,18 @@ def main(argv, launch=launch_subprocess):
     if slurm:
         with rundir.out_dir_lock(sweep_dir, holder="sweep"):  # two submissions would both submit the same runs
             if suite:
-                freeze_suite(suite, runs, sweep_dir)
-            slurm_launch.submit(runs, sweep_dir, nproc, slurm,
+                suites.freeze_suite(suite, runs, sweep_dir)
+            slurm_jobs.submit(runs, sweep_dir, nproc, slurm,
                                 [sys.executable, os.path.join(runtime.REPO_DIR, "sweep.py"), *argv, "--status=True"])
         return runs
     if launch is launch_subprocess:
         launch = functools.partial(launch_subprocess, nproc=nproc)
     with rundir.out_dir_lock(sweep_dir, holder="sweep"):  # two sweeps on one directory would race for its runs
         if suite:
-            freeze_suite(suite, runs, sweep_dir)
+            suites.freeze_suite(suite, runs, sweep_dir)
         codes = run_all(runs, sweep_dir, default_gpus(options["gpus"], nproc, options["cpu_runs"]), launch)
     if suite:
-        print(open(ablation_report.report_suite_dir(sweep_dir)).read())
+        print(open(suites.report_suite_dir(sweep_dir)).read())
     else:
         summarize(runs, sweep_dir)
         print(open(os.path.join(sweep_dir, "summary.md")).read())
@@ -654,12 +559,12 @@ def mark_stale(runs, suite, sweep_dir):
 def show_status(runs, suite, sweep_dir):
     """Where each run stands (sweep.py --status); once every run has finished, the report (a suite)
     or the table (a grid) is built."""
-    states = slurm_launch.run_states(runs, sweep_dir)
-    print(slurm_launch.status_text(states, sweep_dir))
+    states = slurm_jobs.run_states(runs, sweep_dir)
+    print(slurm_jobs.status_text(states, sweep_dir))
     mark_stale(runs, suite, sweep_dir)
-    if all(s["state"] in slurm_launch.DONE for s in states):
+    if all(s["state"] in slurm_jobs.DONE for s in states):
         if suite:
-            path = ablation_report.report_suite_dir(sweep_dir)
+            path = suites.report_suite_dir(sweep_dir)
         else:
             summarize(runs, sweep_dir)
             path = os.path.join(sweep_dir, "summary.md")

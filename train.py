@@ -22,7 +22,7 @@ import torch
 
 import configurator
 import evaluation
-import fork
+import forking
 import optim
 import rundir
 import runrecord
@@ -189,14 +189,14 @@ def train(cfg, layout, signals, command):
         codec[0](SAMPLE_PROMPT)  # a prompt the model cannot read is refused now, not after training
     checkpoint = runtime.load_checkpoint(cfg, layout) if cfg["init_from"] == "resume" else None
     resumed = checkpoint is not None
-    trunk = fork.read_trunk(cfg) if cfg["fork_from"] and not resumed else None
+    trunk = forking.read_trunk(cfg) if cfg["fork_from"] and not resumed else None
     data_changes = runrecord.data_changes_since_start(cfg, data_dir, counts) if resumed else None
     hellaswag_examples = (evaluation.load_examples_on_ranks(cfg["hellaswag_input"] or "val", cfg["hellaswag_limit"],
                                                             layout) if cfg["hellaswag_interval"] else None)
 
     torch.manual_seed(runtime.seed_of(cfg, "init"))  # identical initial weights on every rank
     raw_model = runtime.build_model(cfg, checkpoint, layout.tp_group).to(device)
-    forked = fork.load_weights(trunk, raw_model) if trunk else None  # (tensors loaded, new ones)
+    forked = forking.load_weights(trunk, raw_model) if trunk else None  # (tensors loaded, new ones)
     if cfg["init_from"] not in ("scratch", "resume"):
         cfg.update({k: getattr(raw_model.config, k) for k in model_config_fields(GPTConfig)})
     # reduced_sync: count one tiny step's all-reduces against the schedule (before DDP's or FSDP's
@@ -221,7 +221,7 @@ def train(cfg, layout, signals, command):
         iter_num, tokens_seen = checkpoint["iter_num"], checkpoint["tokens_seen"]
         train_time, best_val = checkpoint["train_time"], checkpoint["best_val_loss"]
     if trunk:  # the trunk's continuation, with this run's model
-        iter_num, tokens_seen, train_time, best_val, forked = fork.continue_trunk(trunk, raw_model, optimizer, layout,
+        iter_num, tokens_seen, train_time, best_val, forked = forking.continue_trunk(trunk, raw_model, optimizer, layout,
                                                                                   cfg, forked)
     del checkpoint
 
@@ -286,7 +286,7 @@ def train(cfg, layout, signals, command):
                                                       replica=(layout.dp_rank, layout.dp, layout.dp_group), items=True)
                 items = result.pop("items")  # per example: what a report pairs item by item across variants
                 if layout.master:
-                    evaluation.write_items(os.path.join(cfg["out_dir"], evaluation.HELLASWAG_ITEMS), items,
+                    evaluation.write_items(os.path.join(cfg["out_dir"], rundir.HELLASWAG_ITEMS), items,
                                            append=True, iter=iter_num, tokens=tokens_seen)
                 log.event("hellaswag", f"step {iter_num}: hellaswag acc {result['acc']:.4f}, acc_norm "
                           f"{result['acc_norm']:.4f} ({result['n']} examples)", iter=iter_num, tokens=tokens_seen,
@@ -294,7 +294,7 @@ def train(cfg, layout, signals, command):
         if checkpoint_due and cfg["save_checkpoint"] and iter_num > start_iter:
             layout.save(cfg["out_dir"], iter_num, raw_model, optimizer, dict(
                 scaler=scaler.state_dict(), config=cfg, iter_num=iter_num, tokens_seen=tokens_seen,
-                param_names=None if layout.sharded or layout.tp > 1 else fork.param_names(raw_model, optimizer),
+                param_names=None if layout.sharded or layout.tp > 1 else forking.param_names(raw_model, optimizer),
                 train_time=train_time, best_val_loss=best_val, metrics=metrics,
                 pruning=pruner.state_dict() if pruner is not None else None))
         if stop_reason:

@@ -10,14 +10,12 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-import ablation
-import ablation_report
 import configurator
 import report
-import runrecord
+import rundir
 import runtime
-import stats
 import sweep
+from ablation import compare, render, stats
 from test_sweep import in_process, toy_args
 
 T_975_DF2 = 4.302652729911275  # Student t quantile 0.975 with 2 degrees of freedom (tables)
@@ -39,9 +37,9 @@ def test_paired_test_matches_a_hand_computation():
 
 def test_clopper_pearson_interval_matches_its_closed_form():
     # 0 of n: upper bound 1 - (alpha/2)^(1/n); n of n: lower bound (alpha/2)^(1/n)
-    assert ablation.binomial_interval(0, 10) == pytest.approx([0.0, 1 - 0.025 ** 0.1])
-    assert ablation.binomial_interval(10, 10) == pytest.approx([0.025 ** 0.1, 1.0])
-    assert ablation.binomial_interval(10, 10, 0.99) == pytest.approx([0.005 ** 0.1, 1.0])
+    assert compare.binomial_interval(0, 10) == pytest.approx([0.0, 1 - 0.025 ** 0.1])
+    assert compare.binomial_interval(10, 10) == pytest.approx([0.025 ** 0.1, 1.0])
+    assert compare.binomial_interval(10, 10, 0.99) == pytest.approx([0.005 ** 0.1, 1.0])
 
 
 def test_verdicts():
@@ -60,8 +58,8 @@ def test_verdicts():
     assert v([0.1, 0.3])[0] == "too few seeds"  # n = 2: no t-test with one degree of freedom
     assert v([1e-6] * 3)[0] == "deterministic" and "constant offset" in v([1e-6] * 3)[1]
     assert v([0.0] * 3)[1].startswith("exactly equal runs")
-    assert ablation.blocked_verdict({}, "seed 2 failed", 3)[0] == "incomplete"
-    word, why = ablation.blocked_verdict({"batch_size": (8, 4)}, "", 3)
+    assert compare.blocked_verdict({}, "seed 2 failed", 3)[0] == "incomplete"
+    word, why = compare.blocked_verdict({"batch_size": (8, 4)}, "", 3)
     assert word == "not comparable" and "batch_size = 8 vs baseline 4" in why
 
 
@@ -101,7 +99,7 @@ def test_aa_suite_and_positive_control(data_dir, tmp_path, capsys):
         assert entry["n"] == 3 and entry["paired_seeds"] == [1, 2, 3] and not entry["confounds"]
         assert entry["pairing"] == ["seed 1: holds", "seed 2: holds", "seed 3: holds"]
     # the paired difference is exactly the per-seed gap of the logged final evaluations
-    evals = lambda run: [e for e in runrecord.read_events(os.path.join(suite_dir, run)) if e["event"] == "eval"]
+    evals = lambda run: [e for e in rundir.read_events(os.path.join(suite_dir, run)) if e["event"] == "eval"]
     gaps = [evals(f"lr_low-seed{s}")[-1]["val_loss"] - evals(f"base-seed{s}")[-1]["val_loss"] for s in (1, 2, 3)]
     assert low["differences"] == pytest.approx(gaps) and low["diff_mean"] == pytest.approx(np.mean(gaps))
     md = open(os.path.join(suite_dir, "report.md")).read()
@@ -134,7 +132,7 @@ def test_aa_suite_and_positive_control(data_dir, tmp_path, capsys):
     capsys.readouterr()
     sweep.main([*suite_args(data_dir, path), "--plan=True", f"--pilot={suite_dir}"], launch=in_process(calls))
     planned = capsys.readouterr().out
-    sd, df = ablation.pooled_difference_sd(result)
+    sd, df = compare.pooled_difference_sd(result)
     needed = stats.plan_seeds(sd, df, 3, 2, 0.05, 0.01)["seeds_needed"]
     assert f"paired-difference sd {sd:.4g} ({df} df" in planned and "2 comparison(s)" in planned
     assert f"needs {needed} seeds" in planned
@@ -198,8 +196,8 @@ def test_a_failed_run_is_shown_and_makes_the_verdict_incomplete(data_dir, tmp_pa
 def test_pairing_check_names_weights_that_start_differently():
     facts = lambda order, w: dict(info=dict(facts=dict(data_order=order, init_weights=w)))
     base = facts("a", {"wte": [[4, 2], "x"], "h.0": [[2, 2], "y"], "extra": [[1], "z"]})
-    assert ablation.pairing(facts("a", {"wte": [[4, 2], "x"], "h.0": [[2, 2], "y"]}), base, []) == []
-    problems = ablation.pairing(facts("b", {"wte": [[4, 2], "x"], "h.0": [[2, 2], "q"]}), base, [])
+    assert compare.pairing(facts("a", {"wte": [[4, 2], "x"], "h.0": [[2, 2], "y"]}), base, []) == []
+    problems = compare.pairing(facts("b", {"wte": [[4, 2], "x"], "h.0": [[2, 2], "q"]}), base, [])
     assert problems == ["different data order", "1 of 2 shared weight tensors start from other values (e.g. h.0)"]
 
 
@@ -260,7 +258,7 @@ def test_time_limited_runs_are_compared_at_equal_tokens_with_every_plot(tmp_path
                                                final_tokens=300 + 100 * i + seed * 50, hellaswag_right=30 + i)
     suite = dict(name="grid", metric="val_loss", baseline="lr0.001_b8", allowed=["learning_rate", "batch_size"],
                  variants=variants)
-    result = ablation.compare(suite, runs)
+    result = compare.compare(suite, runs)
     assert result["compared_at_tokens"] == 300  # the shortest run ended at 350 tokens, evaluated at 300
     v = result["variants"]["lr0.003_b16"]
     assert v["differences"] == pytest.approx([0.3, 0.3]) and v["verdict"] == "incomplete"  # no run record
@@ -268,10 +266,10 @@ def test_time_limited_runs_are_compared_at_equal_tokens_with_every_plot(tmp_path
     assert v["cost_ratio"]["tokens_per_sec"] == pytest.approx(0.5)  # its tokens / its step time: 100/16 vs 100/8
     h = v["hellaswag"]  # 33 of 100 in each of 2 seeds, pooled
     assert h["n"] == 200 and h["acc_norm"]["value"] == pytest.approx(0.33)
-    assert h["acc_norm"]["interval"] == pytest.approx(ablation.binomial_interval(66, 200, 1 - 0.05 / 3))
+    assert h["acc_norm"]["interval"] == pytest.approx(compare.binomial_interval(66, 200, 1 - 0.05 / 3))
     assert not h["acc_norm"]["chance_inside"]  # 66/200: [0.265, 0.40]
     assert result["variants"]["lr0.001_b8"]["hellaswag"]["acc_norm"]["chance_inside"]  # 60/200 is not above chance
-    path = ablation_report.write_report(result, runs, str(tmp_path))
+    path = render.write_report(result, runs, str(tmp_path))
     for png in ("metric_vs_tokens.png", "paired_differences.png", "syncs_vs_loss.png", "sparsity_vs_ppl.png",
                 "heatmap.png"):
         assert os.path.getsize(tmp_path / png) > 1000, png
@@ -295,7 +293,7 @@ def test_a_suite_with_nproc_runs_each_variant_under_torchrun(data_dir, tmp_path)
     info = json.load(open(os.path.join(suite_dir, "spd-seed1", "run_info.json")))
     assert info["facts"]["world_size"] == 2 and info["start"]["command"].startswith("torchrun --standalone "
                                                                                      "--nproc_per_node=2")
-    syncs = [e["syncs_forward"] for e in runrecord.read_events(os.path.join(suite_dir, "spd-seed1"))
+    syncs = [e["syncs_forward"] for e in rundir.read_events(os.path.join(suite_dir, "spd-seed1"))
              if e["event"] == "eval"]
     assert syncs and set(syncs) == {2}  # 2 spd layers, one all-reduce each
 
@@ -373,7 +371,7 @@ def test_declared_looks_keep_the_family_wise_error_at_alpha_and_unplanned_looks_
     d = rng.normal(0.0, 1.0, size=(sims, looks[-1]))
     record, planned, naive = [], np.zeros(sims, bool), np.zeros(sims, bool)
     for n in looks:
-        alpha, note = ablation.sequential_alpha(dict(alpha=0.05, looks=looks, record=record), n)
+        alpha, note = compare.sequential_alpha(dict(alpha=0.05, looks=looks, record=record), n)
         assert note.startswith(f"look {looks.index(n) + 1} of the 4 declared")
         t = d[:, :n].mean(axis=1) / (d[:, :n].std(axis=1, ddof=1) / math.sqrt(n))
         p = 2 * scipy_stats.t.sf(np.abs(t), n - 1)
@@ -383,5 +381,5 @@ def test_declared_looks_keep_the_family_wise_error_at_alpha_and_unplanned_looks_
     error = 3 * math.sqrt(0.05 * 0.95 / sims)
     assert planned.mean() <= 0.05 + error, planned.mean()
     assert naive.mean() > 0.1, naive.mean()
-    alpha, note = ablation.sequential_alpha(dict(alpha=0.05, record=record[:2]), 10)  # no plan: said, not hidden
+    alpha, note = compare.sequential_alpha(dict(alpha=0.05, record=record[:2]), 10)  # no plan: said, not hidden
     assert alpha == 0.05 and note.startswith("NOT AT NOMINAL ALPHA: 3 looks (reports at [3, 6, 10] seeds)")

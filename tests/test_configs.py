@@ -63,7 +63,7 @@ def resolve_sweep(args):
     """{run name: resolved config} of a sweep or suite, as sweep.py plans and resolves its runs."""
     spec, _ = sweep.parse_args([os.path.join(REPO, a) if not a.startswith("--") else a for a in args])
     nproc = spec["suite"]["nproc"] if spec["suite"] else 1
-    return {name: sweep.resolve(argv, nproc) for name, _, argv in sweep.plan(spec)}
+    return {name: sweep.resolve(argv, nproc) for name, _, argv in sweep.plan_runs(spec)}
 
 
 def resolve(key):

@@ -19,7 +19,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Scripts whose keys are a DEFAULTS dict read by configurator.py, and scripts that use argparse.
 CONFIG_SCRIPTS = ("train", "sample", "eval", "hellaswag", "sweep", "report", "export_checkpoint")
-ARGPARSE_SCRIPTS = ("bench", "bench_comm", "test_all_architectures", "bench_ra", "gpu_check",
+ARGPARSE_SCRIPTS = ("tools.bench_ra_variants", "tools.bench_comm", "test_all_architectures", "tools.bench_ra_kernels", "gpu_check",
                     "data.shakespeare.prepare", "data.openwebtext.prepare", "data.finewebedu.prepare",
                     "data.wikitext2.prepare")
 
@@ -52,7 +52,7 @@ def test_argparse_scripts_answer_help(name, monkeypatch, capsys):
     module = importlib.import_module(name)
     monkeypatch.setattr(sys, "argv", [name, "--help"])
     with pytest.raises(SystemExit) as done:
-        module.main() if name in ("bench_comm", "bench_ra") else module.main(["--help"])
+        module.main() if name in ("tools.bench_comm", "tools.bench_ra_kernels") else module.main(["--help"])
     assert done.value.code == 0
     assert "usage:" in capsys.readouterr().out
 

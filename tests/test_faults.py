@@ -18,11 +18,11 @@ import eval as eval_script
 import evaluation
 import hellaswag
 import rundir
-import runrecord
 import runtime
 import sample
 import tokendata
 import train
+from ablation import suites
 from conftest import VOCAB
 from test_train import events, load_ckpt, tiny_args
 
@@ -48,7 +48,7 @@ def wait_for_training(out_dir, proc, min_iter=1, timeout=120):
     deadline = time.time() + timeout
     while time.time() < deadline:
         assert proc.poll() is None, proc.communicate()[1][-2000:]
-        if any(e["event"] == "train" and e["iter"] >= min_iter for e in runrecord.read_events(out_dir)):
+        if any(e["event"] == "train" and e["iter"] >= min_iter for e in rundir.read_events(out_dir)):
             return
         time.sleep(0.1)
     raise TimeoutError(f"{out_dir} never reached iteration {min_iter}")
@@ -152,7 +152,7 @@ def test_sigterm_stops_after_the_step_with_a_checkpoint_and_resume_matches(data_
     train.main(tiny_args(data_dir, straight, "--dropout=0.1", *LONG, f"--max_iters={resumed_end}"))
     losses = lambda d: {r["iter"]: r["loss"] for r in events(d, "train")}
     assert losses(out) == losses(straight) and max(losses(out)) == resumed_end
-    assert rundir.finished(runrecord.read_events(out))[-1]["stop_reason"] == "max_iters"
+    assert rundir.finished(rundir.read_events(out))[-1]["stop_reason"] == "max_iters"
 
 
 def test_sighup_stops_like_sigterm_with_a_checkpoint(data_dir, tmp_path):
@@ -302,7 +302,7 @@ def test_write_errors_name_their_cause_and_lose_nothing(data_dir, tmp_path):
         f"checkpoint (resume with --init_from=resume once there is room)")
     raw = open(os.path.join(out, "log.jsonl"), "rb").read()
     assert not raw.endswith(b"\n") and len(raw) == limit
-    whole = runrecord.read_events(out)  # ... which readers skip
+    whole = rundir.read_events(out)  # ... which readers skip
     assert len(whole) == raw.count(b"\n")
     # ... and a resume cuts off before appending: every line is a record, none glued to the fragment.
     train.main(tiny_args(data_dir, out, "--init_from=resume"))
@@ -316,7 +316,7 @@ def test_write_errors_name_their_cause_and_lose_nothing(data_dir, tmp_path):
 def test_readers_skip_a_torn_or_garbled_line(tmp_path):
     (tmp_path / "log.jsonl").write_text('{"event": "eval", "iter": 0}\n{"event": "tr\n'
                                         '{"event": "end", "iter": 4, "stop_reason": "max_iters"}\n{"event": "tra')
-    assert [e["event"] for e in runrecord.read_events(str(tmp_path))] == ["eval", "end"]
+    assert [e["event"] for e in rundir.read_events(str(tmp_path))] == ["eval", "end"]
     assert rundir.repair_torn_line(str(tmp_path / "log.jsonl")) == '{"event": "tra'
     assert open(tmp_path / "log.jsonl").read().endswith('"max_iters"}\n')
 
@@ -532,13 +532,12 @@ def test_ctrl_c_to_a_sweep_pauses_its_run_with_a_checkpoint_and_one_line(data_di
 
 
 def test_a_truncated_suite_json_is_named_in_one_line(tmp_path):
-    import sweep
     suite_dir = tmp_path / "out-suite"
     suite_dir.mkdir()
     (suite_dir / "suite.json").write_text('{"metric": "val_loss", "baseline": "ba')
     suite = dict(name="s", metric="val_loss", baseline="base", alpha=0.05, min_effect=None)
     with pytest.raises(configurator.ConfigError, match=f"{suite_dir}/suite.json is damaged"):
-        sweep.freeze_suite(suite, [], str(suite_dir))
+        suites.freeze_suite(suite, [], str(suite_dir))
     with pytest.raises(configurator.ConfigError, match="suite.json is damaged"):
         import report
         report.main([str(suite_dir)])

@@ -11,15 +11,14 @@ import shutil
 import pytest
 import torch
 
-import ablation
 import configurator
-import fork
+import forking
 import optim
 import rundir
-import runrecord
 import runtime
 import sweep
 import train
+from ablation import compare, suites
 from test_ablation import LR, suite_args, write_suite
 from test_sweep import in_process
 from test_train import load_ckpt, tiny_args
@@ -28,7 +27,7 @@ RA = ("--model_type=ra", "--dropout=0.1")  # dropout: the trunk's RNG state must
 
 
 def losses(out_dir):
-    return {e["iter"]: e["loss"] for e in runrecord.read_events(out_dir) if e["event"] == "train"}
+    return {e["iter"]: e["loss"] for e in rundir.read_events(out_dir) if e["event"] == "train"}
 
 
 def trunk_and_straight(data_dir, tmp_path, *extra):
@@ -55,27 +54,27 @@ def test_a_baseline_branch_is_the_uninterrupted_run_bit_for_bit(data_dir, tmp_pa
     assert all(same(x, y) for s, t in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values())
                for x, y in zip(s.values(), t.values()))
     assert a["optimizer"].get("spam") == b["optimizer"].get("spam")
-    [event] = [e for e in runrecord.read_events(branch) if e["event"] == "fork"]
+    [event] = [e for e in rundir.read_events(branch) if e["event"] == "fork"]
     assert (event["iter"], event["new"], event["trunk"]) == (5, 0, trunk)
 
 
 def test_a_variant_takes_the_trunks_tensors_and_optimizer_state_and_keeps_its_own_additions(data_dir, tmp_path):
     _, trunk, _ = trunk_and_straight(data_dir, tmp_path)
-    ckpt = fork.read_trunk(runtime.settle(dict(configurator.apply_config(runtime.DEFAULTS, tiny_args(
+    ckpt = forking.read_trunk(runtime.settle(dict(configurator.apply_config(runtime.DEFAULTS, tiny_args(
         data_dir, "x", *RA, "--max_iters=12", "--lr_decay_iters=0", "--ra_pattern=learned", "--attn_gate=True")),
         fork_from=trunk)))
     cfg = dict(ckpt["config"], ra_pattern="learned", attn_gate=True)
     torch.manual_seed(7)
     model = runtime.build_model(dict(cfg, init_from="scratch"))
     own_init = {n: p.detach().clone() for n, p in model.named_parameters()}
-    loaded, new = fork.load_weights(ckpt, model)
+    loaded, new = forking.load_weights(ckpt, model)
     news = model.fork_new_parameters()
     assert new == len(news) == 3 * 2 and loaded == len(model.state_dict()) - new  # gate logit, c_gate w and b per layer
     for name, p in model.named_parameters():
         want = own_init[name] if name in news else ckpt["model"][name]
         assert torch.equal(p.detach(), want), name
     optimizer = optim.build_optimizer(model, cfg)
-    assert fork.load_optimizer(ckpt, model, optimizer, fresh=False) == len(ckpt["param_names"])
+    assert forking.load_optimizer(ckpt, model, optimizer, fresh=False) == len(ckpt["param_names"])
     trunk_state = {n: ckpt["optimizer"]["state"][i] for i, n in enumerate(ckpt["param_names"])}
     for name, p in model.named_parameters():
         state = optimizer.state.get(p, {})
@@ -85,7 +84,7 @@ def test_a_variant_takes_the_trunks_tensors_and_optimizer_state_and_keeps_its_ow
             assert torch.equal(state["exp_avg"], trunk_state[name]["exp_avg"]), name
             assert torch.equal(state["step"], trunk_state[name]["step"]), name
     fresh = optim.build_optimizer(model, cfg)
-    assert fork.load_optimizer(ckpt, model, fresh, fresh=True) == 0 and not fresh.state
+    assert forking.load_optimizer(ckpt, model, fresh, fresh=True) == 0 and not fresh.state
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -184,9 +183,9 @@ def test_forked_and_scratch_runs_are_never_pooled(data_dir, tmp_path):
     scratch = str(tmp_path / "scratch")
     train.main(tiny_args(data_dir, scratch, "--model_type=ra", "--seed=2", "--max_iters=16", "--lr_decay_iters=16",
                          "--eval_interval=8", "--learning_rate=3e-3", "--min_lr=3e-4"))
-    runs = {("base", 1): runrecord.read_run(os.path.join(forked_dir, "base-seed1")),
-            ("base", 2): runrecord.read_run(scratch)}
-    [problem] = [p for p in ablation.measurement_problems(runs, []) if p.startswith("design:")]
+    runs = {("base", 1): rundir.read_run(os.path.join(forked_dir, "base-seed1")),
+            ("base", 2): rundir.read_run(scratch)}
+    [problem] = [p for p in compare.measurement_problems(runs, []) if p.startswith("design:")]
     assert "base-seed1 forked at step 6" in problem and "scratch from scratch" in problem
     assert "never pooled" in problem
     with open(path, "a") as f:  # the trunks on disk stopped at 6: another fork point is another suite
@@ -219,7 +218,7 @@ def test_each_source_of_randomness_has_its_own_seed(data_dir, tmp_path):
     for name, keys in (("base", ()), ("init", ("--init_seed=9",)), ("data", ("--data_seed=9",))):
         runs[name] = str(tmp_path / name)
         train.main(tiny_args(data_dir, runs[name], "--seed=1", "--max_iters=2", *keys))
-    facts = {n: runrecord.read_run_info(d)["facts"] for n, d in runs.items()}
+    facts = {n: rundir.read_run_info(d)["facts"] for n, d in runs.items()}
     assert facts["init"]["data_order"] == facts["base"]["data_order"] != facts["data"]["data_order"]
     assert facts["data"]["init_weights"] == facts["base"]["init_weights"] != facts["init"]["init_weights"]
     with pytest.raises(configurator.ConfigError, match="init_seed must be >= 0, or -1 to follow seed"):
@@ -234,15 +233,15 @@ def test_the_final_evaluation_reads_final_eval_iters_batches(data_dir, tmp_path,
     train.main(tiny_args(data_dir, out, "--final_eval_iters=7"))
     # evaluations at steps 0, 4 and 8 (train, val each); only the last val reads 7 batches
     assert read[-6:] == [0, 0, 0, 0, 0, 7]
-    info = runrecord.read_run_info(out)["facts"]
+    info = rundir.read_run_info(out)["facts"]
     other = str(tmp_path / "other")
     train.main(tiny_args(data_dir, other))
-    assert runrecord.read_run_info(other)["facts"]["eval_windows"] != info["eval_windows"]
+    assert rundir.read_run_info(other)["facts"]["eval_windows"] != info["eval_windows"]
 
 
 def launched_span(suite_dir):
     """The suite's runs from the first start to the last exit, as the local launcher timed them."""
-    lines = [json.loads(line) for line in open(os.path.join(suite_dir, ablation.LAUNCHES))]
+    lines = [json.loads(line) for line in open(os.path.join(suite_dir, suites.LAUNCHES))]
     return max(e["end"] for e in lines) - min(e["start"] for e in lines)
 
 

@@ -59,7 +59,7 @@ def test_the_import_rules_hold_on_a_made_up_house(tmp_path):
 def test_no_entry_point_is_imported():
     modules, edges = graph()
     entry_points = {name for name, path in modules.items() if is_entry_point(path)}
-    assert {"train", "sweep", "report", "eval", "hellaswag", "sample", "export_checkpoint", "bench_ra"} <= entry_points
+    assert {"train", "sweep", "report", "eval", "hellaswag", "sample", "export_checkpoint", "tools.bench_ra_kernels"} <= entry_points
     offending = sorted(f"{importer} imports {imported}" for importer, targets in edges.items()
                        for imported in targets & entry_points)
     assert offending == []
@@ -101,8 +101,41 @@ def test_no_import_circle():
     assert circles(edges) == []
 
 
-def test_train_py_is_a_loop_you_can_read_in_one_sitting():
-    assert len(open(os.path.join(REPO, "train.py")).read().splitlines()) < 400
+def reachable(edges, start):
+    seen, todo = set(), [start]
+    while todo:
+        for w in edges.get(todo.pop(), ()):
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
+def test_the_comparison_engine_stands_on_run_directories_alone():
+    """ablation/ reads finished run directories: below it only rundir, configurator and itself, so a
+    report never loads the models or the training stack."""
+    modules, edges = graph()
+    for name in modules:
+        if name.startswith("ablation.") or name == "report":
+            below = {m for m in reachable(edges, name) if not m.startswith("ablation")}
+            assert below <= {"rundir", "configurator"}, (name, below)
+
+
+def test_the_engine_and_report_py_import_no_torch():
+    """Importing the engine, or report.py, loads neither torch nor a model file (a fresh process)."""
+    import subprocess
+    import sys
+    code = ("import sys; import report, ablation.compare, ablation.suites, ablation.plan, ablation.render; "
+            "print(sorted(m for m in ('torch', 'runtime', 'model', 'ra_model', 'reduced_sync_model') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_top_level_holds_scripts_and_the_modules_they_read():
+    """A newcomer sees what to run at the top: scripts, the models and the training library, nothing else."""
+    top = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(REPO, "*.py")))
+    assert len(top) <= 26, top
+    assert not [name for name in top if name.startswith("bench") or name in ("noise_budget", "calibration")]
 
 
 def test_kernels_import_no_model():

@@ -8,11 +8,10 @@ import os
 import numpy as np
 import pytest
 
-import ablation
 import configurator
-import ladder
 import runtime
-import slurm_launch
+from ablation import compare, ladder
+from slurm import jobs as slurm_jobs
 import sweep
 from test_slurm import cluster, jobs, wait_for  # noqa: F401 (fixtures)
 from test_sweep import toy_args
@@ -38,7 +37,7 @@ def synthetic_size_report(effects, seeds=(1, 2, 3), noise=0.004, rng_seed=0):
             runs[(variant, seed)] = finished_run(variant, seed, base_loss + effect + noise * rng.standard_normal())
     suite = dict(name="toy", metric="val_loss", baseline="base", allowed=[], variants=variants, alpha=0.05,
                  min_effect=None)
-    return ablation.compare(suite, runs)
+    return compare.compare(suite, runs)
 
 
 def finished_run(variant, seed, final_loss):
@@ -227,7 +226,7 @@ def test_a_ladder_on_slurm_runs_every_size_in_one_array_and_reports_across_sizes
     argv = ladder_suite(tmp_path, data_dir, {"base": {}, "ra": {"ra_pattern": "all"}})
     sweep.main([*argv, "--launcher=slurm"])
     suite_dir = tmp_path / "out-ladder"
-    records = [slurm_launch.read_record(str(suite_dir / size / f"{v}-seed{s}"))
+    records = [slurm_jobs.read_record(str(suite_dir / size / f"{v}-seed{s}"))
                for size in SHAPES for v in ("base", "ra") for s in (1, 2)]
     jobs.extend({r["job"] for r in records} | {r["status_job"] for r in records})
     assert len({r["job"].split("_")[0] for r in records}) == 1 and len({r["job"] for r in records}) == 12

@@ -23,9 +23,9 @@ from lm_eval.tasks import TaskManager
 import evaluation
 import export_checkpoint
 import lm_eval_backend
-import lm_eval_results
 import runtime
 import tokendata
+from ablation import lm_eval_results
 from test_hf_export import gpt2_data_dir, tiny_checkpoint, train_gpt2  # noqa: F401
 from test_train import REPO
 
@@ -258,8 +258,8 @@ def test_seeds_scored_on_different_items_are_not_pooled_and_missing_seeds_are_co
 
 
 def test_the_ablation_report_pools_each_variants_task_scores(tmp_path):
-    import ablation
-    import ablation_report
+    from ablation import compare
+    from ablation import render
     from test_ablation import synthetic_run
     runs = {}
     for variant, accs in (("base", (0.30, 0.32)), ("wide", (0.36, 0.40))):
@@ -269,12 +269,12 @@ def test_the_ablation_report_pools_each_variants_task_scores(tmp_path):
             write_result(run["out_dir"], "2026-01-01T00-00-00", "arc_easy", acc, 0.02)
             runs[(variant, seed)] = run
     suite = dict(name="toy", metric="val_loss", baseline="base", allowed=[], variants={"base": [1, 2], "wide": [1, 2]})
-    report = ablation.compare(suite, runs)
+    report = compare.compare(suite, runs)
     wide = report["variants"]["wide"]["lm_eval"]["arc_easy"]["acc"]
     assert wide["value"] == pytest.approx(0.38) and wide["seeds"] == 2
     assert wide["ci95"] == pytest.approx(lm_eval_results.pooled_task_scores(
         [runs[("wide", s)]["out_dir"] for s in (1, 2)])["arc_easy"]["acc"]["ci95"])
-    assert "| wide | arc_easy | acc | 2 of 2 | 100 | 0.3800 |" in ablation_report.markdown(report, [])
+    assert "| wide | arc_easy | acc | 2 of 2 | 100 | 0.3800 |" in render.markdown(report, [])
 
 
 def test_a_task_whose_data_is_not_cached_offline_is_one_line(run, tmp_path):

@@ -8,9 +8,9 @@ import os
 import numpy as np
 import pytest
 
-import calibration
+from tools import calibration
 import configurator
-import noise_budget
+from tools import noise_budget
 import sweep
 from test_ablation import LR, suite_args, write_suite
 from test_sweep import in_process

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import prepare_common
+from data import prepare_common
 import tokendata
 from tokendata import EOT_TOKEN
 

@@ -634,17 +634,17 @@ def test_ra_mla_config_with_the_triton_kernel_builds_and_trains(data_dir, tmp_pa
 # ---------------------------------------------------------------- bench.py
 
 def test_bench_measures_what_the_ra_mla_config_runs():
-    import bench
+    from tools import bench_ra_variants
     cfg = load_config("train_ra_mla")
-    assert cfg["ra_window"] == bench.parse_args([]).ra_window  # what the variant's -1 stands for
-    assert all(cfg[k] == v for k, v in bench.VARIANTS["ra_mla"].items() if k != "ra_window")
-    assert bench.parse_args(["--preset=gpt2"]).mla_latent_dim == cfg["mla_latent_dim"]
+    assert cfg["ra_window"] == bench_ra_variants.parse_args([]).ra_window  # what the variant's -1 stands for
+    assert all(cfg[k] == v for k, v in bench_ra_variants.VARIANTS["ra_mla"].items() if k != "ra_window")
+    assert bench_ra_variants.parse_args(["--preset=gpt2"]).mla_latent_dim == cfg["mla_latent_dim"]
 
 
 def test_bench_reports_ratios_to_the_baseline(tmp_path, capsys):
-    import bench
-    out = tmp_path / "bench.json"
-    assert bench.main(["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--vocab_size=64",
+    from tools import bench_ra_variants
+    out = tmp_path / "bench_ra_variants.json"
+    assert bench_ra_variants.main(["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--vocab_size=64",
                        "--batch_size=2", "--steps=1", "--warmup=1", "--variants=ralearn,mla",
                        "--in_process", f"--json={out}"]) == 0
     import json

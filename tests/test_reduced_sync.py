@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 
 import configurator
 import evaluation
-import runrecord
+import rundir
 import runtime
 import sharding
 import train
@@ -312,7 +312,7 @@ def tp_args(data_dir, out_dir, *extra):
 
 
 def events(out_dir, kind):
-    return [r for r in runrecord.read_events(out_dir) if r["event"] == kind]
+    return [r for r in rundir.read_events(out_dir) if r["event"] == kind]
 
 
 def torchrun(nproc, args):

@@ -8,13 +8,11 @@ import os
 import numpy as np
 import pytest
 
-import ablation
-import ablation_report
 import evaluation
 import hellaswag
-import runrecord
-import stats
+import rundir
 import train
+from ablation import compare, render, stats
 from ra_model import RAGPT, RAConfig
 from test_hellaswag import FIXTURE, tiny_gpt, write_jsonl
 from test_train import tiny_args
@@ -65,21 +63,21 @@ def fake_run(out_dir, value_at, windows_ms, tokens_per_iter=100, iters=50, flops
 
 
 def compared(runs, variants, baseline="base"):
-    """ablation.add_evidence on a report whose comparison part is filled in by hand (the runs have no
+    """compare.add_evidence on a report whose comparison part is filled in by hand (the runs have no
     configs: only what the evidence needs)."""
     report = dict(metric="val_loss", goal="lower", baseline=baseline, hellaswag_tokens=None, level=0.05, alpha=0.05,
                   min_effect=None,
-                  compared_at_tokens=ablation.common_tokens(list(runs.values()), "val_loss"),
+                  compared_at_tokens=compare.common_tokens(list(runs.values()), "val_loss"),
                   variants={v: {} for v in variants})
     for run in runs.values():
         run["status"] = "finished"
     for v, seeds in variants.items():
         if v != baseline:
             at = report["compared_at_tokens"]
-            diffs = [ablation.metric_by_tokens(runs[(v, s)], "val_loss")[at]
-                     - ablation.metric_by_tokens(runs[(baseline, s)], "val_loss")[at] for s in seeds]
+            diffs = [compare.metric_by_tokens(runs[(v, s)], "val_loss")[at]
+                     - compare.metric_by_tokens(runs[(baseline, s)], "val_loss")[at] for s in seeds]
             report["variants"][v].update(paired_seeds=list(seeds), differences=diffs)
-    ablation.add_evidence(report, dict(variants=variants), runs)
+    compare.add_evidence(report, dict(variants=variants), runs)
     return report
 
 
@@ -110,7 +108,7 @@ def test_throughput_is_total_tokens_over_total_step_time_and_step_time_follows_f
     # no throughput ratio against this baseline is given as a number (it was 1.19-1.36 under load)
     assert base["unreliable"] == ["b2 (step times spread x1.88)"] and mix["unreliable"] == []
     assert "tokens_per_sec" not in ratio and "b2 (step times spread x1.88)" in ratio["tokens_per_sec_withheld"]
-    assert "| mix | 833 [667, 1,111] | not trusted (flagged) |" in "\n".join(ablation_report.cost_lines(report))
+    assert "| mix | 833 [667, 1,111] | not trusted (flagged) |" in "\n".join(render.cost_lines(report))
     runs[("base", 2)] = fake_run(tmp_path / "b2", lambda t: 3.0, calm)  # the same runs on a calm machine
     ratio = compared(runs, {"base": [1, 2, 3], "mix": [1, 2, 3]})["variants"]["mix"]["cost_ratio"]
     assert ratio["tokens_per_sec"] == pytest.approx((5000 / 6) / 1000)
@@ -120,7 +118,7 @@ def test_the_load_average_and_flops_per_token_are_recorded_by_a_run(data_dir, tm
     out = str(tmp_path / "run")
     train.main(tiny_args(data_dir, out, "--model_type=ra", "--ra_pattern=all", "--ra_mode=mix", "--max_iters=3",
                          "--lr_decay_iters=3"))
-    run = runrecord.read_run(out)
+    run = rundir.read_run(out)
     loads = [run["info"]["start"]["load_average"]] + [e["load_average"] for e in run["events"]
                                                       if e["event"] in ("train", "end")]
     assert len(loads) == 5 and all(len(x) == 3 and min(x) >= 0 for x in loads)
@@ -128,7 +126,7 @@ def test_the_load_average_and_flops_per_token_are_recorded_by_a_run(data_dir, tm
     L, C, T = 2, 32, 16
     assert checklist["flops_per_token"] == 6 * checklist["parameters"] + L * 18 * C * T
     run["status"] = "finished"
-    cost = ablation.cost([run])
+    cost = compare.cost([run])
     end = run["events"][-1]
     assert cost["tokens_per_sec"] == pytest.approx(end["tokens"] / end["train_time"])
 
@@ -185,7 +183,7 @@ def write_items(out_dir, right, tokens=200, extra=(), append=False):
     os.makedirs(out_dir, exist_ok=True)
     items = [dict(example=f"ex{i}", label=0, loss_sum=[1, 2, 3, 4], loss_mean=[1, 2, 3, 4], correct=int(r),
                   correct_norm=int(r)) for i, r in enumerate(right)] + list(extra)
-    evaluation.write_items(os.path.join(out_dir, evaluation.HELLASWAG_ITEMS), items, append, iter=2, tokens=tokens)
+    evaluation.write_items(os.path.join(out_dir, rundir.HELLASWAG_ITEMS), items, append, iter=2, tokens=tokens)
 
 
 def test_hellaswag_item_by_item_counts_the_same_items_over_seeds(tmp_path):
@@ -201,14 +199,14 @@ def test_hellaswag_item_by_item_counts_the_same_items_over_seeds(tmp_path):
         write_items(tmp_path / f"v{s}", 1 - var_right[s], tokens=100, append=True)  # another evaluation: not this one
         runs[("base", s)] = dict(out_dir=str(tmp_path / f"b{s}"), status="finished")
         runs[("var", s)] = dict(out_dir=str(tmp_path / f"v{s}"), status="finished")
-    result = ablation.hellaswag_per_item({s: runs[("var", s)] for s in (1, 2)},
+    result = compare.hellaswag_per_item({s: runs[("var", s)] for s in (1, 2)},
                                          {s: runs[("base", s)] for s in (1, 2)}, 200)
     assert result["items"] == n and result["seeds"] == [1, 2]
     assert result["diff"] == pytest.approx(np.mean([var_right[s].mean() - base_right[s].mean() for s in (1, 2)]))
     assert result["variant_only"] == sum(int(((var_right[s] == 1) & (base_right[s] == 0)).sum()) for s in (1, 2))
     assert result["baseline_only"] == sum(int(((var_right[s] == 0) & (base_right[s] == 1)).sum()) for s in (1, 2))
     # evidence only: no p over items x seeds, which would treat items of one model as independent
-    same = ablation.hellaswag_per_item({1: runs[("base", 1)]}, {1: runs[("base", 1)]}, 200)
+    same = compare.hellaswag_per_item({1: runs[("base", 1)]}, {1: runs[("base", 1)]}, 200)
     assert same["diff"] == 0 and same["variant_only"] == same["baseline_only"] == 0 and "p" not in same
 
 
@@ -231,10 +229,10 @@ def test_hellaswag_script_and_train_write_the_per_example_scores(data_dir, tmp_p
     out = str(tmp_path / "run")
     train.main(tiny_args(data_dir, out, "--vocab_size=50304", "--max_iters=4", "--lr_decay_iters=4",
                          "--hellaswag_interval=4", f"--hellaswag_input={fixture}", "--hellaswag_limit=3"))
-    with open(os.path.join(out, evaluation.HELLASWAG_ITEMS)) as f:
+    with open(os.path.join(out, rundir.HELLASWAG_ITEMS)) as f:
         records = [json.loads(line) for line in f]
     assert [(r["iter"], r["tokens"]) for r in records] == [(0, 0)] * 3 + [(4, 4 * 128)] * 3
-    logged = [e for e in runrecord.read_events(out) if e["event"] == "hellaswag"]
+    logged = [e for e in rundir.read_events(out) if e["event"] == "hellaswag"]
     assert [sum(r["correct_norm"] for r in records if r["iter"] == e["iter"]) for e in logged] == \
            [round(e["acc_norm"] * 3) for e in logged]
     result = hellaswag.main([f"--out_dir={out}", f"--input={fixture}", "--device=cpu", "--dtype=float32",
@@ -260,10 +258,10 @@ def test_report_shows_the_evidence_per_seed_the_cost_and_the_plots(tmp_path):
                                                                                         "mix": [1, 2, 3]})
     for (v, s), run in runs.items():
         run["config"] = dict(seed=s, out_dir=run["out_dir"])
-    report = ablation.compare(suite, runs)
+    report = compare.compare(suite, runs)
     mix = report["variants"]["mix"]
     assert mix["signs"]["below"] == 3 and mix["signs"]["p"] == pytest.approx(0.25)
-    path = ablation_report.write_report(report, runs, str(tmp_path / "report"))
+    path = render.write_report(report, runs, str(tmp_path / "report"))
     text = open(path).read()
     assert "| mix | -0.031 | -0.032 | -0.033 | 3 / 0 | 0.25 |" in text
     assert "## At equal model FLOPs" in text and "| mix | 1.250 | 4,000 |" in text
@@ -293,13 +291,13 @@ def test_a_nan_metric_names_the_run_and_file_and_the_rest_of_the_report_is_built
         runs[("good", s)] = fake_run(tmp_path / f"g{s}", lambda t, s=s: 3.05 - t / 10000 + 0.011 * s, [100.0] * 5)
         runs[("bad", s)] = fake_run(tmp_path / f"x{s}", lambda t, s=s: (float("nan") if s == 2 and t > 3000 else
                                                                        2.9 - t / 10000 + 0.01 * s), [100.0] * 5)
-    result = ablation.compare(suite_of(runs), runs)
+    result = compare.compare(suite_of(runs), runs)
     assert result["non_finite"] == [f"{tmp_path}/x2/log.jsonl: val_loss is nan at 5000 tokens"]
     bad, good = result["variants"]["bad"], result["variants"]["good"]
     assert bad["verdict"] == "incomplete" and "seed 2 has a val_loss that is not finite" in bad["why"]
     assert bad["runs"]["seed2"]["value"] is None and bad["n"] == 2
     assert good["verdict"] == "worse" and good["p_holm"] is not None  # the rest is still judged
-    path = ablation_report.write_report(result, runs, str(tmp_path / "report"))
+    path = render.write_report(result, runs, str(tmp_path / "report"))
     text = open(path).read()
     assert "## Metric not finite: COMPARISON INCOMPLETE" in text and f"{tmp_path}/x2/log.jsonl" in text
     assert json.load(open(tmp_path / "report" / "report.json"))["non_finite"] == result["non_finite"]  # strict JSON
@@ -311,11 +309,11 @@ def test_a_negligible_difference_is_worded_as_such_in_the_table_and_the_plot(tmp
         runs[("base", s)] = fake_run(tmp_path / f"b{s}", lambda t, s=s: 3.0 - t / 10000 + 0.01 * s, [100.0] * 5)
         runs[("tiny", s)] = fake_run(tmp_path / f"t{s}", lambda t, s=s: 3.0001 - t / 10000 + 0.01 * s
                                      + 2e-5 * (s % 3), [100.0] * 5)
-    result = ablation.compare(suite_of(runs), runs)
+    result = compare.compare(suite_of(runs), runs)
     tiny = result["variants"]["tiny"]
     assert tiny["verdict"] == "worse, but negligible" and tiny["interval"][0] > 0
     assert -0.01 < tiny["equivalence_interval"][0] and tiny["equivalence_interval"][1] < 0.01
-    text = open(ablation_report.write_report(result, runs, str(tmp_path / "report"))).read()
+    text = open(render.write_report(result, runs, str(tmp_path / "report"))).read()
     assert "| tiny | **worse, but negligible** |" in text and "a real difference smaller than min_effect" in text
     assert "**worse** |" not in text
 
@@ -330,7 +328,7 @@ def test_hellaswag_is_judged_at_the_seed_level_with_holm(tmp_path):
             run = fake_run(tmp_path / f"{v}{s}", lambda t: 3.0, [100.0] * 5)
             run["events"].insert(-1, dict(event="hellaswag", tokens=5000, n=1000, acc=accs[s - 1], acc_norm=accs[s - 1]))
             runs[(v, s)] = run
-    result = ablation.compare(suite_of(runs), runs)
+    result = compare.compare(suite_of(runs), runs)
     paired = result["variants"]["var"]["hellaswag_paired"]
     diffs = np.subtract(var_acc, base_acc)
     assert paired["differences"] == pytest.approx(diffs) and paired["seeds"] == [1, 2, 3, 4]
@@ -340,7 +338,7 @@ def test_hellaswag_is_judged_at_the_seed_level_with_holm(tmp_path):
     assert result["variants"]["same"]["hellaswag_paired"]["verdict"] == "deterministic"
     pooled = result["variants"]["var"]["hellaswag"]
     assert pooled["confidence"] == pytest.approx(1 - 0.05 / 2) and pooled["n"] == 4000
-    text = "\n".join(ablation_report.hellaswag_lines(result))
+    text = "\n".join(render.hellaswag_lines(result))
     assert "with the seed as the unit" in text and "| var | 4 | +0.0225 |" in text
 
 
@@ -351,14 +349,14 @@ def test_the_equal_flops_view_is_holm_over_its_own_family_and_agrees_with_its_in
         for i, (name, shift) in enumerate((("a", 0.02), ("b", 0.0), ("c", 0.04))):
             runs[(name, s)] = fake_run(tmp_path / f"{name}{s}", lambda t, s=s, shift=shift: 3.0 + shift - t / 10000
                                        + 0.01 * s + 0.003 * (-1) ** s * (i + 1), [100.0] * 5, flops_per_token=1100)
-    result = ablation.compare(suite_of(runs), runs)
+    result = compare.compare(suite_of(runs), runs)
     matched = {n: v["compute_matched"] for n, v in result["variants"].items() if v.get("compute_matched")}
     raw = [m["p_value"] for m in matched.values()]
     assert [m["p_holm"] for m in matched.values()] == pytest.approx(stats.holm(raw, 0.05))
     for m in matched.values():
         low, high = m["interval"]
         assert (m["verdict"] in ("better", "worse")) == (low > 0 or high < 0), m
-    assert "| p | p (Holm) |" in "\n".join(ablation_report.compute_matched_lines(result))
+    assert "| p | p (Holm) |" in "\n".join(render.compute_matched_lines(result))
 
 
 def test_a_24_seed_report_takes_seconds_and_little_memory(tmp_path):
@@ -368,12 +366,12 @@ def test_a_24_seed_report_takes_seconds_and_little_memory(tmp_path):
 import resource, sys, time
 sys.path.insert(0, {os.path.join(os.path.dirname(__file__))!r})
 import numpy as np
-import ablation, ablation_report
+from ablation import compare, render
 import matplotlib.pyplot, scipy.stats  # the libraries' own import time is not the report's
-from test_report_evidence_scale import fake_runs
+from report_evidence_scale import fake_runs
 runs, suite = fake_runs({str(tmp_path)!r}, 24)
 before, start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter()
-ablation_report.write_report(ablation.compare(suite, runs), runs, {str(tmp_path / 'report')!r})
+render.write_report(compare.compare(suite, runs), runs, {str(tmp_path / 'report')!r})
 print(time.perf_counter() - start, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
 """
     import subprocess

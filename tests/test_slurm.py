@@ -15,8 +15,7 @@ import pytest
 
 import configurator
 import rundir
-import runrecord
-import slurm_launch
+from slurm import jobs as slurm_jobs
 import sweep
 from test_ablation import LR, suite_args, write_suite
 from test_sweep import in_process, toy_args
@@ -66,14 +65,14 @@ def wait_for(condition, what, timeout=240):
 
 def submitted(sweep_dir, jobs):
     """The sweep's job ids (array tasks and the status job), recorded for cleaning up."""
-    records = [r for r in (slurm_launch.read_record(os.path.join(sweep_dir, name)) for name in os.listdir(sweep_dir)) if r]
+    records = [r for r in (slurm_jobs.read_record(os.path.join(sweep_dir, name)) for name in os.listdir(sweep_dir)) if r]
     ids = {r["job"] for r in records} | {r["status_job"] for r in records}
     jobs.extend(ids)
     return records
 
 
 def live(job):
-    return job in slurm_launch.squeue()
+    return job in slurm_jobs.squeue()
 
 
 def row(status, name):
@@ -82,7 +81,7 @@ def row(status, name):
 
 
 def losses(out_dir):
-    return {e["iter"]: e["loss"] for e in runrecord.read_events(out_dir) if e["event"] == "train"}
+    return {e["iter"]: e["loss"] for e in rundir.read_events(out_dir) if e["event"] == "train"}
 
 
 def verdicts_and_values(report):
@@ -122,7 +121,7 @@ def test_a_suite_on_slurm_reports_as_run_locally_and_resubmitting_submits_nothin
     sweep.main([*slurm_args, "--status=True"])
     out = capsys.readouterr().out
     for name in ("base-seed1", "base-seed2", "lr_low-seed1", "lr_low-seed2"):
-        record = slurm_launch.read_record(os.path.join(on_slurm, name))
+        record = slurm_jobs.read_record(os.path.join(on_slurm, name))
         assert row(out, name) == [name, "finished", record["job"], record["log"]]
     assert "4/4 runs done, 0 running, 0 queued" in out and "every run has finished" in out
     sweep.main(slurm_args)
@@ -156,10 +155,10 @@ def test_a_signalled_job_checkpoints_requeues_and_continues_exactly(cluster, job
     sweep_dir = str(tmp_path / "s")
     job, out_dir = start_on_slurm(data_dir, sweep_dir, jobs, steps=20)
     subprocess.run(["scancel", "--signal=TERM", job], check=True)  # what Slurm sends before the time limit
-    wait_for(lambda: rundir.run_status(runrecord.read_events(out_dir)) == "finished", "the requeued job to finish")
-    ends = [e for e in runrecord.read_events(out_dir) if e["event"] == "end"]
+    wait_for(lambda: rundir.run_status(rundir.read_events(out_dir)) == "finished", "the requeued job to finish")
+    ends = [e for e in rundir.read_events(out_dir) if e["event"] == "end"]
     assert [e["stop_reason"] for e in ends] == ["signal", "max_iters"] and ends[0]["iter"] < 1000
-    log = open(slurm_launch.read_record(out_dir)["log"]).read()
+    log = open(slurm_jobs.read_record(out_dir)["log"]).read()
     assert "requeueing job" in log and "resuming" in log
     assert losses(out_dir) == uninterrupted  # exact equality, every iteration, dropout's RNG included
 
@@ -179,7 +178,7 @@ def test_a_fork_suite_on_slurm_starts_each_seeds_branches_after_its_trunk_and_re
     out = capsys.readouterr().out
     records = {r["job"]: r for r in submitted(on_slurm, jobs)}
     names = ["trunk-seed1", "trunk-seed2", "base-seed1", "learned-seed1", "base-seed2", "learned-seed2"]
-    job = {name: slurm_launch.read_record(os.path.join(on_slurm, name))["job"] for name in names}
+    job = {name: slurm_jobs.read_record(os.path.join(on_slurm, name))["job"] for name in names}
     array = {name: job[name].split("_")[0] for name in names}
     assert len(records) == 6 and array["trunk-seed1"] == array["trunk-seed2"]
     for seed in (1, 2):
@@ -191,7 +190,7 @@ def test_a_fork_suite_on_slurm_starts_each_seeds_branches_after_its_trunk_and_re
     assert array["base-seed1"] != array["base-seed2"] and len({r["status_job"] for r in records.values()}) == 1
 
     wait_for(lambda: os.path.exists(os.path.join(on_slurm, "report.json")), "the status job's report")
-    event_time = lambda name, event: next(e["time"] for e in runrecord.read_events(os.path.join(on_slurm, name))
+    event_time = lambda name, event: next(e["time"] for e in rundir.read_events(os.path.join(on_slurm, name))
                                           if e["event"] == event)
     for name in names:
         assert losses(os.path.join(on_slurm, name)) == losses(os.path.join(local, name)), name
@@ -217,10 +216,10 @@ def test_a_cancelled_job_shows_in_status_and_resubmitting_resumes_it(cluster, jo
     assert state in ("preempted", "failed") and shown_job == job and os.path.exists(log), out
     assert "0/1 runs done, 0 running, 0 queued, 1 stopped" in out
     sweep.main([*grid_args(data_dir), f"--sweep_dir={sweep_dir}", "--launcher=slurm"])
-    assert slurm_launch.read_record(out_dir)["job"] != job
+    assert slurm_jobs.read_record(out_dir)["job"] != job
     submitted(sweep_dir, jobs)
-    wait_for(lambda: rundir.run_status(runrecord.read_events(out_dir)) == "finished", "the resubmitted run")
-    events = runrecord.read_events(out_dir)
+    wait_for(lambda: rundir.run_status(rundir.read_events(out_dir)) == "finished", "the resubmitted run")
+    events = rundir.read_events(out_dir)
     second = [i for i, e in enumerate(events) if e["event"] == "checklist"][1]
     assert next(e["iter"] for e in events[second:] if e["event"] == "train") > 200  # from a checkpoint, not scratch
     assert losses(out_dir) == uninterrupted
@@ -244,9 +243,9 @@ def test_the_multinode_example_runs_two_ranks_and_requeues_on_the_test_cluster(c
     (straight_job, straight), (job, split) = submit("straight"), submit("split")
     wait_for(lambda: len(losses(split)) >= 20, "the two-rank job's first 20 steps")
     subprocess.run(["scancel", "--signal=TERM", job], check=True)
-    done = lambda out: rundir.run_status(runrecord.read_events(out)) == "finished"
+    done = lambda out: rundir.run_status(rundir.read_events(out)) == "finished"
     wait_for(lambda: done(split) and done(straight), "both two-rank jobs to finish")
-    ends = [e for e in runrecord.read_events(split) if e["event"] == "end"]
+    ends = [e for e in rundir.read_events(split) if e["event"] == "end"]
     assert [e["stop_reason"] for e in ends] == ["signal", "max_iters"]
     assert os.path.exists(os.path.join(split, "dcp", "latest"))  # HSDP's sharded checkpoint was resumed
     log = open(tmp_path / "split.out").read()
@@ -269,12 +268,12 @@ def test_progress_line_counts_runs_and_estimates_the_time_left_from_finished_run
     # 60 s and, over two attempts with an hour in the queue between them, 30 + 90 s: 90 s on average.
     dirs = [run("a", [(0, 60)]), run("b", [(0, 30), (3630, 3720)]), run("c", [(0, 10)], finished=False),
             str(tmp_path / "d"), str(tmp_path / "e")]
-    line = slurm_launch.progress_line(dirs, running=dirs[2:3], queued=dirs[3:4], parallel=2)
+    line = slurm_jobs.progress_line(dirs, running=dirs[2:3], queued=dirs[3:4], parallel=2)
     assert line.startswith("2/5 runs done, 1 running, 1 queued, 1 stopped")
     assert line.endswith("about 2 min left (mean of 2 finished runs, 2 at a time)")  # 3 runs x 90 s / 2 = 135 s
-    assert slurm_launch.progress_line(dirs[:2], [], [], 1) == "2/2 runs done, 0 running, 0 queued"
+    assert slurm_jobs.progress_line(dirs[:2], [], [], 1) == "2/2 runs done, 0 running, 0 queued"
     # A run whose process is still exiting after its `end` (the local launcher has not reaped it) is done.
-    assert slurm_launch.progress_line(dirs, dirs[:1] + dirs[2:3], dirs[3:], 2).startswith(
+    assert slurm_jobs.progress_line(dirs, dirs[:1] + dirs[2:3], dirs[3:], 2).startswith(
         "2/5 runs done, 1 running, 2 queued")
 
 
@@ -283,7 +282,7 @@ def test_status_shows_the_end_of_a_failed_runs_log(tmp_path):
     log.write_text("".join(f"line {i}\n" for i in range(20)) + "\nRuntimeError: CUDA out of memory\n\n")
     states = [dict(name="base-seed1", state="failed", logged="crashed", job="7_0", log=str(log), note=""),
               dict(name="base-seed2", state="queued", logged="not run", job="7_1", log="", note="")]
-    text = slurm_launch.status_text(states, str(tmp_path)).splitlines()
+    text = slurm_jobs.status_text(states, str(tmp_path)).splitlines()
     at = text.index(f"base-seed1 failed; the end of {log}:")
     assert text[at + 1:at + 6] == ["    line 16", "    line 17", "    line 18", "    line 19",
                                    "    RuntimeError: CUDA out of memory"]
@@ -299,7 +298,7 @@ def test_bad_slurm_settings_are_refused_in_one_line_and_nothing_is_submitted(clu
                          ("--slurm_partition=nowhere", "sbatch refused the jobs: sbatch: error: Batch job submission failed: Invalid partition")):
         with pytest.raises(configurator.ConfigError, match=re.escape(message)):
             sweep.main([*args, bad])
-    assert not [name for name in os.listdir(sweep_dir) if slurm_launch.read_record(os.path.join(sweep_dir, name))]
+    assert not [name for name in os.listdir(sweep_dir) if slurm_jobs.read_record(os.path.join(sweep_dir, name))]
     assert not os.listdir(os.path.join(sweep_dir, "slurm"))  # no script left behind for jobs never submitted
     suite = tmp_path / "suite_cluster.py"
     suite.write_text("variants = {'base': {'learning_rate': 3e-3}}\nbaseline = 'base'\nseeds = [1]\nmetric = 'val_loss'\nallowed = []\n"
@@ -376,12 +375,12 @@ def test_a_queued_run_is_labelled_requeued_only_when_its_own_job_stopped(tmp_pat
     out.mkdir()
     (out / "log.jsonl").write_text(json.dumps({"event": "checklist", "time": 100.0}) + "\n" +
                                    json.dumps({"event": "end", "time": 200.0, "stop_reason": "signal"}) + "\n")
-    monkeypatch.setattr(slurm_launch, "squeue", lambda: {"9_0": "PENDING"})
+    monkeypatch.setattr(slurm_jobs, "squeue", lambda: {"9_0": "PENDING"})
     for submitted, note in ((50.0, "requeued after a preemption"), (300.0, "submitted again: resumes from its checkpoint")):
-        (out / slurm_launch.RECORD).write_text(json.dumps(dict(job="9_0", log="", submitted=submitted)))
-        [state] = slurm_launch.run_states([("run", {}, [])], str(tmp_path))
+        (out / slurm_jobs.RECORD).write_text(json.dumps(dict(job="9_0", log="", submitted=submitted)))
+        [state] = slurm_jobs.run_states([("run", {}, [])], str(tmp_path))
         assert (state["state"], state["note"]) == ("queued", note)
-        assert slurm_launch.status_text([state], str(tmp_path)).splitlines()[1].endswith(f"- ({note})")
+        assert slurm_jobs.status_text([state], str(tmp_path)).splitlines()[1].endswith(f"- ({note})")
 
 
 def test_the_array_task_under_the_arrays_own_id_requeues_and_a_killed_attempt_then_shows_failed(
@@ -393,23 +392,23 @@ def test_the_array_task_under_the_arrays_own_id_requeues_and_a_killed_attempt_th
     cpus = int(subprocess.run(["sinfo", "-h", "-o", "%c"], capture_output=True, text=True).stdout.split()[0])
     assert cpus >= 2, f"the test cluster offers {cpus} CPU: stop its daemons and run slurm/start_test_cluster.sh again"
     # Both tasks need a core at once: jobs an earlier test cancelled may still hold one while they end.
-    wait_for(lambda: not slurm_launch.squeue(), "the jobs of earlier tests to leave the queue", timeout=120)
+    wait_for(lambda: not slurm_jobs.squeue(), "the jobs of earlier tests to leave the queue", timeout=120)
     sweep_dir = str(tmp_path / "s")
     args = ["--grid=learning_rate=[3e-3,1e-3]", *toy_args(data_dir, *LONG), f"--sweep_dir={sweep_dir}"]
     sweep.main([*args, "--launcher=slurm"])
     records = submitted(sweep_dir, jobs)
     array = records[0]["job"].split("_")[0]
     other, last = (os.path.join(sweep_dir, name) for name in ("learning_rate-0.003", "learning_rate-0.001"))
-    task, other_task = (slurm_launch.read_record(d)["job"] for d in (last, other))
+    task, other_task = (slurm_jobs.read_record(d)["job"] for d in (last, other))
     squeue_array = lambda: subprocess.run(["squeue", "-h", "-j", array, "-o", "%i %T"],  # A lists every task
                                           capture_output=True, text=True).stdout.splitlines()
     wait_for(lambda: sorted(squeue_array()) == sorted([f"{task} RUNNING", f"{other_task} RUNNING"]), "both tasks to run")
     wait_for(lambda: len(losses(last)) >= 20, "the last task's first 20 steps")
-    assert "end" not in [e["event"] for e in runrecord.read_events(other)]  # what `scontrol requeue A` would hit
+    assert "end" not in [e["event"] for e in rundir.read_events(other)]  # what `scontrol requeue A` would hit
     subprocess.run(["scancel", "--signal=TERM", task], check=True)
-    resumed = lambda: [e["event"] for e in runrecord.read_events(last)].count("checklist") == 2
-    wait_for(lambda: resumed() and runrecord.read_events(last)[-1]["event"] == "train", "the requeued task to resume")
-    assert "requeueing job " + task in open(slurm_launch.read_record(last)["log"]).read()
+    resumed = lambda: [e["event"] for e in rundir.read_events(last)].count("checklist") == 2
+    wait_for(lambda: resumed() and rundir.read_events(last)[-1]["event"] == "train", "the requeued task to resume")
+    assert "requeueing job " + task in open(slurm_jobs.read_record(last)["log"]).read()
     os.kill(int(open(os.path.join(last, rundir.LOCK_FILE)).read()), signal.SIGKILL)  # an OOM kill, say
     wait_for(lambda: not live(task), "the killed task's job to end", timeout=90)
     capsys.readouterr()
@@ -417,7 +416,7 @@ def test_the_array_task_under_the_arrays_own_id_requeues_and_a_killed_attempt_th
     out = capsys.readouterr().out
     assert row(out, "learning_rate-0.001")[1] == "failed", out
     assert "failed: train.py exited with status 137 (killed by signal 9) without logging its end" in out
-    wait_for(lambda: rundir.run_status(runrecord.read_events(other)) == "finished", "the other task to finish")
+    wait_for(lambda: rundir.run_status(rundir.read_events(other)) == "finished", "the other task to finish")
 
 
 def test_local_and_slurm_runs_of_one_grid_use_one_thread_count_and_agree_bitwise(cluster, jobs, data_dir, tmp_path,
@@ -431,7 +430,7 @@ def test_local_and_slurm_runs_of_one_grid_use_one_thread_count_and_agree_bitwise
     sweep.main([*args, f"--sweep_dir={on_slurm}", "--launcher=slurm"])
     submitted(on_slurm, jobs)
     ran = lambda sweep_dir: os.path.join(sweep_dir, RUN)
-    wait_for(lambda: rundir.run_status(runrecord.read_events(ran(on_slurm))) == "finished", "the Slurm run")
-    threads = [runrecord.read_run_info(ran(d))["facts"]["intra_op_threads"] for d in (local, on_slurm)]
+    wait_for(lambda: rundir.run_status(rundir.read_events(ran(on_slurm))) == "finished", "the Slurm run")
+    threads = [rundir.read_run_info(ran(d))["facts"]["intra_op_threads"] for d in (local, on_slurm)]
     assert threads == [1, 1]
     assert losses(ran(local)) == losses(ran(on_slurm)) and len(losses(ran(local))) == 40

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-import stats
+from ablation import stats
 
 ALPHA = 0.05
 

@@ -37,7 +37,7 @@ def test_keep_freed_memory_stops_page_faults_of_repeated_allocations():
 
 def bench(tmp_path, *args):
     out = tmp_path / "bench.json"
-    subprocess.run([sys.executable, os.path.join(REPO, "bench_step.py"), "--n_layer=1", "--n_head=2", "--n_embd=32",
+    subprocess.run([sys.executable, os.path.join(REPO, "tools", "bench_train_step.py"), "--n_layer=1", "--n_head=2", "--n_embd=32",
                     "--block_size=32", "--vocab_size=4096", "--batch_size=4", "--dtype=float32", f"--json={out}", *args],
                    check=True, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     return {r["option"]: r for r in json.load(open(out))["results"]}
@@ -70,7 +70,7 @@ def test_profile_on_a_gpu_records_the_kernels(monkeypatch):
     sys.path.insert(0, REPO)
     import torch.profiler
 
-    import bench_step
+    from tools import bench_train_step
     import runtime
     asked, real = [], torch.profiler.profile
     monkeypatch.setattr(torch.profiler, "profile",
@@ -78,8 +78,8 @@ def test_profile_on_a_gpu_records_the_kernels(monkeypatch):
     monkeypatch.setattr(runtime, "synchronize", lambda device: None)
     import torch
     a = torch.randn(64, 64)
-    totals = bench_step.profile_by_category(lambda: a @ a, "cuda:0")
+    totals = bench_train_step.profile_by_category(lambda: a @ a, "cuda:0")
     assert torch.profiler.ProfilerActivity.CUDA in asked[0]
     assert "device idle (launch gaps, host syncs)" in totals and totals["matmuls"] == 0.0  # device time: none here
-    totals = bench_step.profile_by_category(lambda: a @ a, "cpu")
+    totals = bench_train_step.profile_by_category(lambda: a @ a, "cpu")
     assert asked[1] == [torch.profiler.ProfilerActivity.CPU] and totals["matmuls"] > 0

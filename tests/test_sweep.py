@@ -10,12 +10,11 @@ import sys
 import pytest
 from scipy.stats import norm as scipy_norm
 
-import ablation
 import configurator
 import rundir
-import runrecord
 import runtime
-import slurm_launch
+from ablation import compare
+from slurm import jobs as slurm_jobs
 import sweep
 import train
 from test_train import events, tiny_args
@@ -198,7 +197,7 @@ def test_a_cpu_machine_runs_one_run_per_core_with_the_threads_a_slurm_job_gets(m
     # A Slurm job's rank gets one thread unless slurm_cpus_per_task asks for more: the same count.
     res = dict(nodes=1, cpus_per_task=0, max_running=0, gpus_per_node=0, partition="", time="", account="",
                qos="", signal_s=300, sbatch="")
-    assert "OMP_NUM_THREADS=1\n" in slurm_launch.array_script([("a", ["--out_dir=x"])], "s", res, 1, "s")
+    assert "OMP_NUM_THREADS=1\n" in slurm_jobs.array_script([("a", ["--out_dir=x"])], "s", res, 1, "s")
 
 
 def test_the_thread_count_is_a_measured_fact_that_the_confound_check_compares(data_dir, tmp_path):
@@ -206,9 +205,9 @@ def test_the_thread_count_is_a_measured_fact_that_the_confound_check_compares(da
                                        cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS=str(threads)),
                                        stdout=subprocess.DEVNULL) for threads in (1, 2)}
     assert [proc.wait() for proc in procs.values()] == [0, 0]
-    runs = {threads: runrecord.read_run(str(tmp_path / f"t{threads}")) for threads in procs}
+    runs = {threads: rundir.read_run(str(tmp_path / f"t{threads}")) for threads in procs}
     assert [runs[t]["info"]["facts"]["intra_op_threads"] for t in (1, 2)] == [1, 2]
-    assert ablation.fact_differences(runs[2], runs[1], allowed=[]) == {"intra_op_threads": (2, 1)}
+    assert compare.fact_differences(runs[2], runs[1], allowed=[]) == {"intra_op_threads": (2, 1)}
 
 
 def test_runs_whose_data_is_missing_are_refused_before_any_starts_or_is_submitted(data_dir, tmp_path):

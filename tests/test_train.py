@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import configurator
+import rundir
 import runrecord
 import runtime
 import tokendata
@@ -31,7 +32,7 @@ def tiny_args(data_dir, out_dir, *extra):
 
 
 def read_log(out_dir):
-    return runrecord.read_events(out_dir)
+    return rundir.read_events(out_dir)
 
 
 def events(out_dir, kind):

@@ -20,8 +20,8 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # repo root, for prepare_common
-import prepare_common  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # repo root, for data.prepare_common
+from data import prepare_common  # noqa: E402
 
 # " = Valkyria Chronicles III = \n": one '=' each side; " = = Gameplay = = " is a section.
 TITLE = re.compile(r" = [^=](?:.*[^=])? = \n?")

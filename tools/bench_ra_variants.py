@@ -23,7 +23,10 @@ import resource
 import statistics
 import sys
 
-import benchrows
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)  # a tool imports the workbench's modules from the repository root
+
+from tools import benchrows  # noqa: E402
 
 # name -> RAConfig overrides. The baseline is the same class with ra_pattern='none' (exactly GPT).
 VARIANTS = {

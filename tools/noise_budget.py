@@ -19,15 +19,17 @@ import math
 import os
 
 import numpy as np
+import sys
 import torch
 
-import ablation
-import ablation_report
-import configurator
-import parallel
-import rundir
-import runtime
-import stats
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)  # a tool imports the workbench's modules from the repository root
+
+import configurator  # noqa: E402
+import parallel  # noqa: E402
+import rundir  # noqa: E402
+import runtime  # noqa: E402
+from ablation import compare, plan, stats, suites  # noqa: E402
 
 OPTIONS = dict(
     slots=2,  # runs at a time the seed-hour assumes (the cores of the machine that ran the suites)
@@ -52,11 +54,11 @@ def sd_interval(sd, df, confidence=0.95):
 
 
 def rows(suite_dir, options):
-    suite, runs = ablation.load_suite_dir(suite_dir)
-    report = ablation.compare(dict(suite, looks=None), runs)
+    suite, runs = suites.load_suite_dir(suite_dir)
+    report = compare.compare(dict(suite, looks=None), runs)
     k, level = report["comparisons"], report["level"]
     design = report["design"].split(":")[0]
-    cost = ablation_report.seed_cost(suite_dir, runs, len(report["variants"]))
+    cost = plan.seed_cost(suite_dir, runs, len(report["variants"]))
     per_hour = int(options["hour_s"] * options["slots"] // cost[0]) if cost else 0
     out = []
     for name, v in report["variants"].items():
@@ -86,7 +88,7 @@ def val_loss(out_dir, batches):
 
 def window_rows(suite_dir, counts):
     """Per variant and window count: the sd of the paired differences of the re-evaluated checkpoints."""
-    suite, runs = ablation.load_suite_dir(suite_dir)
+    suite, runs = suites.load_suite_dir(suite_dir)
     out = []
     for variant, seeds in suite["variants"].items():
         if variant == suite["baseline"]:

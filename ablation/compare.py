@@ -22,16 +22,11 @@ report.py (the report).
 import json
 import math
 import os
-import re
-import time
 
 import numpy as np
 
-import evaluation
-import lm_eval_results
 import rundir
-import runrecord
-import stats
+from ablation import lm_eval_results, stats
 
 # Keys every run of a suite sets differently without changing what is compared.
 # fork_from names each seed's own trunk: whether a pair shares one is the pairing's check (initial weights)
@@ -150,31 +145,6 @@ def blocked_verdict(confounds, incomplete, n):
 
 # ----------------------------------------------------------------------------- the sequential record
 
-SUITE_RECORD = "suite_record.jsonl"  # beside suite.json: runs added after it, and every report (a look)
-LAUNCHES = "launches.jsonl"  # sweep.py's local launcher: each process of a run, start to exit (wall seconds)
-
-
-def read_suite_record(suite_dir):
-    """The suite's record, oldest first: {"event": "added", "runs", "looks_before"} and
-    {"event": "look", "seeds"} lines (a torn last line is skipped)."""
-    path = os.path.join(suite_dir, SUITE_RECORD)
-    if not os.path.exists(path):
-        return []
-    entries = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                entries.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return entries
-
-
-def append_suite_record(suite_dir, entry):
-    """Append one line to the record; earlier lines are never rewritten."""
-    with open(os.path.join(suite_dir, SUITE_RECORD), "a", encoding="utf-8") as f:
-        f.write(json.dumps(dict(entry, time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))) + "\n")
-
 
 def looks_taken(record):
     """The distinct seed counts at which a report was built (a second report at the same count sees
@@ -237,7 +207,7 @@ def compare(suite, runs):
 
     suite: dict(name, metric, baseline, allowed, variants: {variant: [seeds]}, alpha, min_effect, and
     for a suite directory its record and declared looks).
-    runs: {(variant, seed): runrecord.read_run(...)} for every expected run.
+    runs: {(variant, seed): rundir.read_run(...)} for every expected run.
     """
     metric, baseline = suite["metric"], suite["baseline"]
     _, _, goal = check_metric(metric)
@@ -502,7 +472,7 @@ def compute_matched(report, runs, variant, seeds, base_seeds):
 def hellaswag_items(run, tokens):
     """{example digest: record} of a run's per-example HellaSwag scores at `tokens` (train.py's
     hellaswag_items.jsonl); a torn line is skipped."""
-    path = os.path.join(run["out_dir"], evaluation.HELLASWAG_ITEMS)
+    path = os.path.join(run["out_dir"], rundir.HELLASWAG_ITEMS)
     items = {}
     if tokens is None or not os.path.exists(path):
         return items
@@ -625,73 +595,4 @@ def judge_compute_matched(report):
 
 # ----------------------------------------------------------------------------- where runs come from
 
-def read_suite_json(path):
-    """A suite's frozen declaration; a damaged file is named in one line, never parsed half-way."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            declared = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is damaged ({e}): it holds the plan declared before the runs; restore it "
-                         f"(or delete it to declare the suite again from its file)") from None
-    if not isinstance(declared, dict) or not {"metric", "baseline", "runs"} <= set(declared):
-        raise ValueError(f"{path} is not a suite declaration (no metric, baseline and runs)")
-    return declared
 
-
-def load_suite_dir(suite_dir):
-    """(suite, runs) of a directory written by sweep.py: suite.json names each run's variant and seed
-    as declared before the first run; the suite's record adds the runs added later and the looks."""
-    declared = read_suite_json(os.path.join(suite_dir, "suite.json"))
-    suite = {k: declared.get(k) for k in ("name", "metric", "baseline", "allowed", "heatmap", "alpha", "min_effect",
-                                          "looks")}
-    suite.update(record=read_suite_record(suite_dir), declared_seeds=declared.get("seeds"))
-    suite["variants"], runs = {}, {}
-    for run_name, (variant, seed) in suite_runs(declared, suite["record"]).items():
-        suite["variants"].setdefault(variant, []).append(seed)
-        runs[(variant, seed)] = runrecord.read_run(os.path.join(suite_dir, run_name))
-    return suite, runs
-
-
-def suite_runs(declared, record):
-    """{run name: [variant, seed]}: the declared runs, then those the record says were added."""
-    added = [e["runs"] for e in record if e.get("event") == "added"]
-    return {k: v for runs in (declared["runs"], *added) for k, v in runs.items()}
-
-
-def suite_from_run_dirs(dirs, metric, baseline="", allowed=None, alpha=DEFAULT_ALPHA, min_effect=None):
-    """(suite, runs) for run directories that no suite produced: runs whose configs agree but for
-    bookkeeping keys (seed, out_dir, ...) are one variant, named after their directories; the
-    baseline is `baseline` (a variant or a directory) or the first directory's variant. Without
-    `allowed`, every config difference counts as intended (the report says so)."""
-    check_metric(metric)
-    groups = {}
-    for d in dirs:
-        run = runrecord.read_run(d)
-        if run["config"] is None:
-            damaged = [line for line in run["damage"] if line.startswith(os.path.join(d, "config.json"))]
-            raise ValueError(f"{damaged[0] if damaged else d + ' has no config.json'}: without its config the run "
-                             f"cannot be placed: restore config.json, or leave {d} out")
-        key = json.dumps({k: v for k, v in run["config"].items() if k not in BOOKKEEPING}, sort_keys=True)
-        groups.setdefault(key, []).append(run)
-    variants, runs = {}, {}
-    for group in groups.values():
-        stems = {re.sub(r"-seed\d+$", "", os.path.basename(os.path.normpath(r["out_dir"]))) for r in group}
-        name = stems.pop() if len(stems) == 1 else os.path.basename(os.path.normpath(group[0]["out_dir"]))
-        for run in group:
-            seed = run["config"]["seed"]
-            if (name, seed) in runs:
-                raise ValueError(f"{runs[(name, seed)]['out_dir']} and {run['out_dir']} are the same variant with "
-                                 f"the same seed: give one of them")
-            runs[(name, seed)] = run
-            variants.setdefault(name, []).append(seed)
-    by_dir = {os.path.normpath(r["out_dir"]): v for (v, _), r in runs.items()}
-    base = by_dir.get(os.path.normpath(baseline), baseline) or by_dir[os.path.normpath(dirs[0])]
-    if base not in variants:
-        raise ValueError(f"baseline={baseline!r} is neither a given directory nor one of the variants {list(variants)}")
-    declared = allowed is not None
-    if not declared:
-        ref = next(r for (v, _), r in runs.items() if v == base)["config"]
-        allowed = sorted({k for r in runs.values() for k in config_differences(r["config"], ref, ())})
-    suite = dict(name="runs " + ", ".join(variants), metric=metric, baseline=base, allowed=list(allowed),
-                 variants=variants, allowed_declared=declared, alpha=alpha, min_effect=min_effect)
-    return suite, runs

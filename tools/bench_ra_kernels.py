@@ -17,11 +17,16 @@ Without a GPU it says so and exits 0.
 import argparse
 import json
 
+import os
+import sys
 import torch
 import torch.nn.functional as F
 
-from kernels.ra_attention import reciprocal_attention
-from ra_model import reciprocal_manual, reciprocal_sdpa
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)  # a tool imports the workbench's modules from the repository root
+
+from kernels.ra_attention import reciprocal_attention  # noqa: E402
+from ra_model import reciprocal_manual, reciprocal_sdpa  # noqa: E402
 
 RA_MODES = ("swap", "mix", "gate")
 ALPHA, GATE_LOGIT = 0.5, 0.0

@@ -15,16 +15,20 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 
 import torch
 import torch.distributed as dist
 
-import configurator
-import parallel
-import runtime
-import sharding
-from reduced_sync_model import REDUCED_SYNC_CONFIGS, SYNC_KEYS, ReducedSyncConfig, ReducedSyncGPT, expected_syncs
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)  # a tool imports the workbench's modules from the repository root
+
+import configurator  # noqa: E402
+import parallel  # noqa: E402
+import runtime  # noqa: E402
+import sharding  # noqa: E402
+from reduced_sync_model import REDUCED_SYNC_CONFIGS, SYNC_KEYS, ReducedSyncConfig, ReducedSyncGPT, expected_syncs  # noqa: E402
 
 BASELINE = "train_gpt2_24comm"
 
@@ -64,7 +68,7 @@ def ring_allreduce_seconds(size, p, alpha, beta):
 
 def build(name, args, device):
     """The config's block schedule at the benchmark's size, sharded over all ranks, with AdamW."""
-    cfg = configurator.apply_config(runtime.DEFAULTS, [os.path.join(os.path.dirname(__file__), "config", f"{name}.py")])
+    cfg = configurator.apply_config(runtime.DEFAULTS, [os.path.join(REPO, "config", f"{name}.py")])
     config = ReducedSyncConfig(n_layer=cfg["n_layer"], n_head=args.n_head, n_embd=args.n_embd,
                                block_size=args.block_size, vocab_size=args.vocab_size,
                                **{k: cfg[k] for k in SYNC_KEYS if k != "tp_size"}, tp_size=dist.get_world_size())

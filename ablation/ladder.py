@@ -22,12 +22,10 @@ named size, stated as an extrapolation. The numbers are plain data (report.json)
 words and draws them.
 """
 import math
-import os
 
 import numpy as np
 
-import ablation
-import stats
+from ablation import compare, stats
 
 SHAPE_KEYS = ("n_layer", "n_embd", "n_head", "mla_latent_dim")  # what a size may overlay
 RULE_BASES = ("params", "width")
@@ -68,7 +66,7 @@ def check_ladder(ladder, variants):
             raise err(f"ladder {key}={ladder.get(key)!r}: give (base, power), base one of {RULE_BASES}, e.g. "
                       f"('params', 1.0) for tokens proportional to parameters, ('params', -1/3) for the learning rate")
         rules[key] = (base, float(power))
-    alpha = ladder.get("alpha", ablation.DEFAULT_ALPHA)
+    alpha = ladder.get("alpha", compare.DEFAULT_ALPHA)
     if not (isinstance(alpha, float) and 0 < alpha < 1):
         raise err(f"ladder alpha={alpha!r}: the level of the across-size statements, a float in (0, 1)")
     clash = {v: sorted(set(body) & set(SHAPE_KEYS + RULE_KEYS)) for v, body in variants.items()}
@@ -124,7 +122,7 @@ def across_size_problems(base_configs, ladder):
     reference = base_configs[ladder["reference"]]
     problems = []
     for size, cfg in base_configs.items():
-        for key, (value, theirs) in ablation.config_differences(cfg, reference, SHAPE_KEYS + RULE_KEYS).items():
+        for key, (value, theirs) in compare.config_differences(cfg, reference, SHAPE_KEYS + RULE_KEYS).items():
             problems.append(f"size {size}: {key} = {value!r} vs size {ladder['reference']} {theirs!r}")
     return problems
 
@@ -268,14 +266,3 @@ def across_sizes(ladder, reports, goal):
     return out
 
 
-def load_ladder_dir(suite_dir):
-    """(declared ladder, {size: (suite, runs)}) of a ladder suite directory written by sweep.py."""
-    declared = ablation.read_suite_json(os.path.join(suite_dir, "suite.json"))
-    sizes = {size: ablation.load_suite_dir(os.path.join(suite_dir, size)) for size in declared["ladder"]["sizes"]
-             if os.path.exists(os.path.join(suite_dir, size, "suite.json"))}
-    return declared, sizes
-
-
-def is_ladder_dir(suite_dir):
-    path = os.path.join(suite_dir, "suite.json")
-    return os.path.exists(path) and bool(ablation.read_suite_json(path).get("ladder"))

@@ -14,12 +14,15 @@ Every sub-suite of that size is evaluated (random ones when there are more than 
 import itertools
 import math
 import os
+import sys
 
 import numpy as np
 
-import ablation
-import configurator
-import stats
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)  # a tool imports the workbench's modules from the repository root
+
+import configurator  # noqa: E402
+from ablation import compare, stats, suites  # noqa: E402
 
 OPTIONS = dict(
     pilot_seeds=3,  # the seeds of each sub-suite (a pilot)
@@ -52,7 +55,7 @@ def calibrate(diffs, alpha, min_effect, pilot_seeds, limit):
                 pilot_sd_ratio=[float(np.percentile(pilot_sd / observed, q)) for q in (10, 50, 90)],
                 upper_covers=float(np.mean(upper >= observed)), sd_confidence=stats.SD_CONFIDENCE,
                 called=called, called_rate=called / len(picks),
-                called_interval=ablation.binomial_interval(called, len(picks)), alpha=alpha)
+                called_interval=compare.binomial_interval(called, len(picks)), alpha=alpha)
 
 
 def qq_plot(diffs, path, title):
@@ -96,10 +99,10 @@ def main(argv):
     if options["pilot_seeds"] < 2:
         raise configurator.ConfigError(f"--pilot_seeds={options['pilot_seeds']}: a pilot needs at least 2 seeds")
     try:
-        suite, runs = ablation.load_suite_dir(dirs[0])
+        suite, runs = suites.load_suite_dir(dirs[0])
     except (ValueError, FileNotFoundError) as e:
         raise configurator.ConfigError(str(e)) from None
-    report = ablation.compare(dict(suite, looks=None), runs)
+    report = compare.compare(dict(suite, looks=None), runs)
     others = [n for n in report["variants"] if n != report["baseline"]]
     if len(others) != 1 or len(report["variants"][others[0]].get("differences") or []) <= options["pilot_seeds"]:
         raise configurator.ConfigError(f"{dirs[0]}: a calibration needs one variant against the baseline with more "

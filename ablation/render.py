@@ -10,13 +10,8 @@ import os
 
 import numpy as np
 
-import ablation
-import ladder
-import lm_eval_results
-import rundir
-import runrecord
-import stats
-from ablation import UNITS, metric_by_tokens
+from ablation import compare, ladder, lm_eval_results, stats
+from ablation.compare import UNITS, metric_by_tokens
 
 def fmt(value, digits=4):
     if value is None:
@@ -203,7 +198,7 @@ def cost_lines(report):
     unreliable = [r for _, c, _ in costs for r in c["unreliable"]]
     if unreliable:
         lines += ["", f"**Timings not to be trusted** (logged step times spread more than "
-                      f"x{ablation.TIMING_SPREAD_LIMIT} between the 10th and 90th percentile, e.g. other work on the "
+                      f"x{compare.TIMING_SPREAD_LIMIT} between the 10th and 90th percentile, e.g. other work on the "
                       f"machine): " + ", ".join(unreliable)
                   + ". Compare FLOPs per token instead, or time on an idle machine (bench_step.py)."]
     return lines
@@ -388,132 +383,7 @@ def heatmap_axes(report, runs):
     return (kx, xs), (ky, ys), grid
 
 
-
-def seed_plan_text(suite, n_runs, pilots, budget_s=None, slots=1):
-    """sweep.py --plan: the planner's answer for this suite before anything runs, from pilots
-    (finished suites, one per design; by default this suite's own finished runs): for each design
-    its paired-difference sd, the wall time a seed costs, and the seeds and minutes that min_effect
-    and a wall-clock budget come to with `slots` runs at a time."""
-    k, alpha, min_effect = len(suite["variants"]) - 1, suite["alpha"], suite["min_effect"]
-    lines = [f"suite {suite['name']}: {len(suite['variants'])} variants x {len(suite['seeds'])} seeds = {n_runs} runs, "
-             f"{k} comparison(s) against {suite['baseline']!r}, family-wise alpha {alpha:g}, min_effect "
-             + (f"{min_effect:g}" if min_effect else "not declared (warning: equivalence cannot be shown)")
-             + f", {slots} run(s) at a time"]
-    for pilot_dir in pilots:
-        lines += pilot_plan_lines(suite, pilot_dir, budget_s, slots)
-    return "\n".join(lines)
-
-
-BUDGETS_S = (900, 1800, 3600, 7200)  # the budgets --plan prints without --budget
-
-
-def pilot_plan_lines(suite, pilot_dir, budget_s, slots):
-    k, alpha, min_effect = len(suite["variants"]) - 1, suite["alpha"], suite["min_effect"]
-    if not (pilot_dir and os.path.exists(os.path.join(pilot_dir, "suite.json"))):
-        return ["no pilot: pass --pilot=SUITE_DIR (a finished suite; several, comma-separated, compare designs) "
-                "for the detectable effect, the seeds needed and the time"]
-    pilot, runs = ablation.load_suite_dir(pilot_dir)
-    report = ablation.compare(dict(pilot, alpha=alpha, min_effect=min_effect, record=[], looks=None), runs)
-    sd, df = ablation.pooled_difference_sd(report)
-    lines = [f"from pilot {pilot_dir} ({report['design']}):"]
-    if sd is None:
-        return lines + ["  no variant has two paired seeds yet, so no sd to plan from"]
-    plan = stats.plan_seeds(sd, df, len(suite["seeds"]), k, alpha, min_effect)
-    lines.append(stats.describe_plan(plan))
-    cost = seed_cost(pilot_dir, runs, len(suite["variants"]))
-    if cost is None:
-        return lines + ["  no finished run in the pilot to time a seed by"]
-    per_seed, run_s, trunk_s = cost
-    minutes = lambda n: n * per_seed / slots / 60
-    level = plan["level"]
-    lines.append(f"  wall time per seed: {per_seed:.0f} s ({len(suite['variants'])} runs of median {run_s:.0f} s"
-                 + (f" + its trunk, {trunk_s:.0f} s" if trunk_s else "") + f", as timed in the pilot); "
-                 f"{len(suite['seeds'])} seeds take about {minutes(len(suite['seeds'])):.0f} min")
-    if min_effect:
-        for label, s in (("at the sd", sd), ("at its upper bound", plan["sd_upper"])):
-            n = stats.seeds_needed(s, min_effect, level)
-            lines.append(f"  min_effect {min_effect:g} {label}: " + (f"{n} seeds, about {minutes(n):.0f} min"
-                                                                    if n else "out of reach"))
-    for budget in [budget_s] if budget_s else BUDGETS_S:
-        n = int(budget * slots // per_seed)
-        found = stats.detectable_effect(sd, n, level)
-        lines.append(f"  budget {budget / 60:.0f} min: {n} seeds" + (
-            f" (about {minutes(n):.0f} min) detect {found:.3g} ({stats.detectable_effect(plan['sd_upper'], n, level):.3g} "
-            f"at the sd's upper bound)" if found else ": too few to detect anything"))
-    if budget_s:
-        n = int(budget_s * slots // per_seed)
-        lines.append(f"  so: seeds = list(range(1, {n + 1})) in the suite file, declared before its runs")
-    return lines
-
-
-def seed_cost(pilot_dir, runs, n_variants):
-    """(wall seconds per seed, median run, median trunk) from a pilot's finished runs: each run's
-    processes from start to exit as the local launcher timed them (else from its first logged event
-    to its last: start-up not counted), a seed as n_variants runs and, in a fork pilot, the trunk it
-    shares. None without a finished run."""
-    launched = {}
-    path = os.path.join(pilot_dir, ablation.LAUNCHES)
-    for line in open(path).read().splitlines() if os.path.exists(path) else []:
-        entry = json.loads(line)
-        launched[entry["run"]] = launched.get(entry["run"], 0.0) + entry["end"] - entry["start"]
-
-    def wall(name, events):
-        return launched.get(name, events[-1]["time"] - events[0]["time"])
-
-    done = [wall(os.path.basename(os.path.normpath(r["out_dir"])), r["events"]) for r in runs.values()
-            if rundir.run_status(r["events"]) == "finished"]
-    if not done:
-        return None
-    trunks = [wall(d, events) for d, events in ((d, runrecord.read_events(os.path.join(pilot_dir, d)))
-                                                for d in os.listdir(pilot_dir) if d.startswith("trunk-seed"))
-              if rundir.run_status(events) == "finished"]
-    run_s, trunk_s = float(np.median(done)), float(np.median(trunks)) if trunks else 0.0
-    return n_variants * run_s + trunk_s, run_s, trunk_s
-
-
-def report_suite_dir(suite_dir, out_dir=None, plan=None):
-    """The suite's report; `plan` (alpha, min_effect) may fill in only what the suite did not declare
-    before its runs, and the report then says it was declared afterwards."""
-    if ladder.is_ladder_dir(suite_dir):
-        return report_ladder_dir(suite_dir, out_dir, plan)
-    suite, runs = ablation.load_suite_dir(suite_dir)
-    late = {k: v for k, v in (plan or {}).items() if suite.get(k) is None}
-    refused = sorted(set(plan or {}) - set(late))
-    if refused:
-        raise ValueError(f"{suite_dir} declared {', '.join(f'{k}={suite[k]!r}' for k in refused)} before its runs: "
-                         f"it cannot be changed here")
-    report = ablation.compare(dict(suite, **late), runs)
-    if late:
-        report["declared_after_the_runs"] = sorted(late)
-    path = write_report(report, runs, out_dir or suite_dir)
-    if report["looked_at_seeds"]:  # every report is a look at the data: the suite's record keeps it
-        ablation.append_suite_record(suite_dir, dict(event="look", seeds=report["looked_at_seeds"]))
-    return path
-
-
 # ----------------------------------------------------------------------------- a ladder: across sizes
-
-def report_ladder_dir(suite_dir, out_dir=None, plan=None):
-    """A ladder suite: each size's own report (suite_dir/<size>/report.md, one family per size), then
-    the across-size report (report.md, report.json, effect_vs_size.png) from ladder.across_sizes."""
-    out_dir = out_dir or suite_dir
-    declared, sizes = ladder.load_ladder_dir(suite_dir)
-    reports = {}
-    for size in sizes:
-        path = report_suite_dir(os.path.join(suite_dir, size), os.path.join(out_dir, size), plan)
-        with open(os.path.join(os.path.dirname(path), "report.json")) as f:
-            reports[size] = json.load(f)
-    goal = ablation.check_metric(declared["metric"])[2]
-    across = ladder.across_sizes(declared["ladder"], reports, goal)
-    report = dict(suite=declared["name"], metric=declared["metric"], goal=goal, baseline=declared["baseline"],
-                  allowed=declared["allowed"], per_size={s: dict(compared_at_tokens=r["compared_at_tokens"],
-                                                                 alpha=r["alpha"], comparisons=r["comparisons"],
-                                                                 report=os.path.join(s, "report.md"))
-                                                          for s, r in reports.items()},
-                  across_sizes=across)
-    os.makedirs(out_dir, exist_ok=True)
-    plot = ladder_plot(report, out_dir)
-    return save_report(report, ladder_markdown(report, plot), out_dir)
 
 
 def rule_text(rule):

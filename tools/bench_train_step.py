@@ -23,7 +23,10 @@ import os
 import statistics
 import sys
 
-import benchrows
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)  # a tool imports the workbench's modules from the repository root
+
+from tools import benchrows  # noqa: E402
 
 PLAIN = dict(head_loss="full", optimizer_impl="", keep_freed_memory=False, compile=False, attn_impl="sdpa")
 OPTIONS = {

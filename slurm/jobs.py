@@ -22,7 +22,6 @@ import time
 
 import configurator
 import rundir
-import runrecord
 import runtime
 
 RECORD = "slurm.json"  # in a run directory: its latest job id, log and script
@@ -178,7 +177,7 @@ def run_states(runs, sweep_dir):
     states = []
     for name, _, _ in runs:
         out_dir, record = os.path.join(sweep_dir, name), records[name]
-        events = runrecord.read_events(out_dir)
+        events = rundir.read_events(out_dir)
         logged = rundir.run_status(events)
         job = record.get("job", "")
         if logged in DONE:
@@ -218,7 +217,7 @@ def progress_line(out_dirs, running, queued, parallel):
     """'3/8 runs done, 2 running, 3 queued; about 12 min left' from the finished runs' durations,
     the unfinished runs sharing `parallel` slots. `running` and `queued` are out_dirs too: a run whose
     log says it finished counts as done even while its process is still exiting."""
-    logs = {out_dir: runrecord.read_events(out_dir) for out_dir in out_dirs}
+    logs = {out_dir: rundir.read_events(out_dir) for out_dir in out_dirs}
     finished = [events for events in logs.values() if rundir.run_status(events) in DONE]
     running, queued = (sum(rundir.run_status(logs[d]) not in DONE for d in dirs) for dirs in (running, queued))
     stopped = len(out_dirs) - len(finished) - running - queued

@@ -17,9 +17,11 @@ import subprocess
 import sys
 import time
 
-import configurator
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)  # a tool imports the workbench's modules from the repository root
 
-REPO = os.path.dirname(os.path.abspath(__file__))
+import configurator  # noqa: E402
+
 OPTIONS = dict(
     seeds="1,2",  # the seeds each design runs
     out="out-bench-suite",  # where the two suite directories and bench_suite.json go (emptied first)

@@ -13,7 +13,6 @@ import os
 
 import configurator
 import rundir
-import runrecord
 import runtime
 from model import model_config_fields, unwrap_state_dict
 from parallel import CHECKPOINT_FILE
@@ -50,7 +49,7 @@ def read_trunk(cfg):
     trunk = cfg["fork_from"]
     err = configurator.ConfigError
     retrain = f"delete {trunk} and run the suite again to retrain the trunk"
-    status = rundir.run_status(runrecord.read_events(trunk)) if os.path.isdir(trunk) else "missing"
+    status = rundir.run_status(rundir.read_events(trunk)) if os.path.isdir(trunk) else "missing"
     if status != "finished":
         raise err(f"fork_from={trunk!r}: the trunk is {status}, not finished: run it to its end first "
                   f"(sweep.py runs a suite's trunks before their branches)")
@@ -62,7 +61,7 @@ def read_trunk(cfg):
         ckpt = rundir.load_checkpoint_file(path)
     except rundir.RunDirError as e:
         raise rundir.RunDirError(f"the trunk checkpoint is damaged: {e}; or {retrain}") from None
-    last = rundir.finished(runrecord.read_events(trunk))[-1]["iter"]
+    last = rundir.finished(rundir.read_events(trunk))[-1]["iter"]
     if ckpt.get("iter_num") != last or "param_names" not in ckpt:
         raise rundir.RunDirError(f"the trunk checkpoint {path} is at iteration {ckpt.get('iter_num')}, not the trunk's "
                                  f"last ({last}), or was written before forks existed: {retrain}")

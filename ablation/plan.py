@@ -1,0 +1,92 @@
+"""The seed planner before a suite runs (sweep.py --plan): from a finished pilot suite per design,
+the paired-difference sd, the wall time a seed costs, and the seeds and minutes that min_effect or a
+wall-clock budget come to.
+"""
+import json
+import os
+
+import numpy as np
+
+import rundir
+from ablation import compare, stats, suites
+
+def seed_plan_text(suite, n_runs, pilots, budget_s=None, slots=1):
+    """sweep.py --plan: the planner's answer for this suite before anything runs, from pilots
+    (finished suites, one per design; by default this suite's own finished runs): for each design
+    its paired-difference sd, the wall time a seed costs, and the seeds and minutes that min_effect
+    and a wall-clock budget come to with `slots` runs at a time."""
+    k, alpha, min_effect = len(suite["variants"]) - 1, suite["alpha"], suite["min_effect"]
+    lines = [f"suite {suite['name']}: {len(suite['variants'])} variants x {len(suite['seeds'])} seeds = {n_runs} runs, "
+             f"{k} comparison(s) against {suite['baseline']!r}, family-wise alpha {alpha:g}, min_effect "
+             + (f"{min_effect:g}" if min_effect else "not declared (warning: equivalence cannot be shown)")
+             + f", {slots} run(s) at a time"]
+    for pilot_dir in pilots:
+        lines += pilot_plan_lines(suite, pilot_dir, budget_s, slots)
+    return "\n".join(lines)
+
+
+BUDGETS_S = (900, 1800, 3600, 7200)  # the budgets --plan prints without --budget
+
+
+def pilot_plan_lines(suite, pilot_dir, budget_s, slots):
+    k, alpha, min_effect = len(suite["variants"]) - 1, suite["alpha"], suite["min_effect"]
+    if not (pilot_dir and os.path.exists(os.path.join(pilot_dir, "suite.json"))):
+        return ["no pilot: pass --pilot=SUITE_DIR (a finished suite; several, comma-separated, compare designs) "
+                "for the detectable effect, the seeds needed and the time"]
+    pilot, runs = suites.load_suite_dir(pilot_dir)
+    report = compare.compare(dict(pilot, alpha=alpha, min_effect=min_effect, record=[], looks=None), runs)
+    sd, df = compare.pooled_difference_sd(report)
+    lines = [f"from pilot {pilot_dir} ({report['design']}):"]
+    if sd is None:
+        return lines + ["  no variant has two paired seeds yet, so no sd to plan from"]
+    plan = stats.plan_seeds(sd, df, len(suite["seeds"]), k, alpha, min_effect)
+    lines.append(stats.describe_plan(plan))
+    cost = seed_cost(pilot_dir, runs, len(suite["variants"]))
+    if cost is None:
+        return lines + ["  no finished run in the pilot to time a seed by"]
+    per_seed, run_s, trunk_s = cost
+    minutes = lambda n: n * per_seed / slots / 60
+    level = plan["level"]
+    lines.append(f"  wall time per seed: {per_seed:.0f} s ({len(suite['variants'])} runs of median {run_s:.0f} s"
+                 + (f" + its trunk, {trunk_s:.0f} s" if trunk_s else "") + f", as timed in the pilot); "
+                 f"{len(suite['seeds'])} seeds take about {minutes(len(suite['seeds'])):.0f} min")
+    if min_effect:
+        for label, s in (("at the sd", sd), ("at its upper bound", plan["sd_upper"])):
+            n = stats.seeds_needed(s, min_effect, level)
+            lines.append(f"  min_effect {min_effect:g} {label}: " + (f"{n} seeds, about {minutes(n):.0f} min"
+                                                                    if n else "out of reach"))
+    for budget in [budget_s] if budget_s else BUDGETS_S:
+        n = int(budget * slots // per_seed)
+        found = stats.detectable_effect(sd, n, level)
+        lines.append(f"  budget {budget / 60:.0f} min: {n} seeds" + (
+            f" (about {minutes(n):.0f} min) detect {found:.3g} ({stats.detectable_effect(plan['sd_upper'], n, level):.3g} "
+            f"at the sd's upper bound)" if found else ": too few to detect anything"))
+    if budget_s:
+        n = int(budget_s * slots // per_seed)
+        lines.append(f"  so: seeds = list(range(1, {n + 1})) in the suite file, declared before its runs")
+    return lines
+
+
+def seed_cost(pilot_dir, runs, n_variants):
+    """(wall seconds per seed, median run, median trunk) from a pilot's finished runs: each run's
+    processes from start to exit as the local launcher timed them (else from its first logged event
+    to its last: start-up not counted), a seed as n_variants runs and, in a fork pilot, the trunk it
+    shares. None without a finished run."""
+    launched = {}
+    path = os.path.join(pilot_dir, suites.LAUNCHES)
+    for line in open(path).read().splitlines() if os.path.exists(path) else []:
+        entry = json.loads(line)
+        launched[entry["run"]] = launched.get(entry["run"], 0.0) + entry["end"] - entry["start"]
+
+    def wall(name, events):
+        return launched.get(name, events[-1]["time"] - events[0]["time"])
+
+    done = [wall(os.path.basename(os.path.normpath(r["out_dir"])), r["events"]) for r in runs.values()
+            if rundir.run_status(r["events"]) == "finished"]
+    if not done:
+        return None
+    trunks = [wall(d, events) for d, events in ((d, rundir.read_events(os.path.join(pilot_dir, d)))
+                                                for d in os.listdir(pilot_dir) if d.startswith("trunk-seed"))
+              if rundir.run_status(events) == "finished"]
+    run_s, trunk_s = float(np.median(done)), float(np.median(trunks)) if trunks else 0.0
+    return n_variants * run_s + trunk_s, run_s, trunk_s

@@ -1,0 +1,263 @@
+"""A suite directory: the suite file's declaration checked, suite.json frozen before the runs, the
+record of runs added and looks taken (suite_record.jsonl), its runs read back, and its report.
+
+sweep.py reads and freezes suites here; report.py and sweep.py build a suite's report here. The
+numbers come from compare.py (and ladder.py across sizes), the words and plots from render.py.
+"""
+import json
+import os
+import re
+import time
+
+import rundir
+from ablation import compare, ladder, render, stats
+from configurator import ConfigError
+
+SUITE_KEYS = ("variants", "baseline", "seeds", "metric", "allowed")
+
+
+SUITE_RECORD = "suite_record.jsonl"  # beside suite.json: runs added after it, and every report (a look)
+
+
+LAUNCHES = "launches.jsonl"  # sweep.py's local launcher: each process of a run, start to exit (wall seconds)
+
+
+def read_suite(namespace, name, here, known_keys):
+    """A suite's declaration, checked: each mistake is one line that says what to write. A variant's
+    config files are relative to the suite file's directory; known_keys: the keys a variant may set
+    (train.py's)."""
+    err = ConfigError
+    missing = [k for k in SUITE_KEYS if k not in namespace]
+    if missing:
+        raise err(f"suite {name!r} does not set {missing}: a suite declares {SUITE_KEYS}")
+    variants, seeds = namespace["variants"], namespace["seeds"]
+    if not isinstance(variants, dict) or not all(isinstance(v, dict) for v in variants.values()):
+        raise err("variants must be {name: {'config': file or [files], key: value, ...}}")
+    if namespace["baseline"] not in variants:
+        raise err(f"baseline={namespace['baseline']!r} is not one of the variants {list(variants)}")
+    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(s, int) for s in seeds):
+        raise err(f"seeds={seeds!r}: give a list of distinct integers")
+    try:
+        compare.check_metric(namespace["metric"])
+    except ValueError as e:
+        raise err(str(e)) from None
+    for variant, body in variants.items():
+        if not re.fullmatch(r"[\w.+-]+", variant):
+            raise err(f"variant name {variant!r}: use letters, digits, '.', '+', '-' or '_'")
+        unknown = set(body) - {"config"} - set(known_keys)
+        if unknown:
+            raise err(f"variant {variant!r} sets unknown keys {sorted(unknown)}")
+        configs = body.get("config", [])
+        body["config"] = [os.path.normpath(os.path.join(here, c)) for c in ([configs] if isinstance(configs, str) else configs)]
+    fixed = sorted(set(namespace["allowed"]) & set(compare.MEASUREMENT_KEYS))
+    if fixed:
+        raise err(f"allowed names {fixed}: these define how the metric is measured and must be equal in every run")
+    nproc = namespace.get("nproc", 1)
+    if not isinstance(nproc, int) or nproc < 1:
+        raise err(f"nproc={nproc!r}: the ranks per run, an integer >= 1")
+    heatmap = list(namespace.get("heatmap", []))
+    if heatmap and (len(heatmap) != 2 or not set(heatmap) <= set(namespace["allowed"])):
+        raise err(f"heatmap={heatmap!r}: name two of the allowed keys (x, y)")
+    alpha, min_effect, looks = namespace.get("alpha", compare.DEFAULT_ALPHA), namespace.get("min_effect"), \
+        namespace.get("looks")
+    if not (isinstance(alpha, float) and 0 < alpha < 1):
+        raise err(f"alpha={alpha!r}: the family-wise significance level, a float in (0, 1)")
+    if min_effect is not None and not (isinstance(min_effect, (int, float)) and min_effect > 0):
+        raise err(f"min_effect={min_effect!r}: the smallest effect of interest in the metric's units, > 0")
+    if looks is not None and not (isinstance(looks, list) and looks and all(isinstance(n, int) for n in looks)
+                                  and looks == sorted(set(looks)) and looks[0] >= stats.MIN_SEEDS):
+        raise err(f"looks={looks!r}: the planned seed counts of each report, increasing integers >= {stats.MIN_SEEDS}")
+    try:
+        sizes = ladder.check_ladder(namespace.get("ladder"), variants)
+    except ValueError as e:
+        raise err(str(e)) from None
+    fork_at = namespace.get("fork_at")
+    if fork_at is not None and not (isinstance(fork_at, int) and fork_at >= 1):
+        raise err(f"fork_at={fork_at!r}: the iteration at which every variant leaves its seed's baseline trunk, "
+                  f"an integer >= 1 (or leave it out: every run from scratch)")
+    return dict(name=name, variants=variants, baseline=namespace["baseline"], seeds=list(seeds),
+                metric=namespace["metric"], allowed=list(namespace["allowed"]), nproc=nproc, heatmap=heatmap,
+                alpha=alpha, min_effect=min_effect, looks=looks, ladder=sizes, fork_at=fork_at)
+
+
+def freeze_suite(suite, runs, sweep_dir):
+    """suite.json: the declaration as of the first run, written once and never rewritten. Its metric,
+    baseline, alpha, min_effect and looks cannot change afterwards (the report must not pick the most
+    flattering one); runs added later (more seeds or variants) go into the suite's record, with the
+    number of looks taken before them, so a report can say the suite grew after it was looked at."""
+    path = os.path.join(sweep_dir, "suite.json")
+    wanted = {name: [p["variant"], p["seed"]] for name, p, _ in runs if not p.get("trunk")}
+    if not os.path.exists(path):
+        os.makedirs(sweep_dir, exist_ok=True)
+        with rundir.atomic_write(path, "w") as f:  # a torn suite.json would lose the plan
+            json.dump(dict(suite, runs=wanted), f, indent=1)
+    else:
+        try:
+            first = read_suite_json(path)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        for key in ("metric", "baseline", "alpha", "min_effect", "looks", "fork_at"):  # fork_at: the trunks on disk
+            if first.get(key) != suite.get(key) and (key in first or suite.get(key) is not None):
+                raise ConfigError(
+                    f"{path} declared {key}={first.get(key)!r} before its runs; this suite says {suite.get(key)!r}: "
+                    f"keep it, or start a new suite_dir")
+        record = read_suite_record(sweep_dir)
+        known = suite_runs(first, record)
+        added = {name: run for name, run in wanted.items() if name not in known}
+        if added:
+            append_suite_record(sweep_dir, dict(event="added", runs=added,
+                                                         looks_before=len(compare.looks_taken(record))))
+    if suite.get("ladder"):  # each size is an ordinary suite of its own in suite_dir/<size>
+        for size in suite["ladder"]["sizes"]:
+            own = [(ladder.size_of(name)[1], p, argv) for name, p, argv in runs if p["size"] == size]
+            freeze_suite(dict(suite, name=f"{suite['name']}/{size}", ladder=None), own, os.path.join(sweep_dir, size))
+
+
+def read_suite_record(suite_dir):
+    """The suite's record, oldest first: {"event": "added", "runs", "looks_before"} and
+    {"event": "look", "seeds"} lines (a torn last line is skipped)."""
+    path = os.path.join(suite_dir, SUITE_RECORD)
+    if not os.path.exists(path):
+        return []
+    entries = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return entries
+
+
+def append_suite_record(suite_dir, entry):
+    """Append one line to the record; earlier lines are never rewritten."""
+    with open(os.path.join(suite_dir, SUITE_RECORD), "a", encoding="utf-8") as f:
+        f.write(json.dumps(dict(entry, time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))) + "\n")
+
+
+def read_suite_json(path):
+    """A suite's frozen declaration; a damaged file is named in one line, never parsed half-way."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            declared = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is damaged ({e}): it holds the plan declared before the runs; restore it "
+                         f"(or delete it to declare the suite again from its file)") from None
+    if not isinstance(declared, dict) or not {"metric", "baseline", "runs"} <= set(declared):
+        raise ValueError(f"{path} is not a suite declaration (no metric, baseline and runs)")
+    return declared
+
+
+def load_suite_dir(suite_dir):
+    """(suite, runs) of a directory written by sweep.py: suite.json names each run's variant and seed
+    as declared before the first run; the suite's record adds the runs added later and the looks."""
+    declared = read_suite_json(os.path.join(suite_dir, "suite.json"))
+    suite = {k: declared.get(k) for k in ("name", "metric", "baseline", "allowed", "heatmap", "alpha", "min_effect",
+                                          "looks")}
+    suite.update(record=read_suite_record(suite_dir), declared_seeds=declared.get("seeds"))
+    suite["variants"], runs = {}, {}
+    for run_name, (variant, seed) in suite_runs(declared, suite["record"]).items():
+        suite["variants"].setdefault(variant, []).append(seed)
+        runs[(variant, seed)] = rundir.read_run(os.path.join(suite_dir, run_name))
+    return suite, runs
+
+
+def suite_runs(declared, record):
+    """{run name: [variant, seed]}: the declared runs, then those the record says were added."""
+    added = [e["runs"] for e in record if e.get("event") == "added"]
+    return {k: v for runs in (declared["runs"], *added) for k, v in runs.items()}
+
+
+def suite_from_run_dirs(dirs, metric, baseline="", allowed=None, alpha=compare.DEFAULT_ALPHA, min_effect=None):
+    """(suite, runs) for run directories that no suite produced: runs whose configs agree but for
+    bookkeeping keys (seed, out_dir, ...) are one variant, named after their directories; the
+    baseline is `baseline` (a variant or a directory) or the first directory's variant. Without
+    `allowed`, every config difference counts as intended (the report says so)."""
+    compare.check_metric(metric)
+    groups = {}
+    for d in dirs:
+        run = rundir.read_run(d)
+        if run["config"] is None:
+            damaged = [line for line in run["damage"] if line.startswith(os.path.join(d, "config.json"))]
+            raise ValueError(f"{damaged[0] if damaged else d + ' has no config.json'}: without its config the run "
+                             f"cannot be placed: restore config.json, or leave {d} out")
+        key = json.dumps({k: v for k, v in run["config"].items() if k not in compare.BOOKKEEPING}, sort_keys=True)
+        groups.setdefault(key, []).append(run)
+    variants, runs = {}, {}
+    for group in groups.values():
+        stems = {re.sub(r"-seed\d+$", "", os.path.basename(os.path.normpath(r["out_dir"]))) for r in group}
+        name = stems.pop() if len(stems) == 1 else os.path.basename(os.path.normpath(group[0]["out_dir"]))
+        for run in group:
+            seed = run["config"]["seed"]
+            if (name, seed) in runs:
+                raise ValueError(f"{runs[(name, seed)]['out_dir']} and {run['out_dir']} are the same variant with "
+                                 f"the same seed: give one of them")
+            runs[(name, seed)] = run
+            variants.setdefault(name, []).append(seed)
+    by_dir = {os.path.normpath(r["out_dir"]): v for (v, _), r in runs.items()}
+    base = by_dir.get(os.path.normpath(baseline), baseline) or by_dir[os.path.normpath(dirs[0])]
+    if base not in variants:
+        raise ValueError(f"baseline={baseline!r} is neither a given directory nor one of the variants {list(variants)}")
+    declared = allowed is not None
+    if not declared:
+        ref = next(r for (v, _), r in runs.items() if v == base)["config"]
+        allowed = sorted({k for r in runs.values() for k in compare.config_differences(r["config"], ref, ())})
+    suite = dict(name="runs " + ", ".join(variants), metric=metric, baseline=base, allowed=list(allowed),
+                 variants=variants, allowed_declared=declared, alpha=alpha, min_effect=min_effect)
+    return suite, runs
+
+
+def load_ladder_dir(suite_dir):
+    """(declared ladder, {size: (suite, runs)}) of a ladder suite directory written by sweep.py."""
+    declared = read_suite_json(os.path.join(suite_dir, "suite.json"))
+    sizes = {size: load_suite_dir(os.path.join(suite_dir, size)) for size in declared["ladder"]["sizes"]
+             if os.path.exists(os.path.join(suite_dir, size, "suite.json"))}
+    return declared, sizes
+
+
+def is_ladder_dir(suite_dir):
+    path = os.path.join(suite_dir, "suite.json")
+    return os.path.exists(path) and bool(read_suite_json(path).get("ladder"))
+
+
+def report_suite_dir(suite_dir, out_dir=None, plan=None):
+    """The suite's report; `plan` (alpha, min_effect) may fill in only what the suite did not declare
+    before its runs, and the report then says it was declared afterwards."""
+    if is_ladder_dir(suite_dir):
+        return report_ladder_dir(suite_dir, out_dir, plan)
+    suite, runs = load_suite_dir(suite_dir)
+    late = {k: v for k, v in (plan or {}).items() if suite.get(k) is None}
+    refused = sorted(set(plan or {}) - set(late))
+    if refused:
+        raise ValueError(f"{suite_dir} declared {', '.join(f'{k}={suite[k]!r}' for k in refused)} before its runs: "
+                         f"it cannot be changed here")
+    report = compare.compare(dict(suite, **late), runs)
+    if late:
+        report["declared_after_the_runs"] = sorted(late)
+    path = render.write_report(report, runs, out_dir or suite_dir)
+    if report["looked_at_seeds"]:  # every report is a look at the data: the suite's record keeps it
+        append_suite_record(suite_dir, dict(event="look", seeds=report["looked_at_seeds"]))
+    return path
+
+
+def report_ladder_dir(suite_dir, out_dir=None, plan=None):
+    """A ladder suite: each size's own report (suite_dir/<size>/report.md, one family per size), then
+    the across-size report (report.md, report.json, effect_vs_size.png) from ladder.across_sizes."""
+    out_dir = out_dir or suite_dir
+    declared, sizes = load_ladder_dir(suite_dir)
+    reports = {}
+    for size in sizes:
+        path = report_suite_dir(os.path.join(suite_dir, size), os.path.join(out_dir, size), plan)
+        with open(os.path.join(os.path.dirname(path), "report.json")) as f:
+            reports[size] = json.load(f)
+    goal = compare.check_metric(declared["metric"])[2]
+    across = ladder.across_sizes(declared["ladder"], reports, goal)
+    report = dict(suite=declared["name"], metric=declared["metric"], goal=goal, baseline=declared["baseline"],
+                  allowed=declared["allowed"], per_size={s: dict(compared_at_tokens=r["compared_at_tokens"],
+                                                                 alpha=r["alpha"], comparisons=r["comparisons"],
+                                                                 report=os.path.join(s, "report.md"))
+                                                          for s, r in reports.items()},
+                  across_sizes=across)
+    os.makedirs(out_dir, exist_ok=True)
+    plot = render.ladder_plot(report, out_dir)
+    return render.save_report(report, render.ladder_markdown(report, plot), out_dir)
