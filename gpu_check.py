@@ -8,7 +8,7 @@ What the CPU test suite cannot see (it runs gloo, the Triton interpreter and no 
   bfloat16 and float16 at head sizes 64 and 128, forward and gradients, every mode;
 - a few training steps of train.py (as a subprocess, as users run it) for each head_loss, each
   attention implementation, compile off and on: the loss must be finite and fall;
-- a step timed by runtime.DeviceTimer (what train.py logs) against CUDA events on the same steps;
+- a step timed by devices.DeviceTimer (what train.py logs) against CUDA events on the same steps;
 - sharding.memory_estimate's step peak against torch.cuda.max_memory_allocated;
 - which SDPA kernel runs, and the data-sheet peak MFU is against next to a measured matmul peak;
 - the fused RA kernel's forward+backward time against SDPA's.
@@ -115,6 +115,7 @@ def train_rows(directory):
 def step_timing_and_memory_rows(device):
     """One GPT-2-shaped training step: DeviceTimer against CUDA events, the memory estimate against
     the allocator's peak, the SDPA kernel, MFU's data-sheet peak against a measured matmul peak."""
+    import devices
     import runtime
     import sharding
     from model import GPT, peak_flops
@@ -123,7 +124,7 @@ def step_timing_and_memory_rows(device):
     model = GPT(runtime.model_config(cfg)).to(device)
     optimizer = model.configure_optimizers("adamw", 6e-4, 0.1, impl="fused")
     idx = torch.randint(0, cfg["vocab_size"], (cfg["batch_size"], cfg["block_size"]), device=device)
-    _, autocast = runtime.precision("bfloat16", device)
+    _, autocast = devices.precision("bfloat16", device)
 
     def step():
         with autocast:
@@ -134,7 +135,7 @@ def step_timing_and_memory_rows(device):
 
     for _ in range(3):
         step()
-    timer, timed, events = runtime.DeviceTimer(device), [], []
+    timer, timed, events = devices.DeviceTimer(device), [], []
     torch.cuda.reset_peak_memory_stats(device)
     for _ in range(10):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -149,9 +150,9 @@ def step_timing_and_memory_rows(device):
     # the estimate's GPU reserve is for workspaces outside PyTorch's allocator counts: compare without it
     ratio = (estimate["step"] - sharding.RESERVE_BYTES) / peak
     timing = float(np.median(timed)) / float(np.median(events))
-    measured = runtime.matmul_peak_flops(device, "bfloat16")
+    measured = devices.matmul_peak_flops(device, "bfloat16")
     listed = peak_flops(device)
-    backend = runtime.sdpa_backend(device, "bfloat16", 12, 64, 1024)
+    backend = devices.sdpa_backend(device, "bfloat16", 12, 64, 1024)
     return [
         row("step time: DeviceTimer / CUDA events", 0.95 <= timing <= 1.10, f"{timing:.3f}",
             f"median {np.median(timed):.1f} ms vs {np.median(events):.1f} ms, GPT-2 124M, 8 x 1024, bf16"),

@@ -413,7 +413,7 @@ class RAGPT(GPT):
 
     def fork_new_parameters(self):
         """What a baseline trunk lacks and a branch forked from it keeps at its own initialization
-        (fork.py): the learned alphas, the gate logits and the output gates."""
+        (forking.py): the learned alphas, the gate logits and the output gates."""
         own = ("ra_alpha", "ra_gate_logit", "c_gate")
         return [n for n, _ in self.named_parameters() if any(part in own for part in n.split("."))]
 

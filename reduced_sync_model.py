@@ -122,7 +122,7 @@ def expected_syncs(cfg):
 # ----------------------------------------------------------------------------- sync points
 
 # The reduced-sync experiments in config/: file name -> all-reduces per forward pass that its name
-# promises. test_all_architectures.py checks each promise and bench_comm.py times each schedule.
+# promises. test_all_architectures.py checks each promise and tools/bench_comm.py times each schedule.
 REDUCED_SYNC_CONFIGS = {
     "train_gpt2_24comm": 24, "train_gpt2_18comm": 18, "train_gpt2_16comm": 16, "train_gpt2_12comm": 12,
     "train_gpt2_8comm": 8, "train_gpt2_6comm": 6, "train_spd_12sync": 12, "train_grouped_6sync": 6,

@@ -34,6 +34,7 @@ import torch
 from model import GPT, GPTConfig
 from ra_model import RAConfig, RAGPT
 import configurator
+import devices
 import runtime
 from reduced_sync_model import REDUCED_SYNC_CONFIGS, SYNC_KEYS, ReducedSyncConfig, ReducedSyncGPT, expected_syncs
 
@@ -172,7 +173,7 @@ def check_sharded(family, kwargs, data_parallel, world, dtype, seed=0):
         models.append(BUILDERS[family](**{**TINY, **kwargs}, **group).train())
     reference, model = models
     sharding.shard_model(model, layout.shard_mesh, dtype, "float32", compile_blocks=False)
-    _, autocast = runtime.precision(dtype, "cpu")
+    _, autocast = devices.precision(dtype, "cpu")
     tolerance = 1e-5 if dtype == "float32" else 5e-2
     replicas, replica, position = world // tp, rank // tp, rank % tp  # a replica's tp ranks are consecutive
     batches = torch.randint(0, TINY["vocab_size"], (replicas, 2, 2, TINY["block_size"]),

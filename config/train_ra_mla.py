@@ -16,5 +16,5 @@ ra_alpha = 0.5
 ra_window = 64
 # The windowed mix keeps its doubled queries and keys, duplicated keys and padded values for
 # backward (1.36x the baseline's peak memory at 124M, T=1024); recomputing the attention core
-# brings it under MLA's (bench.py). Same numbers, one more attention forward per layer.
+# brings it under MLA's (tools/bench_ra_variants.py). Same numbers, one more attention forward per layer.
 attn_recompute = True

@@ -173,7 +173,7 @@ def test_a_signal_before_the_first_step_stops_start_up_at_once_and_says_nothing_
     """Start-up (model building, data checks, memory estimate) can take minutes at large sizes; a
     signal then stops it at once with the truth instead of waiting for a step that has not begun."""
     out = str(tmp_path / "run")
-    real_check_data = train.runtime.check_data
+    real_check_data = train.tokendata.check_data
 
     def slow_start(cfg):
         os.kill(os.getpid(), signal.SIGTERM)  # as the scheduler would, while the run is still setting up

@@ -631,7 +631,7 @@ def test_ra_mla_config_with_the_triton_kernel_builds_and_trains(data_dir, tmp_pa
     assert events(out, "checklist")[0]["attn_impl"] == "triton"
 
 
-# ---------------------------------------------------------------- bench.py
+# ---------------------------------------------------------------- tools/bench_ra_variants.py
 
 def test_bench_measures_what_the_ra_mla_config_runs():
     from tools import bench_ra_variants

@@ -1,4 +1,4 @@
-"""The planned-comparison statistics (stats.py): Holm and the planner against hand-computed values,
+"""The planned-comparison statistics (ablation/stats.py): Holm and the planner against hand-computed values,
 and the whole procedure calibrated by simulating many suites from known distributions (no training):
 under the null the family-wise rate of better/worse verdicts stays at alpha, and an effect of
 min_effect is found at least 80% of the time with the seeds the planner asks for."""

@@ -1,5 +1,5 @@
 """The speed and memory options of a training step: the allocator setting really stops the page
-faults, and bench_step.py runs as users run it and shows the chunked head's memory saving."""
+faults, and tools/bench_train_step.py runs as users run it and shows the chunked head's memory saving."""
 import json
 import os
 import subprocess
@@ -11,6 +11,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAULTS = textwrap.dedent("""
     import resource, sys, torch
     sys.path.insert(0, {repo!r})
+    import devices
     import runtime
     def faults_of_a_step():
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -20,7 +21,7 @@ FAULTS = textwrap.dedent("""
         return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
     faults_of_a_step()
     default = faults_of_a_step()
-    kept = runtime.keep_freed_memory()
+    kept = devices.keep_freed_memory()
     faults_of_a_step()
     print(kept, default, faults_of_a_step())
 """)
@@ -71,11 +72,11 @@ def test_profile_on_a_gpu_records_the_kernels(monkeypatch):
     import torch.profiler
 
     from tools import bench_train_step
-    import runtime
+    import devices
     asked, real = [], torch.profiler.profile
     monkeypatch.setattr(torch.profiler, "profile",
                         lambda activities: asked.append(activities) or real(activities=[torch.profiler.ProfilerActivity.CPU]))
-    monkeypatch.setattr(runtime, "synchronize", lambda device: None)
+    monkeypatch.setattr(devices, "synchronize", lambda device: None)
     import torch
     a = torch.randn(64, 64)
     totals = bench_train_step.profile_by_category(lambda: a @ a, "cuda:0")

@@ -1,8 +1,8 @@
 """What fewer sync points save: every reduced-sync config trained for a few steps on tp_size ranks.
 
-    torchrun --standalone --nproc_per_node=2 bench_comm.py                 # small model, CPU (gloo)
-    torchrun --standalone --nproc_per_node=2 bench_comm.py --n_embd=768 --n_head=12 --block_size=1024 --batch_size=8
-    torchrun --standalone --nproc_per_node=8 bench_comm.py --n_embd=768 --n_head=12 --block_size=1024 --batch_size=8
+    torchrun --standalone --nproc_per_node=2 tools/bench_comm.py                 # small model, CPU (gloo)
+    torchrun --standalone --nproc_per_node=2 tools/bench_comm.py --n_embd=768 --n_head=12 --block_size=1024 --batch_size=8
+    torchrun --standalone --nproc_per_node=8 tools/bench_comm.py --n_embd=768 --n_head=12 --block_size=1024 --batch_size=8
 
 Per config (the block schedules of config/train_gpt2_*comm.py and train_*sync.py at a size set
 here): median step time (forward, backward, gradient clipping, AdamW), the time inside
@@ -136,7 +136,7 @@ def main():
     args = parser.parse_args()
 
     if "RANK" not in os.environ:
-        raise SystemExit("run under torchrun: torchrun --standalone --nproc_per_node=2 bench_comm.py")
+        raise SystemExit("run under torchrun: torchrun --standalone --nproc_per_node=2 tools/bench_comm.py")
     device = f"cuda:{int(os.environ['LOCAL_RANK'])}" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda"):
         torch.cuda.set_device(device)

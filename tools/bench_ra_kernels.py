@@ -1,7 +1,7 @@
 """Benchmark of causal attention variants at GPT-2 124M shapes: time and peak memory.
 
-    python bench_ra.py                      # B=8, H=12, D=64, bf16, T = 512 ... 8192
-    python bench_ra.py --T 1024 --json out.jsonl
+    python tools/bench_ra_kernels.py                      # B=8, H=12, D=64, bf16, T = 512 ... 8192
+    python tools/bench_ra_kernels.py --T 1024 --json out.jsonl
 
 Rows:
   sdpa               the baseline: F.scaled_dot_product_attention(q, k, v, is_causal=True)

@@ -1,9 +1,9 @@
 """Benchmark of reciprocal attention and MLA against the baseline: forward+backward time per step,
 tokens/s and peak memory of every variant, as ratios to the baseline measured in the same run.
 
-    python bench.py                                   # CPU, a small model (a few minutes on 2 cores)
-    python bench.py --preset=gpt2 --device=cuda --dtype=bfloat16 --batch_size=8   # GPT-2 124M, T=1024
-    python bench.py --variants=baseline,ra_late_mix,ralearn --steps=20
+    python tools/bench_ra_variants.py                                   # CPU, a small model (a few minutes on 2 cores)
+    python tools/bench_ra_variants.py --preset=gpt2 --device=cuda --dtype=bfloat16 --batch_size=8   # GPT-2 124M, T=1024
+    python tools/bench_ra_variants.py --variants=baseline,ra_late_mix,ralearn --steps=20
 
 Each variant runs in a fresh process, so one variant's allocations cannot raise another's peak.
 Peak memory on CUDA: torch.cuda.max_memory_allocated over the timed steps (weights, gradients,
@@ -66,7 +66,7 @@ def parse_args(argv):
 def measure(args):
     """One variant in this process: a JSON line with its step time and peak memory."""
     import torch
-    import runtime
+    import devices
     from ra_model import RAConfig, RAGPT
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -86,14 +86,14 @@ def measure(args):
             _, loss = fwd_bwd(idx, idx)
         loss.backward()
         model.zero_grad(set_to_none=True)
-        runtime.synchronize(device)
+        devices.synchronize(device)
 
     rss_model = current_rss_mib()  # after the weights were allocated, before any step
     for _ in range(args.warmup):
         step()
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats(device)
-    times, timer = [], runtime.DeviceTimer(device)
+    times, timer = [], devices.DeviceTimer(device)
     for _ in range(args.steps):
         timer.start()
         step()

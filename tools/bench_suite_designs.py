@@ -1,7 +1,7 @@
 """Seeds per hour of the RA twin's two designs, side by side in one sitting on this machine.
 
-    python bench_suite.py                       # 2 seeds of each design, both cores busy
-    python bench_suite.py --seeds=1,2,3 --out=out-bench-suite
+    python tools/bench_suite_designs.py                       # 2 seeds of each design, both cores busy
+    python tools/bench_suite_designs.py --seeds=1,2,3 --out=out-bench-suite
 
 Today's path, every run from scratch (suites/ra_shakespeare_scratch.py with --cpu_runs=2), against
 the recommended one, warmup-and-fork (suites/ra_shakespeare.py: one trunk per seed, five branches of
@@ -44,7 +44,7 @@ def run_design(suite, extra, seeds, sweep_dir):
 def main(argv):
     options, extra = configurator.options_and_paths(argv, OPTIONS, text_keys=("seeds",))
     if extra:
-        raise configurator.ConfigError(f"{extra[0]!r}: bench_suite.py takes only --key=value options (--help)")
+        raise configurator.ConfigError(f"{extra[0]!r}: tools/bench_suite_designs.py takes only --key=value options (--help)")
     n = len(str(options["seeds"]).split(","))
     shutil.rmtree(options["out"], ignore_errors=True)
     os.makedirs(options["out"])

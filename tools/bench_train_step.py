@@ -1,14 +1,14 @@
 """Benchmark of the baseline's whole training step (forward, backward, clipping, optimizer step)
 with and without each speed and memory option, as ratios to the plain path measured in the same run.
 
-    python bench_step.py                                  # CPU twin shape: 6 layers, 384 wide, T=256, batch 8
-    python bench_step.py --preset=gpt2 --memory_only      # GPT-2 124M, micro-batch 32, T=1024: peak memory only
-    python bench_step.py --preset=gpt2 --device=cuda --dtype=bfloat16 --options=plain,all,all_compiled
+    python tools/bench_train_step.py                                  # CPU twin shape: 6 layers, 384 wide, T=256, batch 8
+    python tools/bench_train_step.py --preset=gpt2 --memory_only      # GPT-2 124M, micro-batch 32, T=1024: peak memory only
+    python tools/bench_train_step.py --preset=gpt2 --device=cuda --dtype=bfloat16 --options=plain,all,all_compiled
 
 Options (one row each): 'plain' is the step as it was before issue 15 (full logits, torch's default
 optimizer loop, glibc's default malloc, eager); every other row changes what its name says.
 Each row runs in a fresh process (its own allocator settings, its own peak memory) and measures
-the machine's matmul peak for the dtype right before and after its steps (runtime.matmul_peak_flops;
+the machine's matmul peak for the dtype right before and after its steps (devices.matmul_peak_flops;
 the higher counts): MFU = model FLOP/s / that peak, so a busy machine lowers both together. Time =
 the median step of --steps after --warmup; --repeats cycles through all rows and keeps each row's
 fastest. Peak memory: CUDA max_memory_allocated; on CPU the peak of live tensor bytes over one step
@@ -67,7 +67,7 @@ PRESETS = {
 
 def parse_args(argv):
     p = benchrows.parser_with_shape(__doc__, PRESETS, "twin")
-    p.add_argument("--dtype", default="", help="'' picks the machine's best (runtime.precision)")
+    p.add_argument("--dtype", default="", help="'' picks the machine's best (devices.precision)")
     p.add_argument("--steps", type=int, default=5, help="timed training steps (median reported)")
     p.add_argument("--repeats", type=int, default=1, help="cycles through the options; the fastest counts")
     p.add_argument("--options", default="", help=f"comma-separated subset of {', '.join(OPTIONS)} (plain always runs)")
@@ -90,16 +90,16 @@ def measure(args):
     """One row in this process: a dict with its step time, MFU and peak memory."""
     import torch
 
+    import devices
     import parallel
-    import runtime
     from model import GPT, GPTConfig
 
     option = {**PLAIN, **OPTIONS[args.child]}
     device = parallel.pick_device(args.device)
-    runtime.check_dtype(args.dtype, device)
-    dtype, autocast = runtime.precision(args.dtype, device)
+    devices.check_dtype(args.dtype, device)
+    dtype, autocast = devices.precision(args.dtype, device)
     if option["keep_freed_memory"]:
-        runtime.keep_freed_memory()
+        devices.keep_freed_memory()
     shape = {k: getattr(args, k) for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")}
     fake = torch._subclasses.fake_tensor.FakeTensorMode() if args.memory_only else None
     with fake or torch.device(device):
@@ -117,7 +117,7 @@ def measure(args):
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        runtime.synchronize(device)
+        devices.synchronize(device)
 
     result = dict(option=args.child, dtype=dtype, device=device, params=model.get_num_params())
     if args.memory_only:
@@ -128,15 +128,15 @@ def measure(args):
         return result
     for _ in range(args.warmup):
         step()
-    peak_flops = runtime.matmul_peak_flops(device, dtype)
+    peak_flops = devices.matmul_peak_flops(device, dtype)
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats(device)
-    times, timer = [], runtime.DeviceTimer(device)
+    times, timer = [], devices.DeviceTimer(device)
     for _ in range(args.steps):
         timer.start()
         step()
         times.append(timer.elapsed())
-    peak_flops = max(peak_flops, runtime.matmul_peak_flops(device, dtype))
+    peak_flops = max(peak_flops, devices.matmul_peak_flops(device, dtype))
     if args.profile:  # before MemTracker: its global module hooks send a compiled model back to eager
         result["profile_ms"] = profile_by_category(step, device)
     if device.startswith("cuda"):
@@ -155,10 +155,11 @@ def profile_by_category(step, device):
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    import runtime
+    import devices
+
 
     on_gpu = device.startswith("cuda")
-    timer = runtime.DeviceTimer(device)
+    timer = devices.DeviceTimer(device)
     with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])) as prof:
         timer.start()
         step()

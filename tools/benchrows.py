@@ -1,4 +1,4 @@
-"""What bench.py and bench_step.py share: every row (a model variant, a step option) measured in a
+"""What tools/bench_ra_variants.py and tools/bench_train_step.py share: every row (a model variant, a step option) measured in a
 fresh process so that one row's allocations cannot raise another's peak, the rows cycled through
 `repeats` times so that a slow spell of a shared machine hits them all, each row's fastest repeat
 kept; the peak of live tensor bytes on CPU; ratios to the first row; the JSON file."""
