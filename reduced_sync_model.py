@@ -9,7 +9,7 @@ One model, two executions:
 Both count their all-reduces per forward pass (forward and backward separately); `metrics()`
 reports them and `startup_report()` checks them against the expected number.
 
-Block types (p = tp_size, shard i = rank i's heads and MLP columns; see ../shared/RESEARCH.md):
+Block types (p = tp_size, shard i = rank i's heads and MLP columns; see docs/experiments.md):
 - tp: Megatron. x = x + g(attn_i(f(LN1(x)))) + b_o, then the same for the MLP. f is identity
   forward / all-reduce of the gradient backward, g the reverse: 2 all-reduces forward, 2 backward.
 - spd: Sync-Point Drop, one sync. a_i = attn_i(LN1(x)) (unsummed partial),

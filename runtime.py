@@ -93,7 +93,7 @@ DEFAULTS = dict(
     momentum=0.9,  # sgd only
     nesterov=False,  # sgd only
     grad_clip=1.0,  # 0 disables clipping; the gradient norm is logged either way
-    # optimizer extras and pruning (optim.py; formulas in ../shared/RESEARCH.md)
+    # optimizer extras and pruning (optim.py; formulas in docs/experiments.md)
     spam_theta=50.0,  # adamw_spam: clip gradient entries with g^2 > theta * v_hat
     spam_spike_z=2.0,  # adamw_spam: a spike when the gradient norm's z-score exceeds this (m *= 0.5, v *= 0.9)
     spam_window=100,  # adamw_spam: the z-score is against the last this many gradient norms
@@ -235,7 +235,7 @@ def check_model_keys_apply(cfg):
 
 def check_batch(cfg, dp_size):
     """gradient_accumulation_steps and tokens_per_iter (settled) against the batch shape and the
-    data-parallel ranks. The notes compare runs at equal tokens per step and equal token budgets, so a
+    data-parallel ranks. Our studies compare runs at equal tokens per step and equal token budgets, so a
     budget that the batch shape cannot meet exactly is refused rather than rounded."""
     err = configurator.ConfigError
     sequence_tokens = cfg["batch_size"] * cfg["block_size"]

@@ -3,7 +3,7 @@ train.py runs; run them; tabulate a grid, report a suite.
 
     python sweep.py config/train_wikitext2.py --grid="learning_rate=[3e-4,6e-4] batch_size=[8,16]"
     python sweep.py suites/ra_shakespeare.py                        # an ablation suite (README)
-    python sweep.py config/sweep_pruning_matrix.py                  # the notes' pruning matrix
+    python sweep.py config/sweep_pruning_matrix.py                  # the pruning / MLA study's matrix
     python sweep.py config/sweep_pruning_matrix.py config/small_shakespeare.py   # its CPU version
     python sweep.py config/sweep_wikitext2_optimizers.py --max_iters=500 --dry_run=True
     python sweep.py suites/ra.py --launcher=slurm --slurm_partition=gpu --slurm_gpus_per_node=8   # docs/slurm.md

@@ -305,7 +305,7 @@ def train(cfg, layout, signals, command):
                            **raw_model.metrics(), **optim.optimizer_metrics(optimizer),
                            **(pruner.metrics() if pruner is not None else {}),
                            peak_memory_mib=devices.peak_memory_mib(device),
-                           # the notes' "training memory / model weights", per rank; None on CPUs (no reset)
+                           # the pruning / MLA study's "training memory / model weights", per rank; None on CPUs (no reset)
                            memory_ratio=step_peak_since_eval * 2**20 / weights_bytes
                            if device.startswith("cuda") and step_peak_since_eval is not None else None)
             log.event("eval", f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "

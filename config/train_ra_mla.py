@@ -1,5 +1,5 @@
 # RA+MLA: the MLA of train_mla.py plus the reciprocal term K_i.Q_j in every layer, logits
-# S + 0.5 * S^T with S^T kept within 64 positions (the notes' RA+MLA settings).
+# S + 0.5 * S^T with S^T kept within 64 positions (the pruning / MLA study's RA+MLA settings).
 # python train.py config/train_ra_mla.py   (recipe: _ra_common.py)
 import os
 

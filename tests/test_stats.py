@@ -38,7 +38,7 @@ def test_holm_matches_the_hand_computation_of_the_ra_twin():
 
 
 def test_the_planner_matches_the_power_formula_and_the_research_notes():
-    # RESEARCH.md: paired sd 0.012, n = 3 sees ~0.04; 0.01 needs ~15 seeds (~21 with Holm over 4); 0.02 ~6.
+    # docs/experiments.md: paired sd 0.012, n = 3 sees 0.039; 0.01 needs 14 seeds (20 with Holm over 4); 0.02 6.
     level = ALPHA
     assert stats.detectable_effect(0.012, 3, level) == pytest.approx(0.039, abs=0.002)
     assert 13 <= stats.seeds_needed(0.012, 0.01, level) <= 15

@@ -62,7 +62,7 @@ class AllReduceMeter:
 
 def ring_allreduce_seconds(size, p, alpha, beta):
     """Ring all-reduce of `size` bytes on p ranks: 2(p-1) latency steps and 2(p-1)/p of the data
-    through each link (RESEARCH.md's cost model)."""
+    through each link (docs/experiments.md, "Ring all-reduce cost model")."""
     return 2 * (p - 1) * alpha + 2 * (p - 1) / p * size / beta
 
 
