@@ -44,7 +44,7 @@ def graph():
     return modules, {name: imports(path, modules) for name, path in modules.items()}
 
 
-def test_the_import_rules_hold_on_a_made_up_house(tmp_path):
+def test_the_import_rules_hold_on_made_up_modules(tmp_path):
     """The checks themselves find what they look for."""
     (tmp_path / "a.py").write_text("import b\n\nif __name__ == '__main__':\n    pass\n")
     (tmp_path / "b.py").write_text("def f():\n    from c import g\n")

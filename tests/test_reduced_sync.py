@@ -118,7 +118,7 @@ def test_lone_parallel_block_costs_one_sync_and_runs_break_where_asked():
         ("run", [0, 1]), ("tp", [2]), ("run", [3]), ("run", [4]), ("run", [5])]
 
 
-def test_the_notes_alternating_parallel_patterns_cost_what_they_really_merge():
+def test_the_communication_study_alternating_parallel_patterns_cost_what_they_really_merge():
     # The communication study counted parallel blocks as free: [SPD, P] x 6 as 8 syncs, [SPD, P, P] x 4 as 6. Each
     # parallel run still needs its merge, so they cost 12 and 8 (train_gpt2_8comm/6comm use others).
     twelve = dict(TINY, n_layer=12)

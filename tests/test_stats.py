@@ -37,7 +37,7 @@ def test_holm_matches_the_hand_computation_of_the_ra_twin():
         assert stats.holm(list(p), ALPHA) == pytest.approx(multipletests(p, ALPHA, method="holm")[1], rel=1e-12)
 
 
-def test_the_planner_matches_the_power_formula_and_the_research_notes():
+def test_the_planner_matches_the_power_formula_and_the_documented_figures():
     # docs/experiments.md: paired sd 0.012, n = 3 sees 0.039; 0.01 needs 14 seeds (20 with Holm over 4); 0.02 6.
     level = ALPHA
     assert stats.detectable_effect(0.012, 3, level) == pytest.approx(0.039, abs=0.002)
