@@ -204,6 +204,14 @@ class ParallelLayout:
         if self.distributed:
             dist.barrier()
 
+    def broadcast_object(self, obj):
+        """Rank 0's `obj` on every rank (a picklable value; a no-op on one process)."""
+        if not self.distributed:
+            return obj
+        holder = [obj]
+        dist.broadcast_object_list(holder, src=0, device=self.device if self.device.startswith("cuda") else None)
+        return holder[0]
+
     # ------------------------------------------------------------------------- memory
 
     def memory_estimate(self, cfg, n_params, dtype):

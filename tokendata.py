@@ -262,18 +262,18 @@ def check_token_file(path, dataset):
 
 
 def scan_data(cfg):
-    """The splits' largest token ids, scanned once and kept in meta.json (max_token_id), so
-    that the other ranks of a node read the scan instead of each reading the whole dataset. A missing
-    or unreadable dataset is left for check_data, which every rank then runs, to name."""
+    """The splits' largest token ids (max_token_id), for one rank to scan and hand to the others
+    (check_data's `scan`): a read-only dataset, which keeps no scan in meta.json, is still read once
+    per run, not once per rank. None for a missing or unreadable dataset: check_data names it."""
     try:
-        max_token_id(data_dir_of(cfg))
+        return max_token_id(data_dir_of(cfg))
     except (OSError, ValueError):
-        pass
+        return None
 
 
-def check_data(cfg):
+def check_data(cfg, scan=None):
     """Token counts of both splits; a missing, damaged or too small dataset, or one with ids
-    beyond vocab_size, fails here with the fix."""
+    beyond vocab_size, fails here with the fix. `scan`: scan_data's result, where a rank has it."""
     data_dir = data_dir_of(cfg)
     prepare = f"prepare it again with `{prepare_command(cfg['dataset'])}`"
     for split in ("train", "val"):
@@ -301,7 +301,7 @@ def check_data(cfg):
     if vocab > cfg["vocab_size"]:
         raise ConfigError(f"the dataset uses {vocab} token ids but vocab_size={cfg['vocab_size']}")
     # An id >= vocab_size would index past the embedding: garbage on a CPU, a device-side assert on a GPU.
-    for split, top in max_token_id(data_dir).items():
+    for split, top in (scan or max_token_id(data_dir)).items():
         if top >= cfg["vocab_size"]:
             raise ConfigError(f"{data_dir}/{split}.bin holds token id {top} but vocab_size="
                                            f"{cfg['vocab_size']}: set vocab_size above {top} or {prepare}")

@@ -179,10 +179,8 @@ def check_before_building(cfg, layout, dtype):
         layout.check_memory(cfg, runtime.count_params(cfg), dtype)
     if layout.device == "cpu":
         devices.keep_freed_memory()  # no mmap/page-fault/munmap of every activation in every step
-    if layout.local_rank == 0:  # each node's first rank scans a fresh dataset alone; the others read its scan
-        tokendata.scan_data(cfg)
-    layout.barrier()
-    data_dir, counts = tokendata.check_data(cfg)
+    scan = layout.broadcast_object(tokendata.scan_data(cfg) if layout.rank == 0 else None)  # one scan a run
+    data_dir, counts = tokendata.check_data(cfg, scan)
     codec = tokendata.text_codec(data_dir, cfg["vocab_size"]) if cfg["sample_tokens"] else None
     if codec:
         codec[0](SAMPLE_PROMPT)  # a prompt the model cannot read is refused now, not after training
