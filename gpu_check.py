@@ -2,6 +2,7 @@
 
     python gpu_check.py                   # prints one table, writes gpu_check.json
     python gpu_check.py --json=out.json
+    python gpu_check.py --help            # this text and the keys
 
 What the CPU test suite cannot see (it runs gloo, the Triton interpreter and no autocast on CUDA):
 - the fused RA kernels against the float64 reference (ra_model.reciprocal_manual) in float32,
@@ -15,7 +16,6 @@ What the CPU test suite cannot see (it runs gloo, the Triton interpreter and no 
 Each row says pass or FAIL; the exit status is 1 when any row failed. Without a GPU it says so in
 one line and exits 1. Not part of the test suite: commit its output to docs/ (docs/kernels.md).
 """
-import argparse
 import importlib.util
 import json
 import os
@@ -28,7 +28,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+import configurator
+
 REPO = os.path.dirname(os.path.abspath(__file__))
+OPTIONS = dict(
+    json="gpu_check.json",  # where the rows are written
+)
 # Largest error against the float64 reference, relative to the reference's largest magnitude.
 TOLERANCE = {"float32": 2e-3, "bfloat16": 3e-2, "float16": 5e-3}
 TRAIN_RUNS = [dict(head_loss="full"), dict(head_loss="chunked"), dict(head_loss="liger"), dict(head_loss="cce"),
@@ -185,9 +190,11 @@ def fused_speed_row(device):
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--json", default="gpu_check.json", help="where the rows are written")
-    args = parser.parse_args(argv)
+    options, extra = configurator.options_and_paths(argv, OPTIONS, text_keys=("json",))
+    if extra:
+        raise configurator.ConfigError(f"{extra[0]!r}: gpu_check.py takes only --json=PATH (--help)")
+    if not options["json"]:
+        raise configurator.ConfigError("--json='': name the file the rows are written to")
     if not torch.cuda.is_available():
         print("gpu_check.py: no GPU is visible to PyTorch (torch.cuda.is_available() is False): nothing to check",
               file=sys.stderr)
@@ -204,12 +211,12 @@ def main(argv):
     for r in rows:
         verdict = {True: "pass", False: "FAIL", None: "n/a"}[r["passed"]]
         print(f"{r['check']:<{width}}  {verdict:<4}  {r['measured']:<22}  {r['detail']}")
-    with open(args.json, "w") as f:
+    with open(options["json"], "w") as f:
         json.dump(dict(device=name, torch=torch.__version__, hip=torch.version.hip, cuda=torch.version.cuda,
                        seconds=time.perf_counter() - started, rows=rows), f, indent=1)
-    print(f"wrote {args.json}")
+    print(f"wrote {options['json']}")
     return 0 if all(r["passed"] is not False for r in rows) else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    configurator.run_script(main)

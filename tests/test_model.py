@@ -409,13 +409,13 @@ def test_all_architectures_script_passes():
 
 def test_all_architectures_only_filter_and_failure(capsys, monkeypatch):
     import test_all_architectures as script
-    assert script.main(["--only", "post-manual"]) == 0
+    assert script.main(["--only=post-manual"]) == 0
     out = capsys.readouterr().out
     assert {line.split()[1] for line in out.splitlines() if line.startswith("PASS ")} == {
         "gpt2-post-manual", "gpt2-post-manual-ckpt"}
     # A broken entry is reported as FAIL and the exit code is 1.
     monkeypatch.setitem(script.ARCHITECTURES, "gpt2-broken", ("gpt2", dict(n_head=3)))
-    assert script.main(["--only", "broken"]) == 1
+    assert script.main(["--only=broken"]) == 1
     assert "FAIL gpt2-broken:" in capsys.readouterr().out
 
 

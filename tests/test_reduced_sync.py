@@ -437,7 +437,7 @@ def test_comm_configs_promise_what_they_count(name):
 
 def test_architecture_script_counts_syncs_on_two_real_ranks(capsys):
     import test_all_architectures as script
-    assert script.main(["--only", "rs-", "--ranks", "2"]) == 0
+    assert script.main(["--only=rs-", "--ranks=2"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("PASS ")]
     assert len(lines) == len(COMM_CONFIGS)
     for name, syncs in COMM_CONFIGS.items():

@@ -47,7 +47,7 @@ def bench(tmp_path, *args):
 def test_bench_step_memory_only_shows_the_chunked_head_saving(tmp_path):
     # 128 tokens x 4096 logits (2 MiB in fp32): the plain step holds them, their log-softmax and their
     # gradient at once; the chunked head (one chunk here) only the logits and their softmax, briefly
-    results = bench(tmp_path, "--memory_only", "--options=chunked_head")
+    results = bench(tmp_path, "--memory_only=True", "--options=chunked_head")
     assert set(results) == {"plain", "chunked_head"}
     logits_mib = 128 * 4096 * 4 / 2**20
     assert results["plain"]["peak_mib"] - results["chunked_head"]["peak_mib"] >= 1.5 * logits_mib
@@ -55,7 +55,7 @@ def test_bench_step_memory_only_shows_the_chunked_head_saving(tmp_path):
 
 
 def test_bench_step_times_each_option_with_mfu_and_profile(tmp_path):
-    results = bench(tmp_path, "--steps=1", "--warmup=1", "--options=all", "--profile")
+    results = bench(tmp_path, "--steps=1", "--warmup=1", "--options=all", "--profile=True")
     assert set(results) == {"plain", "all"}
     for r in results.values():
         # no upper bound on mfu: the probe and the step are timed apart, and a busy machine can slow either
