@@ -5,6 +5,7 @@ Every script that runs a model asks here, so training, evaluation and the benchm
 Process groups and the parallel layout: parallel.py.
 """
 import ctypes
+import os
 import resource
 import sys
 import time
@@ -119,9 +120,21 @@ def model_flops_utilization(model, tokens_per_sec_per_device, device, dtype, pea
     return (None if mfu is None or mfu > 1 else mfu), peak
 
 
+def use_deterministic_algorithms(on):
+    """deterministic=True: every op takes its deterministic kernel (one that has none raises), cuBLAS a
+    fixed workspace, cuDNN no autotuning, so two runs of one config give the same bits on a GPU too.
+    Call before the first matmul: cuBLAS reads its workspace setting when its handle is created."""
+    if on:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(on)
+
+
 def device_facts(cfg, device, dtype, peak):
-    """The start-up checklist's lines on how the device computes: MFU's peak, the SDPA kernel, TF32."""
+    """The start-up checklist's lines on how the device computes: MFU's peak, the SDPA kernel, TF32,
+    deterministic algorithms."""
     return dict(mfu_against=mfu_against(device, dtype, peak),
+                deterministic_algorithms=torch.are_deterministic_algorithms_enabled(),
                 sdpa_backend=sdpa_backend(device, dtype, cfg["n_head"], cfg["n_embd"] // cfg["n_head"],
                                           cfg["block_size"], cfg["dropout"])
                 if cfg["attn_impl"] == "sdpa" else f"not used (attn_impl={cfg['attn_impl']!r})",

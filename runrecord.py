@@ -140,6 +140,7 @@ def provenance(repo_dir, argv, device, world_size):
     return dict(time=time.time(), commit=commit, code_version=code_version, dirty=bool(diff), diff=diff,
                 packages=package_versions(), device_name=device_name(device), world_size=world_size,
                 intra_op_threads=intra_op_threads(device),
+                deterministic_algorithms=torch.are_deterministic_algorithms_enabled(),
                 host=platform.node(), cwd=os.getcwd(), command=launch_command(argv), load_average=load_average())
 
 

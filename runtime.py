@@ -123,6 +123,7 @@ DEFAULTS = dict(
     dist_timeout=600.0,  # seconds a rank waits in a collective for the others before the job ends (a frozen rank)
     dtype="",  # 'bfloat16', 'float16', 'float32'; '' picks bfloat16 where supported
     compile=False,  # torch.compile the model (a cold compile takes 20-35 s)
+    deterministic=False,  # PyTorch's deterministic algorithms and cuBLAS's fixed workspace: a GPU run repeats bit for bit, slower
     seed=1337,  # initial weights, training batches and dropout (the one seed users set)
     init_seed=-1,  # >= 0: the initial weights from this seed instead (a noise budget varies each source alone)
     data_seed=-1,  # >= 0: the training batches from this seed instead

@@ -253,6 +253,7 @@ def log_checklist(log, cfg, layout, raw_model, counts, data_dir, dtype, extra):
 def train(cfg, layout, signals, command):
     """Train with a resolved cfg on this layout, out_dir locked; returns the stop reason."""
     device = layout.device
+    devices.use_deterministic_algorithms(cfg["deterministic"])
     dtype, autocast = devices.precision(cfg["dtype"], device)
     data_dir, counts, codec = check_before_building(cfg, layout, dtype)
     checkpoint = runtime.load_checkpoint(cfg, layout) if cfg["init_from"] == "resume" else None

@@ -1,6 +1,8 @@
-"""Every command README.md and docs/ print, checked as written: the script or file it runs exists,
-every --key=value is a key that script takes, and the config and suite files it names exist.
-(tests/test_configs.py also resolves every documented train.py command at its world size.)"""
+"""Every command README.md, docs/ and the scripts' own docstrings print, checked as written: the
+script or file it runs exists, its --key=value options are keys (and values) that script takes, and
+the config and suite files it names exist. (tests/test_configs.py also resolves every documented
+train.py command at its world size.)"""
+import ast
 import functools
 import glob
 import importlib
@@ -12,11 +14,25 @@ import sys
 
 import pytest
 
+import configurator
 import runtime
+from test_entry_points import documented
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOCUMENTS = ["README.md", *sorted(glob.glob("docs/*.md", root_dir=REPO))]
+SCRIPTS = sorted({p for p in glob.glob("*.py", root_dir=REPO) + glob.glob("tools/*.py", root_dir=REPO)
+                  if 'if __name__ == "__main__":' in open(os.path.join(REPO, p)).read()})
+DOCUMENTS = ["README.md", *sorted(glob.glob("docs/*.md", root_dir=REPO)), *SCRIPTS]
 FOREIGN_OPTIONS = ("lm_eval_run.py",)  # hands its options to lm-eval's own command line
+RUN_KEYS_TOO = ("train.py", "sweep.py")  # a sweep passes the run's keys on to train.py
+
+
+def document_text(document):
+    """A Markdown file's text, or a script's docstring (every line of it may be a command)."""
+    with open(os.path.join(REPO, document)) as f:
+        text = f.read()
+    if document.endswith(".py"):
+        return "```\n" + (ast.get_docstring(ast.parse(text)) or "") + "\n```"
+    return text
 
 
 def candidate_lines(text):
@@ -33,9 +49,7 @@ def documented_commands():
     """(document, command words) of every `python`, `torchrun` and `bash` command printed there."""
     found = []
     for document in DOCUMENTS:
-        with open(os.path.join(REPO, document)) as f:
-            text = f.read()
-        for line in candidate_lines(text):
+        for line in candidate_lines(document_text(document)):
             line = re.sub(r"\s+#.*$", "", line.strip().removeprefix("$ "))
             for command in re.split(r"&&|\|\||;|\|", line):
                 try:
@@ -58,21 +72,31 @@ def script_of(words):
 
 
 @functools.cache
-def keys_of(script):
-    """The --key=value keys a script takes: its DEFAULTS or OPTIONS (train.py and sweep.py: the run's
-    keys too), or for a script on argparse, the flags its --help lists."""
-    module_name = script[:-3].replace("/", ".")
-    module = importlib.import_module(module_name)
-    keys = set()
-    for name in ("DEFAULTS", "OPTIONS"):
-        keys |= set(getattr(module, name, {}))
-    if module_name in ("train", "sweep"):
-        keys |= set(runtime.DEFAULTS)
-    if not keys:
-        out = subprocess.run([sys.executable, os.path.join(REPO, script), "--help"], cwd=REPO, capture_output=True,
-                             text=True, timeout=120).stdout
-        keys = set(re.findall(r"--(\w+)", out))
-    return keys
+def argparse_flags(script):
+    """The flags a script on argparse lists in its --help."""
+    out = subprocess.run([sys.executable, os.path.join(REPO, script), "--help"], cwd=REPO, capture_output=True,
+                         text=True, timeout=120).stdout
+    return set(re.findall(r"--(\w+)", out))
+
+
+def check_options(script, args):
+    """A one-line problem with the --key=value options, as the script's own reading finds it, or None."""
+    module = importlib.import_module(script[:-3].replace("/", "."))
+    options = [a for a in args if a.startswith("--") and a != "--help"]
+    if "argparse" in open(os.path.join(REPO, script)).read():
+        unknown = {a[2:].partition("=")[0] for a in options} - argparse_flags(script)
+        return f"unknown flags {sorted(unknown)}" if unknown else None
+    dicts = documented(script[:-3].replace("/", "."), module)
+    if os.path.basename(script) in RUN_KEYS_TOO:
+        dicts = [d for d in dicts if d is not runtime.DEFAULTS] + [runtime.DEFAULTS]
+        unknown = {a[2:].partition("=")[0] for a in options} - {k for d in dicts for k in d}
+        return f"unknown keys {sorted(unknown)}" if unknown else None
+    text = [key for keys in dicts for key, value in keys.items() if isinstance(value, str)]
+    try:
+        configurator.options_and_paths(options, *dicts, text_keys=text)
+    except configurator.ConfigError as e:
+        return str(e)
+    return None
 
 
 COMMANDS = [(document, words) for document, words in documented_commands() if script_of(words)]
@@ -80,7 +104,9 @@ COMMANDS = [(document, words) for document, words in documented_commands() if sc
 
 def test_the_documents_print_commands():
     scripts = {script_of(words)[0] for _, words in COMMANDS}
-    assert {"train.py", "sweep.py", "report.py", "tools/noise_budget.py"} <= scripts, scripts
+    assert {"train.py", "sweep.py", "report.py", "gpu_check.py", "test_all_architectures.py", "tools/noise_budget.py",
+            "tools/bench_ra_kernels.py", "tools/bench_comm.py", "tools/bench_ra_variants.py",
+            "tools/bench_train_step.py"} <= scripts, scripts
 
 
 @pytest.mark.parametrize("document,words", COMMANDS, ids=lambda v: v if isinstance(v, str) else " ".join(v)[:80])
@@ -92,6 +118,5 @@ def test_a_documented_command_runs_a_file_that_takes_its_options(document, words
             assert os.path.exists(os.path.join(REPO, arg)), f"{document}: {arg} does not exist"
     if not script.endswith(".py") or os.path.basename(script) in FOREIGN_OPTIONS:
         return
-    given = {a[2:].partition("=")[0] for a in args if a.startswith("--") and "=" in a}
-    unknown = given - keys_of(script)
-    assert not unknown, f"{document}: `{' '.join(words)}` passes keys {script} does not take: {sorted(unknown)}"
+    problem = check_options(script, args)
+    assert problem is None, f"{document}: `{' '.join(words)}`: {problem}"

@@ -1,11 +1,8 @@
 """Every documented entry point run the way a user runs it: `--help`, and the evaluators on one
 process and under torchrun on 2 gloo ranks (the documented commands that once crashed)."""
-import ast
 import importlib
 import json
 import os
-import re
-import shlex
 import subprocess
 import sys
 
@@ -80,42 +77,6 @@ def test_every_tool_reads_its_keys_with_the_configurator():
     assert tools and set(tools) <= set(CONFIG_SCRIPTS)
     for name in [*tools, "gpu_check", "test_all_architectures"]:
         assert "argparse" not in open(os.path.join(REPO, *name.split(".")) + ".py").read(), name
-
-
-# `python tools/x.py --a=1`, `torchrun ... tools/x.py ...`: a converted script and its arguments, up to the end
-# of the command (a comment, a closing backtick, the line's end)
-TOOL_COMMAND = re.compile(r"(?:python|torchrun [^`#\n]*?) ((?:tools/\w+|gpu_check|test_all_architectures)\.py)([^`#;&|\n]*)")
-
-
-def documented_tool_commands():
-    """(file, script, arguments) of every command README.md, docs/ and the scripts' own docstrings
-    print for a script that reads its keys with the configurator."""
-    files = ["README.md", *sorted(f"docs/{f}" for f in os.listdir(os.path.join(REPO, "docs")) if f.endswith(".md")),
-             "gpu_check.py", "test_all_architectures.py",
-             *sorted(f"tools/{f}" for f in os.listdir(os.path.join(REPO, "tools")) if f.endswith(".py"))]
-    for path in files:
-        text = open(os.path.join(REPO, path)).read()
-        if path.endswith(".py"):
-            text = ast.get_docstring(ast.parse(text)) or ""
-        for match in TOOL_COMMAND.finditer(text):
-            yield path, match.group(1), shlex.split(match.group(2))
-
-
-def test_every_documented_tool_command_names_keys_the_tool_reads():
-    """The keys, values and form (--key=value, no argparse spacing) of each documented command are
-    the script's: checked as the configurator reads them, without running the tool."""
-    seen = set()
-    for path, script, args in documented_tool_commands():
-        name = script[:-3].replace("/", ".")
-        dicts = documented(name, importlib.import_module(name))
-        text = [key for keys in dicts for key, value in keys.items() if isinstance(value, str)]
-        try:
-            configurator.options_and_paths([a for a in args if a != "--help"], *dicts, text_keys=text)
-        except configurator.ConfigError as e:
-            pytest.fail(f"{path}: {script} {' '.join(args)}: {e}")
-        seen.add(script)
-    assert {"gpu_check.py", "test_all_architectures.py", "tools/bench_ra_kernels.py", "tools/bench_comm.py",
-            "tools/bench_ra_variants.py", "tools/bench_train_step.py"} <= seen
 
 
 @pytest.mark.parametrize("name, args, message", [

@@ -415,3 +415,15 @@ def test_only_the_master_hashes_the_run_facts(data_dir, monkeypatch):
     assert runrecord.run_facts(cfg, follower, model, optimizer, data_dir, counts, "float32") is None and hashed == []
     facts = runrecord.run_facts(cfg, ParallelLayout(), model, optimizer, data_dir, counts, "float32")
     assert hashed == [data_dir] and len(facts["init_weights"]) > 0
+
+
+def test_deterministic_runs_on_deterministic_algorithms_and_says_so(data_dir, tmp_path):
+    """deterministic=True switches on PyTorch's deterministic algorithms (a process-wide switch: the run
+    is its own process here) and run_info.json and the checklist record it; by default it is off."""
+    for on in (True, False):
+        out = str(tmp_path / f"run-{on}")
+        subprocess.run([sys.executable, "train.py", *tiny_args(data_dir, out, "--max_iters=2", f"--deterministic={on}")],
+                       cwd=REPO, check=True, capture_output=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        info = json.load(open(os.path.join(out, "run_info.json")))
+        assert info["start"]["deterministic_algorithms"] is on
+        assert events(out, "checklist")[0]["deterministic_algorithms"] is on
