@@ -103,13 +103,7 @@ def measure(args):
     rss_model = current_rss_mib()  # after the weights were allocated, before any step
     for _ in range(args.warmup):
         step()
-    if device.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats(device)
-    times, timer = [], devices.DeviceTimer(device)
-    for _ in range(args.steps):
-        timer.start()
-        step()
-        times.append(timer.elapsed())
+    times = benchrows.timed_steps(step, device, args.steps)
     if device.startswith("cuda"):
         peak, how = torch.cuda.max_memory_allocated(device) / 2**20, "CUDA max_memory_allocated"
     else:

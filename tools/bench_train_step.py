@@ -134,13 +134,7 @@ def measure(args):
     for _ in range(args.warmup):
         step()
     peak_flops = devices.matmul_peak_flops(device, dtype)
-    if device.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats(device)
-    times, timer = [], devices.DeviceTimer(device)
-    for _ in range(args.steps):
-        timer.start()
-        step()
-        times.append(timer.elapsed())
+    times = benchrows.timed_steps(step, device, args.steps)
     peak_flops = max(peak_flops, devices.matmul_peak_flops(device, dtype))
     if args.profile:  # before MemTracker: its global module hooks send a compiled model back to eager
         result["profile_ms"] = profile_by_category(step, device)

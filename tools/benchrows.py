@@ -101,6 +101,18 @@ def fastest_with_ratios(runs):
     return results
 
 
+def timed_steps(step, device, steps):
+    """Seconds of device time of each of `steps` calls of step(), the device's peak memory reset first."""
+    import devices
+    devices.reset_peak_memory(device)
+    times, timer = [], devices.DeviceTimer(device)
+    for _ in range(steps):
+        timer.start()
+        step()
+        times.append(timer.elapsed())
+    return times
+
+
 def peak_live_tensor_mib(step, *tracked):
     """Peak live tensor bytes over one call of step(), counted by torch's MemTracker
     (torch.distributed._tools, private: None where it is missing). On CPU the allocator keeps no
