@@ -474,8 +474,8 @@ def test_model_trains_with_the_fused_kernel_like_the_pytorch_path(pattern, mode,
         data = torch.randint(0, 64, (2, 21), generator=torch.Generator().manual_seed(1))
         losses[impl] = []
         for _ in range(3):
-            with warnings.catch_warnings():
-                warnings.simplefilter("error")  # a fallback to the PyTorch path would warn
+            with warnings.catch_warnings():  # a fallback to the PyTorch path would warn
+                warnings.filterwarnings("error", message=".*running the PyTorch SDPA path")
                 _, loss = model(data[:, :-1], data[:, 1:])
             loss.backward()
             opt.step()
@@ -500,6 +500,42 @@ def test_triton_falls_back_to_sdpa_without_a_gpu_or_interpreter(monkeypatch):
     for block in model.transformer.h:
         block.attn.attn_impl = "sdpa"
     assert torch.equal(logits, model(idx)[0])
+
+
+@pytest.mark.parametrize("window", [0, 4])
+def test_mix_through_sdpa_without_padding_the_values_equals_the_padded_path(window, monkeypatch):
+    """reciprocal_sdpa's mix scores with doubled q and k; where a fused backend takes a value head
+    size unlike theirs, v keeps its own (d columns of P @ V, not 2d). CPU's flash kernel does not
+    (probed), so the padded path runs; CPU's math kernel takes it, which checks the unpadded call."""
+    import ra_model
+
+    monkeypatch.setattr(ra_model, "_unequal_value_size", {})
+    monkeypatch.setattr(ra_model, "_warned", set())
+    q, k, v = (torch.randn(2, 3, 11, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    alpha = torch.tensor([0.5, -0.3, 0.8], dtype=torch.float64, requires_grad=True).view(1, -1, 1, 1)
+    results = {}
+    for unpadded in (False, True):
+        if unpadded:
+            monkeypatch.setitem(ra_model._unequal_value_size, (str(q.device), q.dtype), True)
+        out = ra_model.reciprocal_sdpa(q, k, v, "mix", alpha, None, window, 0.0)
+        results[unpadded] = (out, *torch.autograd.grad(out.sum(), (q, k, v, alpha)))
+    for padded, unpadded in zip(results[False], results[True]):
+        torch.testing.assert_close(unpadded, padded, atol=1e-12, rtol=1e-10)
+    ref = reciprocal_manual(q, k, v, "mix", alpha, None, window, 0.0)
+    torch.testing.assert_close(results[True][0], ref, atol=1e-12, rtol=1e-10)
+
+
+def test_the_value_size_probe_runs_once_and_says_so_in_one_line(monkeypatch):
+    import ra_model
+
+    monkeypatch.setattr(ra_model, "_unequal_value_size", {})
+    monkeypatch.setattr(ra_model, "_warned", set())
+    with pytest.warns(UserWarning, match="mix pads v") as caught:
+        assert not ra_model.sdpa_takes_unequal_value_size(torch.device("cpu"), torch.float32)  # CPU flash: no
+    assert len(caught) == 1 and "\n" not in str(caught[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not ra_model.sdpa_takes_unequal_value_size(torch.device("cpu"), torch.float32)  # cached, silent
 
 
 def test_a_float_alpha_is_filled_on_the_device_without_a_host_copy():
