@@ -77,7 +77,7 @@ def compile_one(target_name, kernel, mode, dtype, block_d, config):
     attrs.update({(fn.arg_names.index(name),): aligned for name in ("stride_b", "stride_h", "stride_t", "D")
                   if block_d % 16 == 0})
     backend = make_backend(target)
-    options = backend.parse_options({"num_warps": warps, "num_stages": stages, **ra.cdna_knobs(target_name)})
+    options = backend.parse_options({"num_warps": warps, "num_stages": stages, **ra.cdna_knobs(target_name, KERNELS[kernel][2])})
     context = ir.context()
     ir.load_dialects(context)
     backend.load_dialects(context)

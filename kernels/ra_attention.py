@@ -113,10 +113,14 @@ def autotune_space(target, block_d=64, mix=False):
     return [(128, 64, 8, 3)], col, [(32, 64, 8, 2)] if mix else [(32, 64, 8, 2), (128, 64, 8, 3)]
 
 
-def cdna_knobs(target):
-    """AMD CDNA compile options of every configuration: two waves per execution unit (the register
-    budget of a 64 x 64 tile) and 16 x 16 MFMA instructions (FlashAttention's choice on MI300X)."""
-    return {"waves_per_eu": 2, "matrix_instr_nonkdim": 16} if is_cdna(target) else {}
+def cdna_knobs(target, index=0):
+    """AMD CDNA compile options of every configuration of list `index` (autotune_space): 16 x 16
+    MFMA instructions (FlashAttention's choice on MI300X); two waves per execution unit in the
+    forward, one in the backward, whose column kernel needs more than the 256 VGPRs that two waves
+    leave (it spilled 353 at D = 128)."""
+    if not is_cdna(target):
+        return {}
+    return {"waves_per_eu": 2 if index == 0 else 1, "matrix_instr_nonkdim": 16}
 
 
 def split_loops(target):
@@ -588,7 +592,7 @@ if triton is not None:
         """The kernel autotuned over the list of the launch's GPU, head size and mode (the launch
         runs under its device; BLOCK_D and MIX are in the key), with that GPU's knobs."""
         targets, sizes = ("gfx1100", "gfx942", "sm80", "sm90"), (16, 32, 64, 128)
-        entries = dict.fromkeys((q, tuple(cdna_knobs(t).items())) for t in targets for d in sizes
+        entries = dict.fromkeys((q, tuple(cdna_knobs(t, index).items())) for t in targets for d in sizes
                                 for mix in (False, True) for q in autotune_space(t, d, mix)[index])
         configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n, **dict(knobs)}, num_warps=w, num_stages=st)
                    for (m, n, w, st), knobs in entries]
@@ -596,7 +600,7 @@ if triton is not None:
         def listed(configs, named_args, **meta):
             target = gpu_target(torch.cuda.current_device())
             by_entry = {(_quad(c), tuple(_knobs(c).items())): c for c in configs}
-            knobs = tuple(cdna_knobs(target).items())
+            knobs = tuple(cdna_knobs(target, index).items())
             return [by_entry[(q, knobs)] for q in autotune_space(target, meta["BLOCK_D"], meta["MIX"])[index]]
 
         return triton.autotune(configs, key=key, prune_configs_by={"early_config_prune": listed}, **options)(kernel)

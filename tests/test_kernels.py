@@ -269,6 +269,7 @@ def test_mi300x_is_tuned_apart_from_rdna3():
     assert max(m * n for m, n, *_ in ra.autotune_space("gfx942", 128)[0]) == 128 * 64
     assert {c[3] for space in ra.autotune_space("gfx942", 128) for c in space} == {2}
     assert ra.cdna_knobs("gfx942") == {"waves_per_eu": 2, "matrix_instr_nonkdim": 16} and ra.cdna_knobs("sm90") == {}
+    assert ra.cdna_knobs("gfx942", 1)["waves_per_eu"] == 1  # the column kernel needs more than 256 VGPRs
 
 
 def test_hopper_lists_hold_128_row_tiles_with_4_to_8_warps_and_3_to_4_stages():
@@ -349,7 +350,7 @@ def test_the_autotuner_times_only_the_configurations_listed_for_the_gpu_head_siz
             listed = ra.autotune_space(target, block_d, mix)[index]
             assert [ra._quad(c) for c in kept] == listed, (index, block_d, mix)
         for config in tuned.early_config_prune(tuned.configs, {}, BLOCK_D=64, MIX=True):
-            assert ra._knobs(config) == ra.cdna_knobs(target)  # MI300X's waves_per_eu, matrix_instr_nonkdim
+            assert ra._knobs(config) == ra.cdna_knobs(target, index)  # MI300X's waves_per_eu, matrix_instr_nonkdim
     assert ra.autotune_space("sm90", 128)[0] != ra.autotune_space("sm90", 64)[0]
     assert ra.autotune_space("sm90", 64, mix=True)[1] != ra.autotune_space("sm90", 64)[1]  # three accumulators
 
