@@ -43,9 +43,9 @@ def recipe_differences(cfg, trunk_cfg):
 
 
 def read_trunk(cfg):
-    """The trunk's final checkpoint, checked before anything is built: the trunk finished, its
-    checkpoint is readable and ends where the trunk ended, its recipe is the branch's. Each problem
-    is one line naming the trunk."""
+    """The trunk's final checkpoint, checked before anything is built: the trunk finished and is no
+    branch itself, it ended before this run's budget, its checkpoint is readable (its digest holds)
+    and ends where the trunk ended, its recipe is the branch's. Each problem is one line naming the trunk."""
     trunk = cfg["fork_from"]
     err = configurator.ConfigError
     retrain = f"delete {trunk} and run the suite again to retrain the trunk"
@@ -53,6 +53,16 @@ def read_trunk(cfg):
     if status != "finished":
         raise err(f"fork_from={trunk!r}: the trunk is {status}, not finished: run it to its end first "
                   f"(sweep.py runs a suite's trunks before their branches)")
+    events = rundir.read_events(trunk)
+    source = next((e.get("trunk") for e in events if e["event"] == "fork"), None)
+    if source is not None:
+        raise err(f"fork_from={trunk!r} is itself a branch (forked from {source}), holding its own model's weights: "
+                  f"fork from a trunk, a run trained from scratch")
+    last = rundir.finished(events)[-1]["iter"]
+    if last >= runtime.last_iter(cfg):
+        raise err(f"fork_from={trunk!r}: the trunk ended at iteration {last}, at or after this run's last "
+                  f"({runtime.last_iter(cfg)}), so nothing would be trained: fork from a trunk stopped earlier, "
+                  f"or give this run a larger budget")
     path = os.path.join(trunk, CHECKPOINT_FILE)
     if not os.path.exists(path):
         raise err(f"fork_from={trunk!r}: the trunk has no {CHECKPOINT_FILE} (it ran with save_checkpoint=False "
@@ -61,7 +71,6 @@ def read_trunk(cfg):
         ckpt = rundir.load_checkpoint_file(path)
     except rundir.RunDirError as e:
         raise rundir.RunDirError(f"the trunk checkpoint is damaged: {e}; or {retrain}") from None
-    last = rundir.finished(rundir.read_events(trunk))[-1]["iter"]
     if ckpt.get("iter_num") != last or "param_names" not in ckpt:
         raise rundir.RunDirError(f"the trunk checkpoint {path} is at iteration {ckpt.get('iter_num')}, not the trunk's "
                                  f"last ({last}), or was written before forks existed: {retrain}")

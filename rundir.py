@@ -9,6 +9,7 @@ import contextlib
 import errno
 import fcntl
 import glob
+import hashlib
 import json
 import math
 import os
@@ -103,6 +104,7 @@ def save_checkpoint(path, state):
     OSError, or the exception a signal handler raised) is its __context__, and that is what we raise."""
     import torch  # here, not above: the comparison engine reads run directories without torch
     had_one = os.path.exists(path)
+    state = dict(state, **{DIGEST_KEY: state_digest(state)})  # checked by every load: a flipped byte is named
     try:
         with atomic_write(path) as f:
             torch.save(state, f)
@@ -121,7 +123,7 @@ def load_checkpoint_file(path):
     so a crafted file cannot execute code when unpickled. Anything else is refused in one line."""
     import torch
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         # torch names the offending global ("Trying to load unsupported GLOBAL posix.system ..."): quote it
         found = re.search(r"GLOBAL (\S+)", str(e))
@@ -131,6 +133,43 @@ def load_checkpoint_file(path):
     except (RuntimeError, zipfile.BadZipFile, EOFError) as e:
         raise RunDirError(f"{path} is not a readable checkpoint ({str(e).splitlines()[0][:120]}): "
                           f"restore it from a copy or start a new run") from None
+    recorded = state.pop(DIGEST_KEY, None) if isinstance(state, dict) else None  # None: written before digests
+    if recorded is not None and recorded != state_digest(state):
+        raise RunDirError(f"{path} is damaged: its contents do not match the sha256 recorded when it was written "
+                          f"(a flipped byte, a bad disk or copy): restore it from a copy, or delete it and train again")
+    return state
+
+
+DIGEST_KEY = "sha256"  # inside every checkpoint: written with it, in one atomic file, so the two never disagree
+
+
+def state_digest(state):
+    """sha256 over a checkpoint's contents in order: every tensor's dtype, shape and bytes, every other
+    value's repr (a digest of the file itself could not live inside it). torch.load checks no checksum:
+    without this, bytes flipped inside a tensor load silently as other weights."""
+    import torch
+    h = hashlib.sha256()
+
+    def walk(x):
+        if torch.is_tensor(x):
+            flat = x.detach().to("cpu").contiguous().reshape(-1)
+            h.update(f"tensor {flat.dtype} {tuple(x.shape)}".encode())
+            h.update(flat.view(torch.uint8).numpy())
+        elif isinstance(x, dict):
+            h.update(b"{")
+            for k, v in x.items():
+                h.update(repr(k).encode() + b":")
+                walk(v)
+            h.update(b"}")
+        elif isinstance(x, (list, tuple)):
+            h.update(b"[")
+            for v in x:
+                walk(v)
+            h.update(b"]")
+        else:
+            h.update(repr(x).encode() + b",")
+    walk({k: v for k, v in state.items() if k != DIGEST_KEY})
+    return h.hexdigest()
 
 
 # ----------------------------------------------------------------------------- log.jsonl
