@@ -60,6 +60,40 @@ def out_dir_lock(out_dir, holder="run"):
         f.close()
 
 
+# ----------------------------------------------------------------------------- directories a tool owns
+
+OWNER_FILE = ".created_by"  # written by fresh_tool_dir into a directory it creates: the tool may empty it later
+
+
+def check_output_dir(path, option="--out"):
+    """An output directory named on a command line: not empty, not a file; one line otherwise."""
+    if not path:
+        raise RunDirError(f"{option} is empty: name a directory")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise RunDirError(f"{option}={path} is a file: name a directory")
+
+
+def fresh_tool_dir(path, tool):
+    """An empty directory for `tool`'s output. One this tool created earlier (it holds OWNER_FILE
+    naming the tool) is emptied; any other existing directory is refused, so no tool ever removes a
+    directory, nor the files in it, that it did not create (--out=. would be the checkout)."""
+    import shutil
+    check_output_dir(path)
+    if os.path.isdir(path):
+        marker = os.path.join(path, OWNER_FILE)
+        owner = open(marker).read().strip() if os.path.isfile(marker) else None
+        if owner != tool:
+            raise RunDirError(f"--out={path} exists and was not created by {tool}: nothing was deleted; choose a "
+                              f"new --out (the tool empties only a directory it created)")
+        shutil.rmtree(path)
+    try:
+        os.makedirs(path)
+        with open(os.path.join(path, OWNER_FILE), "w") as f:
+            f.write(tool + "\n")
+    except OSError as e:
+        raise RunDirError(f"cannot create {path} ({e.strerror}): choose a writable --out") from None
+
+
 # ----------------------------------------------------------------------------- checkpoints
 
 @contextlib.contextmanager

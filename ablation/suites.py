@@ -148,9 +148,29 @@ def read_suite_json(path):
     return declared
 
 
+def check_suite_dir(path):
+    """A directory given where one suite is expected (a pilot, a noise budget, a calibration): each
+    other thing is one line that says what to give instead."""
+    if not os.path.exists(path):
+        raise ValueError(f"{path} does not exist: give a finished suite directory (one sweep.py wrote)")
+    if not os.path.isdir(path):
+        raise ValueError(f"{path} is a file, not a suite directory: give the directory sweep.py wrote")
+    if not os.path.exists(os.path.join(path, "suite.json")):
+        if os.path.exists(os.path.join(path, "log.jsonl")) or os.path.exists(os.path.join(path, "config.json")):
+            raise ValueError(f"{path} is one run's directory, not a suite: give the suite directory that holds it")
+        raise ValueError(f"{path} holds no suite.json: not a suite directory sweep.py wrote")
+    declared = read_suite_json(os.path.join(path, "suite.json"))
+    if declared.get("ladder"):
+        sizes = list(declared["ladder"]["sizes"])
+        raise ValueError(f"{path} is a ladder of {len(sizes)} sizes ({', '.join(sizes)}), each a suite of its own "
+                         f"with its own noise and cost: give one size, e.g. {os.path.join(path, sizes[0])}")
+
+
 def load_suite_dir(suite_dir):
     """(suite, runs) of a directory written by sweep.py: suite.json names each run's variant and seed
-    as declared before the first run; the suite's record adds the runs added later and the looks."""
+    as declared before the first run; the suite's record adds the runs added later and the looks.
+    A ladder's top directory is refused: its sizes are suites of their own, never pooled into one."""
+    check_suite_dir(suite_dir)
     declared = read_suite_json(os.path.join(suite_dir, "suite.json"))
     suite = {k: declared.get(k) for k in ("name", "metric", "baseline", "allowed", "heatmap", "alpha", "min_effect",
                                           "looks")}
