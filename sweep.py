@@ -491,6 +491,7 @@ def main(argv, launch=launch_subprocess):
     if options["dry_run"]:
         return runs
     check_data(runs, nproc)
+    check_runs_on_disk(runs, sweep_dir, nproc)
     mark_stale(runs, suite, sweep_dir)
     if slurm:
         with rundir.out_dir_lock(sweep_dir, holder="sweep"):  # two submissions would both submit the same runs
@@ -534,6 +535,30 @@ def check_data(runs, nproc):
             runtime.check_data(resolve(argv, nproc))
         except (FileNotFoundError, configurator.ConfigError) as e:
             raise configurator.ConfigError(f"run {name}: {e}") from None
+
+
+def check_runs_on_disk(runs, sweep_dir, nproc):
+    """Runs already in sweep_dir (finished, or to be resumed) started with the recipe the sweep plans
+    now, or the sweep is refused before anything runs: a changed recipe would otherwise skip the old
+    finished runs, train only the new seeds on the new one and pool them (and a stale trunk would
+    fail its branches)."""
+    stale = []
+    for name, _, argv in runs:
+        path = os.path.join(sweep_dir, name, "config.json")
+        try:
+            with open(path) as f:
+                ran = runtime.settle({**runtime.DEFAULTS, **{k: v for k, v in json.load(f).items()
+                                                             if k in runtime.DEFAULTS}})
+        except (OSError, ValueError):
+            continue  # never started, or its config is damaged (the report names that)
+        diffs = compare.config_differences(ran, resolve(argv, nproc), ())
+        if diffs:
+            stale.append(f"{name} ({', '.join(f'{k}={a!r} there, {b!r} now' for k, (a, b) in diffs.items())})")
+    if stale:
+        raise configurator.ConfigError(
+            f"{len(stale)} run(s) in {sweep_dir} were started with another recipe than this sweep plans: "
+            f"{'; '.join(stale[:3])}{' ...' if len(stale) > 3 else ''}. Restore the recipe they ran with, or give "
+            f"the new recipe its own --sweep_dir (runs of two recipes are never pooled)")
 
 
 def mark_stale(runs, suite, sweep_dir):

@@ -88,6 +88,11 @@ def freeze_suite(suite, runs, sweep_dir):
     path = os.path.join(sweep_dir, "suite.json")
     wanted = {name: [p["variant"], p["seed"]] for name, p, _ in runs if not p.get("trunk")}
     if not os.path.exists(path):
+        looks = compare.looks_taken(read_suite_record(sweep_dir))
+        if looks:  # a declaration written after a look could pick the most flattering metric
+            raise ConfigError(f"{path} is missing but {os.path.join(sweep_dir, SUITE_RECORD)} holds {len(looks)} "
+                              f"look(s) at the runs under the declaration it held: restore suite.json from a copy, or "
+                              f"start a new suite_dir; it is never declared again after a look")
         os.makedirs(sweep_dir, exist_ok=True)
         with rundir.atomic_write(path, "w") as f:  # a torn suite.json would lose the plan
             json.dump(dict(suite, runs=wanted), f, indent=1)
@@ -142,7 +147,7 @@ def read_suite_json(path):
             declared = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path} is damaged ({e}): it holds the plan declared before the runs; restore it "
-                         f"(or delete it to declare the suite again from its file)") from None
+                         f"(or, if no report was built yet, delete it to declare the suite again from its file)") from None
     if not isinstance(declared, dict) or not {"metric", "baseline", "runs"} <= set(declared):
         raise ValueError(f"{path} is not a suite declaration (no metric, baseline and runs)")
     return declared
@@ -255,7 +260,10 @@ def report_suite_dir(suite_dir, out_dir=None, plan=None):
     if late:
         report["declared_after_the_runs"] = sorted(late)
     path = render.write_report(report, runs, out_dir or suite_dir)
-    if report["looked_at_seeds"]:  # every report is a look at the data: the suite's record keeps it
+    # every report that reads a test is a look at the data: the suite's record keeps it. One whose every
+    # verdict is blocked (a crashed sweep's report: incomplete runs) read no test, so it is no look.
+    tested = [n for n, v in report["variants"].items() if n != report["baseline"] and v.get("p_holm") is not None]
+    if report["looked_at_seeds"] and tested:
         append_suite_record(suite_dir, dict(event="look", seeds=report["looked_at_seeds"]))
     return path
 

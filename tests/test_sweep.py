@@ -319,3 +319,61 @@ def test_a_declared_group_sequential_plan_spends_alpha_over_its_looks(data_dir, 
     path, _ = write_growing_suite(tmp_path, [1, 2, 3, 4, 5], looks=[3, 6])
     with pytest.raises(configurator.ConfigError, match=r"declared looks=\[3, 5\] before its runs"):
         sweep.main([path, *toy_args(data_dir)], launch=written_runs(calls))
+
+
+def test_a_suite_rerun_with_another_recipe_is_refused_before_anything_runs(data_dir, tmp_path):
+    """Issue 41: re-run with --learning_rate and a new seed, the old seeds were skipped as finished,
+    the new one trained on the new recipe and the report pooled them."""
+    calls = []
+    path, suite_dir = write_growing_suite(tmp_path, [1, 2, 3])
+    sweep.main([path, *toy_args(data_dir), "--min_lr=1e-4"], launch=written_runs(calls))
+    with pytest.raises(configurator.ConfigError, match=r"6 run\(s\) in .* were started with another recipe than this "
+                                                       r"sweep plans: base-seed1 \(min_lr=0.0001 there, 0.0002 now\)"):
+        sweep.main([path, *toy_args(data_dir), "--min_lr=2e-4", "--seeds=1,2,3,4"], launch=written_runs(calls))
+    assert len(calls) == 6
+    # and a report over seeds of two recipes (made by hand) is not comparable
+    run = os.path.join(suite_dir, "base-seed3")
+    cfg = json.load(open(os.path.join(run, "config.json")))
+    json.dump(dict(cfg, min_lr=2e-4), open(os.path.join(run, "config.json"), "w"))
+    import report
+    report.main([suite_dir])
+    result = json.load(open(os.path.join(suite_dir, "report.json")))
+    assert any(p.startswith("recipe: base-seed3 has min_lr=0.0002, base-seed1 0.0001") for p in result["measurement"])
+    assert result["variants"]["other"]["verdict"] == "not comparable"
+
+
+def test_a_crashed_sweeps_report_with_no_tested_verdict_is_no_look(data_dir, tmp_path):
+    """Issue 41: after a crash the rerun's report said NOT AT NOMINAL ALPHA: 2 looks, the crashed
+    sweep's report (every verdict incomplete) having been recorded as a look."""
+    calls, write = [], written_runs([])
+
+    def crash_one(argv, gpu, log_path):
+        cfg = configurator.apply_config(runtime.DEFAULTS, argv)
+        calls.append(os.path.basename(cfg["out_dir"]))
+        if calls[-1] == "other-seed2" and calls.count("other-seed2") == 1:
+            rundir.RunLog(dict(runtime.DEFAULTS, out_dir=cfg["out_dir"]), True).event("checklist", "killed")
+            return Finished(137)
+        return write(argv, gpu, log_path)
+    path, suite_dir = write_growing_suite(tmp_path, [1, 2, 3])
+    with pytest.raises(RuntimeError, match="1 runs failed: other-seed2"):
+        sweep.main([path, *toy_args(data_dir)], launch=crash_one)
+    crashed = json.load(open(os.path.join(suite_dir, "report.json")))
+    assert crashed["variants"]["other"]["verdict"] == "incomplete"
+    assert not os.path.exists(os.path.join(suite_dir, "suite_record.jsonl"))
+    sweep.main([path, *toy_args(data_dir)], launch=crash_one)
+    final = json.load(open(os.path.join(suite_dir, "report.json")))
+    assert final["sequential"] == "one look, at 3 seeds: family-wise alpha 0.05"
+
+
+def test_a_deleted_suite_json_is_never_declared_again_after_a_look(data_dir, tmp_path):
+    """Issue 41: suite.json deleted, then the metric re-declared after a look: it was rewritten silently
+    and the report claimed the new metric was declared before the runs."""
+    calls = []
+    path, suite_dir = write_growing_suite(tmp_path, [1, 2, 3])
+    sweep.main([path, *toy_args(data_dir)], launch=written_runs(calls))
+    os.remove(os.path.join(suite_dir, "suite.json"))
+    with open(path, "a") as f:
+        f.write("metric = 'train_loss'\n")
+    with pytest.raises(configurator.ConfigError, match="suite.json is missing but .*suite_record.jsonl holds 1 look"):
+        sweep.main([path, *toy_args(data_dir)], launch=written_runs(calls))
+    assert not os.path.exists(os.path.join(suite_dir, "suite.json")) and len(calls) == 6
