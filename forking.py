@@ -88,21 +88,36 @@ def load_weights(ckpt, model):
     model declares new. Returns (loaded, new) tensor counts."""
     trunk = unwrap_state_dict(ckpt["model"])
     own = model.state_dict()
+    check_tensors({n: t.shape for n, t in trunk.items()}, model, f"fork_from={ckpt['config']['out_dir']!r}")
+    model.load_state_dict({**own, **{n: trunk[n] for n in own if n in trunk}})
+    return len(own) - len(set(own) - set(trunk)), len(set(own) - set(trunk))
+
+
+def check_tensors(trunk, model, where):
+    """The branch's model can take the trunk's tensors ({name: shape}): it keeps every one in its
+    shape, and its extra tensors are ones it declares new; else one line naming them."""
+    own = {n: t.shape for n, t in model.state_dict().items()}
     allowed_new = set(model.fork_new_parameters()) if hasattr(model, "fork_new_parameters") else set()
     dropped = [n for n in trunk if n not in own]
-    reshaped = [f"{n} {tuple(trunk[n].shape)} -> {tuple(own[n].shape)}" for n in own if n in trunk
-                and trunk[n].shape != own[n].shape]
+    reshaped = [f"{n} {tuple(trunk[n])} -> {tuple(own[n])}" for n in own if n in trunk and trunk[n] != own[n]]
     unexplained = [n for n in own if n not in trunk and n not in allowed_new]
     if dropped or reshaped or unexplained:
         what = "; ".join(f"{label}: {', '.join(names[:3])}" + (" ..." if len(names) > 3 else "")
                          for label, names in (("trunk tensors the branch lacks", dropped),
                                               ("other shapes", reshaped),
                                               ("branch tensors neither in the trunk nor new", unexplained)) if names)
-        raise configurator.ConfigError(f"fork_from={ckpt['config']['out_dir']!r}: the branch's model cannot continue "
-                                       f"the trunk's ({what}); fork only variants whose model keeps the baseline's "
-                                       f"tensors and declares its additions (fork_new_parameters)")
-    model.load_state_dict({**own, **{n: trunk[n] for n in own if n in trunk}})
-    return len(own) - len(set(own) - set(trunk)), len(set(own) - set(trunk))
+        raise configurator.ConfigError(f"{where}: the branch's model cannot continue the trunk's ({what}); fork only "
+                                       f"variants whose model keeps the baseline's tensors and declares its additions "
+                                       f"(fork_new_parameters)")
+
+
+def check_models_fork(branch_cfg, trunk_cfg, where):
+    """Before any run (sweep.py's fork plan): the branch's model takes the trunk's tensors, with both
+    models built on the meta device (shapes only: no memory, no weights, no time)."""
+    import torch
+    with torch.device("meta"):
+        trunk, branch = runtime.build_model(trunk_cfg), runtime.build_model(branch_cfg)
+    check_tensors({n: t.shape for n, t in trunk.state_dict().items()}, branch, where)
 
 
 def load_optimizer(ckpt, model, optimizer, fresh):

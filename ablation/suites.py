@@ -35,8 +35,9 @@ def read_suite(namespace, name, here, known_keys):
         raise err("variants must be {name: {'config': file or [files], key: value, ...}}")
     if namespace["baseline"] not in variants:
         raise err(f"baseline={namespace['baseline']!r} is not one of the variants {list(variants)}")
-    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(s, int) for s in seeds):
-        raise err(f"seeds={seeds!r}: give a list of distinct integers")
+    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                             and s >= 0 for s in seeds):
+        raise err(f"seeds={seeds!r}: give a list of distinct integers >= 0")
     try:
         compare.check_metric(namespace["metric"])
     except ValueError as e:
@@ -72,7 +73,7 @@ def read_suite(namespace, name, here, known_keys):
     except ValueError as e:
         raise err(str(e)) from None
     fork_at = namespace.get("fork_at")
-    if fork_at is not None and not (isinstance(fork_at, int) and fork_at >= 1):
+    if fork_at is not None and not (isinstance(fork_at, int) and not isinstance(fork_at, bool) and fork_at >= 1):
         raise err(f"fork_at={fork_at!r}: the iteration at which every variant leaves its seed's baseline trunk, "
                   f"an integer >= 1 (or leave it out: every run from scratch)")
     return dict(name=name, variants=variants, baseline=namespace["baseline"], seeds=list(seeds),
@@ -259,13 +260,18 @@ def report_suite_dir(suite_dir, out_dir=None, plan=None):
     report = compare.compare(dict(suite, **late), runs)
     if late:
         report["declared_after_the_runs"] = sorted(late)
-    path = render.write_report(report, runs, out_dir or suite_dir)
-    # every report that reads a test is a look at the data: the suite's record keeps it. One whose every
-    # verdict is blocked (a crashed sweep's report: incomplete runs) read no test, so it is no look.
+    # Every report that reads a test is a look at the data: the suite's record keeps it, before the report
+    # exists (a look that cannot be recorded is not shown). One whose every verdict is blocked (a crashed
+    # sweep's report: incomplete runs) read no test, so it is no look.
     tested = [n for n, v in report["variants"].items() if n != report["baseline"] and v.get("p_holm") is not None]
     if report["looked_at_seeds"] and tested:
-        append_suite_record(suite_dir, dict(event="look", seeds=report["looked_at_seeds"]))
-    return path
+        try:
+            append_suite_record(suite_dir, dict(event="look", seeds=report["looked_at_seeds"]))
+        except OSError as e:
+            raise rundir.RunDirError(rundir.describe_write_error(
+                e, os.path.join(suite_dir, SUITE_RECORD), "no report was written, because a look the record does not "
+                "keep would be hidden: make the suite directory writable (the report itself may go to --out)")) from None
+    return render.write_report(report, runs, out_dir or suite_dir)
 
 
 def report_ladder_dir(suite_dir, out_dir=None, plan=None):
@@ -281,7 +287,8 @@ def report_ladder_dir(suite_dir, out_dir=None, plan=None):
     goal = compare.check_metric(declared["metric"])[2]
     across = ladder.across_sizes(declared["ladder"], reports, goal)
     report = dict(suite=declared["name"], metric=declared["metric"], goal=goal, baseline=declared["baseline"],
-                  allowed=declared["allowed"], per_size={s: dict(compared_at_tokens=r["compared_at_tokens"],
+                  allowed=declared["allowed"], designs={s: r["design"].split(":")[0] for s, r in reports.items()},
+                  per_size={s: dict(compared_at_tokens=r["compared_at_tokens"],
                                                                  alpha=r["alpha"], comparisons=r["comparisons"],
                                                                  report=os.path.join(s, "report.md"))
                                                           for s, r in reports.items()},

@@ -4,6 +4,7 @@ rules in every run's config, and a tiny ladder run end to end."""
 import json
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from ablation import compare, ladder
 from slurm import jobs as slurm_jobs
 import sweep
 from test_slurm import cluster, jobs, wait_for  # noqa: F401 (fixtures)
-from test_sweep import toy_args
+from test_sweep import toy_args, write_growing_suite
 
 SHAPES = {"s": dict(n_layer=2, n_embd=32, n_head=2), "m": dict(n_layer=2, n_embd=64, n_head=2),
           "l": dict(n_layer=2, n_embd=128, n_head=2)}
@@ -215,8 +216,15 @@ def test_a_ladder_suite_runs_resumes_and_reports_across_sizes(data_dir, tmp_path
     sweep.main(argv, launch=synthetic_launcher(calls, grows))  # finished runs are skipped, as in any suite
     assert calls == []
     capsys.readouterr()
-    sweep.main([*argv, "--plan=True"])  # seeds are planned for one size's family, from the reference size
-    assert f"from pilot {suite_dir / 'm'} (every run trained from scratch" in capsys.readouterr().out
+    sweep.main([*argv, "--plan=True", "--budget=1m"])  # each size its own family; a seed costs every size's runs
+    plan = capsys.readouterr().out
+    assert all(f"size {size}: paired-difference sd " in plan for size in SHAPES)
+    costs = [float(x) for x in re.findall(r"size \w: paired-difference sd [\d.e+-]+, wall time per seed ([\d.]+) s", plan)]
+    total = float(re.search(r"a seed at every size: ([\d.]+) s of wall time", plan).group(1))
+    assert len(costs) == 3 and total == pytest.approx(sum(costs), abs=2)
+    with pytest.raises(configurator.ConfigError, match="is a ladder of 3 sizes"):  # never pooled as one suite
+        sweep.main([write_growing_suite(tmp_path, [1, 2])[0], *toy_args(data_dir), "--plan=True",
+                    f"--pilot={suite_dir}"])
 
 
 @pytest.mark.xdist_group("slurm")  # beside tests/test_slurm.py's jobs, never at the same time

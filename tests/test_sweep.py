@@ -13,7 +13,7 @@ from scipy.stats import norm as scipy_norm
 import configurator
 import rundir
 import runtime
-from ablation import compare
+from ablation import compare, render, suites
 from slurm import jobs as slurm_jobs
 import sweep
 import train
@@ -377,3 +377,60 @@ def test_a_deleted_suite_json_is_never_declared_again_after_a_look(data_dir, tmp
     with pytest.raises(configurator.ConfigError, match="suite.json is missing but .*suite_record.jsonl holds 1 look"):
         sweep.main([path, *toy_args(data_dir)], launch=written_runs(calls))
     assert not os.path.exists(os.path.join(suite_dir, "suite.json")) and len(calls) == 6
+
+
+def test_plan_options_and_seeds_are_checked_in_one_line_each(data_dir, tmp_path, capsys):
+    """Issue 41: --budget=30 (no unit), 0m (ignored), 10s (advised range(1, 1)); a pilot that is missing,
+    a file or a run directory read as "no pilot"; --seeds=-1 accepted, then a traceback in train.py."""
+    path, suite_dir = write_growing_suite(tmp_path, [1, 2, 3])
+    sweep.main([path, *toy_args(data_dir)], launch=written_runs([]))
+    plan = lambda *extra: sweep.main([path, *toy_args(data_dir), "--plan=True", *extra])
+    for budget, message in (("30", "--budget='30' has no unit: write 30s, 30m or 30h"),
+                            ("0m", "--budget='0m': a budget must be longer than 0")):
+        with pytest.raises(configurator.ConfigError, match=message):
+            plan(f"--budget={budget}")
+    (tmp_path / "notes.txt").write_text("x")
+    for pilot, message in ((tmp_path / "gone", "does not exist"), (tmp_path / "notes.txt", "is a file"),
+                           (os.path.join(suite_dir, "base-seed1"), "is one run's directory, not a suite")):
+        with pytest.raises(configurator.ConfigError, match=f"--pilot: {pilot} {message}"):
+            plan(f"--pilot={pilot}")
+    capsys.readouterr()
+    plan("--budget=0.001s")
+    out = capsys.readouterr().out
+    assert "fits 0 seed(s), fewer than the 2 a paired test needs: raise --budget" in out and "range(1, 1)" not in out
+    with pytest.raises(configurator.ConfigError, match="--seeds='-1': distinct integers >= 0"):
+        sweep.main([path, *toy_args(data_dir), "--seeds=-1"], launch=written_runs([]))
+    with pytest.raises(configurator.ConfigError, match="seed must be >= 0"):
+        train.main(tiny_args(data_dir, str(tmp_path / "neg"), "--seed=-1"))
+
+
+def test_status_names_a_local_sweeps_waiting_runs_queued_and_a_read_only_suite_is_one_line(data_dir, tmp_path,
+                                                                                           capsys, monkeypatch):
+    path, suite_dir = write_growing_suite(tmp_path, [1, 2])
+    os.makedirs(suite_dir)
+    with open(os.path.join(suite_dir, rundir.LOCK_FILE), "w") as f:
+        f.write(str(os.getppid()))  # a live process other than this one holds the sweep: a local sweep runs
+    sweep.main([path, *toy_args(data_dir), "--status=True"])
+    out = capsys.readouterr().out
+    assert "0/4 runs done, 0 running, 4 queued" in out and "stopped" not in out
+    os.remove(os.path.join(suite_dir, rundir.LOCK_FILE))
+    sweep.main([path, *toy_args(data_dir)], launch=written_runs([]))
+
+    def read_only(*args, **kwargs):  # tests may run as root, who writes anywhere: the file system refuses here
+        raise OSError(30, "Read-only file system", os.path.join(suite_dir, "suite_record.jsonl"))
+    monkeypatch.setattr(suites, "append_suite_record", read_only)
+    os.remove(os.path.join(suite_dir, "suite_record.jsonl"))  # the report is a new look again
+    with pytest.raises(rundir.RunDirError, match="read-only file system while writing .*suite_record.jsonl; no report "
+                                                 "was written"):
+        sweep.main([path, *toy_args(data_dir), "--status=True"])
+    import report
+    with pytest.raises(rundir.RunDirError, match="no report was written, because a look the record does not keep"):
+        report.main([suite_dir, f"--out={tmp_path / 'elsewhere'}"])
+    assert not os.path.exists(tmp_path / "elsewhere" / "report.md")
+    with pytest.raises(rundir.RunDirError, match="is a file"):
+        report.main([suite_dir, f"--out={path}"])
+    monkeypatch.setattr(render, "write_report", lambda *a: (_ for _ in ()).throw(
+        OSError(28, "No space left on device", os.path.join(suite_dir, "report.md"))))
+    with pytest.raises(rundir.RunDirError, match="no space left on device while writing .*report.md; the report is "
+                                                 "incomplete"):
+        report.main([os.path.join(suite_dir, "base-seed1"), os.path.join(suite_dir, "other-seed1")])
