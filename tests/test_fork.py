@@ -20,7 +20,7 @@ import sweep
 import train
 from ablation import compare, suites
 from test_ablation import LR, suite_args, write_suite
-from test_sweep import in_process
+from test_sweep import Finished, in_process
 from test_train import load_ckpt, tiny_args
 
 RA = ("--model_type=ra", "--dropout=0.1")  # dropout: the trunk's RNG state must carry into the branch
@@ -290,3 +290,62 @@ def test_plan_compares_designs_and_a_budget_chooses_the_seeds(data_dir, tmp_path
                                     f"before its runs"
     with pytest.raises(configurator.ConfigError, match="--budget='half an hour': a wall-clock time such as 30m"):
         sweep.main([*suite_args(data_dir, fork_path), "--plan=True", "--budget=half an hour"])
+
+
+def test_a_fork_suite_refuses_an_mla_variant_and_a_boolean_fork_at_before_any_run(data_dir, tmp_path):
+    """Issue 41: an MLA variant was refused only after the trunks had trained; fork_at=True was read as 1."""
+    variants = {"base": {"model_type": "ra", **LR}, "mla": {"model_type": "ra", "mla": True, "mla_latent_dim": 16, **LR}}
+    path, suite_dir = write_suite(tmp_path, variants, ["mla", "mla_latent_dim"], seeds=(1,))
+    with open(path, "a") as f:
+        f.write("fork_at = 6\n")
+    calls = []
+    with pytest.raises(configurator.ConfigError, match="fork_at: mla-seed1: the branch's model cannot continue the "
+                                                       "trunk's \\(trunk tensors the branch lacks"):
+        sweep.main(suite_args(data_dir, path), launch=in_process(calls))
+    assert calls == [] and not os.path.exists(suite_dir)
+    with open(path, "a") as f:
+        f.write("fork_at = True\n")
+    with pytest.raises(configurator.ConfigError, match="fork_at=True: the iteration at which every variant leaves"):
+        sweep.main(suite_args(data_dir, path), launch=in_process(calls))
+
+
+def scripted_runs(calls, outcome):
+    """A launcher that writes each run's log as `outcome(name)` says (finished, diverged or paused by a
+    signal with exit 3) instead of training."""
+    def launch(argv, gpu, log_path):
+        cfg = configurator.apply_config(runtime.DEFAULTS, argv)
+        name = os.path.basename(cfg["out_dir"])
+        calls.append(name)
+        log = rundir.RunLog(dict(runtime.DEFAULTS, out_dir=cfg["out_dir"]), True)
+        log.event("checklist", "started")
+        kind, code = outcome(name), 0
+        if kind == "diverged":
+            log.event("diverged", "loss became nan", iter=3)
+            code = 1
+        elif kind == "paused":
+            log.event("end", "stopped by SIGTERM", stop_reason="signal", iter=3, tokens=1)
+            code = 3
+        else:
+            log.event("end", "done", stop_reason="max_iters", iter=cfg["max_iters"], tokens=1)
+        log.close()
+        return Finished(code)
+    return launch
+
+
+def test_a_diverged_trunk_and_a_paused_branch_say_what_to_do(data_dir, tmp_path, capsys):
+    """Issue 41: a diverged trunk failed its branches on every rerun with "did not finish" while --status
+    said "submit again"; a branch stopped by SIGTERM after its checkpoint showed "FAILED (exit 3)"."""
+    path, suite_dir = fork_suite(tmp_path, seeds=(1,))
+    with pytest.raises(RuntimeError, match="3 runs failed: trunk-seed1, base-seed1, learned-seed1"):
+        sweep.main(suite_args(data_dir, path), launch=scripted_runs([], lambda n: "diverged" if "trunk" in n else ""))
+    out = capsys.readouterr().out
+    assert f"FAILED base-seed1: its trunk {os.path.join(suite_dir, 'trunk-seed1')} diverged and would diverge again " \
+           f"on every rerun: change the recipe" in out
+    sweep.main([*suite_args(data_dir, path), "--status"])
+    assert "its branches cannot start: its trunk" in capsys.readouterr().out
+    path, suite_dir = fork_suite(tmp_path / "again", seeds=(1,))
+    with pytest.raises(RuntimeError, match="^1 runs paused by a signal with a checkpoint: base-seed1 \\(run the same "
+                                           "command to resume them\\)$"):
+        sweep.main(suite_args(data_dir, path), launch=scripted_runs([], lambda n: "paused" if n == "base-seed1" else ""))
+    out = capsys.readouterr().out
+    assert "paused base-seed1 (stopped by a signal after writing a checkpoint" in out and "FAILED" not in out
