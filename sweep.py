@@ -535,6 +535,8 @@ def main(argv, launch=launch_subprocess):
     if options["dry_run"]:
         return runs
     check_data(runs, nproc)
+    if suite:
+        suites.check_declaration(suite, sweep_dir)  # a changed declaration is named as such, before the runs' recipes
     check_runs_on_disk(runs, sweep_dir, nproc)
     mark_stale(runs, suite, sweep_dir)
     if slurm:
@@ -590,6 +592,9 @@ def check_data(runs, nproc):
             raise configurator.ConfigError(f"run {name}: {e}") from None
 
 
+BUDGET_KEYS = ("max_iters", "max_tokens", "max_time")
+
+
 def check_runs_on_disk(runs, sweep_dir, nproc):
     """Runs already in sweep_dir (finished, or to be resumed) started with the recipe the sweep plans
     now, or the sweep is refused before anything runs: a changed recipe would otherwise skip the old
@@ -604,7 +609,12 @@ def check_runs_on_disk(runs, sweep_dir, nproc):
                                                              if k in runtime.DEFAULTS}})
         except (OSError, ValueError):
             continue  # never started, or its config is damaged (the report names that)
-        diffs = compare.config_differences(ran, resolve(argv, nproc), ())
+        planned = resolve(argv, nproc)
+        done = rundir.run_status(rundir.read_events(os.path.join(sweep_dir, name))) == "finished"
+        # an unfinished run may resume to a longer budget (train.py allows it) on the same schedule
+        diffs = compare.config_differences(ran, planned, () if done else BUDGET_KEYS)
+        if not done and runtime.decay_iters(ran) != runtime.decay_iters(planned):
+            diffs["lr_decay_iters (resolved)"] = (runtime.decay_iters(ran), runtime.decay_iters(planned))
         if diffs:
             stale.append(f"{name} ({', '.join(f'{k}={a!r} there, {b!r} now' for k, (a, b) in diffs.items())})")
     if stale:

@@ -88,25 +88,12 @@ def freeze_suite(suite, runs, sweep_dir):
     number of looks taken before them, so a report can say the suite grew after it was looked at."""
     path = os.path.join(sweep_dir, "suite.json")
     wanted = {name: [p["variant"], p["seed"]] for name, p, _ in runs if not p.get("trunk")}
-    if not os.path.exists(path):
-        looks = compare.looks_taken(read_suite_record(sweep_dir))
-        if looks:  # a declaration written after a look could pick the most flattering metric
-            raise ConfigError(f"{path} is missing but {os.path.join(sweep_dir, SUITE_RECORD)} holds {len(looks)} "
-                              f"look(s) at the runs under the declaration it held: restore suite.json from a copy, or "
-                              f"start a new suite_dir; it is never declared again after a look")
+    first = check_declaration(suite, sweep_dir)
+    if first is None:
         os.makedirs(sweep_dir, exist_ok=True)
         with rundir.atomic_write(path, "w") as f:  # a torn suite.json would lose the plan
             json.dump(dict(suite, runs=wanted), f, indent=1)
     else:
-        try:
-            first = read_suite_json(path)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-        for key in ("metric", "baseline", "alpha", "min_effect", "looks", "fork_at"):  # fork_at: the trunks on disk
-            if first.get(key) != suite.get(key) and (key in first or suite.get(key) is not None):
-                raise ConfigError(
-                    f"{path} declared {key}={first.get(key)!r} before its runs; this suite says {suite.get(key)!r}: "
-                    f"keep it, or start a new suite_dir")
         record = read_suite_record(sweep_dir)
         known = suite_runs(first, record)
         added = {name: run for name, run in wanted.items() if name not in known}
@@ -117,6 +104,30 @@ def freeze_suite(suite, runs, sweep_dir):
         for size in suite["ladder"]["sizes"]:
             own = [(ladder.size_of(name)[1], p, argv) for name, p, argv in runs if p["size"] == size]
             freeze_suite(dict(suite, name=f"{suite['name']}/{size}", ladder=None), own, os.path.join(sweep_dir, size))
+
+
+def check_declaration(suite, sweep_dir):
+    """The declaration in sweep_dir/suite.json (None before the first run), checked against the suite
+    file's: its metric, baseline, alpha, min_effect, looks and fork_at cannot change, and it is never
+    declared again after a look. Reads only (sweep.py asks before anything runs; freeze_suite too)."""
+    path = os.path.join(sweep_dir, "suite.json")
+    if not os.path.exists(path):
+        looks = compare.looks_taken(read_suite_record(sweep_dir))
+        if looks:  # a declaration written after a look could pick the most flattering metric
+            raise ConfigError(f"{path} is missing but {os.path.join(sweep_dir, SUITE_RECORD)} holds {len(looks)} "
+                              f"look(s) at the runs under the declaration it held: restore suite.json from a copy, or "
+                              f"start a new suite_dir; it is never declared again after a look")
+        return None
+    try:
+        first = read_suite_json(path)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    for key in ("metric", "baseline", "alpha", "min_effect", "looks", "fork_at"):  # fork_at: the trunks on disk
+        if first.get(key) != suite.get(key) and (key in first or suite.get(key) is not None):
+            raise ConfigError(
+                f"{path} declared {key}={first.get(key)!r} before its runs; this suite says {suite.get(key)!r}: "
+                f"keep it, or start a new suite_dir")
+    return first
 
 
 def read_suite_record(suite_dir):

@@ -316,6 +316,8 @@ def scripted_runs(calls, outcome):
         cfg = configurator.apply_config(runtime.DEFAULTS, argv)
         name = os.path.basename(cfg["out_dir"])
         calls.append(name)
+        with open(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
+            json.dump(runtime.resolve(cfg, 1), f)
         log = rundir.RunLog(dict(runtime.DEFAULTS, out_dir=cfg["out_dir"]), True)
         log.event("checklist", "started")
         kind, code = outcome(name), 0
@@ -349,3 +351,17 @@ def test_a_diverged_trunk_and_a_paused_branch_say_what_to_do(data_dir, tmp_path,
         sweep.main(suite_args(data_dir, path), launch=scripted_runs([], lambda n: "paused" if n == "base-seed1" else ""))
     out = capsys.readouterr().out
     assert "paused base-seed1 (stopped by a signal after writing a checkpoint" in out and "FAILED" not in out
+
+
+def test_a_stale_trunk_after_a_recipe_change_is_named_at_plan_time(data_dir, tmp_path):
+    """Issue 41: after a recipe change the finished trunk (old recipe) was kept and its branches failed
+    with no what-to-do; a deleted trunk was said to have not finished."""
+    path, suite_dir = fork_suite(tmp_path, seeds=(1,))
+    calls = []
+    sweep.main(suite_args(data_dir, path), launch=scripted_runs(calls, lambda n: ""))
+    assert calls == ["trunk-seed1", "base-seed1", "learned-seed1"]
+    with pytest.raises(configurator.ConfigError, match=r"3 run\(s\) in .* were started with another recipe than this "
+                                                       r"sweep plans: trunk-seed1 \(weight_decay=0.1 there, 0.2 now\)"):
+        sweep.main([*suite_args(data_dir, path), "--weight_decay=0.2"], launch=scripted_runs(calls, lambda n: ""))
+    assert len(calls) == 3
+    assert "is missing (deleted?): run the same command again to retrain it" in sweep.trunk_problem(str(tmp_path / "x"))
