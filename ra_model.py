@@ -54,7 +54,7 @@ RA_ALPHA_LEARN = ("none", "layer", "head")
 @dataclass
 class RAConfig(GPTConfig):
     # which layers are reciprocal: 'none', 'early' (first half), 'late' (second half), 'all',
-    # 'alternate' (layers 1, 3, 5, ...), 'learned' (every layer, gated: the notes' RALEARN; ra_mode
+    # 'alternate' (layers 1, 3, 5, ...), 'learned' (every layer, gated: the RA study's RALEARN; ra_mode
     # is not used), or 'layers' (the indices in ra_layers)
     ra_pattern: str = "none"
     ra_layers: list = field(default_factory=list)
@@ -180,7 +180,7 @@ def reciprocal_manual(q, k, v, mode, alpha, p, window, dropout_p):
     kernels (kernels/ra_attention.py) are tested against it."""
     T, d = q.size(-2), q.size(-1)
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(d)  # S_ij = q_i.k_j, not yet masked
-    # S^T from the UNMASKED scores, masked afterwards. The notes' bug transposed an already masked
+    # S^T from the UNMASKED scores, masked afterwards. The RA study's bug transposed an already masked
     # S: its -inf moved to the past and the scores S_ji of future tokens j > i into row i.
     recip = scores.transpose(-2, -1)  # k_i.q_j
     causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
@@ -413,7 +413,7 @@ class RAGPT(GPT):
 
     def fork_new_parameters(self):
         """What a baseline trunk lacks and a branch forked from it keeps at its own initialization
-        (fork.py): the learned alphas, the gate logits and the output gates."""
+        (forking.py): the learned alphas, the gate logits and the output gates."""
         own = ("ra_alpha", "ra_gate_logit", "c_gate")
         return [n for n, _ in self.named_parameters() if any(part in own for part in n.split("."))]
 

@@ -3,7 +3,7 @@ train.py runs; run them; tabulate a grid, report a suite.
 
     python sweep.py config/train_wikitext2.py --grid="learning_rate=[3e-4,6e-4] batch_size=[8,16]"
     python sweep.py suites/ra_shakespeare.py                        # an ablation suite (README)
-    python sweep.py config/sweep_pruning_matrix.py                  # the notes' pruning matrix
+    python sweep.py config/sweep_pruning_matrix.py                  # the pruning / MLA study's matrix
     python sweep.py config/sweep_pruning_matrix.py config/small_shakespeare.py   # its CPU version
     python sweep.py config/sweep_wikitext2_optimizers.py --max_iters=500 --dry_run=True
     python sweep.py suites/ra.py --launcher=slurm --slurm_partition=gpu --slurm_gpus_per_node=8   # docs/slurm.md
@@ -35,9 +35,9 @@ config is compared with the baseline's: a difference in a key that is not allowe
 suite (--allow_confounds=True runs it anyway; the report still calls it not comparable). The
 metric is frozen in suite_dir/suite.json by the first run; runs added later and every report (a
 look) go into suite_dir/suite_record.jsonl (docs/ablation.md: a suite may declare `looks`, the seed
-counts of its planned reports). The runs share a W&B group; at the end ablation_report.py writes
+counts of its planned reports). The runs share a W&B group; at the end ablation/render.py writes
 report.md, report.json and plots to suite_dir (python report.py rebuilds them).
-A suite that declares a `ladder` (ladder.py) runs every variant x seed at every size, as
+A suite that declares a `ladder` (ablation/ladder.py) runs every variant x seed at every size, as
 `<size>/<variant>-seed<seed>` with the size's shape, token budget and learning rate in its arguments;
 each size directory is a suite of its own, and the report adds the effect's trend across sizes.
 """
@@ -60,6 +60,7 @@ import forking
 import parallel
 import rundir
 import runtime
+import tokendata
 from ablation import compare, ladder, plan, suites
 from slurm import jobs as slurm_jobs
 
@@ -233,7 +234,7 @@ def plan_runs(spec):
 def fork_plan(suite, runs, resolved, sweep_dir):
     """A fork suite's runs: first one trunk per seed (per size on a ladder), the baseline's recipe
     stopped at fork_at on the schedule of the whole budget, then every variant, the baseline
-    included, as a branch of its seed's trunk (fork.py). A branch whose recipe its trunk cannot
+    included, as a branch of its seed's trunk (forking.py). A branch whose recipe its trunk cannot
     continue is refused here, before anything runs."""
     trunks, branches = {}, []
     # On a ladder fork_at counts the reference size's iterations: every size forks at the same fraction
@@ -587,7 +588,7 @@ def check_data(runs, nproc):
     submitted: a missing dataset is one line, not one doomed run (or Slurm job) per variant x seed."""
     for name, _, argv in runs:
         try:
-            runtime.check_data(resolve(argv, nproc))
+            tokendata.check_data(resolve(argv, nproc))
         except (FileNotFoundError, configurator.ConfigError) as e:
             raise configurator.ConfigError(f"run {name}: {e}") from None
 

@@ -1,6 +1,6 @@
-"""Render a comparison (ablation.py's report.json data) for people: report.md and its PNG plots.
+"""Render a comparison (ablation/compare.py's report.json data) for people: report.md and its PNG plots.
 
-The numbers come from ablation.compare and stats.py; this module only words and draws them, so each
+The numbers come from ablation.compare and ablation/stats.py; this module only words and draws them, so each
 reads alone and the numbers can be tested without the markdown. Used by sweep.py (the report after
 a suite, the seed plan before it) and report.py (the report rebuilt from run directories alone).
 """
@@ -200,7 +200,7 @@ def cost_lines(report):
         lines += ["", f"**Timings not to be trusted** (logged step times spread more than "
                       f"x{compare.TIMING_SPREAD_LIMIT} between the 10th and 90th percentile, e.g. other work on the "
                       f"machine): " + ", ".join(unreliable)
-                  + ". Compare FLOPs per token instead, or time on an idle machine (bench_step.py)."]
+                  + ". Compare FLOPs per token instead, or time on an idle machine (tools/bench_train_step.py)."]
     return lines
 
 

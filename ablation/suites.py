@@ -2,7 +2,7 @@
 record of runs added and looks taken (suite_record.jsonl), its runs read back, and its report.
 
 sweep.py reads and freezes suites here; report.py and sweep.py build a suite's report here. The
-numbers come from compare.py (and ladder.py across sizes), the words and plots from render.py.
+numbers come from compare.py (and ablation/ladder.py across sizes), the words and plots from render.py.
 """
 import json
 import os

@@ -173,13 +173,13 @@ def test_a_signal_before_the_first_step_stops_start_up_at_once_and_says_nothing_
     """Start-up (model building, data checks, memory estimate) can take minutes at large sizes; a
     signal then stops it at once with the truth instead of waiting for a step that has not begun."""
     out = str(tmp_path / "run")
-    real_check_data = train.runtime.check_data
+    real_check_data = train.tokendata.check_data
 
-    def slow_start(cfg):
+    def slow_start(cfg, scan=None):
         os.kill(os.getpid(), signal.SIGTERM)  # as the scheduler would, while the run is still setting up
-        return real_check_data(cfg)
+        return real_check_data(cfg, scan)
 
-    monkeypatch.setattr(train.runtime, "check_data", slow_start)
+    monkeypatch.setattr(train.tokendata, "check_data", slow_start)
     previous = signal.getsignal(signal.SIGTERM)
     with pytest.raises(train.Interrupted, match="SIGTERM before the first step: stopped at once; no checkpoint "
                                                 "was written") as stopped:
@@ -588,6 +588,17 @@ def test_a_run_whose_latest_attempt_died_after_a_preemption_is_failed_not_preemp
     assert rundir.run_status(first + [{"event": "checklist"}, {"event": "end", "stop_reason": "signal"}]) == "preempted"
     assert rundir.run_status(first + [{"event": "checklist"}, {"event": "end", "stop_reason": "max_iters"}]) == "finished"
     assert rundir.run_status([{"event": "checklist"}]) == "failed" and rundir.run_status([]) == "not run"
+
+
+def test_the_dataset_is_scanned_once_per_run_even_read_only(data_dir, tmp_path, monkeypatch):
+    """A read-only dataset keeps no scan in meta.json: the start-up read every token of it once in the
+    first rank's scan and again in every rank's data check. Rank 0 scans; the others get its answer."""
+    scans = []
+    real = tokendata.max_token_id
+    monkeypatch.setattr(tokendata, "max_token_id", lambda d, *a: scans.append(d) or real(d, *a))
+    monkeypatch.setattr(tokendata, "atomic_write", lambda *a, **k: (_ for _ in ()).throw(OSError(30, "read-only")))
+    train.main(tiny_args(data_dir, str(tmp_path / "run"), "--max_iters=1"))
+    assert scans == [data_dir]
 
 
 # ----------------------------------------------------------------------------- round four: forks, ladders, plans

@@ -1,4 +1,4 @@
-"""Warmup-and-fork (fork.py, sweep.py's fork_at): a baseline branch is the baseline's own
+"""Warmup-and-fork (forking.py, sweep.py's fork_at): a baseline branch is the baseline's own
 continuation bit for bit; a variant takes the trunk's tensors and optimizer state by name and keeps
 its own new parameters; a fork suite trains one trunk per seed before its branches, resumes exactly
 after a crash anywhere, states its design, and is never pooled with runs from scratch; the
@@ -17,6 +17,7 @@ import optim
 import rundir
 import runtime
 import sweep
+import tokendata
 import train
 from ablation import compare, suites
 from test_ablation import LR, suite_args, write_suite
@@ -211,7 +212,7 @@ def test_a_fork_suite_refuses_what_it_cannot_fork_before_any_run(data_dir, tmp_p
 
 def test_each_source_of_randomness_has_its_own_seed(data_dir, tmp_path):
     cfg = lambda **keys: {**runtime.DEFAULTS, "seed": 1, "batch_size": 4, "block_size": 16, **keys}
-    batches = lambda c: runtime.train_offsets(c, 10_000, 3, 0).tolist()
+    batches = lambda c: tokendata.train_offsets(c, 10_000, 3, 0).tolist()
     assert batches(cfg(data_seed=5)) == batches(cfg(seed=5)) != batches(cfg())
     assert batches(cfg(init_seed=5)) == batches(cfg())
     runs = {}
@@ -228,8 +229,8 @@ def test_each_source_of_randomness_has_its_own_seed(data_dir, tmp_path):
 def test_the_final_evaluation_reads_final_eval_iters_batches(data_dir, tmp_path, monkeypatch):
     out = str(tmp_path / "run")
     read = []
-    real = runtime.eval_offsets
-    monkeypatch.setattr(runtime, "eval_offsets", lambda cfg, n, batches=0: read.append(batches) or real(cfg, n, batches))
+    real = tokendata.eval_offsets
+    monkeypatch.setattr(tokendata, "eval_offsets", lambda cfg, n, batches=0: read.append(batches) or real(cfg, n, batches))
     train.main(tiny_args(data_dir, out, "--final_eval_iters=7"))
     # evaluations at steps 0, 4 and 8 (train, val each); only the last val reads 7 batches
     assert read[-6:] == [0, 0, 0, 0, 0, 7]

@@ -313,7 +313,7 @@ def test_strided_views_and_scalar_parameters():
         torch.testing.assert_close(grads[0], grads[1], atol=1e-4, rtol=1e-4)
 
 
-# The reference itself, without the interpreter: the identities from the research notes.
+# The reference itself, without the interpreter: the identities of docs/experiments.md ("Reciprocal attention").
 
 def test_reference_identities():
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""Ladder suites (sweep.py's expansion, ladder.py's across-size statement, ablation_report.py's
+"""Ladder suites (sweep.py's expansion, ablation/ladder.py's across-size statement, ablation/render.py's
 report): the trend of known synthetic effects, the fit's calibration by simulation, the per-size
 rules in every run's config, and a tiny ladder run end to end."""
 import json

@@ -1,4 +1,4 @@
-"""noise_budget.py and calibration.py on suites they did not write: the sources each design fixes,
+"""tools/noise_budget.py and tools/calibration.py on suites they did not write: the sources each design fixes,
 the paired sd the report computes, the evaluation re-run on the windows train.py used, and the
 calibration's numbers on differences whose truth is known."""
 import json

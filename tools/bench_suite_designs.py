@@ -44,7 +44,7 @@ def run_design(suite, extra, seeds, sweep_dir):
 def main(argv):
     options, extra = configurator.options_and_paths(argv, OPTIONS, text_keys=("seeds",))
     if extra:
-        raise configurator.ConfigError(f"{extra[0]!r}: bench_suite_designs.py takes only --key=value options (--help)")
+        raise configurator.ConfigError(f"{extra[0]!r}: tools/bench_suite_designs.py takes only --key=value options (--help)")
     seeds = [s.strip() for s in str(options["seeds"]).split(",")]
     if not all(s.isdigit() for s in seeds) or len(set(seeds)) != len(seeds):
         raise configurator.ConfigError(f"--seeds={options['seeds']!r}: distinct integers >= 0, comma-separated")

@@ -1,7 +1,7 @@
 """Calibration of the verdicts on real runs: a finished true-null suite (suites/calibration_shakespeare.py).
 
-    python calibration.py out-suite-calibration_shakespeare            # markdown on stdout, qq.png beside it
-    python calibration.py out-suite-calibration_shakespeare --pilot_seeds=3 --out=docs/img
+    python tools/calibration.py out-suite-calibration_shakespeare            # markdown on stdout, qq.png beside it
+    python tools/calibration.py out-suite-calibration_shakespeare --pilot_seeds=3 --out=docs/img
 
 A true null (a variant equal to the baseline in distribution, not run for run) with many seeds
 shows what simulation cannot: whether the real paired differences are normal enough for the
@@ -95,7 +95,7 @@ def markdown(c, name, variant, plot):
 def main(argv):
     options, dirs = configurator.options_and_paths(argv, OPTIONS)
     if len(dirs) != 1:
-        raise configurator.ConfigError("give one finished true-null suite directory (python calibration.py --help)")
+        raise configurator.ConfigError("give one finished true-null suite directory (python tools/calibration.py --help)")
     if options["pilot_seeds"] < 2:
         raise configurator.ConfigError(f"--pilot_seeds={options['pilot_seeds']}: a pilot needs at least 2 seeds")
     if options["max_subsets"] < 1:

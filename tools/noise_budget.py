@@ -1,7 +1,7 @@
 """The noise budget: where the variance of a paired difference comes from, one finished suite per design.
 
-    python noise_budget.py out-noise-all out-noise-data-fixed out-noise-init-fixed out-suite-ra_shakespeare
-    python noise_budget.py out-suite-ra_shakespeare --windows=20,100   # the evaluation windows' share
+    python tools/noise_budget.py out-noise-all out-noise-data-fixed out-noise-init-fixed out-suite-ra_shakespeare
+    python tools/noise_budget.py out-suite-ra_shakespeare --windows=20,100   # the evaluation windows' share
 
 Each suite directory is one design: runs from scratch with every source of randomness following
 the seed, with the data order fixed (data_seed) or the initial weights fixed (init_seed), or forked
@@ -29,6 +29,7 @@ import configurator  # noqa: E402
 import parallel  # noqa: E402
 import rundir  # noqa: E402
 import runtime  # noqa: E402
+import tokendata  # noqa: E402
 from ablation import compare, plan, stats, suites  # noqa: E402
 
 OPTIONS = dict(
@@ -80,9 +81,9 @@ def val_loss(out_dir, batches):
     ckpt = rundir.load_checkpoint_file(os.path.join(out_dir, parallel.CHECKPOINT_FILE))
     cfg = ckpt["config"]
     model = runtime.build_model(cfg, ckpt).eval()
-    data_dir, counts = runtime.check_data(cfg)
-    losses = [model(*runtime.get_batch(data_dir, "val", offsets, cfg["block_size"], "cpu"))[1].item()
-              for offsets in runtime.eval_offsets(cfg, counts["val"], batches)]
+    data_dir, counts = tokendata.check_data(cfg)
+    losses = [model(*tokendata.get_batch(data_dir, "val", offsets, cfg["block_size"], "cpu"))[1].item()
+              for offsets in tokendata.eval_offsets(cfg, counts["val"], batches)]
     return float(np.mean(losses))
 
 
@@ -105,7 +106,7 @@ def window_rows(suite_dir, counts):
 def main(argv):
     options, dirs = configurator.options_and_paths(argv, OPTIONS, text_keys=("windows",))
     if not dirs:
-        raise configurator.ConfigError("give one finished suite directory per design (python noise_budget.py --help)")
+        raise configurator.ConfigError("give one finished suite directory per design (python tools/noise_budget.py --help)")
     if options["slots"] < 1 or options["hour_s"] <= 0:
         raise configurator.ConfigError(f"--slots={options['slots']} and --hour_s={options['hour_s']}: runs at a time "
                                        f"(>= 1) and a budget in seconds (> 0)")
