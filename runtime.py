@@ -181,6 +181,8 @@ def validate(cfg, world_size):
             raise err(f"{key} must be >= 1, got {cfg[key]}")
     if cfg["final_eval_iters"] < 0:
         raise err(f"final_eval_iters must be >= 0 (0: eval_iters), got {cfg['final_eval_iters']}")
+    if cfg["seed"] < 0:
+        raise err(f"seed must be >= 0 (numpy's generators take no negative seed), got {cfg['seed']}")
     for key in ("init_seed", "data_seed"):
         if cfg[key] < -1:
             raise err(f"{key} must be >= 0, or -1 to follow seed, got {cfg[key]}")

@@ -146,8 +146,10 @@ class StopSignals:
 
 
 def diverged(log, cfg, iter_num, what, **fields):
-    log.event("diverged", f"iter {iter_num}: {what}: stopping; the last good checkpoint is untouched in "
-              f"{cfg['out_dir']}", iter=iter_num, **fields)
+    kept = checkpoint_path(cfg["out_dir"])
+    truth = f"the last good checkpoint is untouched in {kept}" if kept else \
+        "no checkpoint was written (none was due yet): lower the learning rate or check the data and start again"
+    log.event("diverged", f"iter {iter_num}: {what}: stopping; {truth}", iter=iter_num, **fields)
     log.close()
     raise TrainingDiverged(f"{what} at iteration {iter_num}")
 

@@ -372,6 +372,11 @@ def measurement_problems(runs, allowed):
                                                f"{'forked at step %d' % k if k is not None else 'from scratch'}"
                                                for k, names in designs.items())
                         + ": runs of different designs answer different questions and are never pooled")
+    first = {}  # a variant's recipe is one across its seeds (a suite re-run with another recipe adds seeds of it)
+    for (variant, _), run in ((k, r) for k, r in runs.items() if r["config"] is not None):
+        other = first.setdefault(variant, run)
+        problems += [f"recipe: {name(run)} has {k}={a!r}, {name(other)} {b!r}"
+                     for k, (a, b) in config_differences(run["config"], other["config"], ()).items()]
     for run in recorded[1:]:
         for key in MEASUREMENT_KEYS:
             if run["config"].get(key) != ref["config"].get(key):

@@ -414,6 +414,7 @@ def ladder_markdown(report, plot):
              f"and warmup) and the learning rate {rule_text(across['learning_rate_rule'])} (learning_rate and min_lr), "
              f"N being the non-embedding parameters 12 n_layer n_embd^2. Keys allowed to differ within a size: "
              f"{', '.join(report['allowed']) or 'none'}.",
+             "", "Design: " + "; ".join(f"`{size}` {d}" for size, d in report.get("designs", {}).items()),
              "", "| size | shape | N | compared at tokens | report |", "|---|---|---|---|---|"]
     for size, s in sizes.items():
         per = report["per_size"].get(size)

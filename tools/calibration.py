@@ -98,6 +98,15 @@ def main(argv):
         raise configurator.ConfigError("give one finished true-null suite directory (python tools/calibration.py --help)")
     if options["pilot_seeds"] < 2:
         raise configurator.ConfigError(f"--pilot_seeds={options['pilot_seeds']}: a pilot needs at least 2 seeds")
+    if options["max_subsets"] < 1:
+        raise configurator.ConfigError(f"--max_subsets={options['max_subsets']}: the sub-suites to draw, >= 1")
+    try:
+        suites.check_suite_dir(dirs[0])
+    except ValueError as e:
+        raise configurator.ConfigError(str(e)) from None
+    out = options["out"] or dirs[0]
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise configurator.ConfigError(f"--out={out} is a file: name a directory for qq.png")
     try:
         suite, runs = suites.load_suite_dir(dirs[0])
     except (ValueError, FileNotFoundError) as e:
@@ -109,7 +118,6 @@ def main(argv):
                                        f"paired seeds than --pilot_seeds={options['pilot_seeds']}")
     diffs = report["variants"][others[0]]["differences"]
     c = calibrate(diffs, report["alpha"], report["min_effect"], options["pilot_seeds"], options["max_subsets"])
-    out = options["out"] or dirs[0]
     os.makedirs(out, exist_ok=True)
     plot = os.path.join(out, "qq.png")
     qq_plot(diffs, plot, f"{others[0]} - {report['baseline']}, {len(diffs)} seeds")

@@ -107,8 +107,20 @@ def main(argv):
     options, dirs = configurator.options_and_paths(argv, OPTIONS, text_keys=("windows",))
     if not dirs:
         raise configurator.ConfigError("give one finished suite directory per design (python tools/noise_budget.py --help)")
-    if options["windows"]:
-        counts = [int(c) for c in str(options["windows"]).split(",")]
+    if options["slots"] < 1 or options["hour_s"] <= 0:
+        raise configurator.ConfigError(f"--slots={options['slots']} and --hour_s={options['hour_s']}: runs at a time "
+                                       f"(>= 1) and a budget in seconds (> 0)")
+    counts = [c.strip() for c in str(options["windows"]).split(",")] if options["windows"] else []
+    if not all(c.isdigit() and int(c) >= 1 for c in counts):
+        raise configurator.ConfigError(f"--windows={options['windows']!r}: val batch counts >= 1, comma-separated "
+                                       f"(e.g. 20,100)")
+    for d in dirs:
+        try:
+            suites.check_suite_dir(d)
+        except ValueError as e:
+            raise configurator.ConfigError(str(e)) from None
+    if counts:
+        counts = [int(c) for c in counts]
         header = ["variant", "val batches", "seeds", "effect (mean diff)", "sd of paired diffs"]
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for d in dirs:
@@ -123,6 +135,9 @@ def main(argv):
             found, _ = rows(d, options)
         except ValueError as e:
             raise configurator.ConfigError(str(e)) from None
+        if not found:
+            raise configurator.ConfigError(f"{d}: no variant has two paired seeds that finished against the baseline: "
+                                           f"nothing to measure yet (run the suite to its end)")
         lines += ["| " + " | ".join(r) + " |" for r in found]
     print("\n".join(lines))
     return 0
