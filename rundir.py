@@ -114,7 +114,6 @@ def atomic_write(path, mode="wb"):
     os.replace(tmp, path)
 
 
-
 def describe_write_error(error, path, consequence):
     """One line from an OSError: 'no space left on device while writing ckpt.pt; <consequence>'."""
     cause = (error.strerror or errno.errorcode.get(error.errno, "write error")).lower()
