@@ -210,6 +210,38 @@ def bucket_rows(attention, device, lengths=T_BUCKETS):
                         f"{value:.1e}", f"bf16, D=64, T={','.join(map(str, lengths))}: worst {where}")]
 
 
+def repeat_bitwise(attention, device, T=300):
+    """Whether two identical forward + backward calls give the same output and gradients, bit for bit."""
+    results = []
+    for _ in range(2):
+        g = torch.Generator(device).manual_seed(0)
+        x = torch.randn(2, T, 3 * 4 * 64, device=device, generator=g).to(torch.bfloat16).requires_grad_()
+        alpha = torch.full((4,), 0.5, device=device, requires_grad=True)
+        out = attention(*views(x, 4), "mix", alpha=alpha.view(1, 4, 1, 1))
+        out.backward(torch.ones_like(out))
+        results.append((out, x.grad, alpha.grad))
+    return all(torch.equal(a, b) for a, b in zip(*results))
+
+
+def deterministic_kernel_rows(attention, device):
+    """The fused kernel's deterministic=True path (no atomics), where the kernel offers one: accurate,
+    and repeatable bit for bit."""
+    import functools
+    import inspect
+    if "deterministic" not in inspect.signature(attention).parameters:
+        return [row("kernels", "RA kernel deterministic=True", "skip", "no option",
+                    "this reciprocal_attention has no deterministic= option")]
+    fixed = functools.partial(attention, deterministic=True)
+    errors = [(f"{mode}, window {w}", ra_errors(fixed, mode, "bfloat16", 2, 4, 300, 64, w, device))
+              for mode in ("swap", "mix", "gate") for w in (0, 37)]
+    value, where = worst(errors)
+    equal = repeat_bitwise(fixed, device)
+    return [correctness("kernels", "RA kernel deterministic=True, bf16 D=64", value <= TOLERANCE["bfloat16"],
+                        f"{value:.1e}", f"worst {where}; tolerance {TOLERANCE['bfloat16']:.0e}"),
+            correctness("kernels", "RA kernel deterministic=True, repeated", equal,
+                        "bitwise equal" if equal else "differs", "two identical mix calls: output, dx, dalpha")]
+
+
 def sdpa_probe_rows(device):
     """Which SDPA kernel each of RA's calls gets at GPT-2's shape in bf16: MATH is a warning."""
     import devices
@@ -297,6 +329,7 @@ def kernel_rows(device):
         rows += accuracy_rows(reciprocal_attention, device, [("bfloat16", 64, (0, 37)), ("bfloat16", 128, (0, 37)),
                                                              ("float16", 64, (0, 37)), ("float32", 64, (0, 37))])
         rows += bucket_rows(reciprocal_attention, device)
+        rows += deterministic_kernel_rows(reciprocal_attention, device)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = True
     return rows + kernel_speed_rows(device)

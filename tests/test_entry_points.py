@@ -312,6 +312,13 @@ def test_gpu_check_kernel_accuracy_logic_catches_a_wrong_kernel():
     bad = g.accuracy_rows(alpha_detached, "cpu", case)[0]
     assert bad["status"] == "FAIL" and "dalpha (mix" in bad["detail"]
     assert g.bucket_rows(through_sdpa, "cpu", lengths=(20, 40))[0]["status"] == "pass"
+    assert g.deterministic_kernel_rows(through_sdpa, "cpu")[0]["status"] == "skip"  # no deterministic= option
+
+    def with_option(q, k, v, mode, alpha=None, gate_logit=None, window=0, deterministic=False):
+        return through_sdpa(q, k, v, mode, alpha, gate_logit, window)
+
+    assert g.repeat_bitwise(with_option, "cpu", T=16)
+    assert [r["status"] for r in g.deterministic_kernel_rows(with_option, "cpu")] == ["pass", "pass"]
 
 
 def test_gpu_check_heads_against_the_float64_full_head_on_cpu():
