@@ -290,11 +290,11 @@ def speed_rows(ms, T):
     return rows
 
 
-def kernel_speed_rows(device, lengths=SPEED_T):
+def kernel_speed_rows(device, lengths=SPEED_T, B=8, H=12, D=64):
     """bf16, D=64, causal, forward + backward, 8 x 12 heads, q/k/v as the model passes them."""
     from kernels.ra_attention import reciprocal_attention
     from ra_model import reciprocal_sdpa
-    rows, B, H, D = [], 8, 12, 64
+    rows = []
     for T in lengths:
         x = torch.randn(B, T, 3 * H * D, device=device, dtype=torch.bfloat16, requires_grad=True)
         dout = torch.randn(B, H, T, D, device=device, dtype=torch.bfloat16)
@@ -428,7 +428,8 @@ def parity_rows(directory):
     runs = {}
     for dtype in ("float32", "bfloat16"):
         out, failed = run_train(directory, f"parity_{dtype}", dict(dtype=dtype, max_iters=PARITY_STEPS,
-                                                                   lr_decay_iters=PARITY_STEPS, warmup_iters=30))
+                                                                   lr_decay_iters=PARITY_STEPS,
+                                                                   warmup_iters=PARITY_STEPS // 10))
         if failed:
             return [row("training", "float32 vs bfloat16 loss", "FAIL", "train.py failed", f"{dtype}: {failed}")]
         runs[dtype] = losses(out)
@@ -478,7 +479,7 @@ def step_timer_row(device):
     import devices
     import runtime
     cfg = runtime.resolve(dict(runtime.DEFAULTS, **GPT2, batch_size=8, gradient_accumulation_steps=1,
-                               dtype="bfloat16", device="cuda"), 1)
+                               dtype="bfloat16", device=device.split(":")[0]), 1)
     model = runtime.build_model(cfg).to(device)
     optimizer = model.configure_optimizers("adamw", 6e-4, 0.1, impl="fused")
     idx = torch.randint(0, cfg["vocab_size"], (cfg["batch_size"], cfg["block_size"]), device=device)
@@ -601,7 +602,7 @@ def memory_rows(device):
     rows = []
     for name, options in MEMORY_CASES.items():
         cfg = runtime.resolve(dict(runtime.DEFAULTS, **GPT2, batch_size=8, gradient_accumulation_steps=1,
-                                   dtype="bfloat16", device="cuda", **options), 1)
+                                   dtype="bfloat16", device=device.split(":")[0], **options), 1)
         estimate = sharding.memory_estimate(cfg, runtime.count_params(cfg), 1, "bfloat16", "cuda")
         rows.append(memory_row(name, estimate, *measure_memory(cfg, device), sharding.RESERVE_BYTES))
     return rows

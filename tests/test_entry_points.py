@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -326,6 +327,44 @@ def test_gpu_check_heads_against_the_float64_full_head_on_cpu():
     rows = {r["check"].split()[0]: r for r in g.head_rows("cpu", N=64, C=16, V=300)}
     assert rows["head_loss=full"]["status"] == rows["head_loss=chunked"]["status"] == "pass"
     assert rows["head_loss=liger"]["status"] == rows["head_loss=cce"]["status"] == "skip"  # CUDA packages
+
+
+class FakeEvent:
+    """torch.cuda.Event on the host clock, so the GPU-timed code runs on a CPU."""
+
+    def __init__(self, enable_timing=False):
+        self.time = None
+
+    def record(self):
+        self.time = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end):
+        return 1000 * (end.time - self.time)
+
+
+def test_gpu_check_gpu_sections_run_with_events_and_allocator_faked(monkeypatch):
+    """The timed and measured parts as they run on a GPU, on the CPU: CUDA events on the host clock,
+    the allocator's counters fixed (its verdicts are test_gpu_check_memory_row_...'s)."""
+    import gpu_check as g
+    import kernels.ra_attention
+    from ra_model import reciprocal_sdpa
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    for name, value in (("memory_allocated", 0), ("max_memory_allocated", 2**26), ("max_memory_reserved", 2**27)):
+        monkeypatch.setattr(torch.cuda, name, lambda device=None, value=value: value)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: None)
+    monkeypatch.setattr(g, "GPT2", dict(n_layer=2, n_head=2, n_embd=32, block_size=32, vocab_size=256))
+    monkeypatch.setattr(kernels.ra_attention, "reciprocal_attention", lambda q, k, v, mode, alpha=None, **_:
+                        reciprocal_sdpa(q, k, v, mode, alpha, None, 0, 0.0))
+    memory = g.memory_rows("cpu")
+    assert [r["check"] for r in memory] == [f"memory estimate: {name}" for name in g.MEMORY_CASES]
+    assert all(r["status"] in ("pass", "FAIL") and r["measured"] != "crashed" for r in memory)
+    timer, peak = g.step_timer_row("cpu")
+    assert timer["status"] == "pass" and peak["status"] == "WARN"  # a CPU has no data-sheet peak
+    speed = g.kernel_speed_rows("cpu", lengths=(32,), B=1, H=2, D=8)
+    assert [r["status"] for r in speed][3:] == ["info", "info"] and len(speed) == 5
 
 
 def test_gpu_check_a_crashed_section_is_one_failed_row_and_json_layout(tmp_path):
