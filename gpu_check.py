@@ -26,7 +26,9 @@ where it needs two), 'info' a measurement with no verdict. Sections (docs/speed-
 Without a GPU it says so in one line and exits 1. Not part of the test suite: commit its JSON to
 docs/ with the card's name.
 """
+import functools
 import importlib.util
+import inspect
 import json
 import math
 import os
@@ -93,11 +95,13 @@ def exit_status(rows):
 
 
 def relative_error(got, want):
-    """max |got - want| / max |want|, in float64; infinite where no gradient arrived (got is None)."""
+    """max |got - want| / max |want|, in float64; infinite where no gradient arrived (got is None) or
+    a value is not finite (so that the worst of several is never a NaN that compares false)."""
     if got is None:
         return float("inf")
     want = want.double()
-    return ((got.double() - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
+    error = ((got.double() - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
+    return error if math.isfinite(error) else float("inf")
 
 
 def guarded(section, check, *args):
@@ -226,8 +230,6 @@ def repeat_bitwise(attention, device, T=300):
 def deterministic_kernel_rows(attention, device):
     """The fused kernel's deterministic=True path (no atomics), where the kernel offers one: accurate,
     and repeatable bit for bit."""
-    import functools
-    import inspect
     if "deterministic" not in inspect.signature(attention).parameters:
         return [row("kernels", "RA kernel deterministic=True", "skip", "no option",
                     "this reciprocal_attention has no deterministic= option")]
@@ -313,7 +315,6 @@ def kernel_speed_rows(device, lengths=SPEED_T, B=8, H=12, D=64):
 
         ms = {name: device_ms(lambda: step(call)) for name, call in calls.items()}
         rows += speed_rows(ms, T)
-        del x, dout
     return rows
 
 

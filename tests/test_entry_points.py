@@ -306,7 +306,12 @@ def test_gpu_check_kernel_accuracy_logic_catches_a_wrong_kernel():
     def alpha_detached(q, k, v, mode, alpha=None, gate_logit=None, window=0):
         return through_sdpa(q, k, v, mode, None if alpha is None else alpha.detach(), gate_logit, window)
 
+    def nan_in_gate(q, k, v, mode, alpha=None, gate_logit=None, window=0):
+        out = through_sdpa(q, k, v, mode, alpha, gate_logit, window)
+        return out * float("nan") if mode == "gate" else out
+
     case = [("float32", 8, (0, 5))]
+    assert g.accuracy_rows(nan_in_gate, "cpu", case)[0]["status"] == "FAIL"  # a NaN is the worst error
     good = g.accuracy_rows(through_sdpa, "cpu", case)
     assert good[0]["status"] == "pass" and good[0]["check"] == "RA kernel float32 D=8", good
     assert g.accuracy_rows(no_window, "cpu", case)[0]["status"] == "FAIL"
