@@ -124,10 +124,10 @@ def table(rows):
     return "\n".join(lines)
 
 
-def summary(rows, device, seconds):
-    """The JSON written: the machine, the rows, and the counts by status."""
+def summary(rows, device, seconds, section_seconds=None):
+    """The JSON written: the machine, the seconds (each section's too), the rows and their counts by status."""
     return dict(device=device, torch=torch.__version__, hip=torch.version.hip, cuda=torch.version.cuda,
-                gpus=torch.cuda.device_count(), seconds=round(seconds, 1),
+                gpus=torch.cuda.device_count(), seconds=round(seconds, 1), section_seconds=section_seconds or {},
                 counts={s: sum(r["status"] == s for r in rows) for s in STATUSES},
                 exit_status=exit_status(rows), rows=rows)
 
@@ -700,13 +700,15 @@ def determinism_rows(directory, device="cuda"):
                 return rows + [row("determinism", f"deterministic={deterministic} run", "FAIL", "train.py failed",
                                    failed)]
             runs[deterministic, copy] = out
+    import rundir
     checklist = train_events(runs[True, 0], "checklist")
-    recorded = bool(checklist) and checklist[0].get("deterministic_algorithms") is True
+    recorded = (bool(checklist) and checklist[0].get("deterministic_algorithms") is True
+                and rundir.read_run_info(runs[True, 0]).get("start", {}).get("deterministic_algorithms") is True)
     rows.append(bitwise_row(losses(runs[False, 0]), losses(runs[False, 1]), "two identical runs", required=False))
     rows.append(bitwise_row(losses(runs[True, 0]), losses(runs[True, 1]), "two runs with deterministic=True",
                             required=True))
-    rows.append(correctness("determinism", "deterministic=True in the checklist", recorded,
-                            "recorded" if recorded else "missing", "checklist deterministic_algorithms"))
+    rows.append(correctness("determinism", "deterministic=True recorded", recorded, "recorded" if recorded else "missing",
+                            "deterministic_algorithms in the checklist and run_info.json's start"))
     rows.append(cost_row(step_ms(runs[False, 0]), step_ms(runs[True, 0])))
     return rows
 
@@ -726,7 +728,7 @@ def main(argv):
         return 1
     device = "cuda:0"
     started = time.perf_counter()
-    rows = []
+    rows, section_seconds = [], {}
     with tempfile.TemporaryDirectory() as directory:
         toy_data(os.path.join(directory, "data"))
         checks = dict(kernels=(kernel_rows, device), training=(training_rows, directory, device),
@@ -736,13 +738,14 @@ def main(argv):
             fn, *args = checks[section]
             began = time.perf_counter()
             rows += guarded(section, fn, *args)
-            print(f"{section}: {time.perf_counter() - began:.0f} s", flush=True)
+            section_seconds[section] = round(time.perf_counter() - began, 1)
+            print(f"{section}: {section_seconds[section]:.0f} s", flush=True)
     name = torch.cuda.get_device_name(device)
     seconds = time.perf_counter() - started
     print(f"{name}, torch {torch.__version__}, {seconds:.0f} s")
     print(table(rows))
     with open(options["json"], "w") as f:
-        json.dump(summary(rows, name, seconds), f, indent=1)
+        json.dump(summary(rows, name, seconds, section_seconds), f, indent=1)
     print(f"wrote {options['json']}")
     return exit_status(rows)
 

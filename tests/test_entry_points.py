@@ -382,9 +382,10 @@ def test_gpu_check_a_crashed_section_is_one_failed_row_and_json_layout(tmp_path)
     assert rows == [g.row("kernels", "kernels: kernel_rows", "FAIL", "crashed",
                           "RuntimeError: CUDA error: an illegal memory access")]
     rows.append(g.speed("kernels", "fused mix / SDPA, T=1024", False, "3.00x"))
-    layout = json.loads(json.dumps(g.summary(rows, "NVIDIA H100 80GB HBM3", 12.0)))
+    layout = json.loads(json.dumps(g.summary(rows, "NVIDIA H100 80GB HBM3", 12.0, dict(kernels=12.0))))
     assert layout["exit_status"] == 1 and layout["counts"] == {"pass": 0, "FAIL": 1, "WARN": 1, "skip": 0, "info": 0}
     assert {"device", "torch", "cuda", "hip", "gpus", "seconds", "rows"} <= set(layout)
+    assert layout["section_seconds"] == {"kernels": 12.0}
     assert g.table(rows).splitlines()[2].split()[:2] == ["kernels", "fused"]
     assert g.sections_to_run("") == list(g.SECTIONS) and g.sections_to_run("memory,kernels") == ["memory", "kernels"]
 
@@ -397,7 +398,7 @@ def test_gpu_check_determinism_rows_run_train_twice_each_way(tmp_path, monkeypat
     rows = {r["check"]: r for r in g.determinism_rows(str(tmp_path), "cpu")}
     assert rows["two identical runs"]["status"] == "info"
     assert rows["two runs with deterministic=True"]["status"] == "pass"
-    assert rows["deterministic=True in the checklist"]["status"] == "pass"
+    assert rows["deterministic=True recorded"]["status"] == "pass"
     cost = rows["deterministic=True: step time cost"]["measured"]
     assert cost.endswith("x") and 0 < float(cost[:-1]) < 100
 
