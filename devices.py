@@ -55,6 +55,54 @@ def sdpa_backend(device, dtype, n_head, head_dim, block_size, dropout=0.0):
     return SDPBackend(torch._fused_sdp_choice(q, q, q, None, dropout, True)).name
 
 
+def sdpa_calls(cfg):
+    """The scaled_dot_product_attention calls a training step of cfg makes (attn_impl='sdpa'), by the
+    shapes ra_model.reciprocal_sdpa passes: 'attention' (q, k, v of one head size, causal), 'swap'
+    (the same with query and key exchanged; a (T, T) band mask when windowed), 'mix' (q and k
+    doubled to 2 x head size, v zero-padded to match; windowed: 2T keys and a (T, 2T) mask)."""
+    if cfg["attn_impl"] != "sdpa":
+        return ()
+    reciprocal = cfg["model_type"] == "ra" and cfg["ra_pattern"] != "none"
+    if not reciprocal:
+        return ("attention",)
+    mode = "gate" if cfg["ra_pattern"] == "learned" else cfg["ra_mode"]
+    calls = {"swap": ["swap"], "gate": ["attention", "swap"], "mix": ["mix"]}[mode]
+    if cfg["ra_pattern"] != "all" and "attention" not in calls:
+        calls.insert(0, "attention")  # the standard layers
+    return tuple(calls)
+
+
+def sdpa_call_backend(call, device, dtype, n_head, head_dim, block_size, window=0, dropout=0.0):
+    """The kernel the dispatcher picks for one of sdpa_calls' calls at this shape (see sdpa_backend)."""
+    T, D, windowed = block_size, head_dim, 0 < window < block_size
+    dtype = getattr(torch, dtype)
+    keys, size = (2 * T if windowed else T, 2 * D) if call == "mix" else (T, D)
+    q = torch.zeros(1, n_head, T, size, device=device, dtype=dtype, requires_grad=True)
+    k = torch.zeros(1, n_head, keys, size, device=device, dtype=dtype, requires_grad=True)
+    mask = None
+    if call != "attention" and windowed:  # a bool mask as reciprocal_sdpa builds it (T x keys)
+        mask = torch.ones(T, keys, dtype=torch.bool, device=device)
+    scale = 1.0 / D**0.5 if call == "mix" else None
+    return SDPBackend(torch._fused_sdp_choice(q, k, k, mask, dropout, mask is None, scale=scale)).name
+
+
+def sdpa_probe(cfg, device, dtype):
+    """{call: kernel} for the SDPA calls of a training step of cfg (sdpa_calls)."""
+    head_dim = cfg["n_embd"] // cfg["n_head"]
+    return {call: sdpa_call_backend(call, device, dtype, cfg["n_head"], head_dim, cfg["block_size"],
+                                    cfg["ra_window"] if call != "attention" else 0, cfg["dropout"])
+            for call in sdpa_calls(cfg)}
+
+
+def sdpa_warning(probe):
+    """One line for the start-up checklist when a call falls to the math kernel, else None."""
+    slow = [call for call, backend in probe.items() if backend == "MATH"]
+    if not slow:
+        return None
+    return (f"WARNING: SDPA runs the math kernel for {', '.join(slow)} on this device and build: it "
+            f"materializes the T x T scores (slower, and more memory than the estimate assumes)")
+
+
 def synchronize(device):
     """Wait for the work queued on the device (a no-op on CPUs, whose ops finish before they return)."""
     if device.startswith("cuda"):
@@ -131,15 +179,21 @@ def use_deterministic_algorithms(on):
 
 
 def device_facts(cfg, device, dtype, peak):
-    """The start-up checklist's lines on how the device computes: MFU's peak, the SDPA kernel, TF32,
-    deterministic algorithms."""
-    return dict(mfu_against=mfu_against(device, dtype, peak),
-                deterministic_algorithms=torch.are_deterministic_algorithms_enabled(),
-                sdpa_backend=sdpa_backend(device, dtype, cfg["n_head"], cfg["n_embd"] // cfg["n_head"],
-                                          cfg["block_size"], cfg["dropout"])
-                if cfg["attn_impl"] == "sdpa" else f"not used (attn_impl={cfg['attn_impl']!r})",
-                float32_matmuls="TF32" if device.startswith("cuda") and torch.backends.cuda.matmul.allow_tf32
-                else "IEEE float32")
+    """The start-up checklist's lines on how the device computes: MFU's peak, the SDPA kernel of each
+    call a step makes (sdpa_probe; RA's doubled and masked calls included) with a one-line warning when
+    one falls to the math kernel, TF32, deterministic algorithms."""
+    probe = sdpa_probe(cfg, device, dtype)
+    facts = dict(mfu_against=mfu_against(device, dtype, peak),
+                 deterministic_algorithms=torch.are_deterministic_algorithms_enabled(),
+                 sdpa_backend=probe.get("attention", next(iter(probe.values()), None))
+                 if probe else f"not used (attn_impl={cfg['attn_impl']!r})",
+                 float32_matmuls="TF32" if device.startswith("cuda") and torch.backends.cuda.matmul.allow_tf32
+                 else "IEEE float32")
+    if set(probe) - {"attention"}:
+        facts["sdpa_backends"] = ", ".join(f"{call} {backend}" for call, backend in probe.items())
+    if sdpa_warning(probe):
+        facts["sdpa_warning"] = sdpa_warning(probe)
+    return facts
 
 
 def mfu_against(device, dtype, peak):

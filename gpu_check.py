@@ -1,23 +1,36 @@
-"""The GPU self-check: one command for the first person with a GPU, under 10 minutes on one GPU.
+"""The GPU self-check: a user's first hour on one GPU in one command (about 10 minutes on an H100).
 
-    python gpu_check.py                   # prints one table, writes gpu_check.json
+    python gpu_check.py                        # prints one table, writes gpu_check.json
     python gpu_check.py --json=out.json
-    python gpu_check.py --help            # this text and the keys
+    python gpu_check.py --only=kernels,memory  # some sections (a rerun after a fix)
+    python gpu_check.py --help                 # this text and the keys
 
-What the CPU test suite cannot see (it runs gloo, the Triton interpreter and no autocast on CUDA):
-- the fused RA kernels against the float64 reference (ra_model.reciprocal_manual) in float32,
-  bfloat16 and float16 at head sizes 64 and 128, forward and gradients, every mode;
-- a few training steps of train.py (as a subprocess, as users run it) for each head_loss, each
-  attention implementation, compile off and on: the loss must be finite and fall;
-- a step timed by devices.DeviceTimer (what train.py logs) against CUDA events on the same steps;
-- sharding.memory_estimate's step peak against torch.cuda.max_memory_allocated;
-- which SDPA kernel runs, and the data-sheet peak MFU is against next to a measured matmul peak;
-- the fused RA kernel's forward+backward time against SDPA's.
-Each row says pass or FAIL; the exit status is 1 when any row failed. Without a GPU it says so in
-one line and exits 1. Not part of the test suite: commit its output to docs/ (docs/kernels.md).
+Two kinds of rows. A correctness row says pass or FAIL, and the exit status is 1 when one failed.
+A speed row compares a measurement with a target and says pass or WARN: a slow kernel is a
+warning, not a failed check. 'skip' is a check that cannot run here (a package missing, one GPU
+where it needs two), 'info' a measurement with no verdict. Sections (docs/speed-and-memory.md):
+- kernels: the fused RA kernels (kernels/ra_attention.py) against the float64 reference
+  (ra_model.reciprocal_manual): every mode, windowed or not, the input gradients and those of alpha
+  and the gate, q/k/v as the model passes them (strided views of one projection), the autotuner's
+  winner at every T bucket; the SDPA kernel of each call RA makes (devices.sdpa_probe); speed of
+  fused and SDPA-routed RA against SDPA on device time (bf16, D=64, causal, fwd+bwd, 8 x 12 heads);
+- training: GPT-2 124M bf16 at 16 x 1024 compiled (train.py): tokens/s and MFU against the data
+  sheet's dense bf16 peak; DeviceTimer against CUDA events; float32 (TF32) against bfloat16 loss
+  over 300 steps of a small model; the chunked, Liger and CCE heads against the float64 full head;
+- memory: sharding.memory_estimate against the allocator's peaks, step and evaluation, for the
+  baseline, RA (fused and SDPA), MLA, gated attention and activation checkpointing;
+- distributed: torchrun --nproc_per_node=1 on NCCL, a DDP and an FSDP2 step, a DCP save and resume
+  that continues bit for bit; with 2+ GPUs DDP's losses against one GPU's at the same global batch;
+- determinism: two identical runs (bitwise equal or not: reported), two with deterministic=True
+  (bitwise equal, or FAIL) and that option's cost in step time.
+Without a GPU it says so in one line and exits 1. Not part of the test suite: commit its JSON to
+docs/ with the card's name.
 """
+import functools
 import importlib.util
+import inspect
 import json
+import math
 import os
 import subprocess
 import sys
@@ -31,102 +44,444 @@ import torch.nn.functional as F
 import configurator
 
 REPO = os.path.dirname(os.path.abspath(__file__))
+SECTIONS = ("kernels", "training", "memory", "distributed", "determinism")
 OPTIONS = dict(
     json="gpu_check.json",  # where the rows are written
+    only="",  # sections to run, comma-separated (kernels,training,memory,distributed,determinism); '' runs all
 )
+STATUSES = ("pass", "FAIL", "WARN", "skip", "info")
+
 # Largest error against the float64 reference, relative to the reference's largest magnitude.
 TOLERANCE = {"float32": 2e-3, "bfloat16": 3e-2, "float16": 5e-3}
-TRAIN_RUNS = [dict(head_loss="full"), dict(head_loss="chunked"), dict(head_loss="liger"), dict(head_loss="cce"),
-              dict(attn_impl="manual"), dict(model_type="ra", ra_pattern="all", attn_impl="triton"),
-              dict(compile=True), dict(model_type="ra", ra_pattern="all", attn_impl="triton", compile=True)]
+T_BUCKETS = (60, 100, 200, 400, 1000, 2000, 4000)  # one length in each power-of-two bucket, 64 ... 4096
+# Issue 42's targets, bf16, D=64, causal, forward + backward, 8 x 12 heads (time / SDPA's)
+SPEED_TARGETS = {"mix": 2.2, "swap": 1.3}
+BEATS_SDPA_ROUTE_UP_TO = 2048  # the fused mix kernel should beat RA through SDPA at T <= this
+SPEED_T = (1024, 2048, 4096)
+MFU_TARGET = 0.45
+PARITY_STEPS, PARITY_TAIL, PARITY_TOLERANCE = 300, 50, 0.03  # nats, mean loss of the last PARITY_TAIL steps
+MEMORY_MARGIN = 0.25  # the estimate (less its stated GPU reserve) within 25% of the allocator's peaks
+DDP_TOLERANCE = 1e-3  # 2 GPUs against one at the same global batch: float32 sums in another order
+
+TRAIN = os.path.join(REPO, "train.py")
+TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone")
+# A small model on a learnable toy stream: what the training, distributed and determinism runs share
+SMALL = dict(dataset="toy", vocab_size=256, n_layer=4, n_head=4, n_embd=256, block_size=256, batch_size=8,
+             gradient_accumulation_steps=1, max_iters=30, lr_decay_iters=30, warmup_iters=5, learning_rate=3e-3,
+             eval_interval=1000, eval_iters=2, log_interval=1, dtype="bfloat16", save_checkpoint=False,
+             device="cuda")
+GPT2 = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304)
 
 
-def row(check, passed, measured, detail=""):
-    """passed: True, False, or None for a check that cannot run here (an optional package missing)."""
-    return dict(check=check, passed=None if passed is None else bool(passed), measured=measured, detail=detail)
+# ----------------------------------------------------------------------------- rows and verdicts
+
+def row(section, check, status, measured, detail=""):
+    assert status in STATUSES, status
+    return dict(section=section, check=check, status=status, measured=measured, detail=detail)
 
 
-def ra_kernel_rows(device):
-    """The fused kernel against reciprocal_manual in float64: forward and the three input gradients."""
-    from kernels.ra_attention import reciprocal_attention
+def correctness(section, check, ok, measured, detail=""):
+    """A correctness row: pass, or FAIL (the exit status)."""
+    return row(section, check, "pass" if ok else "FAIL", measured, detail)
+
+
+def speed(section, check, ok, measured, detail=""):
+    """A speed row: pass, or WARN (never the exit status)."""
+    return row(section, check, "pass" if ok else "WARN", measured, detail)
+
+
+def exit_status(rows):
+    return 1 if any(r["status"] == "FAIL" for r in rows) else 0
+
+
+def relative_error(got, want):
+    """max |got - want| / max |want|, in float64; infinite where no gradient arrived (got is None) or
+    a value is not finite (so that the worst of several is never a NaN that compares false)."""
+    if got is None:
+        return float("inf")
+    want = want.double()
+    error = ((got.double() - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
+    return error if math.isfinite(error) else float("inf")
+
+
+def guarded(section, check, *args):
+    """A section's rows; a crash is one FAIL row naming it, and the other sections still run."""
+    try:
+        return check(*args)
+    except Exception as e:  # noqa: BLE001 - any crash is the finding
+        message = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+        return [row(section, f"{section}: {check.__name__}", "FAIL", "crashed", message)]
+    finally:
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def table(rows):
+    width = max(len(r["check"]) for r in rows)
+    lines = [f"{'section':<11}  {'check':<{width}}  {'':<4}  {'measured':<24}  detail"]
+    lines += [f"{r['section']:<11}  {r['check']:<{width}}  {r['status']:<4}  {r['measured']:<24}  {r['detail']}"
+              for r in rows]
+    return "\n".join(lines)
+
+
+def summary(rows, device, seconds, section_seconds=None):
+    """The JSON written: the machine, the seconds (each section's too), the rows and their counts by status."""
+    return dict(device=device, torch=torch.__version__, hip=torch.version.hip, cuda=torch.version.cuda,
+                gpus=torch.cuda.device_count(), seconds=round(seconds, 1), section_seconds=section_seconds or {},
+                counts={s: sum(r["status"] == s for r in rows) for s in STATUSES},
+                exit_status=exit_status(rows), rows=rows)
+
+
+def sections_to_run(only):
+    chosen = [s for s in only.split(",") if s] if only else list(SECTIONS)
+    unknown = [s for s in chosen if s not in SECTIONS]
+    if unknown:
+        raise configurator.ConfigError(f"--only={only}: unknown sections {unknown}; use a comma list of "
+                                       f"{','.join(SECTIONS)}")
+    return chosen
+
+
+# ----------------------------------------------------------------------------- kernels
+
+def model_qkv(B, H, T, D, generator, device):
+    """(x, q, k, v): float64 x (B, T, 3 H D) and its q, k, v as CausalSelfAttention passes them: strided
+    views of one projection, (B, H, T, D), last dimension contiguous, heads and time not."""
+    x = torch.randn(B, T, 3 * H * D, device=device, dtype=torch.float64, generator=generator)
+    return x, *views(x, H)
+
+
+def views(x, H):
+    B, T, C3 = x.shape
+    return [t.view(B, T, H, C3 // 3 // H).transpose(1, 2) for t in x.split(C3 // 3, dim=2)]
+
+
+def ra_errors(attention, mode, dtype, B, H, T, D, window, device, seed=0):
+    """Worst relative error of `attention` (reciprocal_attention's signature) against
+    reciprocal_manual in float64: the output, dx (dq dk dv through the model's strided views), and
+    the gradient of alpha (mix, one per head, as the model's learned alpha) or of the gate logit."""
     from ra_model import reciprocal_manual
+    g = torch.Generator(device).manual_seed(seed)
+    x, *_ = model_qkv(B, H, T, D, g, device)
+    dout = torch.randn(B, H, T, D, device=device, dtype=torch.float64, generator=g)
+    ref_x, low_x = x.clone().requires_grad_(), x.to(getattr(torch, dtype)).requires_grad_()
+    # mix: one alpha per head (ra_alpha_learn='head'); gate: the model's (1,) logit, passed as a scalar
+    base = (torch.linspace(0.2, 0.8, H, device=device, dtype=torch.float64) if mode == "mix"
+            else torch.tensor([0.3], device=device, dtype=torch.float64))
+    ref_param, low_param = base.clone().requires_grad_(), base.float().requires_grad_()
+    if mode == "mix":
+        ref = reciprocal_manual(*views(ref_x, H), mode, ref_param.view(1, H, 1, 1), None, window, 0.0)
+        out = attention(*views(low_x, H), mode, alpha=low_param.view(1, H, 1, 1), window=window)
+    else:
+        p = torch.sigmoid(ref_param) if mode == "gate" else None
+        ref = reciprocal_manual(*views(ref_x, H), mode, 0.0, p, window, 0.0)
+        out = attention(*views(low_x, H), mode, gate_logit=low_param.view(()) if mode == "gate" else None,
+                        window=window)
+    ref.backward(dout)
+    out.backward(dout.to(out.dtype))
+    errors = dict(out=relative_error(out, ref), dx=relative_error(low_x.grad, ref_x.grad))
+    if mode in ("mix", "gate"):
+        errors["dalpha" if mode == "mix" else "dgate"] = relative_error(low_param.grad, ref_param.grad)
+    return errors
+
+
+def worst(errors):
+    """(largest error, 'name mode window') over a list of (label, errors dict)."""
+    value, label = max(((e, f"{k} ({label})") for label, errors in errors for k, e in errors.items()),
+                       key=lambda t: t[0])
+    return value, label
+
+
+def accuracy_rows(attention, device, cases):
+    """One row per (dtype, D): the worst error over modes and windows, against TOLERANCE."""
     rows = []
-    for dtype in ("float32", "bfloat16", "float16"):
-        torch.backends.cuda.matmul.allow_tf32 = False  # float32 means IEEE float32 here
-        for D in (64, 128):
-            worst = 0.0
-            for mode, extra, alpha, p in (("swap", {}, 0.0, None), ("mix", {"alpha": 0.5}, 0.5, None),
-                                          ("gate", {"gate_logit": 0.3}, 0.0, torch.sigmoid(torch.tensor(0.3)))):
-                g = torch.Generator(device).manual_seed(0)
-                q, k, v = (torch.randn(2, 4, 300, D, device=device, generator=g, dtype=torch.float64)
-                           for _ in range(3))
-                do = torch.randn(2, 4, 300, D, device=device, generator=g, dtype=torch.float64)
-                ref_in = [t.clone().requires_grad_() for t in (q, k, v)]
-                ref = reciprocal_manual(*ref_in, mode, alpha, None if p is None else p.to(device, torch.float64), 0, 0.0)
-                ref.backward(do)
-                low = [t.to(getattr(torch, dtype)).requires_grad_() for t in (q, k, v)]
-                out = reciprocal_attention(*low, mode, **extra)
-                out.backward(do.to(out.dtype))
-                for got, want in [(out, ref)] + [(a.grad, b.grad) for a, b in zip(low, ref_in)]:
-                    worst = max(worst, ((got.double() - want).abs().max() / want.abs().max()).item())
-            rows.append(row(f"RA kernel {dtype} D={D}", worst <= TOLERANCE[dtype], f"{worst:.1e}",
-                            f"max error / max |reference|, forward and dq dk dv, modes swap mix gate; tolerance "
-                            f"{TOLERANCE[dtype]:.0e}"))
-    torch.backends.cuda.matmul.allow_tf32 = True
+    for dtype, D, windows in cases:
+        errors = [(f"{mode}, window {w}", ra_errors(attention, mode, dtype, 2, 4, 300, D, w, device))
+                  for mode in ("swap", "mix", "gate") for w in windows]
+        value, where = worst(errors)
+        rows.append(correctness("kernels", f"RA kernel {dtype} D={D}", value <= TOLERANCE[dtype], f"{value:.1e}",
+                                f"worst of out, dx, dalpha, dgate over swap/mix/gate x window {windows}, strided "
+                                f"q/k/v: {where}; tolerance {TOLERANCE[dtype]:.0e}"))
     return rows
 
+
+def bucket_rows(attention, device, lengths=T_BUCKETS):
+    """The autotuner keys its winners by T's power-of-two bucket: check each bucket's winner (mix and
+    swap: different kernels) numerically in bf16."""
+    errors = [(f"{mode}, T={T}", ra_errors(attention, mode, "bfloat16", 1, 4, T, 64, 0, device, seed=T))
+              for T in lengths for mode in ("mix", "swap")]
+    value, where = worst(errors)
+    return [correctness("kernels", "RA kernel autotuned winners, every T bucket", value <= TOLERANCE["bfloat16"],
+                        f"{value:.1e}", f"bf16, D=64, T={','.join(map(str, lengths))}: worst {where}")]
+
+
+def repeat_bitwise(attention, device, T=300):
+    """Whether two identical forward + backward calls give the same output and gradients, bit for bit."""
+    results = []
+    for _ in range(2):
+        g = torch.Generator(device).manual_seed(0)
+        x = torch.randn(2, T, 3 * 4 * 64, device=device, generator=g).to(torch.bfloat16).requires_grad_()
+        alpha = torch.full((4,), 0.5, device=device, requires_grad=True)
+        out = attention(*views(x, 4), "mix", alpha=alpha.view(1, 4, 1, 1))
+        out.backward(torch.ones_like(out))
+        results.append((out, x.grad, alpha.grad))
+    return all(torch.equal(a, b) for a, b in zip(*results))
+
+
+def deterministic_kernel_rows(attention, device):
+    """The fused kernel's deterministic=True path (no atomics), where the kernel offers one: accurate,
+    and repeatable bit for bit."""
+    if "deterministic" not in inspect.signature(attention).parameters:
+        return [row("kernels", "RA kernel deterministic=True", "skip", "no option",
+                    "this reciprocal_attention has no deterministic= option")]
+    fixed = functools.partial(attention, deterministic=True)
+    errors = [(f"{mode}, window {w}", ra_errors(fixed, mode, "bfloat16", 2, 4, 300, 64, w, device))
+              for mode in ("swap", "mix", "gate") for w in (0, 37)]
+    value, where = worst(errors)
+    equal = repeat_bitwise(fixed, device)
+    return [correctness("kernels", "RA kernel deterministic=True, bf16 D=64", value <= TOLERANCE["bfloat16"],
+                        f"{value:.1e}", f"worst {where}; tolerance {TOLERANCE['bfloat16']:.0e}"),
+            correctness("kernels", "RA kernel deterministic=True, repeated", equal,
+                        "bitwise equal" if equal else "differs", "two identical mix calls: output, dx, dalpha")]
+
+
+def sdpa_probe_rows(device):
+    """Which SDPA kernel each of RA's calls gets at GPT-2's shape in bf16: MATH is a warning."""
+    import devices
+    import runtime
+    rows = []
+    for mode, window in (("mix", 0), ("mix", 128), ("swap", 0), ("gate", 128)):
+        cfg = dict(runtime.DEFAULTS, **GPT2, model_type="ra", ra_pattern="all", ra_mode=mode, ra_window=window)
+        probe = devices.sdpa_probe(cfg, device, "bfloat16")
+        rows.append(speed("kernels", f"SDPA kernel for RA {mode}, window {window}", devices.sdpa_warning(probe) is None,
+                          ", ".join(sorted(set(probe.values()))),
+                          ", ".join(f"{c}: {b}" for c, b in probe.items()) + " (MATH materializes the scores)"))
+    return rows
+
+
+def device_ms(fn, repeats=15, warmup=3):
+    """Median milliseconds of fn on the GPU's own clock: CUDA events around each call, so the host's
+    launch overhead and the queue ahead of it are not counted."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()  # elapsed_time needs both events completed
+        times.append(start.elapsed_time(end))
+    return float(np.median(times))
+
+
+def speed_rows(ms, T):
+    """Rows from the median times (ms) of 'sdpa', 'mix', 'swap' (fused) and 'sdpa mix', 'sdpa swap' (RA
+    through SDPA) at one T: the fused kernels against the targets, a WARN where one is missed."""
+    rows = []
+    for mode, target in SPEED_TARGETS.items():
+        ratio = ms[mode] / ms["sdpa"]
+        rows.append(speed("kernels", f"fused {mode} / SDPA, T={T}", ratio <= target, f"{ratio:.2f}x",
+                          f"{ms[mode]:.2f} ms vs {ms['sdpa']:.2f} ms; target <= {target}x"))
+    route = ms["mix"] / ms["sdpa mix"]
+    rows.append(speed("kernels", f"fused mix / RA through SDPA, T={T}", route < 1 or T > BEATS_SDPA_ROUTE_UP_TO,
+                      f"{route:.2f}x", f"{ms['mix']:.2f} ms vs {ms['sdpa mix']:.2f} ms; target < 1x at T <= "
+                      f"{BEATS_SDPA_ROUTE_UP_TO}" + ("" if T <= BEATS_SDPA_ROUTE_UP_TO else " (none here)")))
+    for mode in ("mix", "swap"):
+        rows.append(row("kernels", f"RA through SDPA {mode} / SDPA, T={T}", "info",
+                        f"{ms['sdpa ' + mode] / ms['sdpa']:.2f}x", f"{ms['sdpa ' + mode]:.2f} ms"))
+    return rows
+
+
+def kernel_speed_rows(device, lengths=SPEED_T, B=8, H=12, D=64):
+    """bf16, D=64, causal, forward + backward, 8 x 12 heads, q/k/v as the model passes them."""
+    from kernels.ra_attention import reciprocal_attention
+    from ra_model import reciprocal_sdpa
+    rows = []
+    for T in lengths:
+        x = torch.randn(B, T, 3 * H * D, device=device, dtype=torch.bfloat16, requires_grad=True)
+        dout = torch.randn(B, H, T, D, device=device, dtype=torch.bfloat16)
+        alpha = torch.tensor(0.5, device=device)
+        calls = {
+            "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+            "mix": lambda q, k, v: reciprocal_attention(q, k, v, "mix", alpha=alpha),
+            "swap": lambda q, k, v: reciprocal_attention(q, k, v, "swap"),
+            "sdpa mix": lambda q, k, v: reciprocal_sdpa(q, k, v, "mix", alpha, None, 0, 0.0),
+            "sdpa swap": lambda q, k, v: reciprocal_sdpa(q, k, v, "swap", None, None, 0, 0.0),
+        }
+
+        def step(call):
+            x.grad = None
+            call(*views(x, H)).backward(dout)
+
+        ms = {name: device_ms(lambda: step(call)) for name, call in calls.items()}
+        rows += speed_rows(ms, T)
+    return rows
+
+
+def kernel_rows(device):
+    import ra_model
+    rows = sdpa_probe_rows(device)
+    why = ra_model.fused_kernels().why_not_fused(*(torch.zeros(1, 1, 16, 64, device=device),) * 3)
+    if why is not None:
+        return rows + [row("kernels", "fused RA kernels", "skip", "not run", why)]
+    from kernels.ra_attention import reciprocal_attention
+    torch.backends.cuda.matmul.allow_tf32 = False  # float32 means IEEE float32 in the accuracy rows
+    try:
+        rows += accuracy_rows(reciprocal_attention, device, [("bfloat16", 64, (0, 37)), ("bfloat16", 128, (0, 37)),
+                                                             ("float16", 64, (0, 37)), ("float32", 64, (0, 37))])
+        rows += bucket_rows(reciprocal_attention, device)
+        rows += deterministic_kernel_rows(reciprocal_attention, device)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = True
+    return rows + kernel_speed_rows(device)
+
+
+# ----------------------------------------------------------------------------- training
 
 def toy_data(directory):
     """A learnable token stream (noisy counting over 256 ids), as tests/conftest.py's."""
     import tokendata
+    os.makedirs(directory, exist_ok=True)
     rng = np.random.default_rng(0)
-    for split, n in (("train", 200_000), ("val", 20_000)):
+    for split, n in (("train", 400_000), ("val", 40_000)):
         tokens = (np.arange(n) + (rng.random(n) < 0.1) * rng.integers(0, 256, n)) % 256
         tokendata.write_split(os.path.join(directory, f"{split}.bin"), [tokens])
+    return directory
 
 
-def train_rows(directory):
-    """train.py for a few steps per option, as a user runs it; the log's losses and step times."""
+def train_argv(data_dir, out_dir, options, launcher=(sys.executable,)):
+    """train.py's command line: SMALL with `options` over it."""
+    keys = dict(SMALL, **options)
+    return [*launcher, TRAIN, f"--data_dir={data_dir}", f"--out_dir={out_dir}",
+            *(f"--{k}={v}" for k, v in keys.items())]
+
+
+def run_train(directory, name, options, launcher=(sys.executable,), timeout=300):
+    """(out_dir, None) after a run of train.py as users run it, or (out_dir, why) when it failed."""
+    out = os.path.join(directory, name)
+    done = subprocess.run(train_argv(os.path.join(directory, "data"), out, options, launcher), cwd=directory,
+                          capture_output=True, text=True, timeout=timeout)
+    if done.returncode:
+        lines = (done.stderr.strip() or done.stdout.strip()).splitlines()
+        return out, f"exit {done.returncode}: {lines[-1][:200] if lines else ''}"
+    return out, None
+
+
+def train_events(out_dir, kind="train"):
     import rundir
-    from kernels.linear_cross_entropy import CUDA_LIBRARIES
-    toy_data(directory)
+    return [e for e in rundir.read_events(out_dir) if e["event"] == kind]
+
+
+def losses(out_dir):
+    """{iteration: logged loss} (a resumed run's records follow the first part's in one log)."""
+    return {e["iter"]: e["loss"] for e in train_events(out_dir)}
+
+
+def mfu(tokens_per_sec, flops_per_token, peak):
+    """Model FLOPs utilization: the model's training FLOPs per token (6N + attention's 12 L C T, as
+    model.flops_per_token counts) times tokens per second, over the peak FLOP/s."""
+    return tokens_per_sec * flops_per_token / peak
+
+
+def throughput_rows(steps, flops_per_token, peak, name, skip_first=10):
+    """tokens/s (median of the logged steps after the first skip_first: compile and warm-up) and MFU
+    against the data sheet's dense bf16 peak (MFU_TARGET, a WARN when missed)."""
+    rate = float(np.median([e["tokens_per_sec"] for e in steps[skip_first:]]))
+    rows = [row("training", f"{name}: tokens/s", "info", f"{rate:,.0f}",
+                f"median of {len(steps) - skip_first} steps after {skip_first}")]
+    if not peak:
+        return rows + [row("training", f"{name}: MFU", "skip", "no peak", "the card is not in model.PEAK_BF16_FLOPS")]
+    value = mfu(rate, flops_per_token, peak)
+    return rows + [speed("training", f"{name}: MFU", value >= MFU_TARGET, f"{100 * value:.1f}%",
+                         f"{flops_per_token / 1e9:.3f} GFLOP/token x {rate:,.0f} tok/s / {peak / 1e12:.0f} TFLOP/s "
+                         f"dense bf16 (data sheet); target >= {100 * MFU_TARGET:.0f}%")]
+
+
+def flops_per_token(options):
+    """model.flops_per_token of train.py's model for these keys, built on the meta device (no memory)."""
+    import runtime
+    cfg = runtime.resolve(dict(runtime.DEFAULTS, **dict(SMALL, **options)), 1)
+    with torch.device("meta"):
+        return runtime.build_model(cfg).flops_per_token()
+
+
+def gpt2_speed_rows(directory, device):
+    from model import peak_flops
+    options = dict(GPT2, batch_size=16, gradient_accumulation_steps=1, compile=True, max_iters=40,
+                   lr_decay_iters=40, warmup_iters=10, learning_rate=6e-4, eval_iters=1)
+    out, failed = run_train(directory, "gpt2_compiled", options, timeout=500)
+    name = "GPT-2 124M bf16 16 x 1024 compiled"
+    if failed:
+        return [row("training", name, "FAIL", "train.py failed", failed)]
+    return throughput_rows(train_events(out), flops_per_token(options), peak_flops(device), name)
+
+
+def parity_row(fp32, bf16, tail=PARITY_TAIL, tolerance=PARITY_TOLERANCE):
+    """float32 against bfloat16: the mean loss of the last `tail` steps within `tolerance` nats."""
+    a, b = (float(np.mean([run[i] for i in sorted(run)[-tail:]])) for run in (fp32, bf16))
+    ok = math.isfinite(a) and math.isfinite(b) and abs(a - b) <= tolerance
+    return correctness("training", f"float32 vs bfloat16 loss, {len(fp32)} steps", ok, f"{abs(a - b):.4f} nats",
+                       f"mean of the last {tail}: float32 (TF32 matmuls) {a:.4f}, bfloat16 {b:.4f}; "
+                       f"tolerance {tolerance}")
+
+
+def parity_rows(directory):
+    runs = {}
+    for dtype in ("float32", "bfloat16"):
+        out, failed = run_train(directory, f"parity_{dtype}", dict(dtype=dtype, max_iters=PARITY_STEPS,
+                                                                   lr_decay_iters=PARITY_STEPS,
+                                                                   warmup_iters=PARITY_STEPS // 10))
+        if failed:
+            return [row("training", "float32 vs bfloat16 loss", "FAIL", "train.py failed", f"{dtype}: {failed}")]
+        runs[dtype] = losses(out)
+    return [parity_row(runs["float32"], runs["bfloat16"])]
+
+
+def head_rows(device, dtype="bfloat16", N=4096, C=768, V=50304):
+    """Every training head (kernels.linear_cross_entropy) under autocast against the full head in
+    float64: the loss and the gradients of the activations and the weight; 16-bit tolerance."""
+    from kernels.linear_cross_entropy import CUDA_LIBRARIES, HEAD_LOSSES, linear_cross_entropy
+    g = torch.Generator(device).manual_seed(0)
+    x = torch.randn(N, C, device=device, generator=g)
+    weight = 0.05 * torch.randn(V, C, device=device, generator=g)
+    targets = torch.randint(0, V, (N,), device=device, generator=g)
+    targets[::17] = -1  # some ignored positions, as padding gives
+    ref_x, ref_w = x.double().requires_grad_(), weight.double().requires_grad_()
+    ref = F.cross_entropy(F.linear(ref_x, ref_w), targets, ignore_index=-1)
+    ref.backward()
     rows = []
-    for i, option in enumerate(TRAIN_RUNS):
-        out = os.path.join(directory, f"run{i}")
-        argv = [sys.executable, os.path.join(REPO, "train.py"), f"--data_dir={directory}", f"--out_dir={out}",
-                "--dataset=toy", "--vocab_size=256", "--n_layer=4", "--n_head=4", "--n_embd=256", "--block_size=256",
-                "--batch_size=8", "--gradient_accumulation_steps=1", "--max_iters=30", "--lr_decay_iters=30",
-                "--warmup_iters=5", "--learning_rate=3e-3", "--eval_interval=30", "--eval_iters=2", "--log_interval=1",
-                "--dtype=bfloat16", "--save_checkpoint=False", *(f"--{k}={v}" for k, v in option.items())]
-        name = "train " + ", ".join(f"{k}={v}" for k, v in option.items())
-        package = CUDA_LIBRARIES.get(option.get("head_loss"))
+    for head_loss in HEAD_LOSSES:
+        package = CUDA_LIBRARIES.get(head_loss)
+        name = f"head_loss={head_loss} vs float64 full head"
         if package and importlib.util.find_spec(package) is None:
-            rows.append(row(name, None, "not installed", f"pip install {package.replace('_', '-')} to check it"))
+            rows.append(row("training", name, "skip", "not installed", f"pip install {package.replace('_', '-')}"))
             continue
-        started = time.perf_counter()
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-        if done.returncode:
-            rows.append(row(name, False, "exit %d" % done.returncode, done.stderr.strip().splitlines()[-1][:160]
-                            if done.stderr.strip() else ""))
+        if package and not device.startswith("cuda"):
+            rows.append(row("training", name, "skip", "CUDA only", f"{package} runs Triton kernels on CUDA"))
             continue
-        steps = [e for e in rundir.read_events(out) if e["event"] == "train"]
-        first, last = steps[0]["loss"], steps[-1]["loss"]
-        ms = np.median([e["step_time_ms"] for e in steps[5:]])
-        rows.append(row(name, np.isfinite(last) and last < first - 0.5, f"loss {first:.2f} -> {last:.2f}",
-                        f"{ms:.1f} ms/step (median after 5), {time.perf_counter() - started:.0f} s with start-up"))
+        low_x, low_w = x.clone().requires_grad_(), weight.clone().requires_grad_()
+        with torch.autocast(device.split(":")[0], dtype=getattr(torch, dtype)):
+            if head_loss == "full":  # the model's full head: logits, their float32 copy, cross_entropy
+                loss = F.cross_entropy(F.linear(low_x, low_w).float(), targets, ignore_index=-1)
+            else:
+                loss = linear_cross_entropy(low_x, low_w, targets, head_loss, ignore_index=-1)
+        loss.backward()
+        errors = dict(loss=relative_error(loss, ref), dx=relative_error(low_x.grad, ref_x.grad),
+                      dweight=relative_error(low_w.grad, ref_w.grad))
+        value, where = worst([(head_loss, errors)])
+        rows.append(correctness("training", name, value <= TOLERANCE[dtype], f"{value:.1e}",
+                                f"worst of loss, dx, dweight ({where}); {dtype} autocast, {N} tokens, vocab {V}; "
+                                f"tolerance {TOLERANCE[dtype]:.0e}"))
     return rows
 
 
-def step_timing_and_memory_rows(device):
-    """One GPT-2-shaped training step: DeviceTimer against CUDA events, the memory estimate against
-    the allocator's peak, the SDPA kernel, MFU's data-sheet peak against a measured matmul peak."""
+def step_timer_row(device):
+    """devices.DeviceTimer (what train.py logs) against CUDA events on the same eager GPT-2 steps."""
     import devices
     import runtime
-    import sharding
-    from model import GPT, peak_flops
-    cfg = dict(runtime.DEFAULTS, n_layer=12, n_head=12, n_embd=768, block_size=1024, batch_size=8,
-               gradient_accumulation_steps=1, dtype="bfloat16")
-    model = GPT(runtime.model_config(cfg)).to(device)
+    cfg = runtime.resolve(dict(runtime.DEFAULTS, **GPT2, batch_size=8, gradient_accumulation_steps=1,
+                               dtype="bfloat16", device=device.split(":")[0]), 1)
+    model = runtime.build_model(cfg).to(device)
     optimizer = model.configure_optimizers("adamw", 6e-4, 0.1, impl="fused")
     idx = torch.randint(0, cfg["vocab_size"], (cfg["batch_size"], cfg["block_size"]), device=device)
     _, autocast = devices.precision("bfloat16", device)
@@ -138,84 +493,261 @@ def step_timing_and_memory_rows(device):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    for _ in range(3):
-        step()
-    timer, timed, events = devices.DeviceTimer(device), [], []
-    torch.cuda.reset_peak_memory_stats(device)
-    for _ in range(10):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    timer, timed = devices.DeviceTimer(device), []
+
+    def timed_step():
         timer.start()
-        start.record()
         step()
-        end.record()
         timed.append(1000 * timer.elapsed())
-        events.append(start.elapsed_time(end))
-    peak = torch.cuda.max_memory_allocated(device)
-    estimate = sharding.memory_estimate(cfg, runtime.count_params(cfg), 1, "bfloat16", "cuda")
-    # the estimate's GPU reserve is for workspaces outside PyTorch's allocator counts: compare without it
-    ratio = (estimate["step"] - sharding.RESERVE_BYTES) / peak
-    timing = float(np.median(timed)) / float(np.median(events))
-    measured = devices.matmul_peak_flops(device, "bfloat16")
+
+    events = device_ms(timed_step, repeats=10)
+    ratio = float(np.median(timed[3:])) / events
+    measured, listed = devices.matmul_peak_flops(device, "bfloat16"), None
+    from model import peak_flops
     listed = peak_flops(device)
-    backend = devices.sdpa_backend(device, "bfloat16", 12, 64, 1024)
     return [
-        row("step time: DeviceTimer / CUDA events", 0.95 <= timing <= 1.10, f"{timing:.3f}",
-            f"median {np.median(timed):.1f} ms vs {np.median(events):.1f} ms, GPT-2 124M, 8 x 1024, bf16"),
-        row("memory estimate / max_memory_allocated", 0.75 <= ratio <= 1.25, f"{ratio:.2f}",
-            f"estimate {estimate['step'] / 2**30:.2f} GiB (with a {sharding.RESERVE_BYTES / 2**30:.0f} GiB reserve), "
-            f"allocator peak {peak / 2**30:.2f} GiB"),
-        row("SDPA kernel (bf16, D=64, T=1024)", backend != "MATH", backend,
-            "MATH materializes the scores: slow, and not what the memory estimate assumes"),
-        row("matmul peak: measured / data sheet", listed is not None and 0.4 <= measured / listed <= 1.05,
-            f"{measured / listed:.2f}" if listed else "unlisted",
-            f"{measured / 1e12:.0f} TFLOP/s measured; {torch.cuda.get_device_name(device)!r} "
-            + (f"lists {listed / 1e12:.0f}" if listed else "is not in model.PEAK_BF16_FLOPS: no MFU")),
+        correctness("training", "step time: DeviceTimer / CUDA events", 0.95 <= ratio <= 1.10, f"{ratio:.3f}",
+                    f"median {np.median(timed[3:]):.1f} ms vs {events:.1f} ms, GPT-2 124M eager, 8 x 1024, bf16"),
+        speed("training", "matmul peak: measured / data sheet", listed is not None and 0.4 <= measured / listed <= 1.05,
+              f"{measured / listed:.2f}" if listed else "unlisted",
+              f"{measured / 1e12:.0f} TFLOP/s measured (8192^3 bf16); "
+              + (f"data sheet {listed / 1e12:.0f}" if listed else "not in model.PEAK_BF16_FLOPS: no MFU")),
     ]
 
 
-def fused_speed_row(device):
-    """The fused RA kernel (mix) against SDPA, forward + backward, bf16, GPT-2's attention shape."""
-    import triton.testing
-    from kernels.ra_attention import reciprocal_attention
-    q, k, v = (torch.randn(8, 12, 1024, 64, device=device, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-    do = torch.randn_like(q)
+def ra_training_rows(directory):
+    """The fused kernel inside the model, eager and compiled (a graph break): the loss falls."""
+    rows = []
+    for compiled in (False, True):
+        name = f"train RA mix attn_impl=triton{', compiled' if compiled else ''}"
+        out, failed = run_train(directory, f"ra_triton_{compiled}", dict(model_type="ra", ra_pattern="all",
+                                                                          attn_impl="triton", compile=compiled))
+        if failed:
+            rows.append(row("training", name, "FAIL", "train.py failed", failed))
+            continue
+        run = losses(out)
+        first, last = run[min(run)], run[max(run)]
+        rows.append(correctness("training", name, math.isfinite(last) and last < first - 0.5,
+                                f"loss {first:.2f} -> {last:.2f}", f"{len(run)} steps of the small model"))
+    return rows
 
-    def run(fn):
-        return triton.testing.do_bench(lambda: torch.autograd.backward(fn(), do), grad_to_none=[q, k, v])
 
-    sdpa = run(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
-    fused = run(lambda: reciprocal_attention(q, k, v, "mix", alpha=0.5))
-    return row("fused RA (mix) / SDPA, fwd+bwd", fused / sdpa <= 4.0, f"{fused / sdpa:.2f}x",
-               f"{fused:.2f} ms vs {sdpa:.2f} ms, 8 x 12 heads x 1024 x 64, bf16 (two streams of scores: ~2x is par)")
+def training_rows(directory, device):
+    return (gpt2_speed_rows(directory, device) + step_timer_row(device) + parity_rows(directory)
+            + head_rows(device) + ra_training_rows(directory))
 
+
+# ----------------------------------------------------------------------------- memory
+
+MEMORY_CASES = {
+    "baseline": {},
+    "RA mix, fused (triton)": dict(model_type="ra", ra_pattern="all", attn_impl="triton"),
+    "RA mix, through SDPA": dict(model_type="ra", ra_pattern="all", attn_impl="sdpa"),
+    "MLA": dict(model_type="ra", mla=True),
+    "gated attention": dict(model_type="ra", attn_gate=True),
+    "activation checkpointing": dict(activation_checkpointing=True),
+}
+
+
+def memory_row(name, estimate, step_peak, eval_peak, reserved_peak, reserve, margin=MEMORY_MARGIN):
+    """The estimate (bytes, sharding.memory_estimate's dict) against what the allocator measured.
+    FAIL when it is under the allocated peak (step, or step and evaluation) by more than `margin`: the
+    pre-flight check would let through a run that does not fit; or over what the allocator reserved
+    from the card by more than `margin`: the pre-flight refusal would refuse a run that fits. The
+    estimate's GPU reserve is for workspaces outside the allocator's counts: compared without it."""
+    step, total = estimate["step"] - reserve, estimate["total"] - reserve
+    under = min(step / step_peak, total / max(step_peak, eval_peak))
+    over = total / reserved_peak
+    ok = under >= 1 - margin and over <= 1 + margin
+    gib = lambda b: f"{b / 2**30:.2f}"
+    return correctness("memory", f"memory estimate: {name}", ok, f"{under:.2f} / {over:.2f}",
+                       f"estimate step {gib(step)} total {gib(total)} GiB (+{gib(reserve)} reserve) vs allocated "
+                       f"step {gib(step_peak)} eval {gib(eval_peak)}, reserved {gib(reserved_peak)}; "
+                       f"estimate/allocated >= {1 - margin:.2f}, estimate/reserved <= {1 + margin:.2f}")
+
+
+def measure_memory(cfg, device, steps=2):
+    """(step peak, evaluation peak, reserved peak) in bytes above what was allocated before: a few
+    training steps as train.py takes them, then an evaluation forward (all logits of a batch)."""
+    import devices
+    import optim
+    import runtime
+    before = torch.cuda.memory_allocated(device)
+    torch.manual_seed(0)
+    model = runtime.build_model(cfg).to(device)
+    optimizer = optim.build_optimizer(model, cfg)
+    _, autocast = devices.precision(cfg["dtype"], device)
+    x = torch.randint(0, cfg["vocab_size"], (cfg["batch_size"], cfg["block_size"]), device=device)
+    torch.cuda.reset_peak_memory_stats(device)
+    for _ in range(steps):
+        with autocast:
+            _, loss = model(x, x)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    step_peak, reserved = torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    model.eval()
+    with torch.no_grad(), autocast:
+        model(x, x)
+    eval_peak = torch.cuda.max_memory_allocated(device)
+    reserved = max(reserved, torch.cuda.max_memory_reserved(device))
+    del model, optimizer, loss
+    torch.cuda.empty_cache()
+    return step_peak - before, eval_peak - before, reserved - before
+
+
+def memory_rows(device):
+    import runtime
+    import sharding
+    rows = []
+    for name, options in MEMORY_CASES.items():
+        cfg = runtime.resolve(dict(runtime.DEFAULTS, **GPT2, batch_size=8, gradient_accumulation_steps=1,
+                                   dtype="bfloat16", device=device.split(":")[0], **options), 1)
+        estimate = sharding.memory_estimate(cfg, runtime.count_params(cfg), 1, "bfloat16", "cuda")
+        rows.append(memory_row(name, estimate, *measure_memory(cfg, device), sharding.RESERVE_BYTES))
+    return rows
+
+
+# ----------------------------------------------------------------------------- distributed
+
+def resume_row(straight, resumed, name):
+    """A run stopped, saved and resumed against the same run straight through: every logged loss
+    equal, bit for bit."""
+    differ = [i for i in straight if resumed.get(i) != straight[i]]
+    ok = bool(straight) and set(resumed) == set(straight) and not differ
+    return correctness("distributed", name, ok, "bitwise equal" if ok else f"{len(differ)} steps differ",
+                       f"iterations {min(straight, default=0)}-{max(straight, default=0)}"
+                       + (f"; first difference at {differ[0]}" if differ else ""))
+
+
+def match_row(one, two, name, tolerance=DDP_TOLERANCE):
+    """Two GPUs against one at the same global batch: every loss within `tolerance`."""
+    common = sorted(set(one) & set(two))
+    gap = max((abs(one[i] - two[i]) for i in common), default=float("inf"))
+    return correctness("distributed", name, bool(common) and len(common) == len(one) and gap <= tolerance,
+                       f"max |diff| {gap:.1e}", f"{len(common)} steps; tolerance {tolerance:.0e}")
+
+
+def distributed_rows(directory, device_count, device="cuda"):
+    """torchrun on one process (NCCL on a GPU): DDP and FSDP2 steps, DCP save and resume; DDP on 2
+    GPUs against one where there are two."""
+    one = TORCHRUN + ("--nproc_per_node=1",)
+    rows = []
+    for data_parallel in ("ddp", "fsdp"):
+        out, failed = run_train(directory, f"torchrun_{data_parallel}", dict(data_parallel=data_parallel,
+                                                                              max_iters=10, device=device), one)
+        run = {} if failed else losses(out)
+        ok = not failed and len(run) == 10 and all(math.isfinite(v) for v in run.values())
+        rows.append(correctness("distributed", f"torchrun 1 process, data_parallel={data_parallel}", ok,
+                                f"loss {run[1]:.2f} -> {run[10]:.2f}" if ok else "failed",
+                                failed or "10 steps, finite losses"))
+    # DCP: deterministic=True, so that any difference is the checkpoint's, not the GPU's noise
+    common = dict(data_parallel="fsdp", deterministic=True, save_checkpoint=True, max_iters=20, lr_decay_iters=20,
+                  eval_interval=10, device=device)
+    straight, failed = run_train(directory, "dcp_straight", common, one)
+    split, failed_split = run_train(directory, "dcp_split", dict(common, max_iters=10), one)
+    if not (failed or failed_split):
+        split, failed_split = run_train(directory, "dcp_split", dict(common, init_from="resume"), one)
+    if failed or failed_split:
+        rows.append(row("distributed", "FSDP2 DCP save and resume", "FAIL", "train.py failed", failed or failed_split))
+    else:
+        rows.append(resume_row(losses(straight), losses(split), "FSDP2 DCP save and resume, bit for bit"))
+    name = "DDP on 2 GPUs vs 1, same global batch"
+    if device_count < 2:
+        return rows + [row("distributed", name, "skip", f"{device_count} GPU", "needs 2 GPUs")]
+    batch = dict(dtype="float32", batch_size=4, gradient_accumulation_steps=2, max_iters=10, device=device)
+    alone, failed = run_train(directory, "ddp_one", batch, one)
+    pair, failed_pair = run_train(directory, "ddp_two", batch, TORCHRUN + ("--nproc_per_node=2",))
+    if failed or failed_pair:
+        return rows + [row("distributed", name, "FAIL", "train.py failed", failed or failed_pair)]
+    return rows + [match_row(losses(alone), losses(pair), name)]
+
+
+# ----------------------------------------------------------------------------- determinism
+
+def bitwise_row(a, b, name, required):
+    """Two identical runs' losses: equal bit for bit or not; a FAIL only where `required`."""
+    differ = [i for i in a if b.get(i) != a[i]]
+    equal = bool(a) and set(a) == set(b) and not differ
+    gap = max((abs(a[i] - b[i]) for i in differ if i in b), default=0.0)
+    measured = "bitwise equal" if equal else f"differ from iter {differ[0] if differ else '?'}"
+    detail = f"{len(a)} steps" + ("" if equal else f", largest |diff| {gap:.1e}")
+    if required:
+        return correctness("determinism", name, equal, measured, detail)
+    return row("determinism", name, "info", measured, detail + " (GPU kernels may sum in any order)")
+
+
+def cost_row(plain_ms, deterministic_ms):
+    ratio = deterministic_ms / plain_ms
+    return row("determinism", "deterministic=True: step time cost", "info", f"{ratio:.2f}x",
+               f"median {deterministic_ms:.1f} ms vs {plain_ms:.1f} ms per step")
+
+
+def step_ms(out_dir, skip_first=5):
+    """Median logged step time after the first steps (at most half of them: warm-up)."""
+    times = [e["step_time_ms"] for e in train_events(out_dir)]
+    return float(np.median(times[min(skip_first, len(times) // 2):]))
+
+
+def determinism_rows(directory, device="cuda"):
+    rows, runs = [], {}
+    for deterministic in (False, True):
+        for copy in (0, 1):
+            out, failed = run_train(directory, f"repeat_{deterministic}_{copy}", dict(deterministic=deterministic,
+                                                                                     device=device))
+            if failed:
+                return rows + [row("determinism", f"deterministic={deterministic} run", "FAIL", "train.py failed",
+                                   failed)]
+            runs[deterministic, copy] = out
+    import rundir
+    checklist = train_events(runs[True, 0], "checklist")
+    recorded = (bool(checklist) and checklist[0].get("deterministic_algorithms") is True
+                and rundir.read_run_info(runs[True, 0]).get("start", {}).get("deterministic_algorithms") is True)
+    rows.append(bitwise_row(losses(runs[False, 0]), losses(runs[False, 1]), "two identical runs", required=False))
+    rows.append(bitwise_row(losses(runs[True, 0]), losses(runs[True, 1]), "two runs with deterministic=True",
+                            required=True))
+    rows.append(correctness("determinism", "deterministic=True recorded", recorded, "recorded" if recorded else "missing",
+                            "deterministic_algorithms in the checklist and run_info.json's start"))
+    rows.append(cost_row(step_ms(runs[False, 0]), step_ms(runs[True, 0])))
+    return rows
+
+
+# ----------------------------------------------------------------------------- the command
 
 def main(argv):
-    options, extra = configurator.options_and_paths(argv, OPTIONS, text_keys=("json",))
+    options, extra = configurator.options_and_paths(argv, OPTIONS, text_keys=("json", "only"))
     if extra:
-        raise configurator.ConfigError(f"{extra[0]!r}: gpu_check.py takes only --json=PATH (--help)")
+        raise configurator.ConfigError(f"{extra[0]!r}: gpu_check.py takes only --json=PATH and --only=SECTIONS (--help)")
     if not options["json"]:
         raise configurator.ConfigError("--json='': name the file the rows are written to")
+    chosen = sections_to_run(options["only"])
     if not torch.cuda.is_available():
         print("gpu_check.py: no GPU is visible to PyTorch (torch.cuda.is_available() is False): nothing to check",
               file=sys.stderr)
         return 1
     device = "cuda:0"
     started = time.perf_counter()
-    rows = ra_kernel_rows(device) + step_timing_and_memory_rows(device) + [fused_speed_row(device)]
+    rows, section_seconds = [], {}
     with tempfile.TemporaryDirectory() as directory:
-        rows += train_rows(directory)
+        toy_data(os.path.join(directory, "data"))
+        checks = dict(kernels=(kernel_rows, device), training=(training_rows, directory, device),
+                      memory=(memory_rows, device), distributed=(distributed_rows, directory, torch.cuda.device_count()),
+                      determinism=(determinism_rows, directory))
+        for section in chosen:
+            fn, *args = checks[section]
+            began = time.perf_counter()
+            rows += guarded(section, fn, *args)
+            section_seconds[section] = round(time.perf_counter() - began, 1)
+            print(f"{section}: {section_seconds[section]:.0f} s", flush=True)
     name = torch.cuda.get_device_name(device)
-    print(f"{name}, torch {torch.__version__}, {time.perf_counter() - started:.0f} s")
-    width = max(len(r["check"]) for r in rows)
-    print(f"{'check':<{width}}  {'':<4}  {'measured':<22}  detail")
-    for r in rows:
-        verdict = {True: "pass", False: "FAIL", None: "n/a"}[r["passed"]]
-        print(f"{r['check']:<{width}}  {verdict:<4}  {r['measured']:<22}  {r['detail']}")
+    seconds = time.perf_counter() - started
+    print(f"{name}, torch {torch.__version__}, {seconds:.0f} s")
+    print(table(rows))
     with open(options["json"], "w") as f:
-        json.dump(dict(device=name, torch=torch.__version__, hip=torch.version.hip, cuda=torch.version.cuda,
-                       seconds=time.perf_counter() - started, rows=rows), f, indent=1)
+        json.dump(summary(rows, name, seconds, section_seconds), f, indent=1)
     print(f"wrote {options['json']}")
-    return 0 if all(r["passed"] is not False for r in rows) else 1
+    return exit_status(rows)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -91,7 +92,8 @@ def test_every_tool_reads_its_keys_with_the_configurator():
     ("tools.bench_comm", ["--nvlink_beta_gbps=0"], "error: --nvlink_beta_gbps=0.0: use a number > 0"),
     ("test_all_architectures", ["--only", "post"], "error: override '--only' needs a value: write --only=VALUE"),
     ("test_all_architectures", ["--ranks=two"], "error: config key 'ranks' (from --ranks=two) expects int"),
-    ("gpu_check", ["out.json"], "error: 'out.json': gpu_check.py takes only --json=PATH"),
+    ("gpu_check", ["out.json"], "error: 'out.json': gpu_check.py takes only --json=PATH and --only=SECTIONS"),
+    ("gpu_check", ["--only=kernels,speed"], "error: --only=kernels,speed: unknown sections ['speed']"),
 ])
 def test_tools_refuse_bad_input_in_one_line_before_any_work(name, args, message, monkeypatch, capsys):
     module = importlib.import_module(name)
@@ -216,3 +218,198 @@ def test_gpu_check_without_a_gpu_says_so_in_one_line(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and proc.stdout == "" and not (tmp_path / "g.json").exists()
     assert proc.stderr.count("\n") == 1 and "no GPU is visible" in proc.stderr, proc.stderr
+
+
+# ----------------------------------------------------------------------------- gpu_check's logic on CPU
+
+def tiny_small(monkeypatch, gpu_check):
+    """gpu_check's small training runs at test size, on the CPU."""
+    monkeypatch.setattr(gpu_check, "SMALL", dict(
+        dataset="toy", vocab_size=256, n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=4,
+        gradient_accumulation_steps=1, max_iters=4, lr_decay_iters=4, warmup_iters=1, learning_rate=3e-3,
+        eval_interval=1000, eval_iters=1, log_interval=1, dtype="float32", save_checkpoint=False, device="cpu"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def test_gpu_check_speed_rows_warn_and_only_correctness_rows_fail():
+    import gpu_check as g
+    ms = {"sdpa": 1.0, "mix": 3.0, "swap": 1.2, "sdpa mix": 2.5, "sdpa swap": 1.1}
+    rows = g.speed_rows(ms, 1024)
+    status = {r["check"]: r["status"] for r in rows}
+    assert status == {"fused mix / SDPA, T=1024": "WARN", "fused swap / SDPA, T=1024": "pass",
+                      "fused mix / RA through SDPA, T=1024": "WARN", "RA through SDPA mix / SDPA, T=1024": "info",
+                      "RA through SDPA swap / SDPA, T=1024": "info"}
+    assert g.speed_rows(dict(ms, mix=2.0), 4096)[2]["status"] == "pass"  # beats the SDPA route only up to 2048
+    assert g.exit_status(rows) == 0  # a slow kernel is a warning, never the exit status
+    assert g.exit_status(rows + [g.correctness("kernels", "x", False, "1")]) == 1
+    assert g.exit_status([g.row("training", "liger", "skip", "not installed")]) == 0
+
+
+def test_gpu_check_mfu_is_6n_plus_attention_over_the_data_sheet_peak():
+    import gpu_check as g
+    flops = g.flops_per_token(dict(g.GPT2, device="cpu"))
+    n = GPT(GPTConfig(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304)).get_num_params()
+    assert flops == 6 * n + 12 * 12 * 768 * 1024
+    steps = [dict(tokens_per_sec=1e9)] * 10 + [dict(tokens_per_sec=r) for r in (4e5, 5e5, 6e5)]
+    rate, mfu = g.throughput_rows(steps, flops, 989e12, "gpt2")
+    assert rate["measured"] == "500,000" and rate["status"] == "info"  # median after the compile steps
+    assert mfu["measured"] == f"{100 * 5e5 * flops / 989e12:.1f}%" and mfu["status"] == "WARN"  # < 45%
+    assert g.throughput_rows(steps, flops, 0.4 * 5e5 * flops, "gpt2")[1]["status"] == "pass"
+    assert g.throughput_rows(steps, flops, None, "gpt2")[1]["status"] == "skip"
+
+
+def test_gpu_check_memory_row_fails_both_ways_past_its_margin():
+    """Under the allocator's peak: a run that does not fit passes the pre-flight check; over what it
+    reserved: the refusal turns away a run that fits. Both FAIL past the margin."""
+    import gpu_check as g
+    G, reserve = 2**30, 2**30
+    estimate = lambda step, total: dict(step=int((step + 1) * G), total=int((total + 1) * G))
+    row = lambda e, step, ev, reserved: g.memory_row("baseline", e, step * G, ev * G, reserved * G, reserve)["status"]
+    assert row(estimate(10, 12), 10, 11, 11) == "pass"
+    assert row(estimate(7, 12), 10, 11, 11) == "FAIL"  # step under by 30%
+    assert row(estimate(10, 10), 10, 14, 14) == "FAIL"  # evaluation's peak under by 29%
+    assert row(estimate(10, 15), 10, 11, 11) == "FAIL"  # 36% over the reserved peak: would refuse a run that fits
+    assert row(estimate(8, 9), 10, 11, 11) == "pass"  # within 25%
+
+
+def test_gpu_check_loss_comparisons():
+    import gpu_check as g
+    run = {i: 3.0 - i / 100 for i in range(1, 301)}
+    assert g.parity_row(run, {i: v + 0.02 for i, v in run.items()})["status"] == "pass"
+    assert g.parity_row(run, {i: v + 0.05 for i, v in run.items()})["status"] == "FAIL"
+    assert g.parity_row(run, run | {300: float("nan")})["status"] == "FAIL"
+    noisy = run | {7: run[7] + 1e-7}
+    assert g.bitwise_row(run, noisy, "plain", required=False)["status"] == "info"
+    assert g.bitwise_row(run, noisy, "plain", required=False)["measured"] == "differ from iter 7"
+    assert g.bitwise_row(run, noisy, "det", required=True)["status"] == "FAIL"
+    assert g.bitwise_row(run, dict(run), "det", required=True)["status"] == "pass"
+    assert g.resume_row(run, dict(run), "dcp")["status"] == "pass"
+    assert g.resume_row(run, {i: run[i] for i in range(1, 200)}, "dcp")["status"] == "FAIL"  # stopped early
+    assert g.match_row(run, {i: v + 5e-4 for i, v in run.items()}, "ddp")["status"] == "pass"
+    assert g.match_row(run, {i: v + 5e-3 for i, v in run.items()}, "ddp")["status"] == "FAIL"
+
+
+def test_gpu_check_kernel_accuracy_logic_catches_a_wrong_kernel():
+    """The RA accuracy rows run on the GPU; their logic here, on RA through SDPA as the kernel under test
+    (it passes), a kernel that ignores the window, and one that gives alpha no gradient (both fail)."""
+    import gpu_check as g
+    from ra_model import reciprocal_sdpa
+
+    def through_sdpa(q, k, v, mode, alpha=None, gate_logit=None, window=0):
+        assert q.stride(-1) == 1 and not q.is_contiguous()  # the model's strided views
+        return reciprocal_sdpa(q, k, v, mode, alpha, None if gate_logit is None else torch.sigmoid(gate_logit),
+                               window, 0.0)
+
+    def no_window(q, k, v, mode, alpha=None, gate_logit=None, window=0):
+        return through_sdpa(q, k, v, mode, alpha, gate_logit, 0)
+
+    def alpha_detached(q, k, v, mode, alpha=None, gate_logit=None, window=0):
+        return through_sdpa(q, k, v, mode, None if alpha is None else alpha.detach(), gate_logit, window)
+
+    def nan_in_gate(q, k, v, mode, alpha=None, gate_logit=None, window=0):
+        out = through_sdpa(q, k, v, mode, alpha, gate_logit, window)
+        return out * float("nan") if mode == "gate" else out
+
+    case = [("float32", 8, (0, 5))]
+    assert g.accuracy_rows(nan_in_gate, "cpu", case)[0]["status"] == "FAIL"  # a NaN is the worst error
+    good = g.accuracy_rows(through_sdpa, "cpu", case)
+    assert good[0]["status"] == "pass" and good[0]["check"] == "RA kernel float32 D=8", good
+    assert g.accuracy_rows(no_window, "cpu", case)[0]["status"] == "FAIL"
+    bad = g.accuracy_rows(alpha_detached, "cpu", case)[0]
+    assert bad["status"] == "FAIL" and "dalpha (mix" in bad["detail"]
+    assert g.bucket_rows(through_sdpa, "cpu", lengths=(20, 40))[0]["status"] == "pass"
+    assert g.deterministic_kernel_rows(through_sdpa, "cpu")[0]["status"] == "skip"  # no deterministic= option
+
+    def with_option(q, k, v, mode, alpha=None, gate_logit=None, window=0, deterministic=False):
+        return through_sdpa(q, k, v, mode, alpha, gate_logit, window)
+
+    assert g.repeat_bitwise(with_option, "cpu", T=16)
+    assert [r["status"] for r in g.deterministic_kernel_rows(with_option, "cpu")] == ["pass", "pass"]
+
+
+def test_gpu_check_heads_against_the_float64_full_head_on_cpu():
+    import gpu_check as g
+    rows = {r["check"].split()[0]: r for r in g.head_rows("cpu", N=64, C=16, V=300)}
+    assert rows["head_loss=full"]["status"] == rows["head_loss=chunked"]["status"] == "pass"
+    assert rows["head_loss=liger"]["status"] == rows["head_loss=cce"]["status"] == "skip"  # CUDA packages
+
+
+class FakeEvent:
+    """torch.cuda.Event on the host clock, so the GPU-timed code runs on a CPU."""
+
+    def __init__(self, enable_timing=False):
+        self.time = None
+
+    def record(self):
+        self.time = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end):
+        return 1000 * (end.time - self.time)
+
+
+def test_gpu_check_gpu_sections_run_with_events_and_allocator_faked(monkeypatch):
+    """The timed and measured parts as they run on a GPU, on the CPU: CUDA events on the host clock,
+    the allocator's counters fixed (its verdicts are test_gpu_check_memory_row_...'s)."""
+    import gpu_check as g
+    import kernels.ra_attention
+    from ra_model import reciprocal_sdpa
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    for name, value in (("memory_allocated", 0), ("max_memory_allocated", 2**26), ("max_memory_reserved", 2**27)):
+        monkeypatch.setattr(torch.cuda, name, lambda device=None, value=value: value)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: None)
+    monkeypatch.setattr(g, "GPT2", dict(n_layer=2, n_head=2, n_embd=32, block_size=32, vocab_size=256))
+    monkeypatch.setattr(kernels.ra_attention, "reciprocal_attention", lambda q, k, v, mode, alpha=None, **_:
+                        reciprocal_sdpa(q, k, v, mode, alpha, None, 0, 0.0))
+    memory = g.memory_rows("cpu")
+    assert [r["check"] for r in memory] == [f"memory estimate: {name}" for name in g.MEMORY_CASES]
+    assert all(r["status"] in ("pass", "FAIL") and r["measured"] != "crashed" for r in memory)
+    timer, peak = g.step_timer_row("cpu")
+    assert timer["status"] == "pass" and peak["status"] == "WARN"  # a CPU has no data-sheet peak
+    speed = g.kernel_speed_rows("cpu", lengths=(32,), B=1, H=2, D=8)
+    assert [r["status"] for r in speed][3:] == ["info", "info"] and len(speed) == 5
+
+
+def test_gpu_check_a_crashed_section_is_one_failed_row_and_json_layout(tmp_path):
+    import gpu_check as g
+
+    def kernel_rows(device):
+        raise RuntimeError("CUDA error: an illegal memory access\nmore")
+
+    rows = g.guarded("kernels", kernel_rows, "cuda:0")
+    assert rows == [g.row("kernels", "kernels: kernel_rows", "FAIL", "crashed",
+                          "RuntimeError: CUDA error: an illegal memory access")]
+    rows.append(g.speed("kernels", "fused mix / SDPA, T=1024", False, "3.00x"))
+    layout = json.loads(json.dumps(g.summary(rows, "NVIDIA H100 80GB HBM3", 12.0, dict(kernels=12.0))))
+    assert layout["exit_status"] == 1 and layout["counts"] == {"pass": 0, "FAIL": 1, "WARN": 1, "skip": 0, "info": 0}
+    assert {"device", "torch", "cuda", "hip", "gpus", "seconds", "rows"} <= set(layout)
+    assert layout["section_seconds"] == {"kernels": 12.0}
+    assert g.table(rows).splitlines()[2].split()[:2] == ["kernels", "fused"]
+    assert g.sections_to_run("") == list(g.SECTIONS) and g.sections_to_run("memory,kernels") == ["memory", "kernels"]
+
+
+def test_gpu_check_determinism_rows_run_train_twice_each_way(tmp_path, monkeypatch):
+    """The determinism section as on a GPU, here on the CPU: 4 short train.py runs."""
+    import gpu_check as g
+    tiny_small(monkeypatch, g)
+    g.toy_data(str(tmp_path / "data"))
+    rows = {r["check"]: r for r in g.determinism_rows(str(tmp_path), "cpu")}
+    assert rows["two identical runs"]["status"] == "info"
+    assert rows["two runs with deterministic=True"]["status"] == "pass"
+    assert rows["deterministic=True recorded"]["status"] == "pass"
+    cost = rows["deterministic=True: step time cost"]["measured"]
+    assert cost.endswith("x") and 0 < float(cost[:-1]) < 100
+
+
+@pytest.mark.alone
+def test_gpu_check_distributed_rows_under_torchrun_on_gloo(tmp_path, monkeypatch):
+    """The distributed section as on a GPU (torchrun, DDP, FSDP2, DCP save and resume, 2 ranks against
+    one), here on gloo: the launcher's arguments and the comparisons hold."""
+    import gpu_check as g
+    tiny_small(monkeypatch, g)
+    g.toy_data(str(tmp_path / "data"))
+    rows = g.distributed_rows(str(tmp_path), 2, "cpu")
+    assert [r["status"] for r in rows] == ["pass"] * 4, rows
+    assert rows[2]["measured"] == "bitwise equal" and rows[3]["check"] == "DDP on 2 GPUs vs 1, same global batch"

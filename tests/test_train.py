@@ -387,6 +387,27 @@ def test_checklist_names_the_attention_kernel_and_the_float32_matmuls(data_dir, 
         assert devices.sdpa_backend("cpu", "float32", 2, 16, 16) == "MATH"
 
 
+@pytest.mark.parametrize("options, calls", [
+    (dict(), ("attention",)), (dict(model_type="ra", ra_pattern="all", ra_mode="mix"), ("mix",)),
+    (dict(model_type="ra", ra_pattern="late", ra_mode="swap", ra_window=8), ("attention", "swap")),
+    (dict(model_type="ra", ra_pattern="all", ra_mode="mix", ra_window=8), ("mix",)),
+    (dict(model_type="ra", ra_pattern="learned"), ("attention", "swap")), (dict(attn_impl="manual"), ())])
+def test_sdpa_probe_covers_ra_calls_and_warns_in_one_line_on_the_math_kernel(options, calls):
+    """RA's doubled (mix) and masked (windowed) calls are probed as reciprocal_sdpa makes them; where the
+    dispatcher answers MATH (as ROCm builds do on some GPUs) the checklist carries one warning line."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    cfg = dict(runtime.DEFAULTS, n_head=2, n_embd=32, block_size=32, **options)
+    assert tuple(devices.sdpa_probe(cfg, "cpu", "float32")) == calls
+    assert "sdpa_warning" not in devices.device_facts(cfg, "cpu", "float32", 1e9)
+    with sdpa_kernel([SDPBackend.MATH]):
+        facts = devices.device_facts(cfg, "cpu", "float32", 1e9)
+    if calls:
+        assert facts["sdpa_warning"].startswith(f"WARNING: SDPA runs the math kernel for {', '.join(calls)}")
+        assert "\n" not in facts["sdpa_warning"]
+    else:
+        assert "sdpa_warning" not in facts and facts["sdpa_backend"] == "not used (attn_impl='manual')"
+
+
 def test_precision_uses_native_bf16_only_and_tf32_for_float32_on_gpus(monkeypatch):
     """is_bf16_supported() counts emulation (V100, T4): those get fp16. A float32 GPU run uses TF32."""
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
