@@ -123,8 +123,10 @@ def chunk_losses_and_grads(x, weight, target, ignored, accum_dtype):
     probs = torch.softmax(logits, dim=-1, dtype=accum_dtype)  # fp32 at least, as the plain head's loss
     lse = logits.amax(dim=-1).to(accum_dtype) - probs.amax(dim=-1).log()
     losses = (lse - logits.gather(1, target).squeeze(1).to(accum_dtype)).masked_fill(ignored.squeeze(1), 0.0)
-    grad_logits = probs.scatter_add_(1, target, torch.full_like(target, -1, dtype=accum_dtype))
-    grad_logits = grad_logits.to(logits.dtype)  # as the plain backward casts it for its matmuls
+    # softmax - one_hot: one index per row, so an index_put, which deterministic=True allows on a GPU
+    # (scatter_add_ on CUDA has no deterministic kernel there and would refuse to run)
+    probs[torch.arange(len(target), device=target.device), target.squeeze(1)] -= 1
+    grad_logits = probs.to(logits.dtype)  # as the plain backward casts it for its matmuls
     del probs, logits  # the fp32 probabilities are not needed for the matmuls, where the peak is
     grad_x = (grad_logits @ weight).masked_fill(ignored, 0.0)
     return losses, grad_x, grad_logits.t() @ x.masked_fill(ignored, 0.0)

@@ -186,3 +186,20 @@ def test_package_call_sites_pass_what_the_real_packages_require(monkeypatch, hea
     torch.testing.assert_close(losses[1], losses[0], rtol=1e-2, atol=1e-2)
     assert package.lm_head.weight.grad.dtype == torch.float32
     torch.testing.assert_close(package.lm_head.weight.grad, full.lm_head.weight.grad, rtol=0.05, atol=2e-3)
+
+
+def test_the_chunked_head_runs_under_deterministic_algorithms():
+    """deterministic=True refuses ops without a deterministic kernel on a GPU (scatter_add_ on CUDA was
+    the chunked head's one-hot): under the switch the head's loss and gradients are unchanged."""
+    torch.manual_seed(0)
+    x, weight = torch.randn(12, 16, requires_grad=True), torch.randn(40, 16, requires_grad=True)
+    target = torch.randint(0, 40, (12,))
+    runs = []
+    for on in (False, True):
+        torch.use_deterministic_algorithms(on)
+        try:
+            loss = lce.linear_cross_entropy(x, weight, target)
+            runs.append([loss.detach(), *torch.autograd.grad(loss, (x, weight))])
+        finally:
+            torch.use_deterministic_algorithms(False)
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
