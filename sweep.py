@@ -200,7 +200,7 @@ def plan_runs(spec):
     if overrides.get("tokens_per_iter"):  # constant tokens per step: each run derives its accumulation
         overrides["gradient_accumulation_steps"] = 0
     suite = spec["suite"]
-    points = suite_points(suite) if suite else [p for grid in spec["grid"] for p in expand(grid)]
+    points = suite_points(suite) + bridge_points(suite) if suite else [p for grid in spec["grid"] for p in expand(grid)]
     if suite and suite["ladder"]:
         points = ladder_points(spec, overrides, points)
     sweep = os.path.basename(os.path.normpath(spec["sweep_dir"])).removeprefix("out-")
@@ -218,17 +218,21 @@ def plan_runs(spec):
         configs = point.get("config", [])
         argv = [*spec["base"], *([configs] if isinstance(configs, str) else configs), *spec["configs"],
                 *(f"--{k}={v!r}" for k, v in overrides.items() if k not in point),
-                *(f"--{k}={v!r}" for k, v in point.items() if k not in ("config", "variant", "size")),
+                *(f"--{k}={v!r}" for k, v in point.items() if k not in ("config", "variant", "size", "bridge")),
                 f"--out_dir={out_dir}", f"--wandb_run_name={sweep}-{name.replace('/', '-')}"]
         if suite:
             argv.append(f"--wandb_group={sweep}")
         runs.append((name, point, argv))
     resolved = {name: resolve(argv, suite["nproc"] if suite else 1) for name, _, argv in runs}
+    scratch = [r for r in runs if r[1].get("bridge")]  # a bridge: from scratch, checked and paired on its own
+    runs = [r for r in runs if not r[1].get("bridge")]
     if suite:
         check_confounds(suite, runs, resolved, spec)
+        if scratch:
+            check_confounds(suite, scratch, resolved, spec)
     if suite and suite["fork_at"]:
         runs = fork_plan(suite, runs, resolved, spec["sweep_dir"])
-    return runs
+    return runs + scratch
 
 
 def fork_plan(suite, runs, resolved, sweep_dir):
@@ -281,9 +285,17 @@ def suite_points(suite):
             for seed in suite["seeds"]]
 
 
+def bridge_points(suite):
+    """A forked suite's bridge (bridge_seeds, ablation/bridge.py): every variant also from scratch on
+    those seeds, run as 'scratch-<variant>-seed<seed>', never forked and never pooled with the branches."""
+    return [{**body, "variant": variant, "seed": seed, "bridge": True} for variant, body in suite["variants"].items()
+            for seed in suite.get("bridge_seeds") or []]
+
+
 def suite_run_name(point):
-    """'<variant>-seed<seed>', in the size's subdirectory for a ladder ('w64/baseline-seed1')."""
-    name = f"{point['variant']}-seed{point['seed']}"
+    """'<variant>-seed<seed>', in the size's subdirectory for a ladder ('w64/baseline-seed1'); a
+    bridge's from-scratch run 'scratch-<variant>-seed<seed>'."""
+    name = f"{'scratch-' if point.get('bridge') else ''}{point['variant']}-seed{point['seed']}"
     return f"{point['size']}/{name}" if "size" in point else name
 
 

@@ -50,3 +50,94 @@ def test_a_preserving_start_is_refused_where_none_is_known(data_dir, tmp_path):
     with pytest.raises(configurator.ConfigError, match="no function-preserving start is known for .*ra_gate_logit"):
         train.main(tiny_args(data_dir, str(tmp_path / "b"), "--model_type=ra", "--ra_pattern=learned",
                              "--fork_start=preserve", f"--fork_from={trunk}"))
+
+
+# ----------------------------------------------------------------------------- the bridge
+
+
+def noisy(mean, sd, n, seed):
+    """n paired differences with exactly this mean and sd (so the known effect is the estimate)."""
+    z = np.random.default_rng(seed).standard_normal(n)
+    z = (z - z.mean()) / z.std(ddof=1)
+    return list(mean + sd * z)
+
+
+def test_fieller_is_the_set_of_ratios_the_t_test_does_not_reject():
+    a, se_a, b, se_b, t = -0.01, 0.001, -0.02, 0.002, 4.3
+    kind, (lo, hi) = bridge.fieller(a, se_a, b, se_b, t)
+    grid = np.linspace(-2, 3, 200001)
+    kept = grid[(a - grid * b) ** 2 <= t ** 2 * (se_a ** 2 + grid ** 2 * se_b ** 2)]
+    assert kind == "bounded" and lo == pytest.approx(kept.min(), abs=1e-4) and hi == pytest.approx(kept.max(), abs=1e-4)
+    assert bridge.fieller(a, se_a, 0.001, 0.002, t) == ("unbounded", None)
+
+
+def test_a_bridge_confirms_a_known_shrunk_effect_of_the_same_sign():
+    out = bridge.ratio(noisy(-0.010, 0.002, 8, 1), noisy(-0.020, 0.003, 4, 2), level=0.05)
+    assert out["ratio"] == pytest.approx(0.5) and out["signs_agree"] and out["kind"] == "bounded"
+    assert 0 < out["interval"][0] < 0.5 < out["interval"][1]
+    assert out["status"] == "confirms"
+
+
+def test_a_bridge_names_opposite_signs_and_an_unbounded_ratio():
+    flipped = bridge.ratio(noisy(+0.004, 0.002, 8, 1), noisy(-0.020, 0.003, 4, 2), level=0.05)
+    assert flipped["status"] == "disagrees" and not flipped["signs_agree"] and flipped["ratio"] == pytest.approx(-0.2)
+    unbounded = bridge.ratio(noisy(-0.010, 0.002, 8, 1), noisy(-0.002, 0.010, 4, 2), level=0.05)
+    assert unbounded["signs_agree"] and unbounded["kind"] == "unbounded" and unbounded["interval"] is None
+    assert unbounded["status"] == "unbounded"
+    near_zero = bridge.ratio(noisy(-0.0005, 0.004, 8, 1), noisy(-0.020, 0.003, 4, 2), level=0.05)
+    assert near_zero["kind"] == "bounded" and near_zero["interval"][0] < 0 and near_zero["status"] == "cannot bound away from 0"
+
+
+def test_the_bridge_verdicts_and_headline_from_a_report():
+    """bridge.bridge and the rendered lines on compare-shaped data (no runs): one confirmed, one not."""
+    from ablation import render
+    forked = dict(baseline="base", level=0.025, variants=dict(
+        base=dict(verdict="baseline"),
+        good=dict(differences=noisy(-0.01, 0.002, 8, 1), verdict="better"),
+        gated=dict(differences=noisy(0.0, 0.0013, 8, 3), verdict="equivalent")))
+    scratch = dict(variants=dict(good=dict(differences=noisy(-0.02, 0.003, 3, 2), verdict="better"),
+                                 gated=dict(differences=noisy(-0.017, 0.004, 3, 4), verdict="better")))
+    out = bridge.bridge(forked, scratch)
+    assert out["good"]["status"] == "confirms" and out["gated"]["status"] != "confirms"
+    report = dict(forked, bridge=dict(seeds=[1, 2, 3], design="from scratch", compared_at_tokens=100, variants=out),
+                  does_not_stand={"gated": [f"bridge {out['gated']['status']}"]})
+    head = "\n".join(render.transfer_headline(report))
+    assert "gated" in head and "do not stand" in head and "good" not in head
+    assert "does NOT confirm" in render.bridge_why(report, "gated") and "confirms its direction" in render.bridge_why(report, "good")
+    table = "\n".join(render.transfer_lines(report))
+    assert "| good | " in table and "**confirms**" in table
+
+
+def test_a_forked_suite_with_bridge_seeds_runs_them_from_scratch_and_reports_jump_and_bridge(data_dir, tmp_path):
+    import json
+    import sweep
+    from ablation import plan as seed_plan
+    from test_ablation import LR, suite_args, write_suite
+    from test_sweep import in_process
+    variants = {"base": {"model_type": "ra", **LR}, "gated": {"model_type": "ra", "attn_gate": True, **LR}}
+    path, suite_dir = write_suite(tmp_path, variants, ["attn_gate"], seeds=(1, 2), name="suite_bridge")
+    with open(path, "a") as f:
+        f.write("fork_at = 8\nbridge_seeds = [1, 2]\n")
+    calls = []
+    sweep.main(suite_args(data_dir, path), launch=in_process(calls))
+    assert sorted(c for c in calls if c.startswith("scratch-")) == [
+        "scratch-base-seed1", "scratch-base-seed2", "scratch-gated-seed1", "scratch-gated-seed2"]
+    declared = json.load(open(os.path.join(suite_dir, "suite.json")))
+    assert set(declared["bridge_runs"]) == {c for c in calls if c.startswith("scratch-")}
+    assert not any(n.startswith("scratch-") for n in declared["runs"])  # never pooled with the branches
+    report = json.load(open(os.path.join(suite_dir, "report.json")))
+    assert not report["measurement"]  # the forked family holds forked runs only
+    jump = report["fork_jumps"]["gated"]
+    assert set(jump["per_seed"]) == {"seed1", "seed2"} and abs(jump["mean"]) > 0
+    assert report["fork_jumps"]["base"]["mean"] == 0.0
+    b = report["bridge"]["variants"]["gated"]
+    assert b["scratch_n"] == 2 and b["forked_n"] == 2 and b["status"] in (
+        "confirms", "disagrees", "unbounded", "cannot bound away from 0")
+    text = open(os.path.join(suite_dir, "report.md")).read()
+    assert "## Loss jump at the fork" in text and "## How far the forked answer carries" in text
+    assert "(bridge: " in text
+    if b["status"] != "confirms":
+        assert "do not stand" in text.split("## Loss jump")[0]
+    plan_text = seed_plan.seed_plan_text(sweep.parse_args(suite_args(data_dir, path))[0]["suite"], len(calls),
+                                         [suite_dir])
+    assert "bridge: 4 runs from scratch" in plan_text
