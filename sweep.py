@@ -218,21 +218,23 @@ def plan_runs(spec):
         configs = point.get("config", [])
         argv = [*spec["base"], *([configs] if isinstance(configs, str) else configs), *spec["configs"],
                 *(f"--{k}={v!r}" for k, v in overrides.items() if k not in point),
-                *(f"--{k}={v!r}" for k, v in point.items() if k not in ("config", "variant", "size", "bridge")),
+                *(f"--{k}={v!r}" for k, v in point.items() if k not in ("config", "variant", "size", "bridge",
+                                                                        "lr_check")),
                 f"--out_dir={out_dir}", f"--wandb_run_name={sweep}-{name.replace('/', '-')}"]
         if suite:
             argv.append(f"--wandb_group={sweep}")
         runs.append((name, point, argv))
     resolved = {name: resolve(argv, suite["nproc"] if suite else 1) for name, _, argv in runs}
     scratch = [r for r in runs if r[1].get("bridge")]  # a bridge: from scratch, checked and paired on its own
-    runs = [r for r in runs if not r[1].get("bridge")]
+    checks = [r for r in runs if "lr_check" in r[1]]  # a ladder's learning-rate checks: from scratch, apart
+    runs = [r for r in runs if not r[1].get("bridge") and "lr_check" not in r[1]]
     if suite:
         check_confounds(suite, runs, resolved, spec)
         if scratch:
             check_confounds(suite, scratch, resolved, spec)
     if suite and suite["fork_at"]:
         runs = fork_plan(suite, runs, resolved, spec["sweep_dir"])
-    return runs + scratch
+    return runs + scratch + checks
 
 
 def fork_plan(suite, runs, resolved, sweep_dir):
@@ -296,6 +298,8 @@ def suite_run_name(point):
     """'<variant>-seed<seed>', in the size's subdirectory for a ladder ('w64/baseline-seed1'); a
     bridge's from-scratch run 'scratch-<variant>-seed<seed>'."""
     name = f"{'scratch-' if point.get('bridge') else ''}{point['variant']}-seed{point['seed']}"
+    if "lr_check" in point:
+        name = f"lrcheck-x{point['lr_check']:g}-seed{point['seed']}"
     return f"{point['size']}/{name}" if "size" in point else name
 
 
@@ -313,7 +317,23 @@ def ladder_points(spec, overrides, points):
             raise configurator.ConfigError(f"variant {point['variant']!r}: {e}") from None
         for size, keys in sizes.items():
             sized.setdefault(size, []).append(dict(point, size=size, **keys))
-    return [p for size_points in sized.values() for p in size_points]
+    return [p for size_points in sized.values() for p in size_points] + lr_check_points(spec["suite"], sized)
+
+
+def lr_check_points(suite, sized):
+    """A ladder's lr_check (ablation/ladder_power.py): at its smallest and largest size the baseline of
+    the first seed from scratch, the whole budget, at 1x and each factor of the rule's learning rate,
+    as '<size>/lrcheck-x<factor>-seed<seed>': runs apart from the size's family, never compared in it."""
+    ladder_, out = suite["ladder"], []
+    if not ladder_.get("lr_check"):
+        return out
+    by_n = sorted(ladder_["sizes"], key=lambda n: ladder.non_embedding_params(ladder_["sizes"][n]))
+    for size in dict.fromkeys([by_n[0], by_n[-1]]):
+        base = next(p for p in sized[size] if p["variant"] == suite["baseline"] and p["seed"] == suite["seeds"][0])
+        for factor in [1.0, *ladder_["lr_check"]]:
+            out.append(dict(base, lr_check=factor, learning_rate=float(f"{base['learning_rate'] * factor:.4g}"),
+                            min_lr=float(f"{base['min_lr'] * factor:.4g}")))
+    return out
 
 
 def check_confounds(suite, runs, resolved, spec):

@@ -8,7 +8,7 @@ import os
 import numpy as np
 
 import rundir
-from ablation import compare, stats, suites
+from ablation import compare, ladder_power, stats, suites
 
 def seed_plan_text(suite, n_runs, pilots, budget_s=None, slots=1):
     """sweep.py --plan: the planner's answer for this suite before anything runs, from pilots
@@ -25,6 +25,8 @@ def seed_plan_text(suite, n_runs, pilots, budget_s=None, slots=1):
         lines.append(f"bridge: {bridge} runs from scratch ({len(suite['variants'])} variants x bridge_seeds "
                      f"{suite['bridge_seeds']}), each the whole budget (a trunk's and a branch's length), included in "
                      f"the {n_runs} runs")
+    if suite.get("ladder"):  # the slope the ladder can detect, its extrapolation bound (ablation/ladder_power.py)
+        lines += ladder_power.plan_lines(suite["ladder"], len(suite["seeds"]), k)
     for pilot_dir in pilots:
         lines += pilot_plan_lines(suite, pilot_dir, budget_s, slots)
     return "\n".join(lines)

@@ -399,9 +399,39 @@ def extrapolation_text(across, fit):
         return ""
     e = fit["extrapolated"]
     largest = max(s["params"] for s in across["sizes"].values())
+    if e.get("supported") is False:  # ablation/ladder_power.py: beyond one ladder width past the largest size
+        return (f" Extrapolated to {target['name']} (N = {target['params']:,}, {e['widths']:.3g} ladder widths past "
+                f"the largest size): UNSUPPORTED LINE, no interval: the straight line reads {e['effect']:+.4g} there, "
+                f"but an interval is given only up to N = {e['limit']:,.0f} (one ladder width past the largest size).")
     return (f" Extrapolated to {target['name']} (N = {target['params']:,}, {target['params'] / largest:.3g}x the largest "
             f"size run): {e['effect']:+.4g} {stats.span(e['interval'])} ({stats.pct(fit['confidence'])}): an "
             f"extrapolation of a straight line in ln N beyond every measured size, not a measurement.")
+
+
+def detectable_text(v):
+    """Every trend statement with the slope the ladder could have detected (ablation/ladder_power.py)."""
+    if "detectable_slope" not in v:
+        return ""
+    found = v["detectable_slope"]
+    return (f" This ladder could have detected a slope of {found:.3g} per e-fold of N (80% power at its level, "
+            f"simulated from its per-size standard errors)." if found else
+            " This ladder could not detect any slope within 100 sds per e-fold of N at 80% power.")
+
+
+def lr_check_lines(report):
+    """The baseline at other multiples of the rule's learning rate at the ladder's ends (ladder lr_check)."""
+    check = report.get("lr_check")
+    if not check:
+        return []
+    lines = ["", "## Learning rate checked at the ends", "",
+             "The baseline from scratch, the whole budget, at multiples of the rule's learning rate (one seed): the "
+             "rule is supported at a size when 1x is not beaten by more than the margin.", "",
+             "| size | " + " | ".join(f"{f:g}x lr" for f in check["factors"]) + " | best | rule holds |",
+             "|---|" + "---|" * (len(check["factors"]) + 2)]
+    for size, row in check["sizes"].items():
+        lines.append(f"| {size} | " + " | ".join(fmt(row["values"].get(f"{f:g}")) for f in check["factors"])
+                     + f" | {fmt(row['best'])} | {row['holds']} |")
+    return lines
 
 
 def ladder_markdown(report, plot):
@@ -446,8 +476,9 @@ def ladder_markdown(report, plot):
             f"{f['smallest']['effect']:+.4g} {stats.span(f['smallest']['interval'])} | "
             f"{f['largest']['effect']:+.4g} {stats.span(f['largest']['interval'])} |" if f else "- | - | - | - | - |"))
     lines += ["", "What each variant does across sizes:", ""]
-    lines += [f"- **{name}**: {v['trend']}: {v['why']}." + extrapolation_text(across, v["fit"])
+    lines += [f"- **{name}**: {v['trend']}: {v['why']}." + detectable_text(v) + extrapolation_text(across, v["fit"])
               for name, v in across["variants"].items()]
+    lines += lr_check_lines(report)
     lines += ["", "A ladder tells how an effect moves over the sizes it ran, under its own rules for tokens and "
                   "learning rate; a trend fitted on a few small sizes says nothing certain about sizes far beyond "
                   "them (docs/ablation.md, 'Across sizes').", ""]

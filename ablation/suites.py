@@ -10,7 +10,7 @@ import re
 import time
 
 import rundir
-from ablation import bridge, compare, ladder, render, stats
+from ablation import bridge, compare, ladder, ladder_power, render, stats
 from configurator import ConfigError
 
 SUITE_KEYS = ("variants", "baseline", "seeds", "metric", "allowed")
@@ -104,7 +104,8 @@ def freeze_suite(suite, runs, sweep_dir):
     flattering one); runs added later (more seeds or variants) go into the suite's record, with the
     number of looks taken before them, so a report can say the suite grew after it was looked at."""
     path = os.path.join(sweep_dir, "suite.json")
-    wanted = {name: [p["variant"], p["seed"]] for name, p, _ in runs if not p.get("trunk") and not p.get("bridge")}
+    wanted = {name: [p["variant"], p["seed"]] for name, p, _ in runs
+              if not p.get("trunk") and not p.get("bridge") and "lr_check" not in p}
     scratch = {name: [p["variant"], p["seed"]] for name, p, _ in runs if p.get("bridge")}  # never pooled with wanted
     if not os.path.exists(path):
         os.makedirs(sweep_dir, exist_ok=True)
@@ -277,12 +278,13 @@ def report_ladder_dir(suite_dir, out_dir=None, plan=None):
             reports[size] = json.load(f)
     goal = compare.check_metric(declared["metric"])[2]
     across = ladder.across_sizes(declared["ladder"], reports, goal)
+    checked = ladder_power.lr_check(suite_dir, declared)  # the rule's learning rate at the ladder's ends
     report = dict(suite=declared["name"], metric=declared["metric"], goal=goal, baseline=declared["baseline"],
                   allowed=declared["allowed"], per_size={s: dict(compared_at_tokens=r["compared_at_tokens"],
                                                                  alpha=r["alpha"], comparisons=r["comparisons"],
                                                                  report=os.path.join(s, "report.md"))
                                                           for s, r in reports.items()},
-                  across_sizes=across)
+                  across_sizes=across, **({"lr_check": checked} if checked else {}))
     os.makedirs(out_dir, exist_ok=True)
     plot = render.ladder_plot(report, out_dir)
     return render.save_report(report, render.ladder_markdown(report, plot), out_dir)

@@ -141,3 +141,60 @@ def test_a_forked_suite_with_bridge_seeds_runs_them_from_scratch_and_reports_jum
     plan_text = seed_plan.seed_plan_text(sweep.parse_args(suite_args(data_dir, path))[0]["suite"], len(calls),
                                          [suite_dir])
     assert "bridge: 4 runs from scratch" in plan_text
+
+
+# ----------------------------------------------------------------------------- the ladder's power and reach
+
+
+def shipped_ladder():
+    """The CPU twin ladder's geometry as shipped: ln N per size, seeds, the trend test's level, the sd
+    its plan assumes."""
+    import sweep
+    suite = sweep.parse_args([os.path.join(os.path.dirname(os.path.dirname(__file__)), "suites",
+                                           "ra_ladder_shakespeare.py")])[0]["suite"]
+    from ablation.ladder import non_embedding_params
+    lad = suite["ladder"]
+    x = np.log([non_embedding_params(s) for s in lad["sizes"].values()])
+    return x, len(suite["seeds"]), lad["alpha"] / (len(suite["variants"]) - 1), lad["sd"]
+
+
+def test_the_vectorized_slope_test_is_the_reports_fit():
+    from ablation import ladder, ladder_power
+    rng = np.random.default_rng(5)
+    x = np.log([27648, 76800, 196608, 442368])
+    for _ in range(5):
+        means, ses = rng.normal(0, 0.01, 4), rng.uniform(0.001, 0.01, 4)
+        effects = [dict(params=float(np.exp(a)), diff=float(m), se=float(s), n=3) for a, m, s in zip(x, means, ses)]
+        fit = ladder.fit_trend(effects, 0.025)
+        slope, rejected = ladder_power.slope_rejects(x, means[None], ses[None], 3, 0.025)
+        assert slope[0] == pytest.approx(fit["slope"], rel=1e-9)
+        assert bool(rejected[0]) == (fit["p"] < 0.025)
+
+
+def test_the_shipped_ladder_keeps_its_level_and_has_the_power_its_plan_claims():
+    """On a flat truth the trend test rejects at most at its level; at the slope --plan prints, in 80%
+    of fresh simulated ladders (other random numbers than the plan's); and that slope meets the issue's
+    target of 0.01 nats per e-fold of N."""
+    from ablation import ladder_power
+    x, n, level, sd = shipped_ladder()
+    assert np.ptp(x) >= 2.5 and len(x) >= 4
+    sds = [sd] * len(x)
+    assert ladder_power.simulate(x, sds, n, level, 0.0, draws=20000, seed=11) <= level
+    found = ladder_power.detectable_slope(x, sds, n, level)
+    assert found <= 0.01
+    assert ladder_power.simulate(x, sds, n, level, found, draws=20000, seed=12) == pytest.approx(0.8, abs=0.02)
+
+
+def test_extrapolation_beyond_one_ladder_width_is_an_unsupported_line_without_interval():
+    from ablation import ladder
+    x, n, level, sd = shipped_ladder()
+    effects = [dict(params=float(np.exp(a)), diff=0.001 * i, se=0.002, n=3) for i, a in enumerate(x)]
+    near = ladder.fit_trend(effects, level, target_params=float(np.exp(x.max() + 0.9 * np.ptp(x))))["extrapolated"]
+    assert near["supported"] and near["interval"][0] < near["effect"] < near["interval"][1]
+    far = ladder.fit_trend(effects, level, target_params=84934656.0)["extrapolated"]  # GPT-2 124M
+    assert far["supported"] is False and far["interval"] is None and far["widths"] > 1
+    from ablation import render
+    across = dict(extrapolate_to=dict(name="gpt2-124M", params=84934656),
+                  sizes={str(i): dict(params=e["params"]) for i, e in enumerate(effects)})
+    text = render.extrapolation_text(across, dict(extrapolated=far, confidence=1 - level))
+    assert "UNSUPPORTED LINE, no interval" in text and "[" not in text
