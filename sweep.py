@@ -61,7 +61,7 @@ import parallel
 import rundir
 import runtime
 import tokendata
-from ablation import compare, ladder, plan, suites
+from ablation import compare, ladder, ladder_power, plan, suites
 from slurm import jobs as slurm_jobs
 
 OPTIONS = dict(
@@ -520,6 +520,8 @@ def main(argv, launch=launch_subprocess):
         pilots = [p.strip() for p in options["pilot"].split(",") if p.strip()] or [own]
         slots = len(default_gpus(options["gpus"], nproc, options["cpu_runs"]))
         print(plan.seed_plan_text(suite, len(runs), pilots, parse_budget(options["budget"]), slots))
+        if suite["ladder"]:  # what the ladder costs in GPU-hours (ablation/ladder_power.py)
+            print("\n".join(ladder_power.compute_lines([resolve(argv, nproc) for _, _, argv in runs], suite["fork_at"])))
         return runs
     if options["dry_run"]:
         return runs

@@ -153,3 +153,24 @@ def lr_check(suite_dir, declared):
             f"no: {best}x is better by {abs(one - values[best]):.3g}")
         sizes[size] = dict(values=values, best=f"{best}x", holds=holds)
     return dict(factors=[1.0, *factors], sizes=sizes, margin=margin)
+
+
+PEAK_FLOPS, MFU = 989e12, 0.4  # an H100's dense bf16 peak; the model-FLOPs utilization the estimate assumes
+
+
+def compute_lines(run_cfgs, fork_at=None):
+    """sweep.py --plan for a ladder: the training compute of its runs, 6 N D with N the non-embedding
+    parameters (Kaplan et al. 2020) and D the tokens each run trains (a branch from its fork on, a
+    trunk to it), and the GPU-hours that is at MFU of an H100's peak (an assumption, stated)."""
+    from ablation.ladder import non_embedding_params
+    by_size, total = {}, 0.0
+    for cfg in run_cfgs:
+        iters = cfg["max_iters"] - (fork_at if cfg.get("fork_from") and fork_at else 0)  # a branch trains from its fork
+        flops = 6 * non_embedding_params(cfg) * iters * cfg["tokens_per_iter"]
+        key = f"n_layer={cfg['n_layer']}, n_embd={cfg['n_embd']}"
+        by_size[key] = by_size.get(key, 0.0) + flops
+        total += flops
+    hours = lambda f: f / (MFU * PEAK_FLOPS) / 3600
+    return [f"compute (6 N D, non-embedding N): {total:.3g} FLOPs, about {hours(total):,.0f} H100 GPU-hours at "
+            f"{MFU:.0%} MFU of {PEAK_FLOPS / 1e12:.0f} TFLOP/s (assumed; time a pilot for the real rate): "
+            + "; ".join(f"{k}: {hours(f):,.0f} h" for k, f in by_size.items())]

@@ -22,6 +22,7 @@ import os
 exec(open(os.path.join(os.path.dirname(__file__), "ra_shakespeare.py")).read())
 variants = {name: variants[name] for name in ("baseline", "late", "all")}
 seeds = [1, 2, 3]
+bridge_seeds = None  # the bridge is ra_shakespeare.py's (w96); a ladder bridges no size
 ladder = dict(
     sizes={"w24": dict(n_layer=4, n_embd=24, n_head=4, mla_latent_dim=6),
            "w40": dict(n_layer=4, n_embd=40, n_head=4, mla_latent_dim=10),
