@@ -198,3 +198,48 @@ def test_extrapolation_beyond_one_ladder_width_is_an_unsupported_line_without_in
                   sizes={str(i): dict(params=e["params"]) for i, e in enumerate(effects)})
     text = render.extrapolation_text(across, dict(extrapolated=far, confidence=1 - level))
     assert "UNSUPPORTED LINE, no interval" in text and "[" not in text
+
+
+def test_a_ladders_learning_rate_checks_run_apart_and_are_reported(tmp_path):
+    """lr_check: at the smallest and largest size the baseline of the first seed at 1x and each factor of
+    the rule's rate, from scratch and outside the size's family; the report says whether 1x holds."""
+    import json
+    import sweep
+    from ablation import ladder_power, suites
+    path = tmp_path / "suite_lr.py"
+    sizes = {f"w{d}": dict(n_layer=2, n_embd=d, n_head=2) for d in (16, 24, 32, 48)}
+    path.write_text(
+        "variants = {'base': {'model_type': 'ra'}, 'late': {'model_type': 'ra', 'ra_pattern': 'late'}}\n"
+        "baseline = 'base'\nseeds = [1, 2]\nmetric = 'val_loss'\nmin_effect = 0.01\nallowed = ['ra_pattern']\n"
+        f"fork_at = 4\nsuite_dir = {str(tmp_path / 'out')!r}\n"
+        f"ladder = dict(sizes={sizes!r}, reference='w32', tokens=('params', 0.0), learning_rate=('params', -1 / 3), "
+        f"sd=0.003, lr_check=(0.5, 2.0))\n")
+    shape = tmp_path / "shape.py"  # the recipe's shape is the reference size's (a config file, not an override)
+    shape.write_text("n_layer = 2\nn_embd = 32\nn_head = 2\nwarmup_iters = 2\nblock_size = 16\nbatch_size = 4\n")
+    spec, _ = sweep.parse_args([str(path), str(shape), "--max_iters=8", "--learning_rate=1e-2", "--min_lr=1e-3",
+                                "--dataset=toy", "--vocab_size=64"])
+    runs = sweep.plan_runs(spec)
+    checks = {name: argv for name, p, argv in runs if "lr_check" in p}
+    assert sorted(checks) == sorted(f"{s}/lrcheck-x{f}-seed1" for s in ("w16", "w48") for f in ("0.5", "1", "2"))
+    assert all(not any(a.startswith("--fork_from=") for a in argv) for argv in checks.values())  # from scratch
+    rate = lambda name: next(float(a.split("=")[1]) for a in checks[name] if a.startswith("--learning_rate="))
+    assert rate("w16/lrcheck-x2-seed1") == pytest.approx(4 * rate("w16/lrcheck-x0.5-seed1"), rel=1e-3)
+    assert {len({a for a in argv if a.startswith("--max_iters=")}) for argv in checks.values()} == {1}
+    steps = {a for name, p, argv in runs for a in argv if a.startswith("--max_iters=") and not p.get("trunk")}
+    assert steps == {"--max_iters=8"}  # the same optimizer steps at every size
+    out = spec["sweep_dir"]
+    suites.freeze_suite(spec["suite"], runs, out)
+    declared = json.load(open(os.path.join(out, "w16", "suite.json")))
+    assert not any("lrcheck" in n for n in declared["runs"])  # never in the size's family
+    for name, loss in (("w16/lrcheck-x1-seed1", 2.00), ("w16/lrcheck-x0.5-seed1", 2.05), ("w16/lrcheck-x2-seed1", 2.001),
+                       ("w48/lrcheck-x1-seed1", 2.00), ("w48/lrcheck-x0.5-seed1", 1.95), ("w48/lrcheck-x2-seed1", 2.10)):
+        os.makedirs(os.path.join(out, name))
+        open(os.path.join(out, name, "log.jsonl"), "w").write(
+            json.dumps(dict(event="eval", iter=8, tokens=8, val_loss=loss)) + "\n"
+            + json.dumps(dict(event="end", iter=8, tokens=8, train_time=1.0)) + "\n")
+    checked = ladder_power.lr_check(out, json.load(open(os.path.join(out, "suite.json"))))
+    assert checked["sizes"]["w16"]["holds"] == "yes" and checked["sizes"]["w16"]["best"] == "1x"
+    assert checked["sizes"]["w48"]["holds"].startswith("no: 0.5x is better by 0.05")
+    from ablation import render
+    table = "\n".join(render.lr_check_lines(dict(lr_check=checked)))
+    assert "| w48 | 2 | 1.95 | 2.1 | 0.5x | no: 0.5x is better by 0.05 |" in table
