@@ -40,6 +40,9 @@ report.md, report.json and plots to suite_dir (python report.py rebuilds them).
 A suite that declares a `ladder` (ablation/ladder.py) runs every variant x seed at every size, as
 `<size>/<variant>-seed<seed>` with the size's shape, token budget and learning rate in its arguments;
 each size directory is a suite of its own, and the report adds the effect's trend across sizes.
+A forked suite (fork_at) may declare `bridge_seeds`: every variant also from scratch on those seeds as
+`scratch-<variant>-seed<seed>`, apart from the branches (ablation/bridge.py); a ladder may declare
+`lr_check`: the baseline at multiples of the rule's learning rate at its ends as `<size>/lrcheck-x<f>-seed<s>`.
 """
 import ast
 import csv
