@@ -583,8 +583,9 @@ def transfer_lines(report):
                   "| variant | mean jump | per seed | judged |", "|---|---|---|---|"]
         for name, j in jumps.items():
             lines.append(f"| {name} | {signed(j['mean'])} | {', '.join(signed(x) for x in j['per_seed'].values())} | "
-                         + ("**design problem: beyond the margin**" if j["beyond_margin"] else "within the margin"
-                            if j["margin"] else "-") + " |")
+                         + ("no evaluation at the fork point (an eval_interval that divides fork_at shows it)"
+                            if j["mean"] is None else "**design problem: beyond the margin**" if j["beyond_margin"]
+                            else "within the margin" if j["margin"] else "-") + " |")
     b = report.get("bridge")
     if b:
         lines += ["", "## How far the forked answer carries (bridge to from scratch)", "",

@@ -243,3 +243,22 @@ def test_a_ladders_learning_rate_checks_run_apart_and_are_reported(tmp_path):
     from ablation import render
     table = "\n".join(render.lr_check_lines(dict(lr_check=checked)))
     assert "| w48 | 2 | 1.95 | 2.1 | 0.5x | no: 0.5x is better by 0.05 |" in table
+
+
+def test_a_jump_beyond_the_margin_is_a_design_problem_in_the_headline():
+    from ablation import render
+
+    def run(first, seed):
+        return dict(out_dir=f"x-seed{seed}", events=[dict(event="fork", iter=5), dict(event="eval", iter=5, tokens=50,
+                                                                                         val_loss=first)])
+    runs = {("base", 1): run(2.385, 1), ("base", 2): run(2.390, 2), ("gated", 1): run(2.434, 1),
+            ("gated", 2): run(2.441, 2), ("kept", 1): run(2.385, 1), ("kept", 2): run(2.390, 2)}
+    report = dict(metric="val_loss", baseline="base", min_effect=0.01, variants=dict(base={}, gated={}, kept={}))
+    bridge.add_to_report(report, runs)
+    jumps = report["fork_jumps"]
+    assert jumps["gated"]["mean"] == pytest.approx(0.05) and jumps["gated"]["beyond_margin"]
+    assert jumps["kept"]["mean"] == 0.0 and not jumps["kept"]["beyond_margin"]
+    assert list(report["does_not_stand"]) == ["gated"]
+    head = "\n".join(render.transfer_headline(report))
+    assert "gated (loss jump at the fork +0.05 beyond the margin ±0.01 (a design problem))" in head
+    assert "| gated | +0.05 | +0.049, +0.051 | **design problem: beyond the margin** |" in "\n".join(render.transfer_lines(report))
