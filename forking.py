@@ -21,7 +21,7 @@ FORK_OPTIMIZER = ("carry", "fresh")
 # Keys a branch may set apart from its trunk: where and how it is logged, evaluated and stopped,
 # and its model (its own architecture, checked tensor by tensor). Every other key is the training
 # recipe, which the fork continues and so must be the trunk's.
-FREE_KEYS = ("out_dir", "init_from", "allow_data_change", "fork_from", "fork_optimizer", "eval_interval", "eval_iters",
+FREE_KEYS = ("out_dir", "init_from", "allow_data_change", "fork_from", "fork_optimizer", "fork_start", "eval_interval", "eval_iters",
              "final_eval_iters", "log_interval", "save_checkpoint", "sample_tokens", "hellaswag_interval",
              "hellaswag_limit", "hellaswag_input", "max_iters", "max_time", "max_tokens", "lr_decay_iters", "device",
              "compile", "dist_timeout", "log_act_norm_layers", "wandb_log", "wandb_project", "wandb_run_name",
@@ -120,6 +120,29 @@ def check_models_fork(branch_cfg, trunk_cfg, where):
     check_tensors({n: t.shape for n, t in trunk.state_dict().items()}, branch, where)
 
 
+def preserve_start(model):
+    """fork_start='preserve': set the branch's new parameters (after load_weights) so that the forked
+    model computes what the trunk computed, as far as its architecture allows; each module that owns
+    new parameters says how (its `preserve_fork_start`, e.g. ra_model.GatedOutput). A new parameter
+    no module can start that way is refused in one line. Returns the modules' notes (what they did
+    and what remains different)."""
+    new = set(model.fork_new_parameters()) if hasattr(model, "fork_new_parameters") else set()
+    notes, covered = [], set()
+    for prefix, module in model.named_modules():
+        if hasattr(module, "preserve_fork_start"):
+            names, note = module.preserve_fork_start()
+            covered |= {f"{prefix}.{n}" if prefix else n for n in names}
+            if note:
+                notes.append(note)
+    left = sorted(new - covered)
+    if left:
+        raise configurator.ConfigError(f"fork_start='preserve': no function-preserving start is known for "
+                                       f"{', '.join(left[:3])}{' ...' if len(left) > 3 else ''}: fork with "
+                                       f"fork_start='own' (the report shows the loss jump at the fork) or run the "
+                                       f"variant from scratch")
+    return sorted(set(notes))
+
+
 def load_optimizer(ckpt, model, optimizer, fresh):
     """The trunk's optimizer state of each shared parameter, matched by name (the branch's
     parameter order may differ); the branch's new parameters start with an empty state, as does
@@ -149,7 +172,7 @@ def continue_trunk(ckpt, model, optimizer, layout, cfg, loaded):
     event = dict(line=f"forked from {cfg['fork_from']} at iter {ckpt['iter_num']}: {loaded[0]} tensors from the trunk, "
                  f"{loaded[1]} new, optimizer state of {carried} parameters carried",
                  trunk=cfg["fork_from"], iter=ckpt["iter_num"], tokens=ckpt["tokens_seen"], loaded=loaded[0],
-                 new=loaded[1], optimizer_carried=carried)
+                 new=loaded[1], optimizer_carried=carried, start=cfg.get("fork_start", "own"))
     return ckpt["iter_num"], ckpt["tokens_seen"], ckpt["train_time"], ckpt["best_val_loss"], event
 
 

@@ -317,6 +317,28 @@ class GatedOutput:
         if config.attn_gate:
             self.c_gate = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
 
+    @torch.no_grad()
+    def preserve_fork_start(self):
+        """fork_start='preserve' (forking.preserve_start): gate weight (and bias) 0, so the gate is
+        exactly 0.5 for every input, and the trunk's c_proj weight doubled: c_proj(y * 0.5) with 2W
+        is the trunk's c_proj(y) bit for bit (scaling by powers of 2 is exact in floating point).
+        The gate starts where sigmoid is steepest (it learns at full speed, not frozen near 1); what
+        remains different: c_proj's weights are twice as large, so each Adam step (about lr in size)
+        moves them half as much relative to their scale, and the carried moments match the new
+        gradients up to Adam's eps (gradient and moments scale alike). RA's mixing needs no start:
+        a fixed alpha is the variant itself, and a learned one is refused (its gate logit cannot
+        reach p = 0 at a finite value)."""
+        if not hasattr(self, "c_gate"):
+            return [], None
+        self.c_gate.weight.zero_()
+        names = ["c_gate.weight"]
+        if self.c_gate.bias is not None:
+            self.c_gate.bias.zero_()
+            names.append("c_gate.bias")
+        self.c_proj.weight.mul_(2.0)
+        return names, ("output gate: weight 0 (gate = 0.5 exactly), c_proj weight x2: the trunk's function exactly; "
+                       "c_proj's relative step size halved")
+
     def forward(self, x):
         y = self.heads_output(x)
         if hasattr(self, "c_gate"):

@@ -29,6 +29,7 @@ DEFAULTS = dict(
     init_from="scratch",  # 'scratch', 'resume' (from out_dir/ckpt.pt), or a local HF GPT-2 directory
     fork_from="",  # a finished trunk run's out_dir: start from its final checkpoint with this run's model (forking.py)
     fork_optimizer="carry",  # fork_from: 'carry' the shared parameters' optimizer state, or start it 'fresh'
+    fork_start="own",  # fork_from: the branch's new parameters start at its own seeded init ('own') or so that the forked model computes what the trunk computed ('preserve', forking.preserve_start)
     allow_data_change=False,  # resume although the dataset or evaluation windows changed since the run started (recorded)
     eval_interval=500,  # also where checkpoints are written
     eval_iters=20,  # fixed batches per split per evaluation: the same windows in every run
@@ -143,6 +144,7 @@ MODEL_TYPES = {"gpt": (GPT, GPTConfig), "ra": (RAGPT, RAConfig), "reduced_sync":
 MODEL_SWITCHES = {"ra": ("ra_pattern", "mla", "attn_gate"),
                   "reduced_sync": ("block_pattern", "block_types", "sync_every", "sync_layers")}
 LR_SCHEDULES = ("cosine", "constant", "wsd")
+FORK_STARTS = ("own", "preserve")  # forking.preserve_start
 
 
 # ----------------------------------------------------------------------------- the run configuration
@@ -216,6 +218,8 @@ def validate(cfg, world_size):
         layout.check_resumable(cfg["out_dir"])
     if cfg["fork_optimizer"] not in ("carry", "fresh"):
         raise err(f"fork_optimizer={cfg['fork_optimizer']!r}: use 'carry' or 'fresh'")
+    if cfg["fork_start"] not in FORK_STARTS:
+        raise err(f"fork_start={cfg['fork_start']!r}: use one of {FORK_STARTS} (a from-scratch run ignores it)")
     if cfg["fork_from"]:
         if cfg["init_from"] not in ("scratch", "resume"):
             raise err(f"fork_from starts from a trunk's weights; init_from={cfg['init_from']!r} would too: set one")

@@ -40,6 +40,9 @@ report.md, report.json and plots to suite_dir (python report.py rebuilds them).
 A suite that declares a `ladder` (ablation/ladder.py) runs every variant x seed at every size, as
 `<size>/<variant>-seed<seed>` with the size's shape, token budget and learning rate in its arguments;
 each size directory is a suite of its own, and the report adds the effect's trend across sizes.
+A forked suite (fork_at) may declare `bridge_seeds`: every variant also from scratch on those seeds as
+`scratch-<variant>-seed<seed>`, apart from the branches (ablation/bridge.py); a ladder may declare
+`lr_check`: the baseline at multiples of the rule's learning rate at its ends as `<size>/lrcheck-x<f>-seed<s>`.
 """
 import ast
 import csv
@@ -61,7 +64,7 @@ import parallel
 import rundir
 import runtime
 import tokendata
-from ablation import compare, ladder, plan, suites
+from ablation import compare, ladder, ladder_power, plan, suites
 from slurm import jobs as slurm_jobs
 
 OPTIONS = dict(
@@ -200,7 +203,7 @@ def plan_runs(spec):
     if overrides.get("tokens_per_iter"):  # constant tokens per step: each run derives its accumulation
         overrides["gradient_accumulation_steps"] = 0
     suite = spec["suite"]
-    points = suite_points(suite) if suite else [p for grid in spec["grid"] for p in expand(grid)]
+    points = suite_points(suite) + bridge_points(suite) if suite else [p for grid in spec["grid"] for p in expand(grid)]
     if suite and suite["ladder"]:
         points = ladder_points(spec, overrides, points)
     sweep = os.path.basename(os.path.normpath(spec["sweep_dir"])).removeprefix("out-")
@@ -218,17 +221,23 @@ def plan_runs(spec):
         configs = point.get("config", [])
         argv = [*spec["base"], *([configs] if isinstance(configs, str) else configs), *spec["configs"],
                 *(f"--{k}={v!r}" for k, v in overrides.items() if k not in point),
-                *(f"--{k}={v!r}" for k, v in point.items() if k not in ("config", "variant", "size")),
+                *(f"--{k}={v!r}" for k, v in point.items() if k not in ("config", "variant", "size", "bridge",
+                                                                        "lr_check")),
                 f"--out_dir={out_dir}", f"--wandb_run_name={sweep}-{name.replace('/', '-')}"]
         if suite:
             argv.append(f"--wandb_group={sweep}")
         runs.append((name, point, argv))
     resolved = {name: resolve(argv, suite["nproc"] if suite else 1, name) for name, _, argv in runs}
+    scratch = [r for r in runs if r[1].get("bridge")]  # a bridge: from scratch, checked and paired on its own
+    checks = [r for r in runs if "lr_check" in r[1]]  # a ladder's learning-rate checks: from scratch, apart
+    runs = [r for r in runs if not r[1].get("bridge") and "lr_check" not in r[1]]
     if suite:
         check_confounds(suite, runs, resolved, spec)
+        if scratch:
+            check_confounds(suite, scratch, resolved, spec)
     if suite and suite["fork_at"]:
         runs = fork_plan(suite, runs, resolved, spec["sweep_dir"])
-    return runs
+    return runs + scratch + checks
 
 
 def fork_plan(suite, runs, resolved, sweep_dir):
@@ -295,9 +304,19 @@ def suite_points(suite):
             for seed in suite["seeds"]]
 
 
+def bridge_points(suite):
+    """A forked suite's bridge (bridge_seeds, ablation/bridge.py): every variant also from scratch on
+    those seeds, run as 'scratch-<variant>-seed<seed>', never forked and never pooled with the branches."""
+    return [{**body, "variant": variant, "seed": seed, "bridge": True} for variant, body in suite["variants"].items()
+            for seed in suite.get("bridge_seeds") or []]
+
+
 def suite_run_name(point):
-    """'<variant>-seed<seed>', in the size's subdirectory for a ladder ('w64/baseline-seed1')."""
-    name = f"{point['variant']}-seed{point['seed']}"
+    """'<variant>-seed<seed>', in the size's subdirectory for a ladder ('w64/baseline-seed1'); a
+    bridge's from-scratch run 'scratch-<variant>-seed<seed>'."""
+    name = f"{'scratch-' if point.get('bridge') else ''}{point['variant']}-seed{point['seed']}"
+    if "lr_check" in point:
+        name = f"lrcheck-x{point['lr_check']:g}-seed{point['seed']}"
     return f"{point['size']}/{name}" if "size" in point else name
 
 
@@ -315,7 +334,23 @@ def ladder_points(spec, overrides, points):
             raise configurator.ConfigError(f"variant {point['variant']!r}: {e}") from None
         for size, keys in sizes.items():
             sized.setdefault(size, []).append(dict(point, size=size, **keys))
-    return [p for size_points in sized.values() for p in size_points]
+    return [p for size_points in sized.values() for p in size_points] + lr_check_points(spec["suite"], sized)
+
+
+def lr_check_points(suite, sized):
+    """A ladder's lr_check (ablation/ladder_power.py): at its smallest and largest size the baseline of
+    the first seed from scratch, the whole budget, at 1x and each factor of the rule's learning rate,
+    as '<size>/lrcheck-x<factor>-seed<seed>': runs apart from the size's family, never compared in it."""
+    ladder_, out = suite["ladder"], []
+    if not ladder_.get("lr_check"):
+        return out
+    by_n = sorted(ladder_["sizes"], key=lambda n: ladder.non_embedding_params(ladder_["sizes"][n]))
+    for size in dict.fromkeys([by_n[0], by_n[-1]]):
+        base = next(p for p in sized[size] if p["variant"] == suite["baseline"] and p["seed"] == suite["seeds"][0])
+        for factor in [1.0, *ladder_["lr_check"]]:
+            out.append(dict(base, lr_check=factor, learning_rate=float(f"{base['learning_rate'] * factor:.4g}"),
+                            min_lr=float(f"{base['min_lr'] * factor:.4g}")))
+    return out
 
 
 def check_confounds(suite, runs, resolved, spec):
@@ -532,6 +567,8 @@ def main(argv, launch=launch_subprocess):
             print("\n".join(plan.ladder_plan_text(suite, len(runs), d, budget, slots) for d in pilots or [sweep_dir]))
         else:
             print(plan.seed_plan_text(suite, len(runs), pilots or [sweep_dir], budget, slots))
+        if suite["ladder"]:  # what the ladder costs in GPU-hours (ablation/ladder_power.py)
+            print("\n".join(ladder_power.compute_lines([resolve(argv, nproc) for _, _, argv in runs], suite["fork_at"])))
         return runs
     if options["dry_run"]:
         return runs

@@ -195,6 +195,8 @@ def build_for_training(cfg, layout, dtype, checkpoint, trunk):
     torch.manual_seed(tokendata.seed_of(cfg, "init"))
     raw_model = runtime.build_model(cfg, checkpoint, layout.tp_group).to(layout.device)
     forked = forking.load_weights(trunk, raw_model) if trunk else None  # (tensors loaded, new ones)
+    if trunk and cfg["fork_start"] == "preserve":  # new parameters start where the trunk's function is kept
+        forking.preserve_start(raw_model)
     if cfg["init_from"] not in ("scratch", "resume"):
         cfg.update({k: getattr(raw_model.config, k) for k in model_config_fields(GPTConfig)})
     # reduced_sync: count one tiny step's all-reduces against the schedule (before DDP's or FSDP's

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from ablation import compare, stats
+from ablation import compare, ladder_power, stats
 
 SHAPE_KEYS = ("n_layer", "n_embd", "n_head", "mla_latent_dim")  # what a size may overlay
 RULE_BASES = ("params", "width")
@@ -44,10 +44,17 @@ def check_ladder(ladder, variants):
     if not isinstance(ladder, dict) or not isinstance(ladder.get("sizes"), dict) or len(ladder["sizes"]) < 3:
         raise err("ladder must be dict(sizes={name: {shape keys}}, ...) with at least 3 sizes: a line through two "
                   "points has no interval")
-    unknown = set(ladder) - {"sizes", "reference", "tokens", "learning_rate", "alpha", "extrapolate_to"}
+    unknown = set(ladder) - {"sizes", "reference", "tokens", "learning_rate", "alpha", "extrapolate_to", "sd", "lr_check"}
     if unknown:
         raise err(f"ladder sets unknown keys {sorted(unknown)}: use sizes, reference, tokens, learning_rate, alpha, "
-                  f"extrapolate_to")
+                  f"extrapolate_to, sd, lr_check")
+    sd, lr_check = ladder.get("sd"), ladder.get("lr_check")
+    if sd is not None and not (isinstance(sd, float) and sd > 0):
+        raise err(f"ladder sd={sd!r}: the paired-difference sd the plan assumes at every size (a pilot's), a float > 0")
+    if lr_check is not None and not (isinstance(lr_check, tuple) and lr_check
+                                     and all(isinstance(f, float) and f > 0 and f != 1.0 for f in lr_check)):
+        raise err(f"ladder lr_check={lr_check!r}: factors of the rule's learning rate to check at the smallest and "
+                  f"largest size, e.g. (0.5, 2.0)")
     shapes = dict(ladder["sizes"])
     target = ladder.get("extrapolate_to")
     if target is not None and not (isinstance(target, tuple) and len(target) == 2 and isinstance(target[1], dict)):
@@ -74,7 +81,8 @@ def check_ladder(ladder, variants):
     if clash:
         raise err(f"variants {clash} set keys the ladder sets at each size: leave them to the ladder")
     return dict(sizes=shapes, reference=ladder["reference"], tokens=rules["tokens"],
-                learning_rate=rules["learning_rate"], alpha=alpha, extrapolate_to=list(target) if target else None)
+                learning_rate=rules["learning_rate"], alpha=alpha, extrapolate_to=list(target) if target else None,
+                sd=sd, lr_check=list(lr_check) if lr_check else None)
 
 
 def non_embedding_params(shape):
@@ -194,8 +202,8 @@ def fit_trend(effects, level, target_params=None):
                p=float(2 * stats.t.sf(abs(out["slope"]) / out["slope_se"], df)),
                smallest=fitted(out, math.exp(x.min())), largest=fitted(out, math.exp(x.max())),
                centre=fitted(out, math.exp(np.average(x, weights=1 / se ** 2))))
-    if target_params:
-        out["extrapolated"] = fitted(out, target_params)
+    if target_params:  # an interval only within one ladder width past the largest size
+        out["extrapolated"] = ladder_power.bound_extrapolation(fitted(out, target_params), np.exp(x).tolist())
     return out
 
 
@@ -262,6 +270,7 @@ def across_sizes(ladder, reports, goal):
         else:
             entry["fit"] = fit_trend(effects, level, out["extrapolate_to"]["params"] if target else None)
             entry["trend"], entry["why"] = classify(effects, entry["fit"], goal)
+            entry["detectable_slope"] = ladder_power.ladder_detectable(effects, level)  # 80% power, simulated
         out["variants"][variant] = entry
     return out
 

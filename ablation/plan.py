@@ -8,7 +8,7 @@ import os
 import numpy as np
 
 import rundir
-from ablation import compare, stats, suites
+from ablation import compare, ladder_power, stats, suites
 
 def seed_plan_text(suite, n_runs, pilots, budget_s=None, slots=1):
     """sweep.py --plan: the planner's answer for this suite before anything runs, from pilots
@@ -20,6 +20,13 @@ def seed_plan_text(suite, n_runs, pilots, budget_s=None, slots=1):
              f"{k} comparison(s) against {suite['baseline']!r}, family-wise alpha {alpha:g}, min_effect "
              + (f"{min_effect:g}" if min_effect else "not declared (warning: equivalence cannot be shown)")
              + f", {slots} run(s) at a time"]
+    bridge = len(suite.get("bridge_seeds") or []) * len(suite["variants"])
+    if bridge:  # ablation/bridge.py: every variant from scratch on the bridge seeds, the whole budget each
+        lines.append(f"bridge: {bridge} runs from scratch ({len(suite['variants'])} variants x bridge_seeds "
+                     f"{suite['bridge_seeds']}), each the whole budget (a trunk's and a branch's length), included in "
+                     f"the {n_runs} runs")
+    if suite.get("ladder"):  # the slope the ladder can detect, its extrapolation bound (ablation/ladder_power.py)
+        lines += ladder_power.plan_lines(suite["ladder"], len(suite["seeds"]), k)
     for pilot_dir in pilots:
         lines += pilot_plan_lines(suite, pilot_dir, budget_s, slots)
     return "\n".join(lines)
@@ -50,6 +57,10 @@ def pilot_plan_lines(suite, pilot_dir, budget_s, slots):
     lines.append(f"  wall time per seed: {per_seed:.0f} s ({len(suite['variants'])} runs of median {run_s:.0f} s"
                  + (f" + its trunk, {trunk_s:.0f} s" if trunk_s else "") + f", as timed in the pilot); "
                  f"{len(suite['seeds'])} seeds take about {minutes(len(suite['seeds'])):.0f} min")
+    if suite.get("bridge_seeds"):  # a from-scratch run is about a trunk plus a branch
+        bridge_s = len(suite["bridge_seeds"]) * len(suite["variants"]) * (run_s + trunk_s)
+        lines.append(f"  the bridge adds about {bridge_s / slots / 60:.0f} min ({len(suite['bridge_seeds'])} seeds x "
+                     f"{len(suite['variants'])} runs of about {run_s + trunk_s:.0f} s)")
     if min_effect:
         for label, s in (("at the sd", sd), ("at its upper bound", plan["sd_upper"])):
             n = stats.seeds_needed(s, min_effect, level)

@@ -76,12 +76,13 @@ def header_lines(report):
 
 
 def markdown(report, plots):
-    lines = header_lines(report) + [
+    head = header_lines(report)
+    lines = head[:1] + transfer_headline(report) + head[1:] + [
         "", "| variant | verdict | seeds | mean | sd | diff vs baseline | interval (confidence) | p | p (Holm) |",
         "|" + "---|" * 9]
     for name, v in report["variants"].items():
         lines.append(" | ".join([
-            f"| {name}", f"**{v['verdict']}**", str(v["n"]), fmt(v["mean"]), fmt(v["sd"]),
+            f"| {name}", f"**{v['verdict']}**" + bridge_cell(report, name), str(v["n"]), fmt(v["mean"]), fmt(v["sd"]),
             fmt(v.get("diff_mean")) if name != report["baseline"] else "-",
             interval_cell(v) if name != report["baseline"] else "-", fmt(v.get("p_value"), 3),
             fmt(v.get("p_holm"), 3)]) + " |")
@@ -101,11 +102,12 @@ def markdown(report, plots):
     if report.get("plan"):
         lines += ["", "## Seed plan", "", "```", stats.describe_plan(report["plan"]), "```"]
     lines += ["", "## Why each verdict", ""]
-    lines += [f"- **{name}**: {v['verdict']}: {v['why']}." for name, v in report["variants"].items()]
+    lines += [f"- **{name}**: {v['verdict']}: {v['why']}." + bridge_why(report, name)
+              for name, v in report["variants"].items()]
     pairing = [f"- {name}: {'; '.join(v['pairing'])}" for name, v in report["variants"].items() if "pairing" in v]
     if pairing:
         lines += ["", "## Pairing (same seed = same data order and initial shared weights)", "", *pairing]
-    lines += evidence_lines(report) + compute_matched_lines(report) + cost_lines(report) + hellaswag_lines(report)
+    lines += transfer_lines(report) + evidence_lines(report) + compute_matched_lines(report) + cost_lines(report) + hellaswag_lines(report)
     lines += lm_eval_results.report_lines(report)
     lines += ["", "## Runs", "", "| variant | seed | status | value at compared point | final tokens | out_dir |",
               "|---|---|---|---|---|---|"]
@@ -397,9 +399,39 @@ def extrapolation_text(across, fit):
         return ""
     e = fit["extrapolated"]
     largest = max(s["params"] for s in across["sizes"].values())
+    if e.get("supported") is False:  # ablation/ladder_power.py: beyond one ladder width past the largest size
+        return (f" Extrapolated to {target['name']} (N = {target['params']:,}, {e['widths']:.3g} ladder widths past "
+                f"the largest size): UNSUPPORTED LINE, no interval: the straight line reads {e['effect']:+.4g} there, "
+                f"but an interval is given only up to N = {e['limit']:,.0f} (one ladder width past the largest size).")
     return (f" Extrapolated to {target['name']} (N = {target['params']:,}, {target['params'] / largest:.3g}x the largest "
             f"size run): {e['effect']:+.4g} {stats.span(e['interval'])} ({stats.pct(fit['confidence'])}): an "
             f"extrapolation of a straight line in ln N beyond every measured size, not a measurement.")
+
+
+def detectable_text(v):
+    """Every trend statement with the slope the ladder could have detected (ablation/ladder_power.py)."""
+    if "detectable_slope" not in v:
+        return ""
+    found = v["detectable_slope"]
+    return (f" This ladder could have detected a slope of {found:.3g} per e-fold of N (80% power at its level, "
+            f"simulated from its per-size standard errors)." if found else
+            " This ladder could not detect any slope within 100 sds per e-fold of N at 80% power.")
+
+
+def lr_check_lines(report):
+    """The baseline at other multiples of the rule's learning rate at the ladder's ends (ladder lr_check)."""
+    check = report.get("lr_check")
+    if not check:
+        return []
+    lines = ["", "## Learning rate checked at the ends", "",
+             "The baseline from scratch, the whole budget, at multiples of the rule's learning rate (one seed): the "
+             "rule is supported at a size when 1x is not beaten by more than the margin.", "",
+             "| size | " + " | ".join(f"{f:g}x lr" for f in check["factors"]) + " | best | rule holds |",
+             "|---|" + "---|" * (len(check["factors"]) + 2)]
+    for size, row in check["sizes"].items():
+        lines.append(f"| {size} | " + " | ".join(fmt(row["values"].get(f"{f:g}")) for f in check["factors"])
+                     + f" | {fmt(row['best'])} | {row['holds']} |")
+    return lines
 
 
 def ladder_markdown(report, plot):
@@ -445,8 +477,9 @@ def ladder_markdown(report, plot):
             f"{f['smallest']['effect']:+.4g} {stats.span(f['smallest']['interval'])} | "
             f"{f['largest']['effect']:+.4g} {stats.span(f['largest']['interval'])} |" if f else "- | - | - | - | - |"))
     lines += ["", "What each variant does across sizes:", ""]
-    lines += [f"- **{name}**: {v['trend']}: {v['why']}." + extrapolation_text(across, v["fit"])
+    lines += [f"- **{name}**: {v['trend']}: {v['why']}." + detectable_text(v) + extrapolation_text(across, v["fit"])
               for name, v in across["variants"].items()]
+    lines += lr_check_lines(report)
     lines += ["", "A ladder tells how an effect moves over the sizes it ran, under its own rules for tokens and "
                   "learning rate; a trend fitted on a few small sizes says nothing certain about sizes far beyond "
                   "them (docs/ablation.md, 'Across sizes').", ""]
@@ -499,3 +532,73 @@ def ladder_plot(report, out_dir):
     fig.savefig(os.path.join(out_dir, "effect_vs_size.png"), dpi=110)
     plt.close(fig)
     return "effect_vs_size.png"
+
+
+# ----------------------------------------------------------------------------- how far a forked answer carries
+
+def transfer_headline(report):
+    """The first lines under the title when a forked verdict does not stand (ablation/bridge.py): the
+    bridge does not confirm its direction, or the loss jump at the fork exceeds the margin."""
+    stand = report.get("does_not_stand")
+    if not stand:
+        return []
+    return ["", "> **The forked verdicts of " + ", ".join(f"{n} ({'; '.join(why)})" for n, why in stand.items())
+            + " do not stand as answers to \"does it help?\"**: the fork's question (after the trunk's steps, does "
+              "switching help?) is not shown to carry to training the variant from scratch (see How far the forked "
+              "answer carries)."]
+
+
+def bridge_cell(report, name):
+    b = (report.get("bridge") or {}).get("variants", {}).get(name)
+    return f" (bridge: {b['status']})" if b else ""
+
+
+def bridge_why(report, name):
+    b = (report.get("bridge") or {}).get("variants", {}).get(name)
+    if not b:
+        return ""
+    confirmed = "confirms its direction" if b["status"] == "confirms" else "does NOT confirm its direction"
+    return f" The bridge {confirmed} ({b['status']}: {b.get('why', '')})."
+
+
+def ratio_text(b):
+    if b["kind"] == "bounded":
+        return f"{fmt(b['ratio'], 3)} {stats.span(b['interval'])}"
+    if b["kind"] == "unbounded":
+        return f"{fmt(b['ratio'], 3)}, unbounded (the from-scratch interval holds 0)"
+    return "-"
+
+
+def transfer_lines(report):
+    """The loss jump at the fork per variant and the bridge's table."""
+    lines = []
+    jumps = report.get("fork_jumps")
+    if jumps is not None:
+        margin = report.get("min_effect")
+        lines += ["", "## Loss jump at the fork", "",
+                  f"Each branch's first evaluation (at the fork point) minus its seed's baseline branch's: what the "
+                  f"variant starts the comparison from. A jump beyond the margin (±{fmt(margin)}) is a design problem "
+                  f"(new parameters starting cold, fork_start='own'), not an effect." if margin else
+                  "Each branch's first evaluation (at the fork point) minus its seed's baseline branch's (no margin "
+                  "declared, so no jump is judged).", "",
+                  "| variant | mean jump | per seed | judged |", "|---|---|---|---|"]
+        for name, j in jumps.items():
+            lines.append(f"| {name} | {signed(j['mean'])} | {', '.join(signed(x) for x in j['per_seed'].values())} | "
+                         + ("no evaluation at the fork point (an eval_interval that divides fork_at shows it)"
+                            if j["mean"] is None else "**design problem: beyond the margin**" if j["beyond_margin"]
+                            else "within the margin" if j["margin"] else "-") + " |")
+    b = report.get("bridge")
+    if b:
+        lines += ["", "## How far the forked answer carries (bridge to from scratch)", "",
+                  f"Every variant also trained from scratch on seeds {b['seeds']} ({b['design']}), compared at "
+                  f"{fmt(b['compared_at_tokens'])} tokens. Ratio = forked effect / from-scratch effect, Fieller's "
+                  f"interval at each comparison's level; unbounded when the from-scratch effect cannot be told from "
+                  f"0. Only 'confirms' lets a forked verdict answer \"does it help?\".", "",
+                  "| variant | forked effect (seeds) | forked verdict | from-scratch effect (seeds) | from-scratch verdict "
+                  "| ratio [interval] | signs agree | bridge |", "|---|---|---|---|---|---|---|---|"]
+        for name, v in b["variants"].items():
+            lines.append(f"| {name} | {signed(v['forked'])} ({v['forked_n']}) | {v['forked_verdict']} | "
+                         f"{signed(v['scratch'])} ({v['scratch_n']}) | {v['scratch_verdict']} | {ratio_text(v)} | "
+                         f"{'-' if v['signs_agree'] is None else 'yes' if v['signs_agree'] else '**no**'} | "
+                         f"**{v['status']}** |")
+    return lines

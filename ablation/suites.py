@@ -10,7 +10,7 @@ import re
 import time
 
 import rundir
-from ablation import compare, ladder, render, stats
+from ablation import bridge, compare, ladder, ladder_power, render, stats
 from configurator import ConfigError
 
 SUITE_KEYS = ("variants", "baseline", "seeds", "metric", "allowed")
@@ -76,9 +76,27 @@ def read_suite(namespace, name, here, known_keys):
     if fork_at is not None and not (isinstance(fork_at, int) and not isinstance(fork_at, bool) and fork_at >= 1):
         raise err(f"fork_at={fork_at!r}: the iteration at which every variant leaves its seed's baseline trunk, "
                   f"an integer >= 1 (or leave it out: every run from scratch)")
+    bridge_seeds = check_bridge_seeds(namespace.get("bridge_seeds"), fork_at, sizes)
     return dict(name=name, variants=variants, baseline=namespace["baseline"], seeds=list(seeds),
                 metric=namespace["metric"], allowed=list(namespace["allowed"]), nproc=nproc, heatmap=heatmap,
-                alpha=alpha, min_effect=min_effect, looks=looks, ladder=sizes, fork_at=fork_at)
+                alpha=alpha, min_effect=min_effect, looks=looks, ladder=sizes, fork_at=fork_at,
+                bridge_seeds=bridge_seeds)
+
+
+def check_bridge_seeds(seeds, fork_at, sizes):
+    """bridge_seeds (ablation/bridge.py): seeds on which every variant also trains from scratch, so
+    that the report can say how the forked effect relates to the from-scratch one."""
+    if seeds is None:
+        return None
+    if fork_at is None:
+        raise ConfigError("bridge_seeds without fork_at: a suite from scratch needs no bridge; leave it out")
+    if sizes:
+        raise ConfigError("bridge_seeds on a ladder: not supported; bridge the reference size as a suite of its own")
+    if not (isinstance(seeds, list) and len(seeds) >= 2 and len(set(seeds)) == len(seeds)
+            and all(isinstance(s, int) for s in seeds)):
+        raise ConfigError(f"bridge_seeds={seeds!r}: a list of at least 2 distinct integers (each trains every "
+                          f"variant from scratch; the ratio's interval needs a spread)")
+    return list(seeds)
 
 
 def freeze_suite(suite, runs, sweep_dir):
@@ -87,12 +105,14 @@ def freeze_suite(suite, runs, sweep_dir):
     flattering one); runs added later (more seeds or variants) go into the suite's record, with the
     number of looks taken before them, so a report can say the suite grew after it was looked at."""
     path = os.path.join(sweep_dir, "suite.json")
-    wanted = {name: [p["variant"], p["seed"]] for name, p, _ in runs if not p.get("trunk")}
+    wanted = {name: [p["variant"], p["seed"]] for name, p, _ in runs
+              if not p.get("trunk") and not p.get("bridge") and "lr_check" not in p}
+    scratch = {name: [p["variant"], p["seed"]] for name, p, _ in runs if p.get("bridge")}  # never pooled with wanted
     first = check_declaration(suite, sweep_dir)
     if first is None:
         os.makedirs(sweep_dir, exist_ok=True)
         with rundir.atomic_write(path, "w") as f:  # a torn suite.json would lose the plan
-            json.dump(dict(suite, runs=wanted), f, indent=1)
+            json.dump(dict(suite, runs=wanted, **({"bridge_runs": scratch} if scratch else {})), f, indent=1)
     else:
         record = read_suite_record(sweep_dir)
         known = suite_runs(first, record)
@@ -100,6 +120,11 @@ def freeze_suite(suite, runs, sweep_dir):
         if added:
             append_suite_record(sweep_dir, dict(event="added", runs=added,
                                                          looks_before=len(compare.looks_taken(record))))
+        known_bridge = dict(first.get("bridge_runs") or {}, **{k: v for e in record if e.get("event") == "bridge_added"
+                                                                for k, v in e["runs"].items()})
+        if set(scratch) - set(known_bridge):
+            append_suite_record(sweep_dir, dict(event="bridge_added", runs={n: scratch[n] for n in scratch
+                                                                           if n not in known_bridge}))
     if suite.get("ladder"):  # each size is an ordinary suite of its own in suite_dir/<size>
         for size in suite["ladder"]["sizes"]:
             own = [(ladder.size_of(name)[1], p, argv) for name, p, argv in runs if p["size"] == size]
@@ -269,6 +294,7 @@ def report_suite_dir(suite_dir, out_dir=None, plan=None):
         raise ValueError(f"{suite_dir} declared {', '.join(f'{k}={suite[k]!r}' for k in refused)} before its runs: "
                          f"it cannot be changed here")
     report = compare.compare(dict(suite, **late), runs)
+    bridge.add_to_report(report, runs, suite_dir)  # the loss jump at a fork; the bridge to from-scratch effects
     if late:
         report["declared_after_the_runs"] = sorted(late)
     # Every report that reads a test is a look at the data: the suite's record keeps it, before the report
@@ -297,13 +323,14 @@ def report_ladder_dir(suite_dir, out_dir=None, plan=None):
             reports[size] = json.load(f)
     goal = compare.check_metric(declared["metric"])[2]
     across = ladder.across_sizes(declared["ladder"], reports, goal)
+    checked = ladder_power.lr_check(suite_dir, declared)  # the rule's learning rate at the ladder's ends
     report = dict(suite=declared["name"], metric=declared["metric"], goal=goal, baseline=declared["baseline"],
                   allowed=declared["allowed"], designs={s: r["design"].split(":")[0] for s, r in reports.items()},
                   per_size={s: dict(compared_at_tokens=r["compared_at_tokens"],
                                                                  alpha=r["alpha"], comparisons=r["comparisons"],
                                                                  report=os.path.join(s, "report.md"))
                                                           for s, r in reports.items()},
-                  across_sizes=across)
+                  across_sizes=across, **({"lr_check": checked} if checked else {}))
     os.makedirs(out_dir, exist_ok=True)
     plot = render.ladder_plot(report, out_dir)
     return render.save_report(report, render.ladder_markdown(report, plot), out_dir)

@@ -15,3 +15,6 @@ fork_at = 250
 # Planned from a 14-seed pilot (--plan --pilot): paired-difference sd 0.0024, 325 s of wall time per
 # seed on 2 cores; 4 seeds would detect 0.01, 8 leave room for noisier variants within 30 minutes.
 seeds = list(range(1, 9))
+# The bridge (ablation/bridge.py): every variant also from scratch on three seeds (scratch-<variant>-seed<s>),
+# so that the report says whether each forked verdict's direction carries to training from scratch.
+bridge_seeds = [1, 2, 3]

@@ -224,8 +224,9 @@ def test_every_shipped_suite_plans_without_confounds(path):
         runs = sweep.main([path, *extra, "--dry_run=True"])
         seeds = {p["seed"] for _, p, _ in runs}
         sizes = {p.get("size") for _, p, _ in runs}  # a ladder runs every variant x seed at each size
-        branches = [p for _, p, _ in runs if not p.get("trunk")]  # a fork suite adds one trunk per seed and size
-        trunks = len(runs) - len(branches)
+        apart = [p for _, p, _ in runs if p.get("bridge") or "lr_check" in p]  # from scratch, outside the family
+        branches = [p for _, p, _ in runs if not p.get("trunk") and p not in apart]  # a fork suite adds one trunk per seed and size
+        trunks = len(runs) - len(branches) - len(apart)
         assert trunks in (0, len(seeds) * len(sizes)) and all(p.get("after") for p in branches) == bool(trunks)
         assert len(seeds) >= 3 and len(branches) == len({p["variant"] for p in branches}) * len(seeds) * len(sizes)
 
