@@ -225,9 +225,33 @@ def plan_runs(spec):
     resolved = {name: resolve(argv, suite["nproc"] if suite else 1) for name, _, argv in runs}
     if suite:
         check_confounds(suite, runs, resolved, spec)
+        runs = equal_flops_evals(suite, runs, resolved)
     if suite and suite["fork_at"]:
         runs = fork_plan(suite, runs, resolved, spec["sweep_dir"])
     return runs
+
+
+def equal_flops_evals(suite, runs, resolved):
+    """Each variant that costs other model FLOPs per token than the baseline also evaluates at its
+    equal-FLOPs point (eval_at): the iteration where it has spent the baseline's FLOPs of the whole
+    budget, a fork's trunk counted at the baseline's rate (compare.equal_flops_tokens). The report
+    reads the metric there and never between evaluations. FLOPs per token are known before the runs."""
+    base = {(p.get("size"), p["seed"]): resolved[name] for name, p, _ in runs if p["variant"] == suite["baseline"]}
+    flops = functools.lru_cache(maxsize=None)(lambda key: runtime.flops_per_token(json.loads(key)))
+    per_token = lambda cfg: flops(json.dumps({k: v for k, v in cfg.items() if k not in compare.BOOKKEEPING},
+                                             sort_keys=True))
+    out = []
+    for name, point, argv in runs:
+        cfg, ref = resolved[name], base[(point.get("size"), point["seed"])]
+        own, theirs, tpi = per_token(cfg), per_token(ref), cfg["tokens_per_iter"]
+        if own != theirs and not cfg["max_time"]:  # a time budget ends runs where nobody can plan for
+            at = round(compare.equal_flops_tokens(runtime.last_iter(ref) * tpi, (suite["fork_at"] or 0) * tpi,
+                                                  theirs, own) / tpi)
+            if (suite["fork_at"] or 0) < at < runtime.last_iter(cfg):  # at the end: the final evaluation
+                argv = [*argv, f"--eval_at={[at]!r}"]
+                resolved[name] = dict(cfg, eval_at=[at])
+        out.append((name, point, argv))
+    return out
 
 
 def fork_plan(suite, runs, resolved, sweep_dir):

@@ -50,6 +50,12 @@ def interval_cell(v):
     return holm or "-"
 
 
+def design_label(report):
+    """The design in a few words, for every verdict line, caption and plot title: a forked suite and
+    a from-scratch one answer different questions (compare.design says which)."""
+    return f"forked at step {report['fork_at']}" if report.get("fork_at") is not None else "from scratch"
+
+
 def header_lines(report):
     metric, tokens = report["metric"], report["compared_at_tokens"]
     better = "lower" if report["goal"] == "lower" else "higher"
@@ -164,16 +170,26 @@ def compute_matched_lines(report):
     matched = [(n, v["compute_matched"]) for n, v in report["variants"].items() if v.get("compute_matched")]
     if not matched:
         return []
-    lines = ["", "## At equal model FLOPs", "",
+    forked = report.get("fork_at") is not None
+    lines = ["", f"## At equal model FLOPs ({design_label(report)})", "",
              f"The baseline's model FLOPs at the compared point ({matched[0][1]['flops']:.4g}): each variant's "
-             f"{report['metric']} at the token count where it spent as much (linear between its evaluations; "
-             f"'-' where it never got there), paired with the baseline seed. A family of its own: Holm over these "
-             f"{len(matched)} comparisons at alpha {report['alpha']:.3g}, each interval at its Holm step's level.", "",
-             "| variant | FLOPs/token x | tokens at equal FLOPs | diff vs baseline | verdict | interval (confidence) "
-             "| p | p (Holm) |", "|---|---|---|---|---|---|---|---|"]
+             f"{report['metric']} at the token count where it spent as much"
+             + (", its trunk's tokens counted at the baseline's FLOPs per token (the trunk is the baseline's model)"
+                if forked else "")
+             + f", read from its evaluation there (sweep.py schedules one, eval_at), paired with the baseline seed. "
+             f"Nothing is interpolated between evaluations: a seed whose closest evaluation is more than "
+             f"{matched[0][1]['tolerance']:.0%} of the FLOPs budget away is 'not evaluated' and its variant gets no "
+             f"verdict here. A family of its own: Holm over these {len(matched)} comparisons at alpha "
+             f"{report['alpha']:.3g}, each interval at its Holm step's level (not simultaneous).", "",
+             "| variant | FLOPs/token x | tokens at equal FLOPs | evaluated at | diff vs baseline | verdict | "
+             "interval (confidence) | p | p (Holm) |", "|---|---|---|---|---|---|---|---|---|"]
     for name, m in matched:
-        lines.append(f"| {name} | {m['flops_ratio']:.3f} | {m['tokens']:,.0f} | {signed(m['diff_mean'])} | "
-                     f"{m['verdict']} | {interval_cell(m)} | {fmt(m['p_value'], 3)} | {fmt(m['p_holm'], 3)} |")
+        at = sorted({t for t in m.get("evaluated_at", {}).values() if t is not None})
+        lines.append(f"| {name} | {m['flops_ratio']:.3f} | {thousands(round(m['tokens']) if m['tokens'] else None)} | "
+                     f"{', '.join(f'{t:,}' for t in at) or '-'} | {signed(m['diff_mean'])} | {m['verdict']} | "
+                     f"{interval_cell(m)} | {fmt(m['p_value'], 3)} | {fmt(m['p_holm'], 3)} |")
+    lines += [f"- {name}: not evaluated at the equal-FLOPs point in {', '.join(m['missing'])}"
+              for name, m in matched if m["missing"]]
     return lines
 
 
@@ -181,9 +197,13 @@ def cost_lines(report):
     costs = [(n, v["cost"], v.get("cost_ratio", {})) for n, v in report["variants"].items() if v.get("cost")]
     if not costs:
         return []
-    lines = ["", "## Cost", "",
+    trunk = report.get("trunk_cost")
+    lines = ["", f"## Cost ({design_label(report)})", "",
              "Throughput per run = its tokens / its summed training-step time; the median over seeds [min, max], "
-             "and the step time that follows from it. FLOPs per token count every matmul with weights (6N) and "
+             "and the step time that follows from it."
+             + (" A branch counts only its own steps after the fork (its log carries its trunk's tokens and time "
+                "on); the trunks, one per seed and shared by every branch, stand on their own row." if trunk else "")
+             + " FLOPs per token count every matmul with weights (6N) and "
              "the attention as it runs (RA's mix doubles the score width; a learned gate runs two attentions). "
              "No throughput ratio is given where its timings (the variant's or the baseline's) are flagged.",
              "", "| variant | tokens/s [range] | x baseline | step time ms | parameters | x | FLOPs/token | x | "
@@ -195,7 +215,13 @@ def cost_lines(report):
                      f"{speed} | {fmt(c['step_time_ms'], 4)} | {thousands(c['parameters'])} | "
                      f"{fmt(ratio.get('parameters'), 4)} | {thousands(c['flops_per_token'])} | "
                      f"{fmt(ratio.get('flops_per_token'), 4)} | {fmt(c['peak_memory_mib'], 4)} | {fmt(c['max_load'], 3)} |")
-    unreliable = [r for _, c, _ in costs for r in c["unreliable"]]
+    if trunk:
+        low, high = trunk["tokens_per_sec_range"]
+        lines.append(f"| (trunks, baseline model) | {trunk['tokens_per_sec']:,.0f} [{low:,.0f}, {high:,.0f}] | - | "
+                     f"{fmt(trunk['step_time_ms'], 4)} | {thousands(trunk['parameters'])} | - | "
+                     f"{thousands(trunk['flops_per_token'])} | - | {fmt(trunk['peak_memory_mib'], 4)} | "
+                     f"{fmt(trunk['max_load'], 3)} |")
+    unreliable = [r for _, c, _ in costs + ([("trunk", trunk, {})] if trunk else []) for r in c["unreliable"]]
     if unreliable:
         lines += ["", f"**Timings not to be trusted** (logged step times spread more than "
                       f"x{compare.TIMING_SPREAD_LIMIT} between the 10th and 90th percentile, e.g. other work on the "

@@ -239,6 +239,33 @@ def test_the_final_evaluation_reads_final_eval_iters_batches(data_dir, tmp_path,
     assert rundir.read_run_info(other)["facts"]["eval_windows"] != info["eval_windows"]
 
 
+def test_eval_at_adds_an_evaluation_read_like_the_final_one(data_dir, tmp_path, monkeypatch):
+    """sweep.py schedules each variant's equal-FLOPs point as eval_at: an evaluation there (off the
+    eval_interval grid) on final_eval_iters batches, and no checkpoint."""
+    out = str(tmp_path / "run")
+    read = []
+    real = runtime.eval_offsets
+    monkeypatch.setattr(runtime, "eval_offsets", lambda cfg, n, batches=0: read.append(batches) or real(cfg, n, batches))
+    train.main(tiny_args(data_dir, out, "--final_eval_iters=7", "--eval_at=[6]"))
+    evals = [e["iter"] for e in rundir.read_events(out) if e["event"] == "eval"]
+    assert evals == [0, 4, 6, 8] and read[-8:] == [0, 0, 0, 0, 0, 7, 0, 7]
+    with pytest.raises(configurator.ConfigError, match="eval_at"):
+        train.main(tiny_args(data_dir, str(tmp_path / "bad"), "--eval_at=[9]"))
+
+
+def test_a_suite_schedules_each_variants_equal_flops_evaluation_before_the_runs():
+    """The RA twin forked at 250 of 500 steps (2048 tokens each): late costs 1.044x the baseline's FLOPs
+    per token, so its equal-FLOPs point is 512,000 trunk tokens + 512,000 / 1.044 = 1,002,407 tokens,
+    iteration 489 (not 1,024,000 / 1.044 = 980,813 as if it had run the trunk itself)."""
+    spec, _ = sweep.parse_args(["suites/ra_shakespeare.py"])
+    runs = {name: sweep.resolve(argv, 1) for name, _, argv in sweep.plan_runs(spec)}
+    base, late = runtime.flops_per_token(runs["baseline-seed1"]), runtime.flops_per_token(runs["late-seed1"])
+    assert compare.equal_flops_tokens(1_024_000, 512_000, base, late) == pytest.approx(1_002_407, abs=1)
+    assert runs["late-seed1"]["eval_at"] == [489] and runs["early-seed1"]["eval_at"] == [489]
+    assert runs["baseline-seed1"]["eval_at"] == runs["trunk-seed1"]["eval_at"] == []
+    assert runs["all-seed3"]["eval_at"] == [480] and runs["learn-seed3"]["eval_at"] == [463]
+
+
 def launched_span(suite_dir):
     """The suite's runs from the first start to the last exit, as the local launcher timed them."""
     lines = [json.loads(line) for line in open(os.path.join(suite_dir, suites.LAUNCHES))]
