@@ -259,11 +259,11 @@ def test_a_suite_schedules_each_variants_equal_flops_evaluation_before_the_runs(
     iteration 489 (not 1,024,000 / 1.044 = 980,813 as if it had run the trunk itself)."""
     spec, _ = sweep.parse_args(["suites/ra_shakespeare.py"])
     runs = {name: sweep.resolve(argv, 1) for name, _, argv in sweep.plan_runs(spec)}
-    base, late = runtime.flops_per_token(runs["baseline-seed1"]), runtime.flops_per_token(runs["late-seed1"])
+    base, late = runtime.flops_per_token(runs["baseline-seed15"]), runtime.flops_per_token(runs["late-seed15"])
     assert compare.equal_flops_tokens(1_024_000, 512_000, base, late) == pytest.approx(1_002_407, abs=1)
-    assert runs["late-seed1"]["eval_at"] == [489] and runs["early-seed1"]["eval_at"] == [489]
-    assert runs["baseline-seed1"]["eval_at"] == runs["trunk-seed1"]["eval_at"] == []
-    assert runs["all-seed3"]["eval_at"] == [480] and runs["learn-seed3"]["eval_at"] == [463]
+    assert runs["late-seed15"]["eval_at"] == [489] and runs["early-seed15"]["eval_at"] == [489]
+    assert runs["baseline-seed15"]["eval_at"] == runs["trunk-seed15"]["eval_at"] == []
+    assert runs["all-seed17"]["eval_at"] == [480] and runs["learn-seed17"]["eval_at"] == [463]
 
 
 def launched_span(suite_dir):
