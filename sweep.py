@@ -510,7 +510,7 @@ def main(argv, launch=launch_subprocess):
         own = os.path.join(sweep_dir, suite["ladder"]["reference"]) if suite["ladder"] else sweep_dir  # a size's family
         pilots = [p.strip() for p in options["pilot"].split(",") if p.strip()] or [own]
         slots = len(default_gpus(options["gpus"], nproc, options["cpu_runs"]))
-        print(plan.seed_plan_text(suite, len(runs), pilots, parse_budget(options["budget"]), slots))
+        print(plan.seed_plan_text(suite, len(runs), pilots, parse_budget(options["budget"]), slots, own_dir=own))
         return runs
     if options["dry_run"]:
         return runs

@@ -255,10 +255,10 @@ def compare(suite, runs):
     report["looked_at_seeds"] = seeds
     report["alpha"], report["sequential"] = sequential_alpha(suite, seeds)
     report["level"] = stats.family_level(report["alpha"], k)
-    sd, df = pooled_difference_sd(report)
-    if sd is not None:
-        report["plan"] = stats.plan_seeds(sd, df, max(len(s) for s in suite["variants"].values()), k,
-                                          report["alpha"], report["min_effect"])
+    plan = stats.plan_variants(difference_sds(report), max(len(s) for s in suite["variants"].values()), k,
+                               report["alpha"], report["min_effect"])
+    if plan:
+        report["plan"] = plan
     decide(report)
     add_hellaswag(report, suite, runs)
     add_evidence(report, suite, runs)
@@ -325,13 +325,12 @@ def decide(report):
         del v["blocked"], v["test"]
 
 
-def pooled_difference_sd(report):
-    """(sd, degrees of freedom) of the paired differences pooled over the variants that have one
-    (variances weighted by their degrees of freedom): what the seed planner needs."""
-    parts = [(len(v["differences"]) - 1, v["diff_sd"]) for n, v in report["variants"].items()
-             if n != report["baseline"] and v.get("diff_sd") is not None and len(v.get("differences", [])) > 1]
-    df = sum(d for d, _ in parts)
-    return (math.sqrt(sum(d * sd ** 2 for d, sd in parts) / df), df) if df else (None, 0)
+def difference_sds(report):
+    """{variant: (sd, degrees of freedom) of its own paired differences, or None without two}: what
+    the seed planner plans each variant by (stats.plan_variants)."""
+    return {n: (v["diff_sd"], len(v["differences"]) - 1) if v.get("diff_sd") is not None
+            and len(v.get("differences", [])) > 1 else None
+            for n, v in report["variants"].items() if n != report["baseline"]}
 
 
 def fork_point(run):

@@ -445,3 +445,28 @@ print(time.perf_counter() - start, (resource.getrusage(resource.RUSAGE_SELF).ru_
     result = json.load(open(tmp_path / "report" / "report.json"))
     assert result["variants"]["var"]["signs"]["resamples"] == stats.SIGN_FLIP_RESAMPLES
     assert "random patterns" in open(tmp_path / "report" / "report.md").read()
+
+
+def test_every_verdict_line_caption_and_plot_title_names_the_design(tmp_path, monkeypatch):
+    """Issue 40: a forked suite answers another question than a from-scratch one; its design was on the
+    report's second line only. Now the verdict table's caption, every 'why' line, the equal-FLOPs and
+    cost captions and every plot title name it, with the margin's question."""
+    runs = {}
+    for s in (1, 2, 3):
+        runs[("base", s)] = forked(fake_run(tmp_path / f"b{s}", lambda t, s=s: 3.0 - t / 10000 + 0.01 * s,
+                                            [100.0] * 5), 2500, 30.0, ())
+        runs[("dear", s)] = forked(fake_run(tmp_path / f"d{s}", lambda t, s=s: 3.02 - t / 10000 + 0.011 * s,
+                                            [100.0] * 5, flops_per_token=1250), 2500, 30.0, (4500,))
+    suite = suite_of(runs)
+    report = compare.compare(suite, runs)
+    titles = []
+    import matplotlib.axes
+    real = matplotlib.axes.Axes.set
+    monkeypatch.setattr(matplotlib.axes.Axes, "set", lambda ax, **kw: titles.append(kw.get("title")) or real(ax, **kw))
+    text = open(render.write_report(report, runs, str(tmp_path / "report"))).read()
+    why = text.split("## Why each verdict")[1].split("\n## ")[0]
+    lines = [line for line in why.splitlines() if line.startswith("- **")]
+    assert len(lines) == 2 and all("(forked at step 25)" in line for line in lines), lines
+    assert "Verdicts (forked at step 25):" in text and "## At equal model FLOPs (forked at step 25)" in text
+    assert "## Cost (forked at step 25)" in text and "The margin is about the forked question" in text
+    assert titles and all(t.endswith("forked at step 25") for t in filter(None, titles)), titles
