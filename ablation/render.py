@@ -76,7 +76,7 @@ def header_lines(report):
     metric, tokens = report["metric"], report["compared_at_tokens"]
     better = "lower" if report["goal"] == "lower" else "higher"
     finals = list(filter(None, report["final_tokens"].values()))
-    return [f"# Ablation report: {report['suite']}", "",
+    return [f"# Ablation report: {report['suite']} ({design_label(report)})", "",
             f"Design: {report['design']}" if report.get("design") else "",  # reports written before designs
             f"Deciding metric (declared before the runs): **{metric}** ({better} is better), compared at "
             f"**{fmt(tokens)} tokens**, the largest token count at which every finished run was evaluated "
@@ -453,6 +453,7 @@ def ladder_markdown(report, plot):
     across, metric = report["across_sizes"], report["metric"]
     sizes = across["sizes"]
     lines = [f"# Ablation report across sizes: {report['suite']}", "",
+             f"Design: {report['design']}" if report.get("design") else "",
              f"Deciding metric (declared before the runs): **{metric}** ({report['goal']} is better), paired "
              f"differences variant minus baseline (`{report['baseline']}`), same seed, same size. Each size is one "
              f"family (Holm within it at its own alpha, its full report linked below), compared at the largest token "

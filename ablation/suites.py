@@ -252,7 +252,9 @@ def report_ladder_dir(suite_dir, out_dir=None, plan=None):
             reports[size] = json.load(f)
     goal = compare.check_metric(declared["metric"])[2]
     across = ladder.across_sizes(declared["ladder"], reports, goal)
+    designs = sorted({r.get("design") for r in reports.values() if r.get("design")})
     report = dict(suite=declared["name"], metric=declared["metric"], goal=goal, baseline=declared["baseline"],
+                  design="; ".join(designs) or None,
                   allowed=declared["allowed"], per_size={s: dict(compared_at_tokens=r["compared_at_tokens"],
                                                                  alpha=r["alpha"], comparisons=r["comparisons"],
                                                                  report=os.path.join(s, "report.md"))
