@@ -138,6 +138,13 @@ def test_aa_suite_and_positive_control(data_dir, tmp_path, capsys):
     assert "2 comparison(s)" in planned and f"noisiest, {plan['noisiest']}" in planned
     assert f"needs {plan['seeds_needed']} seeds" in planned
     assert "warning: the pilot ran seeds" not in planned  # its own runs: the suite itself, no other pilot
+    # Issue 40: another suite planned from this one as its pilot is told to take disjoint seeds: seeds the
+    # pilot ran would be the pilot's own runs, bit for bit, a look before its report
+    sweep.main([*suite_args(data_dir, path), "--plan=True", f"--pilot={suite_dir}", "--budget=30m",
+                f"--sweep_dir={tmp_path / 'next'}"], launch=in_process(calls))
+    planned = capsys.readouterr().out
+    assert "warning: the pilot ran seeds [1, 2, 3], which are also this suite's" in planned
+    assert "so: seeds = list(range(4, " in planned
     assert len(calls) == 9  # planning runs nothing
     # The metric is frozen by the first run.
     text = open(path).read().replace("metric = 'val_loss'", "metric = 'train_loss'")
