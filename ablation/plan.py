@@ -44,9 +44,9 @@ def pilot_plan_lines(suite, pilot_dir, budget_s, slots, own_dir=None):
     sd = plan["sd"]
     lines.append(stats.describe_plan(plan))
     pilot_seeds = sorted({s for seeds in pilot["variants"].values() for s in seeds})
-    first = max(pilot_seeds, default=0) + 1
-    overlap = sorted(set(pilot_seeds) & set(suite["seeds"]))
     own = own_dir is not None and os.path.realpath(pilot_dir) == os.path.realpath(own_dir)
+    first = 1 if own else max(pilot_seeds, default=0) + 1  # another suite's pilot: seeds after its own
+    overlap = sorted(set(pilot_seeds) & set(suite["seeds"]))
     if overlap and not own:
         lines.append(f"  warning: the pilot ran seeds {overlap}, which are also this suite's: their runs would be the "
                      f"pilot's own, bit for bit, so the suite's report would not be its first look at them. Use seeds "
@@ -73,8 +73,8 @@ def pilot_plan_lines(suite, pilot_dir, budget_s, slots, own_dir=None):
             f"at the sd's upper bound)" if found else ": too few to detect anything"))
     if budget_s:
         n = int(budget_s * slots // per_seed)
-        lines.append(f"  so: seeds = list(range({first}, {first + n})) in the suite file (disjoint from the pilot's), "
-                     f"declared before its runs")
+        lines.append(f"  so: seeds = list(range({first}, {first + n})) in the suite file"
+                     + ("" if own else " (disjoint from the pilot's)") + ", declared before its runs")
     return lines
 
 
