@@ -35,7 +35,9 @@ config is compared with the baseline's: a difference in a key that is not allowe
 suite (--allow_confounds=True runs it anyway; the report still calls it not comparable). The
 metric is frozen in suite_dir/suite.json by the first run; runs added later and every report (a
 look) go into suite_dir/suite_record.jsonl (docs/ablation.md: a suite may declare `looks`, the seed
-counts of its planned reports). The runs share a W&B group; at the end ablation_report.py writes
+counts of its planned reports). A variant that costs other model FLOPs per token than the baseline also evaluates at its
+equal-FLOPs iteration (eval_at; a fork's trunk counted at the baseline's rate), where the report
+reads it. The runs share a W&B group; at the end ablation_report.py writes
 report.md, report.json and plots to suite_dir (python report.py rebuilds them).
 A suite that declares a `ladder` (ladder.py) runs every variant x seed at every size, as
 `<size>/<variant>-seed<seed>` with the size's shape, token budget and learning rate in its arguments;
