@@ -47,6 +47,8 @@ def interval_cell(v):
     if v.get("verdict") == "equivalent":
         return margin
     if v.get("verdict", "").startswith(("better", "worse")) and margin:
+        if v["interval"] == v["equivalence_interval"]:  # Holm's first step tests at alpha/k: the same interval
+            return f"{stats.span(v['interval'])} {stats.pct(v['interval_confidence'])} Holm step = simultaneous"
         return f"{holm}; {margin}"
     return holm or "-"
 
@@ -67,9 +69,9 @@ def margin_question(report):
                 f"the variant.")
     return (f" The margin is about the forked question (switching to the variant after step {report['fork_at']}), "
             f"not the from-scratch one: a forked effect can be a fraction of the same variant's from-scratch effect "
-            f"(0.18x to 0.80x on the RA twin, docs/ablation.md), so 'equivalent within ±{report['min_effect']:g}' here "
-            f"is a weaker statement on the from-scratch scale, and a margin taken from a from-scratch suite should "
-            f"be read at that shrinkage.")
+            f"(docs/ablation.md measures the shrinkage on the RA twin), so 'equivalent within ±{report['min_effect']:g}' "
+            f"here is a weaker statement on the from-scratch scale, and a margin taken from a from-scratch suite "
+            f"should be read at that shrinkage.")
 
 
 def header_lines(report):
