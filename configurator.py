@@ -26,28 +26,32 @@ class ConfigError(ValueError):
 
 
 class HelpRequested(Exception):
-    """--help among the arguments: run_script answers it with help_text(defaults)."""
+    """--help among the arguments: run_script answers it with help_text(doc, *documented), the
+    script's keys as one or more module-level dicts (a tool's own OPTIONS and the keys it shares)."""
 
-    def __init__(self, defaults):
+    def __init__(self, *documented):
         super().__init__("--help")
-        self.defaults = defaults
+        self.documented = documented
 
 
 def run_script(main, *user_errors):
     """main(sys.argv[1:]) for a script's __main__: a ConfigError or one of `user_errors` (a mistake
     in the input or a fault outside the program, not a bug) ends the process with its one-line
     message instead of a traceback, and with the error's exit_code where it has one (else 1);
-    --help prints the script's docstring and keys and exits 0. Under torchrun every rank checks the
-    same config, so a ConfigError is printed by each node's first rank only (once per node)."""
+    --help prints the script's docstring and keys and exits 0. An int that main returns is the exit
+    status (a check script's 1 when a check failed); any other result means 0. Under torchrun every
+    rank checks the same config, so a ConfigError is printed by each node's first rank only (once
+    per node)."""
     try:
-        main(sys.argv[1:])
+        status = main(sys.argv[1:])
     except HelpRequested as request:
-        print(help_text(sys.modules[main.__module__].__doc__, request.defaults))
+        print(help_text(sys.modules[main.__module__].__doc__, *request.documented))
         sys.exit(0)
     except (ConfigError, *user_errors) as e:
         if not isinstance(e, ConfigError) or int(os.environ.get("LOCAL_RANK", 0)) == 0:
             print(f"error: {e}", file=sys.stderr)
         sys.exit(getattr(e, "exit_code", 1))
+    sys.exit(status if type(status) is int else 0)
 
 
 def apply_config(defaults, argv):
@@ -65,11 +69,14 @@ def apply_config(defaults, argv):
     return config
 
 
-def options_and_paths(argv, defaults, text_keys=()):
-    """A tool's (options, positional arguments): --key=value checked against `defaults` (the
-    text_keys kept as written: '1,2' stays a string), every other argument a path; --help answered."""
+def options_and_paths(argv, *documented, text_keys=()):
+    """A tool's (options, positional arguments): --key=value checked against the defaults, one or
+    more module-level dicts (a tool's own OPTIONS, then keys it shares with other tools; a key
+    belongs to one of them) that --help lists in that order; the text_keys kept as written ('1,2'
+    stays a string); every other argument a path."""
     if any(arg in HELP_FLAGS for arg in argv):
-        raise HelpRequested(defaults)
+        raise HelpRequested(*documented)
+    defaults = merged(documented)
     options, paths = dict(defaults), []
     for arg in argv:
         key, raw = split_arg(arg, defaults)
@@ -80,6 +87,17 @@ def options_and_paths(argv, defaults, text_keys=()):
         else:
             set_key(options, defaults, key, parse_value(raw), source=arg)
     return options, paths
+
+
+def merged(documented):
+    """One dict of the keys of several; a key in two of them is a mistake in the script."""
+    defaults = {}
+    for keys in documented:
+        twice = sorted(set(defaults) & set(keys))
+        if twice:
+            raise ValueError(f"{twice} defined twice: a key belongs to one dict of defaults")
+        defaults.update(keys)
+    return defaults
 
 
 def split_arg(arg, defaults):
@@ -149,16 +167,19 @@ def check_type(key, value, default, source):
 
 # ----------------------------------------------------------------------------- --help
 
-def help_text(doc, defaults):
+def help_text(doc, *documented):
     """The script's docstring, then one line per key: `--key=default  meaning`, the meaning being
-    the comment beside the key where DEFAULTS is written (comment lines between keys are headings)."""
+    the comment beside the key where its dict is written (comment lines between keys are headings);
+    the keys of several dicts (a tool's own, then those it shares) one dict after the other."""
+    defaults = merged(documented)
     lines = [(doc or "").strip(), "", "keys (--key=default, then its meaning):"]
     width = max(len(f"--{k}={v!r}") for k, v in defaults.items())
-    for key, comment in documented_keys(defaults):
-        if key is None:
-            lines.append(f"  # {comment}")
-        else:
-            lines.append(f"  {f'--{key}={defaults[key]!r}':<{width}}  {comment}".rstrip())
+    for keys in documented:
+        for key, comment in documented_keys(keys):
+            if key is None:
+                lines.append(f"  # {comment}")
+            else:
+                lines.append(f"  {f'--{key}={defaults[key]!r}':<{width}}  {comment}".rstrip())
     return "\n".join(lines)
 
 

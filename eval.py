@@ -14,7 +14,9 @@ import parallel
 import rundir
 import tokendata
 from evaluation import evaluate_perplexity
-from runtime import check_dtype, check_token_file, data_dir_of, load_model, precision
+from runtime import load_model
+from devices import check_dtype, precision
+from tokendata import check_token_file, data_dir_of
 
 DEFAULTS = dict(
     out_dir="out",

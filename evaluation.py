@@ -35,9 +35,9 @@ import torch.distributed as dist
 from torch.nn import functional as F
 
 import tokendata
-from runtime import REPO_DIR, get_batch
+from tokendata import get_batch
 
-HELLASWAG_DIR = os.path.join(REPO_DIR, "data", "hellaswag")
+HELLASWAG_DIR = os.path.join(tokendata.DATA_ROOT, "hellaswag")
 URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_{}.jsonl"
 SPLITS = ("train", "val", "test")
 PAD_ID = 0  # any valid id: padding follows the scored tokens, and causal attention never looks ahead

@@ -43,9 +43,9 @@ def recipe_differences(cfg, trunk_cfg):
 
 
 def read_trunk(cfg):
-    """The trunk's final checkpoint, checked before anything is built: the trunk finished, its
-    checkpoint is readable and ends where the trunk ended, its recipe is the branch's. Each problem
-    is one line naming the trunk."""
+    """The trunk's final checkpoint, checked before anything is built: the trunk finished and is no
+    branch itself, it ended before this run's budget, its checkpoint is readable (its digest holds)
+    and ends where the trunk ended, its recipe is the branch's. Each problem is one line naming the trunk."""
     trunk = cfg["fork_from"]
     err = configurator.ConfigError
     retrain = f"delete {trunk} and run the suite again to retrain the trunk"
@@ -53,6 +53,16 @@ def read_trunk(cfg):
     if status != "finished":
         raise err(f"fork_from={trunk!r}: the trunk is {status}, not finished: run it to its end first "
                   f"(sweep.py runs a suite's trunks before their branches)")
+    events = rundir.read_events(trunk)
+    source = next((e.get("trunk") for e in events if e["event"] == "fork"), None)
+    if source is not None:
+        raise err(f"fork_from={trunk!r} is itself a branch (forked from {source}), holding its own model's weights: "
+                  f"fork from a trunk, a run trained from scratch")
+    last = rundir.finished(events)[-1]["iter"]
+    if last >= runtime.last_iter(cfg):
+        raise err(f"fork_from={trunk!r}: the trunk ended at iteration {last}, at or after this run's last "
+                  f"({runtime.last_iter(cfg)}), so nothing would be trained: fork from a trunk stopped earlier, "
+                  f"or give this run a larger budget")
     path = os.path.join(trunk, CHECKPOINT_FILE)
     if not os.path.exists(path):
         raise err(f"fork_from={trunk!r}: the trunk has no {CHECKPOINT_FILE} (it ran with save_checkpoint=False "
@@ -61,7 +71,6 @@ def read_trunk(cfg):
         ckpt = rundir.load_checkpoint_file(path)
     except rundir.RunDirError as e:
         raise rundir.RunDirError(f"the trunk checkpoint is damaged: {e}; or {retrain}") from None
-    last = rundir.finished(rundir.read_events(trunk))[-1]["iter"]
     if ckpt.get("iter_num") != last or "param_names" not in ckpt:
         raise rundir.RunDirError(f"the trunk checkpoint {path} is at iteration {ckpt.get('iter_num')}, not the trunk's "
                                  f"last ({last}), or was written before forks existed: {retrain}")
@@ -79,21 +88,36 @@ def load_weights(ckpt, model):
     model declares new. Returns (loaded, new) tensor counts."""
     trunk = unwrap_state_dict(ckpt["model"])
     own = model.state_dict()
+    check_tensors({n: t.shape for n, t in trunk.items()}, model, f"fork_from={ckpt['config']['out_dir']!r}")
+    model.load_state_dict({**own, **{n: trunk[n] for n in own if n in trunk}})
+    return len(own) - len(set(own) - set(trunk)), len(set(own) - set(trunk))
+
+
+def check_tensors(trunk, model, where):
+    """The branch's model can take the trunk's tensors ({name: shape}): it keeps every one in its
+    shape, and its extra tensors are ones it declares new; else one line naming them."""
+    own = {n: t.shape for n, t in model.state_dict().items()}
     allowed_new = set(model.fork_new_parameters()) if hasattr(model, "fork_new_parameters") else set()
     dropped = [n for n in trunk if n not in own]
-    reshaped = [f"{n} {tuple(trunk[n].shape)} -> {tuple(own[n].shape)}" for n in own if n in trunk
-                and trunk[n].shape != own[n].shape]
+    reshaped = [f"{n} {tuple(trunk[n])} -> {tuple(own[n])}" for n in own if n in trunk and trunk[n] != own[n]]
     unexplained = [n for n in own if n not in trunk and n not in allowed_new]
     if dropped or reshaped or unexplained:
         what = "; ".join(f"{label}: {', '.join(names[:3])}" + (" ..." if len(names) > 3 else "")
                          for label, names in (("trunk tensors the branch lacks", dropped),
                                               ("other shapes", reshaped),
                                               ("branch tensors neither in the trunk nor new", unexplained)) if names)
-        raise configurator.ConfigError(f"fork_from={ckpt['config']['out_dir']!r}: the branch's model cannot continue "
-                                       f"the trunk's ({what}); fork only variants whose model keeps the baseline's "
-                                       f"tensors and declares its additions (fork_new_parameters)")
-    model.load_state_dict({**own, **{n: trunk[n] for n in own if n in trunk}})
-    return len(own) - len(set(own) - set(trunk)), len(set(own) - set(trunk))
+        raise configurator.ConfigError(f"{where}: the branch's model cannot continue the trunk's ({what}); fork only "
+                                       f"variants whose model keeps the baseline's tensors and declares its additions "
+                                       f"(fork_new_parameters)")
+
+
+def check_models_fork(branch_cfg, trunk_cfg, where):
+    """Before any run (sweep.py's fork plan): the branch's model takes the trunk's tensors, with both
+    models built on the meta device (shapes only: no memory, no weights, no time)."""
+    import torch
+    with torch.device("meta"):
+        trunk, branch = runtime.build_model(trunk_cfg), runtime.build_model(branch_cfg)
+    check_tensors({n: t.shape for n, t in trunk.state_dict().items()}, branch, where)
 
 
 def load_optimizer(ckpt, model, optimizer, fresh):

@@ -2,20 +2,20 @@
 
     python gpu_check.py                   # prints one table, writes gpu_check.json
     python gpu_check.py --json=out.json
+    python gpu_check.py --help            # this text and the keys
 
 What the CPU test suite cannot see (it runs gloo, the Triton interpreter and no autocast on CUDA):
 - the fused RA kernels against the float64 reference (ra_model.reciprocal_manual) in float32,
   bfloat16 and float16 at head sizes 64 and 128, forward and gradients, every mode;
 - a few training steps of train.py (as a subprocess, as users run it) for each head_loss, each
   attention implementation, compile off and on: the loss must be finite and fall;
-- a step timed by runtime.DeviceTimer (what train.py logs) against CUDA events on the same steps;
+- a step timed by devices.DeviceTimer (what train.py logs) against CUDA events on the same steps;
 - sharding.memory_estimate's step peak against torch.cuda.max_memory_allocated;
 - which SDPA kernel runs, and the data-sheet peak MFU is against next to a measured matmul peak;
 - the fused RA kernel's forward+backward time against SDPA's.
 Each row says pass or FAIL; the exit status is 1 when any row failed. Without a GPU it says so in
 one line and exits 1. Not part of the test suite: commit its output to docs/ (docs/kernels.md).
 """
-import argparse
 import importlib.util
 import json
 import os
@@ -28,7 +28,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+import configurator
+
 REPO = os.path.dirname(os.path.abspath(__file__))
+OPTIONS = dict(
+    json="gpu_check.json",  # where the rows are written
+)
 # Largest error against the float64 reference, relative to the reference's largest magnitude.
 TOLERANCE = {"float32": 2e-3, "bfloat16": 3e-2, "float16": 5e-3}
 TRAIN_RUNS = [dict(head_loss="full"), dict(head_loss="chunked"), dict(head_loss="liger"), dict(head_loss="cce"),
@@ -115,6 +120,7 @@ def train_rows(directory):
 def step_timing_and_memory_rows(device):
     """One GPT-2-shaped training step: DeviceTimer against CUDA events, the memory estimate against
     the allocator's peak, the SDPA kernel, MFU's data-sheet peak against a measured matmul peak."""
+    import devices
     import runtime
     import sharding
     from model import GPT, peak_flops
@@ -123,7 +129,7 @@ def step_timing_and_memory_rows(device):
     model = GPT(runtime.model_config(cfg)).to(device)
     optimizer = model.configure_optimizers("adamw", 6e-4, 0.1, impl="fused")
     idx = torch.randint(0, cfg["vocab_size"], (cfg["batch_size"], cfg["block_size"]), device=device)
-    _, autocast = runtime.precision("bfloat16", device)
+    _, autocast = devices.precision("bfloat16", device)
 
     def step():
         with autocast:
@@ -134,7 +140,7 @@ def step_timing_and_memory_rows(device):
 
     for _ in range(3):
         step()
-    timer, timed, events = runtime.DeviceTimer(device), [], []
+    timer, timed, events = devices.DeviceTimer(device), [], []
     torch.cuda.reset_peak_memory_stats(device)
     for _ in range(10):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -149,9 +155,9 @@ def step_timing_and_memory_rows(device):
     # the estimate's GPU reserve is for workspaces outside PyTorch's allocator counts: compare without it
     ratio = (estimate["step"] - sharding.RESERVE_BYTES) / peak
     timing = float(np.median(timed)) / float(np.median(events))
-    measured = runtime.matmul_peak_flops(device, "bfloat16")
+    measured = devices.matmul_peak_flops(device, "bfloat16")
     listed = peak_flops(device)
-    backend = runtime.sdpa_backend(device, "bfloat16", 12, 64, 1024)
+    backend = devices.sdpa_backend(device, "bfloat16", 12, 64, 1024)
     return [
         row("step time: DeviceTimer / CUDA events", 0.95 <= timing <= 1.10, f"{timing:.3f}",
             f"median {np.median(timed):.1f} ms vs {np.median(events):.1f} ms, GPT-2 124M, 8 x 1024, bf16"),
@@ -184,9 +190,11 @@ def fused_speed_row(device):
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--json", default="gpu_check.json", help="where the rows are written")
-    args = parser.parse_args(argv)
+    options, extra = configurator.options_and_paths(argv, OPTIONS, text_keys=("json",))
+    if extra:
+        raise configurator.ConfigError(f"{extra[0]!r}: gpu_check.py takes only --json=PATH (--help)")
+    if not options["json"]:
+        raise configurator.ConfigError("--json='': name the file the rows are written to")
     if not torch.cuda.is_available():
         print("gpu_check.py: no GPU is visible to PyTorch (torch.cuda.is_available() is False): nothing to check",
               file=sys.stderr)
@@ -203,12 +211,12 @@ def main(argv):
     for r in rows:
         verdict = {True: "pass", False: "FAIL", None: "n/a"}[r["passed"]]
         print(f"{r['check']:<{width}}  {verdict:<4}  {r['measured']:<22}  {r['detail']}")
-    with open(args.json, "w") as f:
+    with open(options["json"], "w") as f:
         json.dump(dict(device=name, torch=torch.__version__, hip=torch.version.hip, cuda=torch.version.cuda,
                        seconds=time.perf_counter() - started, rows=rows), f, indent=1)
-    print(f"wrote {args.json}")
+    print(f"wrote {options['json']}")
     return 0 if all(r["passed"] is not False for r in rows) else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    configurator.run_script(main)

@@ -16,7 +16,8 @@ import rundir
 import runrecord
 from evaluation import SPLITS, evaluate_hellaswag, load_examples, write_items
 import parallel
-from runtime import check_dtype, load_model, precision
+from runtime import load_model
+from devices import check_dtype, precision
 
 DEFAULTS = dict(
     out_dir="out",

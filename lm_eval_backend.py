@@ -1,6 +1,6 @@
 """The workbench's checkpoints as an lm-evaluation-harness model ("workbench"): every model type
 (GPT, RA, MLA, gated attention, reduced-sync) on our own model classes, on the CPU or a GPU, under the
-run's dtype. lm_eval_run.py puts it on lm-eval's command line; lm_eval_results.py reads what it wrote.
+run's dtype. lm_eval_run.py puts it on lm-eval's command line; ablation/lm_eval_results.py reads what it wrote.
 
 Scoring follows evaluation.py: a continuation's log-likelihood is the sum over its tokens of
 logit - logsumexp(logits) over the model's whole vocabulary (padding rows included, as eval.py's
@@ -28,7 +28,8 @@ import runrecord
 import tokendata
 from configurator import ConfigError
 from evaluation import PAD_ID, order_free_logsumexp
-from runtime import check_dtype, load_model, precision
+from runtime import load_model
+from devices import check_dtype, precision
 
 MODEL_NAME = "workbench"
 

@@ -313,7 +313,7 @@ class GPT(nn.Module):
         return 6 * self.get_num_params() + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
 
     def estimate_mfu(self, tokens_per_second_per_device, device, peak=None):
-        """Model FLOPs utilization against `peak` FLOP/s (a measured one: runtime.matmul_peak_flops),
+        """Model FLOPs utilization against `peak` FLOP/s (a measured one: devices.matmul_peak_flops),
         by default the device's data-sheet dense bf16 peak; None when no peak is known (CPUs,
         unlisted GPUs) rather than a misleading number."""
         peak = peak or peak_flops(device)

@@ -10,9 +10,9 @@ runtime.validate calls `validate` at start-up; train.py calls `build_optimizer` 
     optimizer.step()
     pruner.step(iter_num)          re-apply the masks; recompute them on the schedule
 
-Formulas and schedules follow ../shared/RESEARCH.md ("Pruning and optimizers"). Every extra state
-(SPAM's gradient-norm history and reset clock, the masks) is in a state_dict, so a resumed run
-continues exactly.
+Formulas and schedules: docs/experiments.md ("Pruning: scores and the sparsity ramp", "AdamW-SPAM").
+Every extra state (SPAM's gradient-norm history and reset clock, the masks) is in a state_dict, so a
+resumed run continues exactly.
 """
 import math
 import re
@@ -120,7 +120,7 @@ def step_kwargs(optimizer, grad_norm):
 
 class AdamWSPAM(torch.optim.Optimizer):
     """AdamW (AMSGrad) with SPAM's spike handling (Huang et al. 2025, "SPAM: Spike-Aware Adam with
-    Momentum Reset"), as the notes ran it:
+    Momentum Reset"), as the pruning / MLA study ran it:
 
     - element clipping: a gradient entry with g^2 > theta * v_hat (v_hat the bias-corrected second
       moment before this step) is clipped to sign(g) * sqrt(theta * v_hat). Bias correction matters:
@@ -239,7 +239,7 @@ def optimizer_metrics(optimizer):
 
 # ----------------------------------------------------------------------------- pruning scores
 # w the weight, m = exp_avg, v = exp_avg_sq (zeros where the optimizer keeps no state). Higher
-# scores are kept; the lowest are pruned. Formulas: ../shared/RESEARCH.md.
+# scores are kept; the lowest are pruned. Formulas: docs/experiments.md.
 
 def score_magnitude(w, m, v):
     return w.abs()

@@ -156,15 +156,16 @@ class ParallelLayout:
 
     def wrap(self, model, dtype, cfg):
         """The model the training step calls: sharded in place (before the optimizer, which must hold
-        the sharded parameters; blocks compiled one by one), else compiled and wrapped in DDP."""
+        the sharded parameters; blocks compiled one by one), else wrapped in DDP, then compiled. In that
+        order dynamo splits the compiled graph at DDP's bucket boundaries, so each bucket's all-reduce
+        overlaps the rest of the backward; compiled first, the whole backward would run as one op and
+        every all-reduce would wait for its end."""
         if self.sharded:
             return sharding.shard_model(model, self.shard_mesh, dtype, cfg["fsdp_reduce_dtype"], cfg["compile"])
-        if cfg["compile"]:
-            model = torch.compile(model)
         if self.distributed:
             model = DDP(model, device_ids=[self.local_rank] if self.device.startswith("cuda") else None,
                         process_group=self.dp_group)
-        return model
+        return torch.compile(model) if cfg["compile"] else model
 
     def gradient_sync(self, model, last):
         """DDP would all-reduce after every backward, FSDP reduce-scatter: only the last micro-step
@@ -202,6 +203,14 @@ class ParallelLayout:
     def barrier(self):
         if self.distributed:
             dist.barrier()
+
+    def broadcast_object(self, obj):
+        """Rank 0's `obj` on every rank (a picklable value; a no-op on one process)."""
+        if not self.distributed:
+            return obj
+        holder = [obj]
+        dist.broadcast_object_list(holder, src=0, device=self.device if self.device.startswith("cuda") else None)
+        return holder[0]
 
     # ------------------------------------------------------------------------- memory
 

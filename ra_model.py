@@ -54,7 +54,7 @@ RA_ALPHA_LEARN = ("none", "layer", "head")
 @dataclass
 class RAConfig(GPTConfig):
     # which layers are reciprocal: 'none', 'early' (first half), 'late' (second half), 'all',
-    # 'alternate' (layers 1, 3, 5, ...), 'learned' (every layer, gated: the notes' RALEARN; ra_mode
+    # 'alternate' (layers 1, 3, 5, ...), 'learned' (every layer, gated: the RA study's RALEARN; ra_mode
     # is not used), or 'layers' (the indices in ra_layers)
     ra_pattern: str = "none"
     ra_layers: list = field(default_factory=list)
@@ -143,6 +143,38 @@ def sdpa(q, k, v, **kwargs):
     return F.scaled_dot_product_attention(F.pad(q, (0, dv - dqk)), F.pad(k, (0, dv - dqk)), v, **kwargs)
 
 
+_unequal_value_size = {}  # (device, dtype) -> whether a fused SDPA backend takes Dv != Dqk there
+
+
+def sdpa_takes_unequal_value_size(device, dtype):
+    """Whether a fused SDPA backend (flash, memory-efficient, cuDNN; not the math kernel, which
+    materializes the T x T scores) runs a value head size different from the query/key one on this
+    device and dtype. Probed once with a tiny causal call; where none does, mix pads its values
+    (`sdpa`) and a one-line warning says so."""
+    key = (str(device), dtype)
+    if key not in _unequal_value_size:
+        # run eagerly even inside a compiled region (disable wraps at call time: importing dynamo
+        # with the module would import Triton before a test can choose its interpreter mode)
+        _unequal_value_size[key] = torch.compiler.disable(_probe_unequal_value_size)(device, dtype)
+        if not _unequal_value_size[key]:
+            warn_once(f"reciprocal_sdpa: no fused SDPA backend takes a value head size unlike q's on {device} "
+                      f"({dtype}); mix pads v to the doubled head size")
+    return _unequal_value_size[key]
+
+
+def _probe_unequal_value_size(device, dtype):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    q, v = torch.zeros(1, 1, 16, 32, device=device, dtype=dtype), torch.zeros(1, 1, 16, 16, device=device, dtype=dtype)
+    fused = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
+    try:
+        with warnings.catch_warnings(), sdpa_kernel(fused):
+            warnings.simplefilter("ignore")  # each refusing backend warns why
+            F.scaled_dot_product_attention(q, q, v, is_causal=True)
+        return True
+    except RuntimeError:
+        return False
+
+
 def reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p):
     """The RA variants through F.scaled_dot_product_attention; no T x T scores in memory."""
     T, d = q.size(-2), q.size(-1)
@@ -160,10 +192,13 @@ def reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p):
         return torch.lerp(y, recip(q, k, v), p.to(y.dtype))  # (1-p)*y + p*y_recip
     # mix. SDPA would scale by 1/sqrt(2d), the head size of the doubled vectors: pass 1/sqrt(d).
     # alpha may be a learned fp32 parameter: cast back so autocast's bf16 operands stay one dtype.
+    # v keeps its head size d where a fused backend takes d != 2d (else sdpa pads it: 2d columns
+    # of P @ V where d would do).
+    attend = F.scaled_dot_product_attention if sdpa_takes_unequal_value_size(q.device, q.dtype) else sdpa
     q2 = torch.cat([q, (alpha * k).to(q.dtype)], dim=-1)
     if near is None:
         k2 = torch.cat([k, q], dim=-1)
-        return sdpa(q2, k2, v, dropout_p=dropout_p, is_causal=True, scale=1.0 / math.sqrt(d))
+        return attend(q2, k2, v, dropout_p=dropout_p, is_causal=True, scale=1.0 / math.sqrt(d))
     # Windowed mix: each key appears twice, once as [k_j, q_j] (allowed inside the band, so its
     # logit gets alpha*k_i.q_j) and once as [k_j, 0] (allowed outside it: S_ij alone). Every causal
     # pair is allowed exactly once, so one softmax over the 2T keys is exact.
@@ -171,7 +206,7 @@ def reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p):
     v2 = torch.cat([v, v], dim=-2)
     causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     mask = torch.cat([near, causal & ~near], dim=-1)  # (T, 2T) bool
-    return sdpa(q2, k2, v2, attn_mask=mask, dropout_p=dropout_p, scale=1.0 / math.sqrt(d))
+    return attend(q2, k2, v2, attn_mask=mask, dropout_p=dropout_p, scale=1.0 / math.sqrt(d))
 
 
 def reciprocal_manual(q, k, v, mode, alpha, p, window, dropout_p):
@@ -180,7 +215,7 @@ def reciprocal_manual(q, k, v, mode, alpha, p, window, dropout_p):
     kernels (kernels/ra_attention.py) are tested against it."""
     T, d = q.size(-2), q.size(-1)
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(d)  # S_ij = q_i.k_j, not yet masked
-    # S^T from the UNMASKED scores, masked afterwards. The notes' bug transposed an already masked
+    # S^T from the UNMASKED scores, masked afterwards. The RA study's bug transposed an already masked
     # S: its -inf moved to the past and the scores S_ji of future tokens j > i into row i.
     recip = scores.transpose(-2, -1)  # k_i.q_j
     causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
@@ -413,7 +448,7 @@ class RAGPT(GPT):
 
     def fork_new_parameters(self):
         """What a baseline trunk lacks and a branch forked from it keeps at its own initialization
-        (fork.py): the learned alphas, the gate logits and the output gates."""
+        (forking.py): the learned alphas, the gate logits and the output gates."""
         own = ("ra_alpha", "ra_gate_logit", "c_gate")
         return [n for n, _ in self.named_parameters() if any(part in own for part in n.split("."))]
 

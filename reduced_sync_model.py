@@ -9,7 +9,7 @@ One model, two executions:
 Both count their all-reduces per forward pass (forward and backward separately); `metrics()`
 reports them and `startup_report()` checks them against the expected number.
 
-Block types (p = tp_size, shard i = rank i's heads and MLP columns; see ../shared/RESEARCH.md):
+Block types (p = tp_size, shard i = rank i's heads and MLP columns; see docs/experiments.md):
 - tp: Megatron. x = x + g(attn_i(f(LN1(x)))) + b_o, then the same for the MLP. f is identity
   forward / all-reduce of the gradient backward, g the reverse: 2 all-reduces forward, 2 backward.
 - spd: Sync-Point Drop, one sync. a_i = attn_i(LN1(x)) (unsummed partial),
@@ -122,7 +122,7 @@ def expected_syncs(cfg):
 # ----------------------------------------------------------------------------- sync points
 
 # The reduced-sync experiments in config/: file name -> all-reduces per forward pass that its name
-# promises. test_all_architectures.py checks each promise and bench_comm.py times each schedule.
+# promises. test_all_architectures.py checks each promise and tools/bench_comm.py times each schedule.
 REDUCED_SYNC_CONFIGS = {
     "train_gpt2_24comm": 24, "train_gpt2_18comm": 18, "train_gpt2_16comm": 16, "train_gpt2_12comm": 12,
     "train_gpt2_8comm": 8, "train_gpt2_6comm": 6, "train_spd_12sync": 12, "train_grouped_6sync": 6,

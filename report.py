@@ -13,6 +13,7 @@ import os
 import sys
 
 import configurator
+import rundir
 from ablation import compare, render, suites
 
 OPTIONS = dict(
@@ -48,6 +49,17 @@ def main(argv):
         raise configurator.ConfigError("--alpha must lie in (0, 1) and --min_effect be >= 0")
     if not dirs:
         raise configurator.ConfigError("give a suite directory or run directories (python report.py --help)")
+    if options["out"]:
+        rundir.check_output_dir(options["out"])
+    try:
+        return build(options, dirs)
+    except OSError as e:  # a full disk, a read-only suite directory or --out
+        where = e.filename or options["out"] or dirs[0]
+        raise rundir.RunDirError(rundir.describe_write_error(e, where, "the report is incomplete: free space, or "
+                                                             "write it elsewhere with --out=DIR")) from None
+
+
+def build(options, dirs):
     missing = [d for d in dirs if not os.path.isdir(d)]
     if missing:
         raise configurator.ConfigError(f"{missing[0]} is not a directory")
@@ -73,4 +85,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    configurator.run_script(main)
+    configurator.run_script(main, rundir.RunDirError)

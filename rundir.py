@@ -9,6 +9,7 @@ import contextlib
 import errno
 import fcntl
 import glob
+import hashlib
 import json
 import math
 import os
@@ -59,6 +60,40 @@ def out_dir_lock(out_dir, holder="run"):
         f.close()
 
 
+# ----------------------------------------------------------------------------- directories a tool owns
+
+OWNER_FILE = ".created_by"  # written by fresh_tool_dir into a directory it creates: the tool may empty it later
+
+
+def check_output_dir(path, option="--out"):
+    """An output directory named on a command line: not empty, not a file; one line otherwise."""
+    if not path:
+        raise RunDirError(f"{option} is empty: name a directory")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise RunDirError(f"{option}={path} is a file: name a directory")
+
+
+def fresh_tool_dir(path, tool):
+    """An empty directory for `tool`'s output. One this tool created earlier (it holds OWNER_FILE
+    naming the tool) is emptied; any other existing directory is refused, so no tool ever removes a
+    directory, nor the files in it, that it did not create (--out=. would be the checkout)."""
+    import shutil
+    check_output_dir(path)
+    if os.path.isdir(path):
+        marker = os.path.join(path, OWNER_FILE)
+        owner = open(marker).read().strip() if os.path.isfile(marker) else None
+        if owner != tool:
+            raise RunDirError(f"--out={path} exists and was not created by {tool}: nothing was deleted; choose a "
+                              f"new --out (the tool empties only a directory it created)")
+        shutil.rmtree(path)
+    try:
+        os.makedirs(path)
+        with open(os.path.join(path, OWNER_FILE), "w") as f:
+            f.write(tool + "\n")
+    except OSError as e:
+        raise RunDirError(f"cannot create {path} ({e.strerror}): choose a writable --out") from None
+
+
 # ----------------------------------------------------------------------------- checkpoints
 
 @contextlib.contextmanager
@@ -77,7 +112,6 @@ def atomic_write(path, mode="wb"):
             os.remove(tmp)
         raise
     os.replace(tmp, path)
-
 
 
 def describe_write_error(error, path, consequence):
@@ -103,6 +137,7 @@ def save_checkpoint(path, state):
     OSError, or the exception a signal handler raised) is its __context__, and that is what we raise."""
     import torch  # here, not above: the comparison engine reads run directories without torch
     had_one = os.path.exists(path)
+    state = dict(state, **{DIGEST_KEY: state_digest(state)})  # checked by every load: a flipped byte is named
     try:
         with atomic_write(path) as f:
             torch.save(state, f)
@@ -121,7 +156,7 @@ def load_checkpoint_file(path):
     so a crafted file cannot execute code when unpickled. Anything else is refused in one line."""
     import torch
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         # torch names the offending global ("Trying to load unsupported GLOBAL posix.system ..."): quote it
         found = re.search(r"GLOBAL (\S+)", str(e))
@@ -131,6 +166,43 @@ def load_checkpoint_file(path):
     except (RuntimeError, zipfile.BadZipFile, EOFError) as e:
         raise RunDirError(f"{path} is not a readable checkpoint ({str(e).splitlines()[0][:120]}): "
                           f"restore it from a copy or start a new run") from None
+    recorded = state.pop(DIGEST_KEY, None) if isinstance(state, dict) else None  # None: written before digests
+    if recorded is not None and recorded != state_digest(state):
+        raise RunDirError(f"{path} is damaged: its contents do not match the sha256 recorded when it was written "
+                          f"(a flipped byte, a bad disk or copy): restore it from a copy, or delete it and train again")
+    return state
+
+
+DIGEST_KEY = "sha256"  # inside every checkpoint: written with it, in one atomic file, so the two never disagree
+
+
+def state_digest(state):
+    """sha256 over a checkpoint's contents in order: every tensor's dtype, shape and bytes, every other
+    value's repr (a digest of the file itself could not live inside it). torch.load checks no checksum:
+    without this, bytes flipped inside a tensor load silently as other weights."""
+    import torch
+    h = hashlib.sha256()
+
+    def walk(x):
+        if torch.is_tensor(x):
+            flat = x.detach().to("cpu").contiguous().reshape(-1)
+            h.update(f"tensor {flat.dtype} {tuple(x.shape)}".encode())
+            h.update(flat.view(torch.uint8).numpy())
+        elif isinstance(x, dict):
+            h.update(b"{")
+            for k, v in x.items():
+                h.update(repr(k).encode() + b":")
+                walk(v)
+            h.update(b"}")
+        elif isinstance(x, (list, tuple)):
+            h.update(b"[")
+            for v in x:
+                walk(v)
+            h.update(b"]")
+        else:
+            h.update(repr(x).encode() + b",")
+    walk({k: v for k, v in state.items() if k != DIGEST_KEY})
+    return h.hexdigest()
 
 
 # ----------------------------------------------------------------------------- log.jsonl

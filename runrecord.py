@@ -8,7 +8,7 @@
   initial weight, the model and optimizer classes, dtype, device type, a CPU op's thread count,
   torch and code versions.
 
-sweep.py and report.py (through ablation.py) read run directories with `read_run`, so a report
+sweep.py and report.py (through ablation/compare.py) read run directories with `read_run`, so a report
 can be rebuilt from the directories alone, whoever produced them.
 """
 import hashlib
@@ -140,6 +140,7 @@ def provenance(repo_dir, argv, device, world_size):
     return dict(time=time.time(), commit=commit, code_version=code_version, dirty=bool(diff), diff=diff,
                 packages=package_versions(), device_name=device_name(device), world_size=world_size,
                 intra_op_threads=intra_op_threads(device),
+                deterministic_algorithms=torch.are_deterministic_algorithms_enabled(),
                 host=platform.node(), cwd=os.getcwd(), command=launch_command(argv), load_average=load_average())
 
 
@@ -212,9 +213,9 @@ def startup_checklist(cfg, layout, model, counts, data_dir, dtype):
 
 
 def eval_windows_fingerprint(cfg, dataset, counts):
-    windows = [offsets_digest(runtime.eval_offsets(cfg, counts[split])) for split in ("train", "val")]
+    windows = [offsets_digest(tokendata.eval_offsets(cfg, counts[split])) for split in ("train", "val")]
     if cfg.get("final_eval_iters"):  # the end of the budget's evaluation reads more val windows
-        windows.append(offsets_digest(runtime.eval_offsets(cfg, counts["val"], cfg["final_eval_iters"])))
+        windows.append(offsets_digest(tokendata.eval_offsets(cfg, counts["val"], cfg["final_eval_iters"])))
     return digest(dataset, *windows)
 
 
@@ -249,7 +250,7 @@ def run_facts(cfg, layout, model, optimizer, data_dir, counts, dtype):
     if not layout.master:  # the others took part in the gathers; the master alone hashes and records
         return None
     accum = cfg["gradient_accumulation_steps"]
-    order = [runtime.train_offsets(cfg, counts["train"], it, micro)
+    order = [tokendata.train_offsets(cfg, counts["train"], it, micro)
              for it in range(DATA_ORDER_ITERS) for micro in range(accum)]
     meta = tokendata.read_meta(data_dir)
     dataset = dataset_fingerprint(data_dir)

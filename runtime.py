@@ -1,33 +1,25 @@
-"""What the scripts share, one floor below them: the run configuration (DEFAULTS, settle and
-validate), precision, the model registry, building a model from a config or a checkpoint, and the
-data (checks, batch windows, reading batches). Devices and process groups: parallel.py.
+"""A run's keys and its model: DEFAULTS (every key of train.py, with its meaning), the derived keys
+settled once (settle) and every key checked once (validate; resolve is the pair train.py and sweep.py
+call), the model registry (MODEL_TYPES), and building a model from a config or a checkpoint.
 
-train.py, sample.py, eval.py, hellaswag.py, sweep.py and the benchmarks import this module; it
-imports only the models, the optimizer's checks and the data helpers, never an entry point.
+The device and its precision: devices.py; the data's checks and batch windows: tokendata.py; process
+groups and the parallel layout: parallel.py. The scripts import this module; it imports the models,
+the optimizer's checks and those modules, never a script.
 """
-import ctypes
 import os
-import resource
-import sys
-import time
-from contextlib import nullcontext
-
-import numpy as np
-import torch
-from torch.nn.attention import SDPBackend
 
 import configurator
+import devices
 import optim
 import parallel
 import rundir
 import tokendata
 from kernels.linear_cross_entropy import check_head_loss_trains
-from model import GPT, GPTConfig, model_config_fields, peak_flops as data_sheet_peak_flops, unwrap_state_dict
+from model import GPT, GPTConfig, model_config_fields, unwrap_state_dict
 from ra_model import RAConfig, RAGPT
 from reduced_sync_model import ReducedSyncConfig, ReducedSyncGPT
 
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))  # the repository: data/, config/, the scripts
-EVAL_SEED = 20240229  # fixed: the evaluation windows never depend on the run's seed
 
 # The keys of a training run (train.py), each with its default and meaning. Config files and
 # --key=value overrides set them (configurator.py); sweep.py expands them over grids.
@@ -35,7 +27,7 @@ DEFAULTS = dict(
     # run directory, evaluation and checkpoints
     out_dir="out",  # the run directory: config.json, log.jsonl, log.txt, ckpt.pt
     init_from="scratch",  # 'scratch', 'resume' (from out_dir/ckpt.pt), or a local HF GPT-2 directory
-    fork_from="",  # a finished trunk run's out_dir: start from its final checkpoint with this run's model (fork.py)
+    fork_from="",  # a finished trunk run's out_dir: start from its final checkpoint with this run's model (forking.py)
     fork_optimizer="carry",  # fork_from: 'carry' the shared parameters' optimizer state, or start it 'fresh'
     allow_data_change=False,  # resume although the dataset or evaluation windows changed since the run started (recorded)
     eval_interval=500,  # also where checkpoints are written
@@ -102,7 +94,7 @@ DEFAULTS = dict(
     momentum=0.9,  # sgd only
     nesterov=False,  # sgd only
     grad_clip=1.0,  # 0 disables clipping; the gradient norm is logged either way
-    # optimizer extras and pruning (optim.py; formulas in ../shared/RESEARCH.md)
+    # optimizer extras and pruning (optim.py; formulas in docs/experiments.md)
     spam_theta=50.0,  # adamw_spam: clip gradient entries with g^2 > theta * v_hat
     spam_spike_z=2.0,  # adamw_spam: a spike when the gradient norm's z-score exceeds this (m *= 0.5, v *= 0.9)
     spam_window=100,  # adamw_spam: the z-score is against the last this many gradient norms
@@ -132,6 +124,7 @@ DEFAULTS = dict(
     dist_timeout=600.0,  # seconds a rank waits in a collective for the others before the job ends (a frozen rank)
     dtype="",  # 'bfloat16', 'float16', 'float32'; '' picks bfloat16 where supported
     compile=False,  # torch.compile the model (a cold compile takes 20-35 s)
+    deterministic=False,  # PyTorch's deterministic algorithms and cuBLAS's fixed workspace: a GPU run repeats bit for bit, slower
     seed=1337,  # initial weights, training batches and dropout (the one seed users set)
     init_seed=-1,  # >= 0: the initial weights from this seed instead (a noise budget varies each source alone)
     data_seed=-1,  # >= 0: the training batches from this seed instead
@@ -151,153 +144,6 @@ MODEL_TYPES = {"gpt": (GPT, GPTConfig), "ra": (RAGPT, RAConfig), "reduced_sync":
 MODEL_SWITCHES = {"ra": ("ra_pattern", "mla", "attn_gate"),
                   "reduced_sync": ("block_pattern", "block_types", "sync_every", "sync_layers")}
 LR_SCHEDULES = ("cosine", "constant", "wsd")
-
-
-# ----------------------------------------------------------------------------- devices and precision
-
-DTYPES = ("bfloat16", "float16", "float32")
-
-
-def check_dtype(dtype, device):
-    """A script's dtype key, checked where the script checks its keys (runtime.validate for train.py)."""
-    if dtype and dtype not in DTYPES:
-        raise configurator.ConfigError(f"dtype={dtype!r}: use one of {DTYPES} or '' (automatic)")
-    if dtype == "float16" and not device.startswith("cuda"):
-        raise configurator.ConfigError("dtype='float16' needs a GPU; use bfloat16 or float32 on CPU")
-
-
-def precision(dtype, device):
-    """The autocast dtype to use ('' picks the best supported one; check_dtype checked it) and its
-    autocast context. Used by every script that runs a model, so training and evaluation compute alike.
-    On a GPU, float32 matmuls run as TF32 (NVIDIA's tensor cores, ~8x IEEE fp32; the start-up
-    checklist records it): torch's default would leave the tensor cores idle in a float32 run."""
-    if not dtype and device.startswith("cuda"):
-        # emulated bf16 (V100, T4: no bf16 units) is slower than native fp16 with a GradScaler
-        dtype = "bfloat16" if torch.cuda.is_bf16_supported(including_emulation=False) else "float16"
-    elif not dtype:
-        # bf16 matmuls run ~2.8x faster than fp32 on CPUs with AVX512-BF16/AMX, and are emulated
-        # (slowly) elsewhere.
-        dtype = "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
-    if dtype == "float32":
-        if device.startswith("cuda"):
-            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        return dtype, nullcontext()
-    return dtype, torch.autocast(device_type=device.split(":")[0], dtype=getattr(torch, dtype))
-
-
-def sdpa_backend(device, dtype, n_head, head_dim, block_size, dropout=0.0):
-    """The kernel scaled_dot_product_attention's dispatcher picks for a training step of this shape:
-    FLASH_ATTENTION, EFFICIENT_ATTENTION, CUDNN_ATTENTION or MATH. ROCm builds gate the fused kernels
-    on some GPUs (RDNA3) and fall back to MATH without a word; MATH materializes the T x T scores,
-    which is slower and is not what the memory estimate assumes."""
-    q = torch.zeros(1, n_head, block_size, head_dim, device=device, dtype=getattr(torch, dtype), requires_grad=True)
-    return SDPBackend(torch._fused_sdp_choice(q, q, q, None, dropout, True)).name
-
-
-def synchronize(device):
-    """Wait for the work queued on the device (a no-op on CPUs, whose ops finish before they return)."""
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(device)
-
-
-class DeviceTimer:
-    """Seconds of device work: the device is synchronized before the clock is read, at the start and
-    at the end, so a step is timed to its last kernel rather than to the CPU's last launch (a GPU
-    runs behind the Python that queues its kernels; compiled graphs more so)."""
-
-    def __init__(self, device):
-        self.device = device
-        self.started = None
-
-    def start(self):
-        synchronize(self.device)
-        self.started = time.perf_counter()
-
-    def elapsed(self):
-        synchronize(self.device)
-        return time.perf_counter() - self.started
-
-
-def reset_peak_memory(device):
-    """Start a new peak (CUDA); a CPU's peak is the process's maximum resident size, which never resets."""
-    if device.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-def peak_memory_mib(device):
-    """The allocator's peak since reset_peak_memory on a GPU; a CPU's process maximum resident size."""
-    if device.startswith("cuda"):
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10  # Linux reports KiB
-
-
-def matmul_peak_flops(device, dtype, repeats=5):
-    """The machine's measured matmul peak in FLOP/s for `dtype`: the fastest of a few square
-    products (n = 2048 on CPU, 8192 on GPUs; well under a second on 2 CPU cores). A CPU has no
-    data-sheet peak worth quoting: bf16 is native on some (AVX512-BF16, AMX) and emulated hundreds
-    of times slower on others, and other processes take their share. Model FLOP/s over this is
-    'MFU against the measured peak'; measure it next to the steps it is compared with."""
-    n = 8192 if device.startswith("cuda") else 2048
-    generator = torch.Generator(device).manual_seed(0)  # not the global stream: resume must replay it exactly
-    a, b = (torch.randn(n, n, device=device, generator=generator).to(getattr(torch, dtype)) for _ in range(2))
-    timer, best = DeviceTimer(device), float("inf")
-    for _ in range(repeats + 1):  # the first warms up the kernels and the caches
-        timer.start()
-        torch.mm(a, b)
-        best = min(best, timer.elapsed())
-    return 2 * n**3 / best
-
-
-def model_flops_utilization(model, tokens_per_sec_per_device, device, dtype, peak):
-    """(MFU, the peak FLOP/s it is against). A measured peak (CPUs) that the model itself outran was
-    probed while other work had the cores: it is probed again and the higher one kept. An MFU still
-    above 1 is no utilization (the peak is wrong): None, logged as n/a rather than over 100%."""
-    mfu = model.estimate_mfu(tokens_per_sec_per_device, device, peak=peak)
-    if mfu is not None and mfu > 1 and device == "cpu":
-        peak = max(peak, matmul_peak_flops(device, dtype))
-        mfu = model.estimate_mfu(tokens_per_sec_per_device, device, peak=peak)
-    return (None if mfu is None or mfu > 1 else mfu), peak
-
-
-def device_facts(cfg, device, dtype, peak):
-    """The start-up checklist's lines on how the device computes: MFU's peak, the SDPA kernel, TF32."""
-    return dict(mfu_against=mfu_against(device, dtype, peak),
-                sdpa_backend=sdpa_backend(device, dtype, cfg["n_head"], cfg["n_embd"] // cfg["n_head"],
-                                          cfg["block_size"], cfg["dropout"])
-                if cfg["attn_impl"] == "sdpa" else f"not used (attn_impl={cfg['attn_impl']!r})",
-                float32_matmuls="TF32" if device.startswith("cuda") and torch.backends.cuda.matmul.allow_tf32
-                else "IEEE float32")
-
-
-def mfu_against(device, dtype, peak):
-    """Which peak MFU is against, for the start-up checklist."""
-    if device == "cpu":
-        return f"measured {dtype} matmul peak {peak / 1e9:.0f} GFLOP/s (probed again if the model outruns it)"
-    name = torch.cuda.get_device_name(device)
-    if peak is None:
-        return f"no data-sheet peak listed for {name!r} (model.PEAK_BF16_FLOPS): MFU not reported"
-    tf32 = " (float32 matmuls run as TF32, at half that on most cards)" if dtype == "float32" else ""
-    return f"data-sheet dense bf16 peak of {name}: {peak / 1e12:.0f} TFLOP/s{tf32}"
-
-
-def keep_freed_memory():
-    """Make glibc's malloc keep freed memory for reuse (Linux CPUs; a no-op elsewhere). By default
-    every allocation above the mmap threshold is a fresh mmap, so each step would map, page-fault
-    (zero) and unmap its activations again; with mmap and trimming off the heap grows to the step's
-    peak once and later steps reuse it. The process keeps its peak resident."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # not glibc (musl): leave its allocator alone
-        return False
-    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # <malloc.h>
-    return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
-
-
-def data_dir_of(cfg):
-    return cfg["data_dir"] or os.path.join(REPO_DIR, "data", cfg["dataset"])
-
 
 
 # ----------------------------------------------------------------------------- the run configuration
@@ -327,7 +173,7 @@ def validate(cfg, world_size):
     model_config(cfg)  # shape checks (n_embd divisible by n_head, ...), head_loss's name
     device = parallel.pick_device(cfg["device"])
     check_head_loss_trains(cfg["head_loss"], device.split(":")[0], cfg["dtype"])
-    check_dtype(cfg["dtype"], device)
+    devices.check_dtype(cfg["dtype"], device)
     layout = parallel.ParallelLayout.plan(cfg, world_size)  # every degree: tp, data-parallel, shard
     check_model_keys_apply(cfg)
     positive = ("batch_size", "block_size", "max_iters", "eval_interval", "eval_iters", "log_interval", "dist_timeout")
@@ -339,6 +185,8 @@ def validate(cfg, world_size):
                   f"({last_iter(cfg)})")
     if cfg["final_eval_iters"] < 0:
         raise err(f"final_eval_iters must be >= 0 (0: eval_iters), got {cfg['final_eval_iters']}")
+    if cfg["seed"] < 0:
+        raise err(f"seed must be >= 0 (numpy's generators take no negative seed), got {cfg['seed']}")
     for key in ("init_seed", "data_seed"):
         if cfg[key] < -1:
             raise err(f"{key} must be >= 0, or -1 to follow seed, got {cfg[key]}")
@@ -394,7 +242,7 @@ def check_model_keys_apply(cfg):
 
 def check_batch(cfg, dp_size):
     """gradient_accumulation_steps and tokens_per_iter (settled) against the batch shape and the
-    data-parallel ranks. The notes compare runs at equal tokens per step and equal token budgets, so a
+    data-parallel ranks. Our studies compare runs at equal tokens per step and equal token budgets, so a
     budget that the batch shape cannot meet exactly is refused rather than rounded."""
     err = configurator.ConfigError
     sequence_tokens = cfg["batch_size"] * cfg["block_size"]
@@ -430,7 +278,6 @@ def last_iter(cfg):
 def decay_iters(cfg):
     """Where the schedule reaches min_lr: lr_decay_iters, else the run's last iteration."""
     return cfg["lr_decay_iters"] or last_iter(cfg)
-
 
 
 # ----------------------------------------------------------------------------- models
@@ -513,6 +360,7 @@ def flops_per_token(cfg):
     """Training FLOPs per token as the model counts them (the start-up checklist's number), from a model
     built on the meta device: no memory, no weights, known before any run (sweep.py schedules each
     variant's equal-FLOPs evaluation by it)."""
+    import torch  # the models import it anyway
     with torch.device("meta"):
         return model_classes(cfg)[0](model_config(cfg)).flops_per_token()
 
@@ -521,107 +369,3 @@ def count_params(cfg):
     """The model's parameter count (the whole model's, tensor-parallel shards together), by formula."""
     model_cls, _ = model_classes(cfg)
     return model_cls.count_params(model_config(cfg))
-
-
-# ----------------------------------------------------------------------------- data
-
-def get_batch(data_dir, split, offsets, block_size, device):
-    data = tokendata.open_split(data_dir, split)  # fresh memmap per batch, see tokendata.open_split
-    x = torch.from_numpy(np.stack([data[i:i + block_size].astype(np.int64) for i in offsets]))
-    y = torch.from_numpy(np.stack([data[i + 1:i + 1 + block_size].astype(np.int64) for i in offsets]))
-    if device.startswith("cuda"):
-        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
-    return x, y
-
-
-def prepare_command(dataset):
-    """The command that writes a dataset's train.bin and val.bin (shakespeare_char is the plays'
-    prepare script with character tokens)."""
-    if dataset == "shakespeare_char":
-        return "python data/shakespeare/prepare.py --tokenizer=char"
-    return f"python data/{dataset or 'NAME'}/prepare.py"
-
-
-def check_token_file(path, dataset):
-    """A split file that exists, is not empty and holds whole tokens; otherwise one line naming it."""
-    prepare = f"prepare it again with `{prepare_command(dataset)}`"
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} not found: prepare the dataset first with `{prepare_command(dataset)}` "
-                                f"(or point data_dir at a prepared directory)")
-    size, itemsize = os.path.getsize(path), np.dtype(tokendata.TOKEN_DTYPE).itemsize
-    if size % itemsize:
-        raise configurator.ConfigError(f"{path} has {size} bytes, not a whole number of {itemsize}-byte "
-                                       f"tokens: the file is truncated or not a token file; {prepare}")
-    if size == 0:
-        raise configurator.ConfigError(f"{path} is empty: {prepare}")
-
-
-def scan_data(cfg):
-    """The splits' largest token ids, scanned once and kept in meta.json (tokendata.max_token_id), so
-    that the other ranks of a node read the scan instead of each reading the whole dataset. A missing
-    or unreadable dataset is left for check_data, which every rank then runs, to name."""
-    try:
-        tokendata.max_token_id(data_dir_of(cfg))
-    except (OSError, ValueError):
-        pass
-
-
-def check_data(cfg):
-    """Token counts of both splits; a missing, damaged or too small dataset, or one with ids
-    beyond vocab_size, fails here with the fix."""
-    data_dir = data_dir_of(cfg)
-    prepare = f"prepare it again with `{prepare_command(cfg['dataset'])}`"
-    for split in ("train", "val"):
-        check_token_file(os.path.join(data_dir, f"{split}.bin"), cfg["dataset"])
-    counts = {split: tokendata.split_num_tokens(data_dir, split) for split in ("train", "val")}
-    for split, n in counts.items():
-        if n < cfg["block_size"] + 1:
-            raise configurator.ConfigError(
-                f"block_size={cfg['block_size']} needs at least {cfg['block_size'] + 1} tokens, "
-                f"but {split}.bin has {n}: lower block_size")
-    if cfg["batch_size"] * cfg["block_size"] > counts["train"]:
-        raise configurator.ConfigError(
-            f"one micro-batch (batch_size {cfg['batch_size']} x block_size {cfg['block_size']}) is larger "
-            f"than the whole train split ({counts['train']} tokens): lower batch_size")
-    smallest = min(counts.values())
-    if cfg["eval_iters"] * cfg["batch_size"] > smallest:  # more windows than tokens: only duplicates and memory
-        raise configurator.ConfigError(
-            f"eval_iters={cfg['eval_iters']} x batch_size={cfg['batch_size']} evaluation windows exceed the "
-            f"{smallest:,} tokens of the smaller split: lower eval_iters")
-    meta = tokendata.read_meta(data_dir)
-    if cfg["hellaswag_interval"] and meta.get("tokenizer", "gpt2") != "gpt2":
-        raise configurator.ConfigError(f"HellaSwag is tokenized with GPT-2's BPE but {data_dir} holds "
-                                       f"{meta['tokenizer']!r} tokens: set hellaswag_interval=0")
-    vocab = meta.get("vocab_size", 0)
-    if vocab > cfg["vocab_size"]:
-        raise configurator.ConfigError(f"the dataset uses {vocab} token ids but vocab_size={cfg['vocab_size']}")
-    # An id >= vocab_size would index past the embedding: garbage on a CPU, a device-side assert on a GPU.
-    for split, top in tokendata.max_token_id(data_dir).items():
-        if top >= cfg["vocab_size"]:
-            raise configurator.ConfigError(f"{data_dir}/{split}.bin holds token id {top} but vocab_size="
-                                           f"{cfg['vocab_size']}: set vocab_size above {top} or {prepare}")
-    return data_dir, counts
-
-
-def seed_of(cfg, source):
-    """The seed of one source of randomness ('init' or 'data'): its own key where set, else seed."""
-    own = cfg.get(f"{source}_seed", -1)  # configs written before the sources were split
-    return own if own >= 0 else cfg["seed"]
-
-
-def train_offsets(cfg, n_tokens, iter_num, global_micro_step):
-    """Random windows drawn from a seed of (seed, iteration, global micro-step), so the data
-    position is just the iteration number (exact resume) and 2 ranks x 2 micro-steps read the
-    same batches as 1 process x 4 micro-steps."""
-    rng = np.random.default_rng([seed_of(cfg, "data"), iter_num, global_micro_step])
-    return rng.integers(0, n_tokens - cfg["block_size"], size=cfg["batch_size"])
-
-
-def eval_offsets(cfg, n_tokens, batches=0):
-    """Evenly spaced windows over the split, shuffled once with a fixed seed into `batches` (default
-    eval_iters) batches: identical in every run with the same batch and block size."""
-    batches = batches or cfg["eval_iters"]
-    n = batches * cfg["batch_size"]
-    offsets = np.linspace(0, n_tokens - cfg["block_size"] - 1, n).astype(np.int64)
-    np.random.default_rng(EVAL_SEED).shuffle(offsets)
-    return offsets.reshape(batches, cfg["batch_size"])

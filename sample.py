@@ -13,7 +13,9 @@ import rundir
 import tokendata
 from evaluation import generate_text
 from parallel import pick_device
-from runtime import check_dtype, data_dir_of, load_model, precision
+from runtime import load_model
+from devices import check_dtype, precision
+from tokendata import data_dir_of
 
 DEFAULTS = dict(
     out_dir="out",

@@ -3,7 +3,7 @@ train.py runs; run them; tabulate a grid, report a suite.
 
     python sweep.py config/train_wikitext2.py --grid="learning_rate=[3e-4,6e-4] batch_size=[8,16]"
     python sweep.py suites/ra_shakespeare.py                        # an ablation suite (README)
-    python sweep.py config/sweep_pruning_matrix.py                  # the notes' pruning matrix
+    python sweep.py config/sweep_pruning_matrix.py                  # the pruning / MLA study's matrix
     python sweep.py config/sweep_pruning_matrix.py config/small_shakespeare.py   # its CPU version
     python sweep.py config/sweep_wikitext2_optimizers.py --max_iters=500 --dry_run=True
     python sweep.py suites/ra.py --launcher=slurm --slurm_partition=gpu --slurm_gpus_per_node=8   # docs/slurm.md
@@ -35,11 +35,11 @@ config is compared with the baseline's: a difference in a key that is not allowe
 suite (--allow_confounds=True runs it anyway; the report still calls it not comparable). The
 metric is frozen in suite_dir/suite.json by the first run; runs added later and every report (a
 look) go into suite_dir/suite_record.jsonl (docs/ablation.md: a suite may declare `looks`, the seed
-counts of its planned reports). A variant that costs other model FLOPs per token than the baseline also evaluates at its
-equal-FLOPs iteration (eval_at; a fork's trunk counted at the baseline's rate), where the report
-reads it. The runs share a W&B group; at the end ablation_report.py writes
+counts of its planned reports). A variant that costs other model FLOPs per token than the baseline
+also evaluates at its equal-FLOPs iteration (eval_at; a fork's trunk counted at the baseline's rate),
+where the report reads it. The runs share a W&B group; at the end ablation/render.py writes
 report.md, report.json and plots to suite_dir (python report.py rebuilds them).
-A suite that declares a `ladder` (ladder.py) runs every variant x seed at every size, as
+A suite that declares a `ladder` (ablation/ladder.py) runs every variant x seed at every size, as
 `<size>/<variant>-seed<seed>` with the size's shape, token budget and learning rate in its arguments;
 each size directory is a suite of its own, and the report adds the effect's trend across sizes.
 """
@@ -62,6 +62,7 @@ import forking
 import parallel
 import rundir
 import runtime
+import tokendata
 from ablation import compare, ladder, plan, suites
 from slurm import jobs as slurm_jobs
 
@@ -101,8 +102,8 @@ def parse_args(argv):
     for arg in argv:
         key, raw = configurator.split_arg(arg, {**runtime.DEFAULTS, **OPTIONS})
         if key is not None:
-            if key in ("gpus", "seeds"):
-                options[key] = raw  # '0' or '0,1,3' (seeds '1,2'), never a number
+            if key in ("gpus", "seeds", "budget", "pilot"):
+                options[key] = raw  # '0' or '0,1,3' (seeds '1,2', budget '30'), never a number
             elif key in OPTIONS:
                 options[key] = configurator.check_type(key, configurator.parse_value(raw), OPTIONS[key], arg)
             else:
@@ -124,9 +125,9 @@ def parse_args(argv):
         raise configurator.ConfigError("a suite runs its variants x seeds: drop --grid (or the grid file)")
     if options["seeds"]:
         seeds = [s.strip() for s in str(options["seeds"]).split(",")]
-        if not spec["suite"] or not all(re.fullmatch(r"-?\d+", s) for s in seeds) or len(set(seeds)) != len(seeds):
-            raise configurator.ConfigError(f"--seeds={options['seeds']!r}: distinct integers, comma-separated, for a "
-                                           f"suite file")
+        if not spec["suite"] or not all(re.fullmatch(r"\d+", s) for s in seeds) or len(set(seeds)) != len(seeds):
+            raise configurator.ConfigError(f"--seeds={options['seeds']!r}: distinct integers >= 0, comma-separated, "
+                                           f"for a suite file")
         spec["suite"]["seeds"] = [int(s) for s in seeds]
     if not spec["grid"] and not spec["suite"]:
         raise configurator.ConfigError("no grid: pass --grid=\"key=[v1,v2] ...\", a sweep file defining grid, "
@@ -224,7 +225,7 @@ def plan_runs(spec):
         if suite:
             argv.append(f"--wandb_group={sweep}")
         runs.append((name, point, argv))
-    resolved = {name: resolve(argv, suite["nproc"] if suite else 1) for name, _, argv in runs}
+    resolved = {name: resolve(argv, suite["nproc"] if suite else 1, name) for name, _, argv in runs}
     if suite:
         check_confounds(suite, runs, resolved, spec)
         runs = equal_flops_evals(suite, runs, resolved)
@@ -259,9 +260,13 @@ def equal_flops_evals(suite, runs, resolved):
 def fork_plan(suite, runs, resolved, sweep_dir):
     """A fork suite's runs: first one trunk per seed (per size on a ladder), the baseline's recipe
     stopped at fork_at on the schedule of the whole budget, then every variant, the baseline
-    included, as a branch of its seed's trunk (fork.py). A branch whose recipe its trunk cannot
+    included, as a branch of its seed's trunk (forking.py). A branch whose recipe its trunk cannot
     continue is refused here, before anything runs."""
-    fork_at, trunks, branches = suite["fork_at"], {}, []
+    trunks, branches = {}, []
+    # On a ladder fork_at counts the reference size's iterations: every size forks at the same fraction
+    # of its own budget (the same step would be 67% of a small size's budget and 17% of a large one's).
+    reference = {p["seed"]: runtime.last_iter(resolved[n]) for n, p, _ in runs if p["variant"] == suite["baseline"]
+                 and p.get("size") == (suite["ladder"] or {}).get("reference")}
     for name, point, argv in runs:
         if point["variant"] != suite["baseline"]:
             continue
@@ -269,8 +274,11 @@ def fork_plan(suite, runs, resolved, sweep_dir):
         if cfg["max_time"]:
             raise configurator.ConfigError("fork_at with max_time: a time budget ends runs at unpredictable "
                                            "iterations; give the runs an iteration or token budget")
+        fork_at = max(1, round(suite["fork_at"] * runtime.last_iter(cfg) / reference[point["seed"]])) \
+            if suite["ladder"] else suite["fork_at"]
         if not fork_at < runtime.last_iter(cfg):
-            raise configurator.ConfigError(f"fork_at={fork_at} is not before the runs' last iteration "
+            where = f" (size {point['size']}'s share of fork_at={suite['fork_at']})" if suite["ladder"] else ""
+            raise configurator.ConfigError(f"fork_at={fork_at}{where} is not before the runs' last iteration "
                                            f"({runtime.last_iter(cfg)}): fork earlier")
         trunk = name[:-len(f"{point['variant']}-seed{point['seed']}")] + f"trunk-seed{point['seed']}"
         out_dir = os.path.join(sweep_dir, trunk)
@@ -283,21 +291,28 @@ def fork_plan(suite, runs, resolved, sweep_dir):
     for name, point, argv in runs:
         trunk, _, trunk_argv = trunks[(point.get("size"), point["seed"])]
         branch_argv = [*argv, f"--fork_from={os.path.join(sweep_dir, trunk)}"]
-        diffs = forking.recipe_differences(resolve(branch_argv, nproc), resolve(trunk_argv, nproc))
+        branch_cfg, trunk_cfg = resolve(branch_argv, nproc), resolve(trunk_argv, nproc)
+        diffs = forking.recipe_differences(branch_cfg, trunk_cfg)
         if diffs:
             raise configurator.ConfigError(
                 f"fork_at: {point['variant']} cannot continue the baseline's trunk, its training recipe differs "
                 f"({', '.join(f'{k}: {a!r} vs {b!r}' for k, (a, b) in diffs.items())}); a fork suite compares "
                 f"models only: run this suite without fork_at")
+        forking.check_models_fork(branch_cfg, trunk_cfg, f"fork_at: {name}")  # tensors, as recipes: before any run
         branches.append((name, dict(point, after=trunk), branch_argv))
     return list(trunks.values()) + branches
 
 
-def resolve(argv, nproc):
+def resolve(argv, nproc, name=None):
     """The config a run will really use (accumulation derived), or the error that stops the sweep
-    before any run starts."""
+    before any run starts (naming the run, e.g. a ladder size whose n_head does not divide n_embd)."""
     cfg = configurator.apply_config(runtime.DEFAULTS, argv)
-    return runtime.resolve(dict(cfg, init_from="scratch"), nproc if nproc % cfg["tp_size"] == 0 else 1)
+    try:
+        return runtime.resolve(dict(cfg, init_from="scratch"), nproc if nproc % cfg["tp_size"] == 0 else 1)
+    except configurator.ConfigError as e:
+        if name is None:
+            raise
+        raise configurator.ConfigError(f"run {name}: {e}") from None
 
 
 def suite_points(suite):
@@ -397,6 +412,22 @@ def default_gpus(option, nproc=1, cpu_runs=0):
     return slots or [None]
 
 
+EXIT_PAUSED = 3  # train.py's exit code after a first signal: the step finished and a checkpoint was written
+
+
+def trunk_problem(trunk_dir):
+    """Why a branch cannot start, from its trunk's state, with what to do (one line)."""
+    state = rundir.run_status(rundir.read_events(trunk_dir)) if os.path.isdir(trunk_dir) else "missing"
+    if state == "missing":
+        return f"its trunk {trunk_dir} is missing (deleted?): run the same command again to retrain it"
+    if state == "diverged":
+        return (f"its trunk {trunk_dir} diverged and would diverge again on every rerun: change the recipe (e.g. a "
+                f"lower learning_rate) and run it in a new sweep_dir")
+    if state == "preempted":
+        return f"its trunk {trunk_dir} was paused by a signal: run the same command again to resume it"
+    return f"its trunk {trunk_dir} did not finish (see its console.txt), run the same command again to retry it"
+
+
 class SweepInterrupted(Exception):
     exit_code = 130  # the shell's code for Ctrl-C
 
@@ -422,7 +453,7 @@ def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
         pending = {n for n, _ in todo} | {n for n, *_ in active.values()}
         for name, _ in [t for t in todo if after[t[0]] and after[t[0]] not in pending and not trunk_finished(t[0])]:
             codes[name] = codes.get(after[name]) or 1
-            print(f"FAILED {name}: its trunk {after[name]} did not finish (see its console.txt)", flush=True)
+            print(f"FAILED {name}: {trunk_problem(os.path.join(sweep_dir, after[name]))}", flush=True)
         todo = [t for t in todo if t[0] not in codes]
         for slot in gpus:
             ready = next((t for t in todo if trunk_finished(t[0])), None)
@@ -438,7 +469,10 @@ def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
         for slot, (name, proc, started) in list(active.items()):
             if proc.poll() is not None:
                 codes[name] = proc.returncode
-                print(f"{'done' if proc.returncode == 0 else 'FAILED'} {name} (exit {proc.returncode})", flush=True)
+                word = {0: "done", EXIT_PAUSED: "paused"}.get(proc.returncode, "FAILED")
+                why = " (stopped by a signal after writing a checkpoint: run the same command to resume it)" \
+                    if proc.returncode == EXIT_PAUSED else f" (exit {proc.returncode})"
+                print(f"{word} {name}{why}", flush=True)
                 del active[slot]
                 with open(os.path.join(sweep_dir, suites.LAUNCHES), "a") as f:  # what --plan times a seed by
                     f.write(json.dumps(dict(run=name, start=started, end=time.time(), exit=proc.returncode)) + "\n")
@@ -509,14 +543,28 @@ def main(argv, launch=launch_subprocess):
     if options["plan"]:
         if not suite:
             raise configurator.ConfigError("--plan needs a suite file (variants x seeds)")
-        own = os.path.join(sweep_dir, suite["ladder"]["reference"]) if suite["ladder"] else sweep_dir  # a size's family
-        pilots = [p.strip() for p in options["pilot"].split(",") if p.strip()] or [own]
-        slots = len(default_gpus(options["gpus"], nproc, options["cpu_runs"]))
-        print(plan.seed_plan_text(suite, len(runs), pilots, parse_budget(options["budget"]), slots, own_dir=own))
+        pilots = [p.strip() for p in options["pilot"].split(",") if p.strip()]
+        budget, slots = parse_budget(options["budget"]), len(default_gpus(options["gpus"], nproc, options["cpu_runs"]))
+        for pilot in pilots:  # a pilot that is not what this suite needs is named, never read as "no pilot"
+            if suite["ladder"] and not suites.is_ladder_dir(pilot):
+                raise configurator.ConfigError(f"--pilot={pilot}: a ladder is planned from a finished ladder directory "
+                                               f"(each size its own family), and {pilot} is none")
+            if not suite["ladder"]:
+                try:
+                    suites.check_suite_dir(pilot)
+                except ValueError as e:
+                    raise configurator.ConfigError(f"--pilot: {e}") from None
+        if suite["ladder"]:
+            print("\n".join(plan.ladder_plan_text(suite, len(runs), d, budget, slots) for d in pilots or [sweep_dir]))
+        else:
+            print(plan.seed_plan_text(suite, len(runs), pilots or [sweep_dir], budget, slots, own_dir=sweep_dir))
         return runs
     if options["dry_run"]:
         return runs
     check_data(runs, nproc)
+    if suite:
+        suites.check_declaration(suite, sweep_dir)  # a changed declaration is named as such, before the runs' recipes
+    check_runs_on_disk(runs, sweep_dir, nproc)
     mark_stale(runs, suite, sweep_dir)
     if slurm:
         with rundir.out_dir_lock(sweep_dir, holder="sweep"):  # two submissions would both submit the same runs
@@ -536,9 +584,13 @@ def main(argv, launch=launch_subprocess):
     else:
         summarize(runs, sweep_dir)
         print(open(os.path.join(sweep_dir, "summary.md")).read())
-    failed = [name for name, code in codes.items() if code != 0]
-    if failed:
-        raise RuntimeError(f"{len(failed)} runs failed: {', '.join(failed)} (see their console.txt)")
+    failed = [name for name, code in codes.items() if code not in (0, EXIT_PAUSED)]
+    paused = [name for name, code in codes.items() if code == EXIT_PAUSED]
+    if failed or paused:
+        raise RuntimeError("; ".join(([f"{len(failed)} runs failed: {', '.join(failed)} (see their console.txt)"]
+                                      if failed else []) + ([f"{len(paused)} runs paused by a signal with a checkpoint: "
+                                                             f"{', '.join(paused)} (run the same command to resume them)"]
+                                                            if paused else [])))
     return runs
 
 
@@ -546,10 +598,15 @@ def parse_budget(text):
     """'30m', '2h', '900s' (or '') -> seconds (or None)."""
     if not text:
         return None
-    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh])\s*", str(text))
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", str(text))
     if not found:
         raise configurator.ConfigError(f"--budget={text!r}: a wall-clock time such as 30m, 2h or 900s")
-    return float(found.group(1)) * {"s": 1, "m": 60, "h": 3600}[found.group(2)]
+    if not found.group(2):
+        raise configurator.ConfigError(f"--budget={text!r} has no unit: write {text}s, {text}m or {text}h")
+    seconds = float(found.group(1)) * {"s": 1, "m": 60, "h": 3600}[found.group(2)]
+    if seconds <= 0:
+        raise configurator.ConfigError(f"--budget={text!r}: a budget must be longer than 0")
+    return seconds
 
 
 def check_data(runs, nproc):
@@ -557,9 +614,41 @@ def check_data(runs, nproc):
     submitted: a missing dataset is one line, not one doomed run (or Slurm job) per variant x seed."""
     for name, _, argv in runs:
         try:
-            runtime.check_data(resolve(argv, nproc))
+            tokendata.check_data(resolve(argv, nproc))
         except (FileNotFoundError, configurator.ConfigError) as e:
             raise configurator.ConfigError(f"run {name}: {e}") from None
+
+
+BUDGET_KEYS = ("max_iters", "max_tokens", "max_time")
+
+
+def check_runs_on_disk(runs, sweep_dir, nproc):
+    """Runs already in sweep_dir (finished, or to be resumed) started with the recipe the sweep plans
+    now, or the sweep is refused before anything runs: a changed recipe would otherwise skip the old
+    finished runs, train only the new seeds on the new one and pool them (and a stale trunk would
+    fail its branches)."""
+    stale = []
+    for name, _, argv in runs:
+        path = os.path.join(sweep_dir, name, "config.json")
+        try:
+            with open(path) as f:
+                ran = runtime.settle({**runtime.DEFAULTS, **{k: v for k, v in json.load(f).items()
+                                                             if k in runtime.DEFAULTS}})
+        except (OSError, ValueError):
+            continue  # never started, or its config is damaged (the report names that)
+        planned = resolve(argv, nproc)
+        done = rundir.run_status(rundir.read_events(os.path.join(sweep_dir, name))) == "finished"
+        # an unfinished run may resume to a longer budget (train.py allows it) on the same schedule
+        diffs = compare.config_differences(ran, planned, () if done else BUDGET_KEYS)
+        if not done and runtime.decay_iters(ran) != runtime.decay_iters(planned):
+            diffs["lr_decay_iters (resolved)"] = (runtime.decay_iters(ran), runtime.decay_iters(planned))
+        if diffs:
+            stale.append(f"{name} ({', '.join(f'{k}={a!r} there, {b!r} now' for k, (a, b) in diffs.items())})")
+    if stale:
+        raise configurator.ConfigError(
+            f"{len(stale)} run(s) in {sweep_dir} were started with another recipe than this sweep plans: "
+            f"{'; '.join(stale[:3])}{' ...' if len(stale) > 3 else ''}. Restore the recipe they ran with, or give "
+            f"the new recipe its own --sweep_dir (runs of two recipes are never pooled)")
 
 
 def mark_stale(runs, suite, sweep_dir):
@@ -586,15 +675,27 @@ def show_status(runs, suite, sweep_dir):
     """Where each run stands (sweep.py --status); once every run has finished, the report (a suite)
     or the table (a grid) is built."""
     states = slurm_jobs.run_states(runs, sweep_dir)
+    if slurm_jobs.out_dir_busy(sweep_dir):  # a local sweep runs: the runs it has not started wait in its queue
+        for s in states:
+            s["state"] = "queued" if s["state"] == "not run" else s["state"]
     print(slurm_jobs.status_text(states, sweep_dir))
-    mark_stale(runs, suite, sweep_dir)
-    if all(s["state"] in slurm_jobs.DONE for s in states):
-        if suite:
-            path = suites.report_suite_dir(sweep_dir)
-        else:
-            summarize(runs, sweep_dir)
-            path = os.path.join(sweep_dir, "summary.md")
-        print(f"every run has finished: {path}")
+    waiting = {s["name"] for s in states if s["state"] not in slurm_jobs.DONE}
+    for trunk in dict.fromkeys(p["after"] for name, p, _ in runs if p.get("after") and name in waiting):
+        if rundir.run_status(rundir.read_events(os.path.join(sweep_dir, trunk))) == "diverged":  # never "submit again"
+            print(f"its branches cannot start: {trunk_problem(os.path.join(sweep_dir, trunk))}")
+    try:
+        mark_stale(runs, suite, sweep_dir)
+        if all(s["state"] in slurm_jobs.DONE for s in states):
+            if suite:
+                path = suites.report_suite_dir(sweep_dir)
+            else:
+                summarize(runs, sweep_dir)
+                path = os.path.join(sweep_dir, "summary.md")
+            print(f"every run has finished: {path}")
+    except OSError as e:
+        raise rundir.RunDirError(rundir.describe_write_error(e, e.filename or sweep_dir, "the status above is complete "
+                                 "but the report was not written: make the directory writable, or build the report "
+                                 "elsewhere with python report.py SUITE_DIR --out=DIR")) from None
     return runs
 
 

@@ -1,15 +1,16 @@
 """Smoke check of every architecture a user can pick: build a tiny model, run forward + backward on
 random tokens, and require a finite loss and a finite gradient for every parameter.
 
-    python test_all_architectures.py                 # all of them
-    python test_all_architectures.py --only post     # names containing 'post'
-    python test_all_architectures.py --only comm --ranks 2   # reduced-sync models really on 2 gloo ranks
-    python test_all_architectures.py --only fsdp             # the FSDP/HSDP layouts alone
+    python test_all_architectures.py                         # all of them
+    python test_all_architectures.py --only=post             # names containing 'post'
+    python test_all_architectures.py --only=comm --ranks=2   # reduced-sync models really on 2 gloo ranks
+    python test_all_architectures.py --only=fsdp             # the FSDP/HSDP layouts alone
+    python test_all_architectures.py --help                  # this text and the keys
 
 Reduced-sync entries also require the counted all-reduces (forward and backward) to equal their
 schedule's, and every reduced-sync experiment config (REDUCED_SYNC_CONFIGS) must load, keep GPT-2
 124M's parameter count within 1% (counted on the meta device, reported) and promise in its name the
-syncs it schedules. With --ranks N they run sharded on N gloo ranks, compared with the simulation.
+syncs it schedules. With --ranks=N they run sharded on N gloo ranks, compared with the simulation.
 The GPT-2 Medium/Large/XL configs must keep the published parameter counts within 0.5%.
 
 FSDP_LAYOUTS run a model family under sharding.shard_model (FSDP2) on forked gloo ranks, each rank
@@ -21,7 +22,6 @@ the slice of the unsharded model's that its tensor-parallel position holds).
 A new architecture is one entry in ARCHITECTURES (and, for a new model family, one build function
 in BUILDERS). Exit code 1 when any architecture fails. tests/test_model.py runs this script.
 """
-import argparse
 import itertools
 import json
 import math
@@ -34,8 +34,14 @@ import torch
 from model import GPT, GPTConfig
 from ra_model import RAConfig, RAGPT
 import configurator
+import devices
 import runtime
 from reduced_sync_model import REDUCED_SYNC_CONFIGS, SYNC_KEYS, ReducedSyncConfig, ReducedSyncGPT, expected_syncs
+
+OPTIONS = dict(
+    only="",  # run only the architectures (and configs, layouts) whose name contains this
+    ranks=0,  # >0: run the reduced-sync entries sharded on this many gloo ranks (CPU processes)
+)
 
 if "OMP_NUM_THREADS" not in os.environ:
     torch.set_num_threads(1)  # tiny models: thread start-up costs more than it saves
@@ -172,7 +178,7 @@ def check_sharded(family, kwargs, data_parallel, world, dtype, seed=0):
         models.append(BUILDERS[family](**{**TINY, **kwargs}, **group).train())
     reference, model = models
     sharding.shard_model(model, layout.shard_mesh, dtype, "float32", compile_blocks=False)
-    _, autocast = runtime.precision(dtype, "cpu")
+    _, autocast = devices.precision(dtype, "cpu")
     tolerance = 1e-5 if dtype == "float32" else 5e-2
     replicas, replica, position = world // tp, rank // tp, rank % tp  # a replica's tp ranks are consecutive
     batches = torch.randint(0, TINY["vocab_size"], (replicas, 2, 2, TINY["block_size"]),
@@ -289,19 +295,21 @@ def main_ranks(names, world, what="reduced-sync architectures"):
     return 1 if failed else 0
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", default="", help="run only architectures whose name contains this")
-    parser.add_argument("--ranks", type=int, default=0,
-                        help="run the reduced-sync entries sharded on this many gloo ranks (CPU processes)")
-    args = parser.parse_args(argv)
-    names = [name for name in ARCHITECTURES if args.only in name]
-    layouts = [name for name in FSDP_LAYOUTS if args.only in name]
+def main(argv):
+    options, extra = configurator.options_and_paths(argv, OPTIONS, text_keys=("only",))
+    if extra:
+        raise configurator.ConfigError(f"{extra[0]!r}: test_all_architectures.py takes only --key=value options, "
+                                       "e.g. --only=post (--help)")
+    if options["ranks"] < 0:
+        raise configurator.ConfigError(f"--ranks={options['ranks']}: use 0 (simulated) or a number of ranks >= 1")
+    only = options["only"]
+    names = [name for name in ARCHITECTURES if only in name]
+    layouts = [name for name in FSDP_LAYOUTS if only in name]
     if not names and not layouts:
-        print(f"no architecture name contains {args.only!r}; known: {', '.join([*ARCHITECTURES, *FSDP_LAYOUTS])}")
-        return 1
-    if args.ranks:
-        return main_ranks(names, args.ranks)
+        raise configurator.ConfigError(f"--only={only}: no architecture name contains it; known: "
+                                       f"{', '.join([*ARCHITECTURES, *FSDP_LAYOUTS])}")
+    if options["ranks"]:
+        return main_ranks(names, options["ranks"])
     failed = []
     for name in names:
         family, kwargs = ARCHITECTURES[name]
@@ -317,14 +325,14 @@ def main(argv=None):
         print(f"{len(names) - len(failed)}/{len(names)} architectures passed"
               + (f"; failed: {', '.join(failed)}" if failed else ""))
     for name in REDUCED_SYNC_CONFIGS:
-        if args.only in "rs-" + name.removeprefix("train_"):
+        if only in "rs-" + name.removeprefix("train_"):
             try:
                 print(f"CONFIG config/{name}.py: {check_config(name)}")
             except Exception as e:
                 failed.append(name)
                 print(f"FAIL config/{name}.py: {type(e).__name__}: {e}")
     for name in GPT2_SIZE_CONFIGS:
-        if args.only in name:
+        if only in name:
             try:
                 print(f"CONFIG config/{name}.py: {check_size_config(name)}")
             except Exception as e:
@@ -338,4 +346,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    configurator.run_script(main)

@@ -8,10 +8,12 @@ import json
 import os
 
 import numpy as np
+import torch
 
 from configurator import ConfigError
 from rundir import atomic_write
 
+DATA_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")  # data/<dataset>/ by default
 EOT_TOKEN = 50256  # GPT-2's <|endoftext|>, appended after every document
 GPT2_VOCAB_SIZE = 50257
 TOKEN_DTYPE = np.uint16  # every GPT-2 id fits, and it halves the disk and page-cache footprint
@@ -217,3 +219,114 @@ def open_split(data_dir, split):
 
 def split_num_tokens(data_dir, split):
     return os.path.getsize(os.path.join(data_dir, f"{split}.bin")) // np.dtype(TOKEN_DTYPE).itemsize
+
+
+# ----------------------------------------------------------------------------- a run's data: checks and batch windows
+
+EVAL_SEED = 20240229  # fixed: the evaluation windows never depend on the run's seed
+
+
+def data_dir_of(cfg):
+    return cfg["data_dir"] or os.path.join(DATA_ROOT, cfg["dataset"])
+
+
+def get_batch(data_dir, split, offsets, block_size, device):
+    data = open_split(data_dir, split)  # fresh memmap per batch, see open_split
+    x = torch.from_numpy(np.stack([data[i:i + block_size].astype(np.int64) for i in offsets]))
+    y = torch.from_numpy(np.stack([data[i + 1:i + 1 + block_size].astype(np.int64) for i in offsets]))
+    if device.startswith("cuda"):
+        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    return x, y
+
+
+def prepare_command(dataset):
+    """The command that writes a dataset's train.bin and val.bin (shakespeare_char is the plays'
+    prepare script with character tokens)."""
+    if dataset == "shakespeare_char":
+        return "python data/shakespeare/prepare.py --tokenizer=char"
+    return f"python data/{dataset or 'NAME'}/prepare.py"
+
+
+def check_token_file(path, dataset):
+    """A split file that exists, is not empty and holds whole tokens; otherwise one line naming it."""
+    prepare = f"prepare it again with `{prepare_command(dataset)}`"
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not found: prepare the dataset first with `{prepare_command(dataset)}` "
+                                f"(or point data_dir at a prepared directory)")
+    size, itemsize = os.path.getsize(path), np.dtype(TOKEN_DTYPE).itemsize
+    if size % itemsize:
+        raise ConfigError(f"{path} has {size} bytes, not a whole number of {itemsize}-byte "
+                                       f"tokens: the file is truncated or not a token file; {prepare}")
+    if size == 0:
+        raise ConfigError(f"{path} is empty: {prepare}")
+
+
+def scan_data(cfg):
+    """The splits' largest token ids (max_token_id), for one rank to scan and hand to the others
+    (check_data's `scan`): a read-only dataset, which keeps no scan in meta.json, is still read once
+    per run, not once per rank. None for a missing or unreadable dataset: check_data names it."""
+    try:
+        return max_token_id(data_dir_of(cfg))
+    except (OSError, ValueError):
+        return None
+
+
+def check_data(cfg, scan=None):
+    """Token counts of both splits; a missing, damaged or too small dataset, or one with ids
+    beyond vocab_size, fails here with the fix. `scan`: scan_data's result, where a rank has it."""
+    data_dir = data_dir_of(cfg)
+    prepare = f"prepare it again with `{prepare_command(cfg['dataset'])}`"
+    for split in ("train", "val"):
+        check_token_file(os.path.join(data_dir, f"{split}.bin"), cfg["dataset"])
+    counts = {split: split_num_tokens(data_dir, split) for split in ("train", "val")}
+    for split, n in counts.items():
+        if n < cfg["block_size"] + 1:
+            raise ConfigError(
+                f"block_size={cfg['block_size']} needs at least {cfg['block_size'] + 1} tokens, "
+                f"but {split}.bin has {n}: lower block_size")
+    if cfg["batch_size"] * cfg["block_size"] > counts["train"]:
+        raise ConfigError(
+            f"one micro-batch (batch_size {cfg['batch_size']} x block_size {cfg['block_size']}) is larger "
+            f"than the whole train split ({counts['train']} tokens): lower batch_size")
+    smallest = min(counts.values())
+    if cfg["eval_iters"] * cfg["batch_size"] > smallest:  # more windows than tokens: only duplicates and memory
+        raise ConfigError(
+            f"eval_iters={cfg['eval_iters']} x batch_size={cfg['batch_size']} evaluation windows exceed the "
+            f"{smallest:,} tokens of the smaller split: lower eval_iters")
+    meta = read_meta(data_dir)
+    if cfg["hellaswag_interval"] and meta.get("tokenizer", "gpt2") != "gpt2":
+        raise ConfigError(f"HellaSwag is tokenized with GPT-2's BPE but {data_dir} holds "
+                                       f"{meta['tokenizer']!r} tokens: set hellaswag_interval=0")
+    vocab = meta.get("vocab_size", 0)
+    if vocab > cfg["vocab_size"]:
+        raise ConfigError(f"the dataset uses {vocab} token ids but vocab_size={cfg['vocab_size']}")
+    # An id >= vocab_size would index past the embedding: garbage on a CPU, a device-side assert on a GPU.
+    for split, top in (scan or max_token_id(data_dir)).items():
+        if top >= cfg["vocab_size"]:
+            raise ConfigError(f"{data_dir}/{split}.bin holds token id {top} but vocab_size="
+                                           f"{cfg['vocab_size']}: set vocab_size above {top} or {prepare}")
+    return data_dir, counts
+
+
+def seed_of(cfg, source):
+    """The seed of one source of randomness ('init' or 'data'): its own key where set, else seed."""
+    own = cfg.get(f"{source}_seed", -1)  # configs written before the sources were split
+    return own if own >= 0 else cfg["seed"]
+
+
+def train_offsets(cfg, n_tokens, iter_num, global_micro_step):
+    """Random windows drawn from a seed of (seed, iteration, global micro-step), so the data
+    position is just the iteration number (exact resume) and 2 ranks x 2 micro-steps read the
+    same batches as 1 process x 4 micro-steps."""
+    rng = np.random.default_rng([seed_of(cfg, "data"), iter_num, global_micro_step])
+    return rng.integers(0, n_tokens - cfg["block_size"], size=cfg["batch_size"])
+
+
+def eval_offsets(cfg, n_tokens, batches=0):
+    """Evenly spaced windows over the split, shuffled once with a fixed seed into `batches` (default
+    eval_iters) batches: identical in every run with the same batch and block size."""
+    batches = batches or cfg["eval_iters"]
+    n = batches * cfg["batch_size"]
+    offsets = np.linspace(0, n_tokens - cfg["block_size"] - 1, n).astype(np.int64)
+    np.random.default_rng(EVAL_SEED).shuffle(offsets)
+    return offsets.reshape(batches, cfg["batch_size"])

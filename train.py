@@ -21,6 +21,7 @@ from contextlib import nullcontext
 import torch
 
 import configurator
+import devices
 import evaluation
 import forking
 import optim
@@ -29,10 +30,10 @@ import runrecord
 import runtime
 import sharding
 import tokendata
-from model import GPTConfig, model_config_fields
+from model import GPTConfig, model_config_fields, peak_flops
 from parallel import (ParallelLayout, RankStalled, checkpoint_path, exit_distributed, launched_world_size,
                       name_stalled_ranks)
-from runtime import get_batch, train_offsets
+from tokendata import get_batch, train_offsets
 
 
 class TrainingDiverged(RuntimeError):
@@ -81,7 +82,7 @@ def evaluate(model, cfg, layout, data_dir, counts, autocast, final=False):
     losses = {}
     for split in ("train", "val"):
         total = torch.zeros(2, device=layout.device)  # loss sum, batch count
-        batches = runtime.eval_offsets(cfg, counts[split], cfg["final_eval_iters"] if final and split == "val" else 0)
+        batches = tokendata.eval_offsets(cfg, counts[split], cfg["final_eval_iters"] if final and split == "val" else 0)
         for first in range(0, len(batches), layout.dp):
             k = first + layout.dp_rank  # a replica's tensor-parallel ranks share each batch
             counted = k < len(batches)
@@ -146,8 +147,10 @@ class StopSignals:
 
 
 def diverged(log, cfg, iter_num, what, **fields):
-    log.event("diverged", f"iter {iter_num}: {what}: stopping; the last good checkpoint is untouched in "
-              f"{cfg['out_dir']}", iter=iter_num, **fields)
+    kept = checkpoint_path(cfg["out_dir"])
+    truth = f"the last good checkpoint is untouched in {kept}" if kept else \
+        "no checkpoint was written (none was due yet): lower the learning rate or check the data and start again"
+    log.event("diverged", f"iter {iter_num}: {what}: stopping; {truth}", iter=iter_num, **fields)
     log.close()
     raise TrainingDiverged(f"{what} at iteration {iter_num}")
 
@@ -173,81 +176,111 @@ def main(argv):
         sys.exit(code)
 
 
-def train(cfg, layout, signals, command):
-    """Train with a resolved cfg on this layout, out_dir locked; returns the stop reason."""
-    device = layout.device
-    dtype, autocast = runtime.precision(cfg["dtype"], device)
+def check_before_building(cfg, layout, dtype):
+    """(data_dir, token counts, sample codec): what can refuse the run, checked before a model exists."""
     if cfg["init_from"] in ("scratch", "resume"):
         layout.check_memory(cfg, runtime.count_params(cfg), dtype)
-    if device == "cpu":
-        runtime.keep_freed_memory()  # no mmap/page-fault/munmap of every activation in every step
-    if layout.local_rank == 0:  # each node's first rank scans a fresh dataset alone; the others read its scan
-        runtime.scan_data(cfg)
-    layout.barrier()
-    data_dir, counts = runtime.check_data(cfg)
+    if layout.device == "cpu":
+        devices.keep_freed_memory()  # no mmap/page-fault/munmap of every activation in every step
+    scan = layout.broadcast_object(tokendata.scan_data(cfg) if layout.rank == 0 else None)  # one scan a run
+    data_dir, counts = tokendata.check_data(cfg, scan)
     codec = tokendata.text_codec(data_dir, cfg["vocab_size"]) if cfg["sample_tokens"] else None
     if codec:
         codec[0](SAMPLE_PROMPT)  # a prompt the model cannot read is refused now, not after training
+    return data_dir, counts, codec
+
+
+def build_for_training(cfg, layout, dtype, checkpoint, trunk):
+    """(raw model, wrapped model, optimizer, pruner, scaler, fork record, model report). The initial
+    weights come from one seed on every rank; a branch then takes its trunk's tensors."""
+    torch.manual_seed(tokendata.seed_of(cfg, "init"))
+    raw_model = runtime.build_model(cfg, checkpoint, layout.tp_group).to(layout.device)
+    forked = forking.load_weights(trunk, raw_model) if trunk else None  # (tensors loaded, new ones)
+    if cfg["init_from"] not in ("scratch", "resume"):
+        cfg.update({k: getattr(raw_model.config, k) for k in model_config_fields(GPTConfig)})
+    # reduced_sync: count one tiny step's all-reduces against the schedule (before DDP's or FSDP's
+    # hooks exist; it forks the RNG and clears its gradients)
+    model_report = raw_model.startup_report(layout.device) if hasattr(raw_model, "startup_report") else {}
+    model = layout.wrap(raw_model, dtype, cfg)
+    optimizer = optim.build_optimizer(raw_model, cfg)
+    pruner = optim.Pruner(raw_model, optimizer, cfg, runtime.last_iter(cfg)) if cfg["pruning"] != "none" else None
+    scaler = torch.amp.GradScaler(layout.device.split(":")[0], enabled=dtype == "float16")
+    return raw_model, model, optimizer, pruner, scaler, forked, model_report
+
+
+def restore_position(cfg, layout, checkpoint, trunk, raw_model, optimizer, pruner, scaler, forked):
+    """(iter_num, tokens_seen, train_time, best_val, forked): where training goes on, from a resumed
+    checkpoint, a trunk's continuation, or the start."""
+    torch.manual_seed(cfg["seed"] + layout.dp_rank)  # dropout masks differ across replicas
+    position = 0, 0, 0.0, float("inf")
+    if checkpoint is not None:
+        layout.restore(checkpoint, raw_model, optimizer)
+        if pruner is not None and checkpoint.get("pruning"):  # a dense checkpoint starts with no masks
+            pruner.load_state_dict(checkpoint["pruning"])
+        scaler.load_state_dict(checkpoint["scaler"])
+        position = (checkpoint["iter_num"], checkpoint["tokens_seen"], checkpoint["train_time"],
+                    checkpoint["best_val_loss"])
+    if trunk:  # the trunk's continuation, with this run's model
+        return forking.continue_trunk(trunk, raw_model, optimizer, layout, cfg, forked)
+    return (*position, forked)
+
+
+def record_start(cfg, layout, command, facts, data_changes, resumed):
+    """config.json and run_info.json (provenance, measured facts), written before the first step."""
+    if not layout.master:
+        return
+    with rundir.write_errors_named(f"{cfg['out_dir']}/config.json and run_info.json", "nothing was trained"):
+        with rundir.atomic_write(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
+            json.dump(cfg, f, indent=2, allow_nan=False)
+        start = runrecord.provenance(runtime.REPO_DIR, list(command), layout.device, layout.world_size)
+        if data_changes:
+            start["data_changed"] = data_changes  # allowed by allow_data_change; reports refuse to compare it
+        runrecord.write_run_info(cfg["out_dir"], runtime.REPO_DIR, start, facts, resumed)
+
+
+def log_checklist(log, cfg, layout, raw_model, counts, data_dir, dtype, extra):
+    """The start-up checklist (console and log.jsonl); returns the FLOP/s peak MFU is against: on a
+    CPU the matmul peak measured here for this dtype, on a GPU its data sheet's."""
+    device = layout.device
+    memory = layout.memory_estimate(cfg, runtime.count_params(cfg), dtype)
+    peak = devices.matmul_peak_flops(device, dtype) if device == "cpu" else peak_flops(device)
+    checklist = runrecord.startup_checklist(cfg, layout, raw_model, counts, data_dir, dtype)
+    checklist.update(data_parallel_replicas=layout.dp, data_parallel=layout.describe(),
+                     memory_per_gpu_estimate=sharding.describe_memory(memory),
+                     **{f"memory_estimate_{k}": v for k, v in memory.items()}, **extra,
+                     **devices.device_facts(cfg, device, dtype, peak))
+    log.event("checklist", "\n".join(f"{k:>26}: {v}" for k, v in checklist.items()), **checklist)
+    return peak
+
+
+def train(cfg, layout, signals, command):
+    """Train with a resolved cfg on this layout, out_dir locked; returns the stop reason."""
+    device = layout.device
+    devices.use_deterministic_algorithms(cfg["deterministic"])
+    dtype, autocast = devices.precision(cfg["dtype"], device)
+    data_dir, counts, codec = check_before_building(cfg, layout, dtype)
     checkpoint = runtime.load_checkpoint(cfg, layout) if cfg["init_from"] == "resume" else None
     resumed = checkpoint is not None
     trunk = forking.read_trunk(cfg) if cfg["fork_from"] and not resumed else None
     data_changes = runrecord.data_changes_since_start(cfg, data_dir, counts) if resumed else None
     hellaswag_examples = (evaluation.load_examples_on_ranks(cfg["hellaswag_input"] or "val", cfg["hellaswag_limit"],
                                                             layout) if cfg["hellaswag_interval"] else None)
-
-    torch.manual_seed(runtime.seed_of(cfg, "init"))  # identical initial weights on every rank
-    raw_model = runtime.build_model(cfg, checkpoint, layout.tp_group).to(device)
-    forked = forking.load_weights(trunk, raw_model) if trunk else None  # (tensors loaded, new ones)
-    if cfg["init_from"] not in ("scratch", "resume"):
-        cfg.update({k: getattr(raw_model.config, k) for k in model_config_fields(GPTConfig)})
-    # reduced_sync: count one tiny step's all-reduces against the schedule (before DDP's or FSDP's
-    # hooks exist; it forks the RNG and clears its gradients)
-    model_report = raw_model.startup_report(device) if hasattr(raw_model, "startup_report") else {}
-    model = layout.wrap(raw_model, dtype, cfg)
+    raw_model, model, optimizer, pruner, scaler, forked, model_report = build_for_training(
+        cfg, layout, dtype, checkpoint, trunk)
     weights_bytes = sharding.local_weights_bytes(raw_model)  # this rank's: its FSDP or tensor-parallel shards
     act_norms = evaluation.ActivationNorms(raw_model, cfg["log_act_norm_layers"])
-    optimizer = optim.build_optimizer(raw_model, cfg)
-    pruner = optim.Pruner(raw_model, optimizer, cfg, runtime.last_iter(cfg)) if cfg["pruning"] != "none" else None
-    scaler = torch.amp.GradScaler(device.split(":")[0], enabled=dtype == "float16")
-
-    grad_accum_local = cfg["gradient_accumulation_steps"] // layout.dp
-    tokens_per_iter = cfg["tokens_per_iter"]
-    iter_num, tokens_seen, train_time, best_val, metrics = 0, 0, 0.0, float("inf"), None
-    torch.manual_seed(cfg["seed"] + layout.dp_rank)  # dropout masks differ across replicas
-    if checkpoint is not None:
-        layout.restore(checkpoint, raw_model, optimizer)
-        if pruner is not None and checkpoint.get("pruning"):  # a dense checkpoint starts with no masks
-            pruner.load_state_dict(checkpoint["pruning"])
-        scaler.load_state_dict(checkpoint["scaler"])
-        iter_num, tokens_seen = checkpoint["iter_num"], checkpoint["tokens_seen"]
-        train_time, best_val = checkpoint["train_time"], checkpoint["best_val_loss"]
-    if trunk:  # the trunk's continuation, with this run's model
-        iter_num, tokens_seen, train_time, best_val, forked = forking.continue_trunk(trunk, raw_model, optimizer, layout,
-                                                                                  cfg, forked)
+    iter_num, tokens_seen, train_time, best_val, forked = restore_position(
+        cfg, layout, checkpoint, trunk, raw_model, optimizer, pruner, scaler, forked)
     del checkpoint
 
     log = rundir.RunLog(cfg, layout.master)
     facts = None if resumed else runrecord.run_facts(cfg, layout, raw_model, optimizer, data_dir, counts, dtype)
-    if layout.master:
-        with rundir.write_errors_named(f"{cfg['out_dir']}/config.json and run_info.json", "nothing was trained"):
-            with rundir.atomic_write(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
-                json.dump(cfg, f, indent=2, allow_nan=False)
-            start = runrecord.provenance(runtime.REPO_DIR, list(command), device, layout.world_size)
-            if data_changes:
-                start["data_changed"] = data_changes  # allowed by allow_data_change; reports refuse to compare it
-            runrecord.write_run_info(cfg["out_dir"], runtime.REPO_DIR, start, facts, resumed)
-    memory = layout.memory_estimate(cfg, runtime.count_params(cfg), dtype)
-    # MFU on a CPU is against the matmul peak measured here, for this dtype (a GPU's: its data sheet)
-    peak_flops = runtime.matmul_peak_flops(device, dtype) if device == "cpu" else runtime.data_sheet_peak_flops(device)
-    checklist = runrecord.startup_checklist(cfg, layout, raw_model, counts, data_dir, dtype)
-    checklist.update(data_parallel_replicas=layout.dp, data_parallel=layout.describe(),
-                     memory_per_gpu_estimate=sharding.describe_memory(memory),
-                     **{f"memory_estimate_{k}": v for k, v in memory.items()}, **model_report,
-                     act_rms_after_layers=", ".join(map(str, act_norms.layers)),
-                     **runtime.device_facts(cfg, device, dtype, peak_flops))
-    log.event("checklist", "\n".join(f"{k:>26}: {v}" for k, v in checklist.items()), **checklist)
+    record_start(cfg, layout, command, facts, data_changes, resumed)
+    peak_flops = log_checklist(log, cfg, layout, raw_model, counts, data_dir, dtype, dict(
+        model_report, act_rms_after_layers=", ".join(map(str, act_norms.layers))))
     if trunk:
         log.event("fork", **forked)
+    grad_accum_local, tokens_per_iter, metrics = cfg["gradient_accumulation_steps"] // layout.dp, cfg["tokens_per_iter"], None
     log.say(f"tokens per iteration = batch_size {cfg['batch_size']} x block_size {cfg['block_size']} x "
             f"gradient_accumulation_steps {cfg['gradient_accumulation_steps']} "
             f"({grad_accum_local} per rank x {layout.dp} data-parallel ranks) = {tokens_per_iter:,}")
@@ -257,14 +290,14 @@ def train(cfg, layout, signals, command):
     start_iter = iter_num
     window = dict(time=0.0, iters=0, peak_mib=0.0)  # training steps since the last log line
     step_peak_since_eval = None  # MiB: the memory_ratio's numerator (a training step's, not evaluation's)
-    timer = runtime.DeviceTimer(device)
+    timer = devices.DeviceTimer(device)
     stop_reason = budget_reached(cfg, iter_num, tokens_seen, train_time)
     signals.training = True
     while True:
         checkpoint_due = iter_num % cfg["eval_interval"] == 0 or stop_reason
         read_here = iter_num in cfg["eval_at"]  # a point a report reads (an equal-FLOPs point): evaluate as at the end
         if (checkpoint_due or read_here) and stop_reason != "signal":  # a preempted job has seconds: save now, evaluate later
-            runtime.reset_peak_memory(device)  # evaluation's peak (a batch's whole logits) is logged apart
+            devices.reset_peak_memory(device)  # evaluation's peak (a batch's whole logits) is logged apart
             losses = evaluate(model, cfg, layout, data_dir, counts, autocast,
                               final=stop_reason is not None or read_here)
             if not all(math.isfinite(v) for v in losses.values()):  # never let a NaN model replace a good checkpoint
@@ -275,8 +308,8 @@ def train(cfg, layout, signals, command):
                            val_loss=losses["val"], val_ppl=math.exp(losses["val"]), best_val_loss=best_val,
                            **raw_model.metrics(), **optim.optimizer_metrics(optimizer),
                            **(pruner.metrics() if pruner is not None else {}),
-                           peak_memory_mib=runtime.peak_memory_mib(device),
-                           # the notes' "training memory / model weights", per rank; None on CPUs (no reset)
+                           peak_memory_mib=devices.peak_memory_mib(device),
+                           # the pruning / MLA study's "training memory / model weights", per rank; None on CPUs (no reset)
                            memory_ratio=step_peak_since_eval * 2**20 / weights_bytes
                            if device.startswith("cuda") and step_peak_since_eval is not None else None)
             log.event("eval", f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
@@ -284,7 +317,7 @@ def train(cfg, layout, signals, command):
             step_peak_since_eval = None
             if hellaswag_examples and (iter_num % cfg["hellaswag_interval"] == 0 or stop_reason):
                 # The uncompiled model: every batch has a different length and would recompile.
-                runtime.reset_peak_memory(device)
+                devices.reset_peak_memory(device)
                 result = evaluation.evaluate_hellaswag(raw_model, hellaswag_examples, device, autocast=autocast,
                                                       replica=(layout.dp_rank, layout.dp, layout.dp_group), items=True)
                 items = result.pop("items")  # per example: what a report pairs item by item across variants
@@ -293,7 +326,7 @@ def train(cfg, layout, signals, command):
                                            append=True, iter=iter_num, tokens=tokens_seen)
                 log.event("hellaswag", f"step {iter_num}: hellaswag acc {result['acc']:.4f}, acc_norm "
                           f"{result['acc_norm']:.4f} ({result['n']} examples)", iter=iter_num, tokens=tokens_seen,
-                          peak_memory_mib=runtime.peak_memory_mib(device), **result)
+                          peak_memory_mib=devices.peak_memory_mib(device), **result)
         if checkpoint_due and cfg["save_checkpoint"] and iter_num > start_iter:
             layout.save(cfg["out_dir"], iter_num, raw_model, optimizer, dict(
                 scaler=scaler.state_dict(), config=cfg, iter_num=iter_num, tokens_seen=tokens_seen,
@@ -303,7 +336,7 @@ def train(cfg, layout, signals, command):
         if stop_reason:
             break
 
-        runtime.reset_peak_memory(device)
+        devices.reset_peak_memory(device)
         timer.start()
         lr = learning_rate_at(cfg, iter_num)
         for group in optimizer.param_groups:
@@ -329,7 +362,7 @@ def train(cfg, layout, signals, command):
             pruner.step(iter_num + 1)  # re-apply the masks; recompute them on the schedule
 
         step_seconds = timer.elapsed()  # to the step's last kernel
-        step_peak = runtime.peak_memory_mib(device)
+        step_peak = devices.peak_memory_mib(device)
         window["peak_mib"] = max(window["peak_mib"], step_peak)
         step_peak_since_eval = max(step_peak_since_eval or 0.0, step_peak)
 
@@ -353,7 +386,7 @@ def train(cfg, layout, signals, command):
         if iter_num % cfg["log_interval"] == 0:
             step_time = window["time"] / window["iters"]
             tokens_per_sec = tokens_per_iter / step_time
-            mfu, peak_flops = runtime.model_flops_utilization(raw_model, tokens_per_sec / layout.world_size, device, dtype,
+            mfu, peak_flops = devices.model_flops_utilization(raw_model, tokens_per_sec / layout.world_size, device, dtype,
                                                       peak_flops)
             record = dict(iter=iter_num, tokens=tokens_seen, loss=train_loss, lr=lr, grad_norm=grad_norm,
                           **act_norms.read(), step_time_ms=1000 * step_time, tokens_per_sec=tokens_per_sec,

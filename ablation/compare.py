@@ -8,15 +8,15 @@ and the config keys a variant may change. This module:
 - compares every variant at the largest token count that every finished run evaluated at;
 - refuses a report whose runs do not measure the metric alike (data, evaluation windows, eval_iters);
 - pairs seeds (same seed = same data order and initial shared weights, checked, not assumed),
-  and judges the k paired differences as one planned family (stats.py: Holm with intervals at
+  and judges the k paired differences as one planned family (ablation/stats.py: Holm with intervals at
   each step's level, TOST against ±min_effect, the seed plan): better, worse, "better/worse, but
   negligible", equivalent, inconclusive, deterministic, too few seeds, not comparable, incomplete
   (a run whose metric is not finite is named and its comparison is incomplete);
 - keeps the suite's sequential record (runs added after a look, every look) and tests each look at
   the alpha its declared plan spends there, or says that the verdict is not at nominal alpha.
-The result is plain data (report.json); ablation_report.py words and draws it.
+The result is plain data (report.json); ablation/render.py words and draws it.
 
-Used by sweep.py (the check before running) and, through ablation_report.py, by sweep.py and
+Used by sweep.py (the check before running) and, through ablation/render.py, by sweep.py and
 report.py (the report).
 """
 import json
@@ -334,7 +334,7 @@ def difference_sds(report):
 
 
 def fork_point(run):
-    """The iteration a run left its trunk at (fork.py), None for a run trained from scratch."""
+    """The iteration a run left its trunk at (forking.py), None for a run trained from scratch."""
     return next((e["iter"] for e in run["events"] if e["event"] == "fork"), None)
 
 
@@ -373,6 +373,12 @@ def measurement_problems(runs, allowed):
                                                f"{'forked at step %d' % k if k is not None else 'from scratch'}"
                                                for k, names in designs.items())
                         + ": runs of different designs answer different questions and are never pooled")
+    first = {}  # a variant's recipe is one across its seeds (a suite re-run with another recipe adds seeds of it);
+    # the measurement keys are checked across every run below, once
+    for (variant, _), run in ((k, r) for k, r in runs.items() if r["config"] is not None):
+        other = first.setdefault(variant, run)
+        problems += [f"recipe: {name(run)} has {k}={a!r}, {name(other)} {b!r}"
+                     for k, (a, b) in config_differences(run["config"], other["config"], MEASUREMENT_KEYS).items()]
     for run in recorded[1:]:
         for key in MEASUREMENT_KEYS:
             if run["config"].get(key) != ref["config"].get(key):

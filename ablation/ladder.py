@@ -18,7 +18,7 @@ it alone. Across sizes the ladder's keys are the only ones allowed to differ (ac
 The across-size statement, per variant: the paired effect at each size, a weighted fit of effect
 against ln N and its slope's interval at the declared level (Bonferroni over the k variants), a
 trend (grows, shrinks, flips, no trend detectable, incomplete) and the fitted line extrapolated to a
-named size, stated as an extrapolation. The numbers are plain data (report.json); ablation_report.py
+named size, stated as an extrapolation. The numbers are plain data (report.json); ablation/render.py
 words and draws them.
 """
 import math

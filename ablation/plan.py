@@ -74,8 +74,44 @@ def pilot_plan_lines(suite, pilot_dir, budget_s, slots, own_dir=None):
     if budget_s:
         n = int(budget_s * slots // per_seed)
         lines.append(f"  so: seeds = list(range({first}, {first + n})) in the suite file"
-                     + ("" if own else " (disjoint from the pilot's)") + ", declared before its runs")
+                     + ("" if own else " (disjoint from the pilot's)") + ", declared before its runs" if n >= 2 else
+                     f"  so: {budget_s:g} s fits {n} seed(s), fewer than the 2 a paired test needs: raise --budget")
     return lines
+
+
+def ladder_plan_text(suite, n_runs, ladder_dir, budget_s=None, slots=1):
+    """sweep.py --plan for a ladder: each size is a family of its own, with its own paired sd and
+    its own cost (its pilot: ladder_dir/<size>); a seed runs at every size, so a budget is divided
+    by the sum of the sizes' costs, and each size detects what its own sd allows at that seed count."""
+    sizes, k = list(suite["ladder"]["sizes"]), len(suite["variants"]) - 1
+    level = stats.family_level(suite["alpha"], k)
+    lines = [seed_plan_text(suite, n_runs, [], slots=slots) + f"; a ladder of {len(sizes)} sizes, each its own family"]
+    found = {}
+    for size in sizes:
+        pilot_dir = os.path.join(ladder_dir, size)
+        if not os.path.exists(os.path.join(pilot_dir, "suite.json")):
+            lines.append(f"  size {size}: no runs yet in {pilot_dir}")
+            continue
+        pilot, runs = suites.load_suite_dir(pilot_dir)
+        report = compare.compare(dict(pilot, alpha=suite["alpha"], min_effect=suite["min_effect"], record=[],
+                                      looks=None), runs)
+        planned = stats.plan_variants(compare.difference_sds(report), 2, k, suite["alpha"], suite["min_effect"])
+        sd = planned["sd"] if planned else None  # the noisiest planned variant's: the plan covers it
+        cost = seed_cost(pilot_dir, runs, len(suite["variants"]))
+        found[size] = (sd, cost[0] if cost else None)
+        lines.append(f"  size {size}: paired-difference sd " + (f"{sd:.3g}" if sd else "not yet (two paired seeds "
+                     "needed)") + ", wall time per seed " + (f"{cost[0]:.0f} s" if cost else "not yet (no finished run)"))
+    if len(found) < len(sizes) or not all(sd and cost for sd, cost in found.values()):
+        return "\n".join(lines + ["  the plan across sizes needs every size's sd and time: run a pilot of 2 seeds "
+                                   "(--seeds=1,2) to its end first"])
+    per_seed = sum(cost for _, cost in found.values())
+    lines.append(f"  a seed at every size: {per_seed:.0f} s of wall time, {slots} run(s) at a time")
+    for budget in [budget_s] if budget_s else BUDGETS_S:
+        n = int(budget * slots // per_seed)
+        lines.append(f"  budget {budget / 60:.0f} min: {n} seeds" + (": detect " + ", ".join(
+            f"{stats.detectable_effect(sd, n, level):.3g} at {size}" for size, (sd, _) in found.items())
+            if n >= 2 else ": too few for a paired test (at least 2)"))
+    return "\n".join(lines)
 
 
 def seed_cost(pilot_dir, runs, n_variants):
@@ -84,13 +120,17 @@ def seed_cost(pilot_dir, runs, n_variants):
     to its last: start-up not counted), a seed as n_variants runs and, in a fork pilot, the trunk it
     shares. None without a finished run."""
     launched = {}
-    path = os.path.join(pilot_dir, suites.LAUNCHES)
-    for line in open(path).read().splitlines() if os.path.exists(path) else []:
-        entry = json.loads(line)
-        launched[entry["run"]] = launched.get(entry["run"], 0.0) + entry["end"] - entry["start"]
+    here = os.path.normpath(pilot_dir)  # a ladder's size: its runs are '<size>/<run>' in the ladder's launch log
+    for path, prefix in ((os.path.join(here, suites.LAUNCHES), ""),
+                         (os.path.join(os.path.dirname(here), suites.LAUNCHES), os.path.basename(here) + "/")):
+        for line in open(path).read().splitlines() if os.path.exists(path) else []:
+            entry = json.loads(line)
+            if entry["run"].startswith(prefix) and (prefix or "/" not in entry["run"]):
+                run = entry["run"][len(prefix):]
+                launched[run] = launched.get(run, 0.0) + entry["end"] - entry["start"]
 
     def wall(name, events):
-        return launched.get(name, events[-1]["time"] - events[0]["time"])
+        return launched[name] if name in launched else events[-1]["time"] - events[0]["time"]
 
     done = [wall(os.path.basename(os.path.normpath(r["out_dir"])), r["events"]) for r in runs.values()
             if rundir.run_status(r["events"]) == "finished"]

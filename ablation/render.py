@@ -1,6 +1,6 @@
-"""Render a comparison (ablation.py's report.json data) for people: report.md and its PNG plots.
+"""Render a comparison (ablation/compare.py's report.json data) for people: report.md and its PNG plots.
 
-The numbers come from ablation.compare and stats.py; this module only words and draws them, so each
+The numbers come from ablation.compare and ablation/stats.py; this module only words and draws them, so each
 reads alone and the numbers can be tested without the markdown. Used by sweep.py (the report after
 a suite, the seed plan before it) and report.py (the report rebuilt from run directories alone).
 """
@@ -248,7 +248,7 @@ def cost_lines(report):
         lines += ["", f"**Timings not to be trusted** (logged step times spread more than "
                       f"x{compare.TIMING_SPREAD_LIMIT} between the 10th and 90th percentile, e.g. other work on the "
                       f"machine): " + ", ".join(unreliable)
-                  + ". Compare FLOPs per token instead, or time on an idle machine (bench_step.py)."]
+                  + ". Compare FLOPs per token instead, or time on an idle machine (tools/bench_train_step.py)."]
     return lines
 
 
@@ -455,7 +455,6 @@ def ladder_markdown(report, plot):
     across, metric = report["across_sizes"], report["metric"]
     sizes = across["sizes"]
     lines = [f"# Ablation report across sizes: {report['suite']}", "",
-             f"Design: {report['design']}" if report.get("design") else "",
              f"Deciding metric (declared before the runs): **{metric}** ({report['goal']} is better), paired "
              f"differences variant minus baseline (`{report['baseline']}`), same seed, same size. Each size is one "
              f"family (Holm within it at its own alpha, its full report linked below), compared at the largest token "
@@ -464,6 +463,7 @@ def ladder_markdown(report, plot):
              f"and warmup) and the learning rate {rule_text(across['learning_rate_rule'])} (learning_rate and min_lr), "
              f"N being the non-embedding parameters 12 n_layer n_embd^2. Keys allowed to differ within a size: "
              f"{', '.join(report['allowed']) or 'none'}.",
+             "", "Design: " + "; ".join(f"`{size}` {d}" for size, d in report.get("designs", {}).items()),
              "", "| size | shape | N | compared at tokens | report |", "|---|---|---|---|---|"]
     for size, s in sizes.items():
         per = report["per_size"].get(size)

@@ -2,7 +2,7 @@
 record of runs added and looks taken (suite_record.jsonl), its runs read back, and its report.
 
 sweep.py reads and freezes suites here; report.py and sweep.py build a suite's report here. The
-numbers come from compare.py (and ladder.py across sizes), the words and plots from render.py.
+numbers come from compare.py (and ablation/ladder.py across sizes), the words and plots from render.py.
 """
 import json
 import os
@@ -35,8 +35,9 @@ def read_suite(namespace, name, here, known_keys):
         raise err("variants must be {name: {'config': file or [files], key: value, ...}}")
     if namespace["baseline"] not in variants:
         raise err(f"baseline={namespace['baseline']!r} is not one of the variants {list(variants)}")
-    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(s, int) for s in seeds):
-        raise err(f"seeds={seeds!r}: give a list of distinct integers")
+    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                             and s >= 0 for s in seeds):
+        raise err(f"seeds={seeds!r}: give a list of distinct integers >= 0")
     try:
         compare.check_metric(namespace["metric"])
     except ValueError as e:
@@ -72,7 +73,7 @@ def read_suite(namespace, name, here, known_keys):
     except ValueError as e:
         raise err(str(e)) from None
     fork_at = namespace.get("fork_at")
-    if fork_at is not None and not (isinstance(fork_at, int) and fork_at >= 1):
+    if fork_at is not None and not (isinstance(fork_at, int) and not isinstance(fork_at, bool) and fork_at >= 1):
         raise err(f"fork_at={fork_at!r}: the iteration at which every variant leaves its seed's baseline trunk, "
                   f"an integer >= 1 (or leave it out: every run from scratch)")
     return dict(name=name, variants=variants, baseline=namespace["baseline"], seeds=list(seeds),
@@ -87,20 +88,12 @@ def freeze_suite(suite, runs, sweep_dir):
     number of looks taken before them, so a report can say the suite grew after it was looked at."""
     path = os.path.join(sweep_dir, "suite.json")
     wanted = {name: [p["variant"], p["seed"]] for name, p, _ in runs if not p.get("trunk")}
-    if not os.path.exists(path):
+    first = check_declaration(suite, sweep_dir)
+    if first is None:
         os.makedirs(sweep_dir, exist_ok=True)
         with rundir.atomic_write(path, "w") as f:  # a torn suite.json would lose the plan
             json.dump(dict(suite, runs=wanted), f, indent=1)
     else:
-        try:
-            first = read_suite_json(path)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-        for key in ("metric", "baseline", "alpha", "min_effect", "looks", "fork_at"):  # fork_at: the trunks on disk
-            if first.get(key) != suite.get(key) and (key in first or suite.get(key) is not None):
-                raise ConfigError(
-                    f"{path} declared {key}={first.get(key)!r} before its runs; this suite says {suite.get(key)!r}: "
-                    f"keep it, or start a new suite_dir")
         record = read_suite_record(sweep_dir)
         known = suite_runs(first, record)
         added = {name: run for name, run in wanted.items() if name not in known}
@@ -111,6 +104,30 @@ def freeze_suite(suite, runs, sweep_dir):
         for size in suite["ladder"]["sizes"]:
             own = [(ladder.size_of(name)[1], p, argv) for name, p, argv in runs if p["size"] == size]
             freeze_suite(dict(suite, name=f"{suite['name']}/{size}", ladder=None), own, os.path.join(sweep_dir, size))
+
+
+def check_declaration(suite, sweep_dir):
+    """The declaration in sweep_dir/suite.json (None before the first run), checked against the suite
+    file's: its metric, baseline, alpha, min_effect, looks and fork_at cannot change, and it is never
+    declared again after a look. Reads only (sweep.py asks before anything runs; freeze_suite too)."""
+    path = os.path.join(sweep_dir, "suite.json")
+    if not os.path.exists(path):
+        looks = compare.looks_taken(read_suite_record(sweep_dir))
+        if looks:  # a declaration written after a look could pick the most flattering metric
+            raise ConfigError(f"{path} is missing but {os.path.join(sweep_dir, SUITE_RECORD)} holds {len(looks)} "
+                              f"look(s) at the runs under the declaration it held: restore suite.json from a copy, or "
+                              f"start a new suite_dir; it is never declared again after a look")
+        return None
+    try:
+        first = read_suite_json(path)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    for key in ("metric", "baseline", "alpha", "min_effect", "looks", "fork_at"):  # fork_at: the trunks on disk
+        if first.get(key) != suite.get(key) and (key in first or suite.get(key) is not None):
+            raise ConfigError(
+                f"{path} declared {key}={first.get(key)!r} before its runs; this suite says {suite.get(key)!r}: "
+                f"keep it, or start a new suite_dir")
+    return first
 
 
 def read_suite_record(suite_dir):
@@ -142,15 +159,35 @@ def read_suite_json(path):
             declared = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path} is damaged ({e}): it holds the plan declared before the runs; restore it "
-                         f"(or delete it to declare the suite again from its file)") from None
+                         f"(or, if no report was built yet, delete it to declare the suite again from its file)") from None
     if not isinstance(declared, dict) or not {"metric", "baseline", "runs"} <= set(declared):
         raise ValueError(f"{path} is not a suite declaration (no metric, baseline and runs)")
     return declared
 
 
+def check_suite_dir(path):
+    """A directory given where one suite is expected (a pilot, a noise budget, a calibration): each
+    other thing is one line that says what to give instead."""
+    if not os.path.exists(path):
+        raise ValueError(f"{path} does not exist: give a finished suite directory (one sweep.py wrote)")
+    if not os.path.isdir(path):
+        raise ValueError(f"{path} is a file, not a suite directory: give the directory sweep.py wrote")
+    if not os.path.exists(os.path.join(path, "suite.json")):
+        if os.path.exists(os.path.join(path, "log.jsonl")) or os.path.exists(os.path.join(path, "config.json")):
+            raise ValueError(f"{path} is one run's directory, not a suite: give the suite directory that holds it")
+        raise ValueError(f"{path} holds no suite.json: not a suite directory sweep.py wrote")
+    declared = read_suite_json(os.path.join(path, "suite.json"))
+    if declared.get("ladder"):
+        sizes = list(declared["ladder"]["sizes"])
+        raise ValueError(f"{path} is a ladder of {len(sizes)} sizes ({', '.join(sizes)}), each a suite of its own "
+                         f"with its own noise and cost: give one size, e.g. {os.path.join(path, sizes[0])}")
+
+
 def load_suite_dir(suite_dir):
     """(suite, runs) of a directory written by sweep.py: suite.json names each run's variant and seed
-    as declared before the first run; the suite's record adds the runs added later and the looks."""
+    as declared before the first run; the suite's record adds the runs added later and the looks.
+    A ladder's top directory is refused: its sizes are suites of their own, never pooled into one."""
+    check_suite_dir(suite_dir)
     declared = read_suite_json(os.path.join(suite_dir, "suite.json"))
     suite = {k: declared.get(k) for k in ("name", "metric", "baseline", "allowed", "heatmap", "alpha", "min_effect",
                                           "looks")}
@@ -234,10 +271,18 @@ def report_suite_dir(suite_dir, out_dir=None, plan=None):
     report = compare.compare(dict(suite, **late), runs)
     if late:
         report["declared_after_the_runs"] = sorted(late)
-    path = render.write_report(report, runs, out_dir or suite_dir)
-    if report["looked_at_seeds"]:  # every report is a look at the data: the suite's record keeps it
-        append_suite_record(suite_dir, dict(event="look", seeds=report["looked_at_seeds"]))
-    return path
+    # Every report that reads a test is a look at the data: the suite's record keeps it, before the report
+    # exists (a look that cannot be recorded is not shown). One whose every verdict is blocked (a crashed
+    # sweep's report: incomplete runs) read no test, so it is no look.
+    tested = [n for n, v in report["variants"].items() if n != report["baseline"] and v.get("p_holm") is not None]
+    if report["looked_at_seeds"] and tested:
+        try:
+            append_suite_record(suite_dir, dict(event="look", seeds=report["looked_at_seeds"]))
+        except OSError as e:
+            raise rundir.RunDirError(rundir.describe_write_error(
+                e, os.path.join(suite_dir, SUITE_RECORD), "no report was written, because a look the record does not "
+                "keep would be hidden: make the suite directory writable (the report itself may go to --out)")) from None
+    return render.write_report(report, runs, out_dir or suite_dir)
 
 
 def report_ladder_dir(suite_dir, out_dir=None, plan=None):
@@ -252,10 +297,9 @@ def report_ladder_dir(suite_dir, out_dir=None, plan=None):
             reports[size] = json.load(f)
     goal = compare.check_metric(declared["metric"])[2]
     across = ladder.across_sizes(declared["ladder"], reports, goal)
-    designs = sorted({r.get("design") for r in reports.values() if r.get("design")})
     report = dict(suite=declared["name"], metric=declared["metric"], goal=goal, baseline=declared["baseline"],
-                  design="; ".join(designs) or None,
-                  allowed=declared["allowed"], per_size={s: dict(compared_at_tokens=r["compared_at_tokens"],
+                  allowed=declared["allowed"], designs={s: r["design"].split(":")[0] for s, r in reports.items()},
+                  per_size={s: dict(compared_at_tokens=r["compared_at_tokens"],
                                                                  alpha=r["alpha"], comparisons=r["comparisons"],
                                                                  report=os.path.join(s, "report.md"))
                                                           for s, r in reports.items()},

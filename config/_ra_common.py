@@ -3,8 +3,8 @@
 # optimizer, effective batch (16 x 8 sequences = 131,072 tokens per step), schedule and token
 # budget, and the same model class (model_type='ra'; ra_pattern='none' is exactly the baseline GPT).
 # The runs differ only in the ra_* / mla* keys their own file sets.
-# The notes' 2-hour protocol: add --max_time=7200 (training seconds; the log records the tokens
-# each run reached, which then differ across runs and GPUs).
+# The RA study's 2-hour protocol (docs/experiments.md): add --max_time=7200 (training seconds; the
+# log records the tokens each run reached, which then differ across runs and GPUs).
 import os
 
 exec(open(os.path.join(os.path.dirname(__file__), "train_gpt2.py")).read())

@@ -1,7 +1,8 @@
 # Shared by the reduced-synchronization experiments (train_gpt2_*comm.py, train_*sync.py), which exec
-# it and set only their block pattern and names. The notes' recipe (seeds/002, 003): GPT-2
-# 124M on OpenWebText for 20k steps, micro-batch 12 x 1024 tokens, 40 micro-steps per step in total
-# (5 x 8 GPUs), AdamW lr 6e-4 cosine to 6e-5, 2000 warmup steps, W&B project 'owt'.
+# it and set only their block pattern and names. The recipe of the communication and reduced-sync
+# studies (docs/experiments.md): GPT-2 124M on OpenWebText for 20k steps, micro-batch 12 x 1024 tokens,
+# 40 micro-steps per step in total (5 x 8 GPUs), AdamW lr 6e-4 cosine to 6e-5, 2000 warmup steps, W&B
+# project 'owt'.
 # Layout: 8 GPUs = 4 data-parallel replicas x tensor parallelism over 2 ranks (tp_size).
 # python data/openwebtext/prepare.py
 # torchrun --standalone --nproc_per_node=8 train.py config/train_gpt2_12comm.py

@@ -1,6 +1,6 @@
-# The notes' pruning matrix (seeds/001): dense AdamW and AdamW-SPAM, AdamW-SPAM + magnitude
-# pruning to 50% (the baseline to beat, ppl 42.82), AdamWPrune bitter0/1/2/3/7 to 50%; all at the
-# recipe of config/train_gpt2_adamw.py with the same cubic sparsity ramp.
+# The pruning matrix of the pruning / MLA study (docs/experiments.md): dense AdamW and AdamW-SPAM,
+# AdamW-SPAM + magnitude pruning to 50% (the baseline to beat, ppl 42.82), AdamWPrune bitter0/1/2/3/7 to
+# 50%; all at the recipe of config/train_gpt2_adamw.py with the same cubic sparsity ramp.
 # python sweep.py config/sweep_pruning_matrix.py
 # python sweep.py config/sweep_pruning_matrix.py config/small_shakespeare.py   (CPU, minutes per run)
 import os

@@ -1,4 +1,4 @@
-# seeds/004's learning rate x batch size sweep with AdamW. The batch is the tokens per step here,
+# The Wikitext-2 template's learning rate x batch size sweep with AdamW. The batch is the tokens per step here,
 # so it is what varies; the token budget (max_tokens, 16,384 x 3000 steps) is what is held equal,
 # and smaller batches take more steps. (Holding tokens per step fixed while changing batch_size
 # would only change the micro-batch split: the same optimization.)

@@ -1,4 +1,4 @@
-# seeds/004's optimizer sweep: SGD + momentum vs Adam vs AdamW, each over learning rates of its
+# The Wikitext-2 template's optimizer sweep: SGD + momentum vs Adam vs AdamW, each over learning rates of its
 # own regime, all at 16,384 tokens per step (config/train_wikitext2.py) and the same iterations.
 # python sweep.py config/sweep_wikitext2_optimizers.py
 # python sweep.py config/sweep_wikitext2_optimizers.py config/small_shakespeare.py   (CPU version)

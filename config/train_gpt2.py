@@ -1,6 +1,6 @@
-# GPT-2 124M on FineWeb-Edu with the notes' recipe (seeds/001): block 1024, 128 sequences =
+# GPT-2 124M on FineWeb-Edu with the pruning / MLA study's recipe (docs/experiments.md): block 1024, 128 sequences =
 # 131,072 tokens per step, AdamW lr 6e-4, weight decay 0.1, 2000 warmup steps, cosine to 6e-5,
-# eval every 500, bf16, compiled. The notes' micro-batch 32 x 4 is the same step; 16 x 8 divides
+# eval every 500, bf16, compiled. The study's micro-batch 32 x 4 is the same step; 16 x 8 divides
 # by 1, 2, 4 and 8 GPUs (gradient_accumulation_steps counts micro-steps over all ranks).
 # python data/finewebedu/prepare.py && python train.py config/train_gpt2.py
 # torchrun --standalone --nproc_per_node=8 train.py config/train_gpt2.py  (8 ranks x 1 micro-step)

@@ -1,7 +1,8 @@
 # GPT-2 XL (published 1558M parameters: 48 layers, 25 heads, width 1600) on FineWeb-Edu with the
-# notes' recipe (seeds/001, config/train_gpt2.py, executed below): block 1024, 128 sequences = 131,072 tokens per step,
-# AdamW, weight decay 0.1, 2000 warmup steps, cosine to lr/10, bf16, compiled block by block. Peak
-# learning rate from GPT-3's table for this size (2e-4).
+# pruning / MLA study's recipe (config/train_gpt2.py, executed below; docs/experiments.md): block
+# 1024, 128 sequences = 131,072 tokens per step, AdamW, weight decay 0.1, 2000 warmup steps, cosine
+# to lr/10, bf16, compiled block by block. Peak learning rate from GPT-3's table for this size
+# (2e-4).
 #
 # Memory per GPU on 8 GPUs, from sharding.memory_estimate (the start-up checklist prints it for the
 # actual layout), micro-batch 16, bf16:

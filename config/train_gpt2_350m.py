@@ -1,8 +1,8 @@
 # GPT-2 Medium (published 355M parameters: 24 layers, 16 heads, width 1024) on FineWeb-Edu with the
-# notes' recipe (seeds/001, config/train_gpt2.py, executed below): block 1024, 128 sequences = 131,072 tokens per step,
-# AdamW, weight decay 0.1, 2000 warmup steps, cosine to lr/10, bf16, compiled. The peak learning
-# rate follows GPT-3's table for this size (3e-4; 6e-4 is the 124M's). The notes' "Different model
-# sizes" (seeds/002): the same recipe at 350M and 774M.
+# pruning / MLA study's recipe (config/train_gpt2.py, executed below; docs/experiments.md): block 1024,
+# 128 sequences = 131,072 tokens per step, AdamW, weight decay 0.1, 2000 warmup steps, cosine to lr/10,
+# bf16, compiled. The peak learning rate follows GPT-3's table for this size (3e-4; 6e-4 is the 124M's).
+# The communication study's "different model sizes": the same recipe at 350M and 774M.
 #
 # Memory per GPU on 8 GPUs, from sharding.memory_estimate (the start-up checklist prints it for the
 # actual layout), micro-batch 16, bf16:

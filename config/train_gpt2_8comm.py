@@ -1,6 +1,7 @@
-# 8 all-reduces per forward pass: [SPD, Parallel, Parallel] x 4 = 4 SPD syncs + 4 merges
-# of the parallel runs. The notes' [SPD, Parallel] x 6 costs 12, not 8: each lone parallel block
-# between two SPD syncs must still be merged once (RESEARCH.md), and [SPD, P, P] x 4 costs 8.
+# 8 all-reduces per forward pass: [SPD, Parallel, Parallel] x 4 = 4 SPD syncs + 4 merges of the parallel
+# runs. The communication study's [SPD, Parallel] x 6 costs 12, not 8: each lone parallel block between
+# two SPD syncs must still be merged once (docs/experiments.md, "Counting syncs"), and [SPD, P, P] x 4
+# costs 8.
 # torchrun --standalone --nproc_per_node=8 train.py config/train_gpt2_8comm.py
 import os
 

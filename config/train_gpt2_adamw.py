@@ -1,5 +1,5 @@
 # The pruning matrix's dense baseline: the GPT-2 124M FineWeb-Edu recipe of config/train_gpt2.py
-# (seeds/001: 16 x 8 x 1024 tokens, lr 6e-4, wd 0.1, warmup 2000, cosine to 6e-5, bf16, compiled),
+# (the pruning / MLA study's: 16 x 8 x 1024 tokens, lr 6e-4, wd 0.1, warmup 2000, cosine to 6e-5, bf16, compiled),
 # cut to the 10k iterations every pruning run of the matrix gets.
 # python train.py config/train_gpt2_adamw.py
 import os

@@ -1,5 +1,5 @@
 # MLA: multi-head latent attention in every layer, latent 128, per-head Q into the latent and
-# per-head V up-projection; no reciprocal term (the notes' gpt2-ra-mla-baseline with ra_alpha=0.0).
+# per-head V up-projection; no reciprocal term (the pruning / MLA study's gpt2-ra-mla-baseline with ra_alpha=0.0).
 # python train.py config/train_mla.py   (recipe: _ra_common.py)
 import os
 

@@ -1,4 +1,4 @@
-# RA ablation, baseline: standard attention in every layer (the notes' B0), same model class and
+# RA ablation, baseline: standard attention in every layer (the RA study's B0), same model class and
 # recipe as every run of the set (see _ra_common.py).
 # python data/finewebedu/prepare.py && python train.py config/train_ra_baseline.py
 import os

@@ -1,5 +1,5 @@
 # RA+MLA: the MLA of train_mla.py plus the reciprocal term K_i.Q_j in every layer, logits
-# S + 0.5 * S^T with S^T kept within 64 positions (the notes' RA+MLA settings).
+# S + 0.5 * S^T with S^T kept within 64 positions (the pruning / MLA study's RA+MLA settings).
 # python train.py config/train_ra_mla.py   (recipe: _ra_common.py)
 import os
 
@@ -16,5 +16,5 @@ ra_alpha = 0.5
 ra_window = 64
 # The windowed mix keeps its doubled queries and keys, duplicated keys and padded values for
 # backward (1.36x the baseline's peak memory at 124M, T=1024); recomputing the attention core
-# brings it under MLA's (bench.py). Same numbers, one more attention forward per layer.
+# brings it under MLA's (tools/bench_ra_variants.py). Same numbers, one more attention forward per layer.
 attn_recompute = True

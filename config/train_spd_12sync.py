@@ -1,5 +1,5 @@
-# 12 all-reduces per forward pass: 12 SPD blocks (seeds/003; the same model as
-# train_gpt2_12comm.py under the other set of notes' name).
+# 12 all-reduces per forward pass: 12 SPD blocks (the reduced-sync study; the same model as
+# train_gpt2_12comm.py under the communication study's name).
 # torchrun --standalone --nproc_per_node=8 train.py config/train_spd_12sync.py
 import os
 

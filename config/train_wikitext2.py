@@ -1,4 +1,4 @@
-# The Wikitext-2 experiment template of seeds/004: a small GPT-2 (6 layers, 384 wide, GPT-2 BPE),
+# The Wikitext-2 experiment template (docs/experiments.md): a small GPT-2 (6 layers, 384 wide, GPT-2 BPE),
 # AdamW, a few thousand steps at 16 x 4 x 256 = 16,384 tokens per step, kept constant across the
 # runs of a sweep (see config/sweep_wikitext2_*.py).
 # python data/wikitext2/prepare.py && python train.py config/train_wikitext2.py

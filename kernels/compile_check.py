@@ -1,18 +1,21 @@
-"""Compile the RA kernels for a GPU target without a GPU: registers, spills and shared memory of
-every (kernel, mode, autotune configuration), and the occupancy they allow.
+"""Compile the RA kernels for a GPU target without a GPU: registers, spills, shared memory and
+matrix instructions of every (kernel, mode, autotune configuration), and the occupancy they allow.
 
     python kernels/compile_check.py --target gfx1100 --D 64    # RDNA3 (W7900): the AMD lists
     python kernels/compile_check.py --target sm90 --D 128      # H100: the NVIDIA lists
 
 NVIDIA targets go to PTX, which ptxas (CUDA's assembler: TRITON_PTXAS_PATH or PATH) turns into
-a cubin reporting registers per thread and spill bytes; AMD targets go to AMDGCN assembly, whose
-metadata gives VGPRs and VGPR spills. The kernels are specialized as a launch on real tensors
-specializes them (16-byte aligned pointers, strides divisible by 16). Modes: every mode but mix
-runs the single-stream kernel (gate launches it twice, windowed changes only a runtime argument),
-so `swap` stands for standard, swap, gate and windowed; mix runs its own kernels, and its backward
-a second pass (colR, rowR) for the reciprocal term. Each compile runs in a child process, because
-the AMD backend can crash outright. This uses Triton's compiler internals (ASTSource, stages),
-which change between releases: written for triton 3.8.
+a cubin reporting registers per thread and spill bytes; the PTX tells whether the dots became
+Hopper's wgmma (warpgroup MMA) or Ampere-style mma.sync. AMD targets go to AMDGCN assembly, whose
+metadata gives VGPRs and VGPR spills, and whose instructions tell MFMA (CDNA) from WMMA (RDNA3).
+The kernels are specialized as a launch on real tensors specializes them (16-byte aligned
+pointers, strides divisible by 16). Modes: `swap` stands for every single-stream launch without a
+band (standard, swap, gate's first stream), `swapW` for one with a band (windowed swap and gate),
+`mix` and `mixW` for mix without and with a band (each a specialization of its own: the band
+adds loop runs). Kernels: fwd, col (the atomic backward), row (the deterministic path's second
+launch; its column launch is col without the atomics). Each compile runs in a child process,
+because the AMD backend can crash outright. This uses Triton's compiler internals (ASTSource,
+stages), which change between releases: written for triton 3.8.
 """
 
 import argparse
@@ -28,15 +31,17 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 import kernels.ra_attention as ra  # noqa: E402
 
-# kernel name: (function, RECIP); colR and rowR are mix's second backward pass (the reciprocal term)
-KERNELS = {"fwd": ("_ra_fwd_kernel", None), "col": ("_ra_bwd_col_kernel", False), "row": ("_ra_bwd_row_kernel", False),
-           "colR": ("_ra_bwd_col_kernel", True), "rowR": ("_ra_bwd_row_kernel", True)}
-FP32_POINTERS = {"Alpha", "L", "Delta", "DQ", "DK", "DV", "DAlpha"}
-SCALARS = {"H", "T", "D", "W", "T_BUCKET", "n_partials"}
+# kernel name: (function, extra constants, index of its list in autotune_space)
+KERNELS = {"fwd": ("_ra_fwd_kernel", {}, 0), "col": ("_ra_bwd_col_kernel", {"ATOMIC": True}, 1),
+           "row": ("_ra_bwd_row_kernel", {}, 2)}
+MODES = {"swap": (False, False), "swapW": (False, True), "mix": (True, False), "mixW": (True, True)}  # MIX, BAND
+FP32_POINTERS = {"Alpha", "L", "Delta", "DA", "DB", "DV", "DAlpha"}
+SCALARS = {"H", "T", "D", "W", "T_BUCKET"}
 
 
 def compile_one(target_name, kernel, mode, dtype, block_d, config):
-    """{"registers", "spills", "shared"} of one compiled kernel (spills: bytes on NVIDIA, VGPRs on AMD)."""
+    """{"registers", "spills", "shared", "mma"} of one compiled kernel (spills: bytes on NVIDIA, VGPRs
+    on AMD; mma: the matrix instructions its dots use, e.g. 'wgmma', 'mma.sync', 'mfma', 'wmma', 'none')."""
     import triton.language as tl
     from triton._C.libtriton import ir
     from triton.backends.compiler import GPUTarget
@@ -46,11 +51,12 @@ def compile_one(target_name, kernel, mode, dtype, block_d, config):
         target, last = GPUTarget("cuda", int(target_name[2:]), 32), "ptx"
     else:
         target, last = GPUTarget("hip", target_name, 32 if target_name.startswith("gfx11") else 64), "amdgcn"
-    name, recip = KERNELS[kernel]
+    name, extra, _ = KERNELS[kernel]
     fn = getattr(ra, name)
     block_m, block_n, warps, stages = config
-    constants = dict(MIX=mode == "mix", **({} if recip is None else {"RECIP": recip}), ACC=tl.float32, DOT=getattr(tl, dtype), PRECISION="ieee",
-                     BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+    mix, band = MODES[mode]
+    constants = dict(MIX=mix, BAND=band, SPLIT=ra.split_loops(target_name), **extra, ACC=tl.float32,
+                     DOT=getattr(tl, dtype), PRECISION="ieee", BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
                      BLOCK_DC=ra.head_chunk(block_d, target_name))
     ptr = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}[dtype]
     signature = {}
@@ -71,7 +77,7 @@ def compile_one(target_name, kernel, mode, dtype, block_d, config):
     attrs.update({(fn.arg_names.index(name),): aligned for name in ("stride_b", "stride_h", "stride_t", "D")
                   if block_d % 16 == 0})
     backend = make_backend(target)
-    options = backend.parse_options({"num_warps": warps, "num_stages": stages})
+    options = backend.parse_options({"num_warps": warps, "num_stages": stages, **ra.cdna_knobs(target_name, KERNELS[kernel][2])})
     context = ir.context()
     ir.load_dialects(context)
     backend.load_dialects(context)
@@ -90,7 +96,15 @@ def compile_one(target_name, kernel, mode, dtype, block_d, config):
         spills = int(re.search(r"\.vgpr_spill_count:\s+(\d+)", module).group(1))
     else:
         registers, spills = ptxas_usage(module, target.arch)
-    return dict(registers=registers, spills=spills, shared=metadata.get("shared", 0))
+    return dict(registers=registers, spills=spills, shared=metadata.get("shared", 0), mma=matrix_instructions(module))
+
+
+def matrix_instructions(asm):
+    """The matrix instructions in PTX or AMDGCN text, '+'-joined, or 'none' (the dots ran on FMAs)."""
+    found = [name for name, pattern in (("wgmma", r"\bwgmma\.mma_async"), ("mma.sync", r"\bmma\.sync"),
+                                        ("mfma", r"\bv_mfma_"), ("wmma", r"\bv_wmma_"))
+             if re.search(pattern, asm)]
+    return "+".join(found) or "none"
 
 
 def ptxas_usage(ptx, arch):
@@ -151,39 +165,46 @@ def main():
     parser.add_argument("--target", default="gfx1100", help="sm80, sm90, gfx1100, gfx942 ...")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--D", type=int, default=64, help="head size (padded to a power of two)")
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument("--first", action="store_true", help="only the first (conservative) configuration of each list")
     args = parser.parse_args()
     block_d = max(16, 1 << (args.D - 1).bit_length())
-    index = {"fwd": 0, "col": 1, "row": 2, "colR": 1, "rowR": 2}
     spill_unit = "bytes" if args.target.startswith("sm") else "VGPRs"
-    failures, chosen = 0, []
-    for kernel in index:
-        for mode in ("swap", "mix") if kernel in ("fwd", "col", "row") else ("mix",):
+    failures, spilled, compiled, chosen = 0, 0, 0, []
+    for kernel, (_, _, index) in KERNELS.items():
+        for mode in args.modes:
             free = []
-            for config in ra.autotune_space(args.target, block_d, mode == "mix")[index[kernel]]:
+            space = ra.autotune_space(args.target, block_d, MODES[mode][0])[index]
+            for config in space[:1] if args.first else space:
                 result = compile_in_child(args.target, kernel, mode, args.dtype, block_d, config)
-                line = f"{args.target} {kernel:<4} {mode:<4} tile {config[0]:>3}x{config[1]:<3} warps {config[2]} stages {config[3]}: "
+                line = (f"{args.target} {kernel:<3} {mode:<5} tile {config[0]:>3}x{config[1]:<3} warps {config[2]} "
+                        f"stages {config[3]}: ")
                 if isinstance(result, str):
                     failures += 1
                     print(line + result, flush=True)
                     continue
+                compiled += 1
+                spilled += result["spills"] > 0
                 print(line + f"registers {result['registers']:>3}, spills {result['spills']:>5} {spill_unit}, "
-                      f"shared {result['shared']:>6} B", flush=True)
+                      f"shared {result['shared']:>6} B, {result['mma']}", flush=True)
                 if result["spills"] == 0:
                     free.append((config, result))
             chosen.append((kernel, mode, free[0] if free else None))
     unit = "waves/SIMD" if args.target.startswith("gfx") else "warps/SM"
     print(f"\nfirst spill-free configuration of each list, {args.target}, D={args.D}, {args.dtype}:")
-    print(f"| kernel | mode | tile | warps | stages | registers | spills | shared (B) | {unit} |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"| kernel | mode | tile | warps | stages | registers | spills | shared (B) | {unit} | matrix instr. |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for kernel, mode, found in chosen:
         if found is None:
-            print(f"| {kernel} | {mode} | none spill-free | | | | | | |")
+            print(f"| {kernel} | {mode} | none spill-free | | | | | | | |")
             continue
         (m, n, warps, stages), r = found
         occ = f"{occupancy(args.target, warps, r['registers'], r['shared']):g}" if args.target in LIMITS else "?"
-        print(f"| {kernel} | {mode} | {m}x{n} | {warps} | {stages} | {r['registers']} | 0 | {r['shared']} | {occ} |")
+        print(f"| {kernel} | {mode} | {m}x{n} | {warps} | {stages} | {r['registers']} | 0 | {r['shared']} | {occ} "
+              f"| {r['mma']} |")
     missing = sum(found is None for *_, found in chosen)
-    print(f"{failures} failures, {missing} of {len(chosen)} kernels without a spill-free configuration")
+    print(f"{failures} failures, {spilled} of {compiled} configurations spill, "
+          f"{missing} of {len(chosen)} kernels without a spill-free configuration")
     sys.exit(1 if failures else 0)
 
 

@@ -21,16 +21,19 @@ For (B, H, T, D) tensors q, k, v, scale = 1/sqrt(D), and positions i (query row)
 The Triton path follows FlashAttention-2: the forward walks key blocks with an online softmax
 (O(T) memory) and saves each row's log-sum-exp; the backward recomputes the scores from the saved
 statistics. Each launch runs one stream: the reciprocal stream is the ordinary one with q and k
-exchanged (R = S with q, k swapped), so `gate` runs two launches and holds one stream's
-accumulators at a time. Because mix's R_ij = k_i . q_j, its score gradients reach both the row's
-and the column's q and k, so the backward runs without atomics: a column kernel (one program per
-key block) for dV and the column half of dK, a row kernel (one program per query block) for the
-row half of dQ, and for mix a second pass of each for the reciprocal term's halves of dQ and dK
-(and per-block partial sums of dalpha). Every launch writes its own buffers; the halves are added
-in PyTorch, and so are the gate weights p (cheap elementwise). On RDNA3 at head size 128 each block
-runs as two programs of 64 output columns that compute the scores in 64-column chunks
-(head_chunk): no program holds a whole 128-column row, at the price of computing the scores twice. docs/kernels.md has each kernel's
-registers, spills and shared memory on gfx1100 and sm90 (kernels/compile_check.py).
+exchanged (R = S with q, k swapped), so `gate` runs two launches. mix runs as one stream whose
+logits S_ij + alpha R_ij = [q_i, alpha k_i] . [k_j, q_j] are one accumulator per tile (k scaled by
+alpha once per program); only the tiles cut by the band's edge keep the alpha term apart. Tiles
+inside the causal set (and inside or outside the band) build no mask: each loop runs in masked and
+unmasked runs. The backward is one Delta launch (rowsum(dO * O)) and one column-parallel launch
+(one program per key block) holding dV, dK and mix's reciprocal half of dQ in registers; the
+row-side halves (dQ from S, mix's dK from alpha R) go into float32 buffers by atomic adds, as
+FlashAttention-2 adds dQ. dalpha is one number per key row, summed per head after the kernel.
+`deterministic=True` (or PyTorch's deterministic algorithms) replaces the atomics by a row-parallel
+launch: bit-reproducible, one more recomputation of the scores. On RDNA3 at head size 128 each
+block runs as two programs of 64 output columns that compute the scores in 64-column chunks
+(head_chunk), and the loops are not split (split_loops). docs/kernels.md has each kernel's
+registers, spills and matrix instructions per target (kernels/compile_check.py).
 
 The kernels run when Triton is importable and the inputs are on a GPU (CUDA or ROCm), or under
 TRITON_INTERPRET=1 (then on CPU tensors, slowly: that is how the tests prove them right).
@@ -67,42 +70,62 @@ def _per_head(x, like):
 
 
 # ----------------------------------------------------------------------------------------------
-# Triton kernels. Each launch runs one attention stream with logits S_ij = q_i . k_j: the
-# launcher passes (q, k) for the ordinary stream and (k, q) for the reciprocal one (R = S with q
-# and k exchanged), so gate runs its two streams as two launches and never holds two sets of
-# accumulators. Logits: MIX adds alpha * [band] k_i . q_j under the causal mask; otherwise the
-# band masks (W = T: the causal mask). Softmax runs in base 2 (exp2 with log2(e) folded into the
-# scale): the saved log-sum-exp is in log2 units and only the kernels read it.
+# Triton kernels. Each launch runs one attention stream with row operand A and column operand B:
+# logits S_ij = A_i . B_j. The launcher passes (q, k) for the ordinary stream and (k, q) for the
+# reciprocal one (R = S with q and k exchanged), so gate runs its two streams as two launches.
+# MIX adds alpha * [band] R_ij = alpha * B_i . A_j to the logits (under the causal mask). Since
+# S_ij + alpha R_ij = [A_i, alpha B_i] . [B_j, A_j], a program scales its held B rows by alpha once
+# and accumulates both products of a tile into one accumulator (one dot of twice the head size);
+# only tiles cut by the band's edge keep the alpha term apart, to mask it. Softmax runs in base 2
+# (exp2 with log2(e) folded into the scale): the saved log-sum-exp is in log2 units.
+#
+# Loop split (SPLIT): each program walks its tiles in runs. A tile entirely inside the causal set
+# and entirely inside (or outside) the band builds no mask at all; only the diagonal tiles and the
+# band's edge tiles do. RDNA3 runs one masked loop instead (SPLIT=False): the extra loop bodies
+# cost it registers and it spilled (docs/kernels.md).
 
 # (BLOCK_M, BLOCK_N, warps, stages) lists per GPU target, head size and mode; the first of each is
-# the conservative configuration. Every configuration listed compiles without register spills on
-# its target (kernels/compile_check.py, docs/kernels.md, tests/test_compile_check.py). On RDNA3
-# (gfx1100, wave32) registers are the limit: a WMMA operand is held twice per wave and each warp
-# takes 16 rows of the output tile, so tiles are 16 x warps rows by 16-32 columns, with one stage;
-# D = 128 runs as programs of 64 head columns (head_chunk), so one list serves both sizes.
-# CDNA (gfx90a, gfx942 = MI300X, wave64, 512 VGPRs with the accumulation registers) holds whole rows
-# at D = 128 and 64 x 64 tiles without spills (compile_check, gfx942): RDNA3's small tiles would
-# leave its matrix cores idle. Those lists are compiled, not yet timed on an MI300X.
+# the conservative configuration (the smallest tile). Lists: forward (BLOCK_M query rows held,
+# BLOCK_N key rows streamed), column backward (BLOCK_N key rows held, BLOCK_M query rows streamed),
+# row backward (the deterministic path's second kernel, as the forward). sm90: 128-row tiles,
+# 4-8 warps (wgmma takes 64 rows per warpgroup of 4 warps), 3-4 stages. CDNA (gfx942 MI300X):
+# 2 stages and its own knobs (cdna_knobs). RDNA3 (gfx1100): registers are the limit, small tiles,
+# one stage, the head split at D = 128 (head_chunk). kernels/compile_check.py compiles every list.
 def autotune_space(target, block_d=64, mix=False):
     """(forward, column, row) kernel configurations as (BLOCK_M, BLOCK_N, warps, stages) lists for
     a target ('gfx1100', 'gfx942', 'sm90', 'sm80' ...)."""
     if is_cdna(target):
-        return ([(64, 32, 4, 1), (64, 64, 4, 1), (128, 64, 4, 1)], [(32, 64, 4, 1), (64, 32, 4, 1), (64, 64, 4, 1)],
-                [(64, 32, 4, 1), (32, 64, 4, 1), (64, 64, 4, 1)])
-    if not target.startswith("sm"):
-        col = [(16, 32, 4, 1), (16, 32, 2, 1), (16, 64, 4, 1)]
-        if mix and block_d <= 64:  # mix's column kernel holds three whole key rows: the others spill 17-27 VGPRs
-            col = col[:1]
-        return [(32, 16, 2, 1), (64, 16, 4, 1), (64, 32, 4, 1)], col, [(32, 16, 2, 1), (64, 16, 4, 1)]
-    fwd = [(32, 32, 4, 2), (64, 32, 4, 2), (64, 64, 4, 2), (128, 64, 8, 2)]
-    bwd = [(32, 32, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2), (64, 64, 4, 2)]
-    if block_d > 64:  # 64-row backward tiles spill at 128 columns (ptxas: 8-144 bytes on sm90)
-        bwd = [(32, 32, 4, 2), (32, 64, 4, 2)]
-    if target == "sm80":  # its 64 x 64 tiles reach 255 registers sooner and spill 8-84 bytes
-        bwd = [c for c in bwd if c[:2] != (64, 64)]
-        if mix and block_d > 64:
-            fwd = [c for c in fwd if c[:2] != (64, 64)]
-    return fwd, bwd, bwd
+        fwd = [(64, 32, 4, 2), (64, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 2)]
+        return fwd, [(32, 64, 4, 2), (64, 64, 4, 2), (64, 128, 8, 2)], [(64, 32, 4, 2), (64, 64, 4, 2)]
+    if not target.startswith("sm"):  # RDNA3 (wave32)
+        return ([(32, 16, 2, 1), (64, 16, 4, 1), (64, 32, 4, 1)], [(16, 16, 2, 1), (16, 32, 4, 1)],
+                [(32, 16, 2, 1), (64, 16, 4, 1)])
+    if target == "sm80":
+        return ([(64, 32, 4, 2), (64, 64, 4, 3), (128, 64, 8, 3)], [(32, 64, 4, 2), (64, 64, 4, 2)],
+                [(64, 32, 4, 2), (64, 64, 4, 2)])
+    if block_d <= 64:
+        fwd = [(64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4)]
+        col = [(16, 64, 4, 2), (32, 64, 8, 2)] if mix else [(32, 64, 4, 2), (32, 64, 8, 2), (64, 128, 8, 2)]
+        return fwd, col, [(64, 64, 4, 3), (128, 64, 8, 3)]
+    # 128-wide rows: the 64-row forward tiles spill in windowed mix, the column kernel holds three
+    # 128-wide accumulators (windowed mix still spills 24-52 bytes in every tile, docs/kernels.md)
+    col = [(16, 32, 4, 2), (16, 64, 8, 2)] if mix else [(32, 64, 8, 2)]
+    return [(128, 64, 8, 3)], col, [(32, 64, 8, 2)] if mix else [(32, 64, 8, 2), (128, 64, 8, 3)]
+
+
+def cdna_knobs(target, index=0):
+    """AMD CDNA compile options of every configuration of list `index` (autotune_space): 16 x 16
+    MFMA instructions (FlashAttention's choice on MI300X); two waves per execution unit in the
+    forward, one in the backward, whose column kernel needs more than the 256 VGPRs that two waves
+    leave (it spilled 353 at D = 128)."""
+    if not is_cdna(target):
+        return {}
+    return {"waves_per_eu": 2 if index == 0 else 1, "matrix_instr_nonkdim": 16}
+
+
+def split_loops(target):
+    """Whether tiles are walked in masked and unmasked runs (all but RDNA3, where it spills)."""
+    return not (target.startswith("gfx") and not is_cdna(target))
 
 
 def is_cdna(target):
@@ -134,73 +157,132 @@ if triton is not None:
         return x.to(DOT)
 
     @triton.jit
-    def _scores(A, a_off, a_stride, a_start, B, b_off, b_stride, b_start, T, D,
-                BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr,
-                ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr):
-        """Rows a_start .. of A dotted with rows b_start .. of B over the whole head, BLOCK_DC
-        columns at a time, each chunk loaded here: with BLOCK_DC < BLOCK_D no program holds a
-        full-width row (RDNA3 at D = 128, see head_chunk). Those loads are volatile: LLVM would
-        otherwise hoist a block's own row chunks, invariant in the loop, out of it and hold whole
-        rows again (mix spilled 58-102 VGPRs so); a volatile load is never hoisted, and L2 holds it."""
+    def _scores(a, ra, A, RA, a_off, a_stride, a_start, B, RB, b_off, b_stride, b_start, T, D, alpha,
+                R: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr,
+                BLOCK_DC: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr):
+        """s = a . B_b^T for the held rows a and B's rows b_start ..; R = 1 adds ra . RB_b^T into the
+        same accumulator (ra: held rows already scaled by alpha), R = 2 returns that term apart as r
+        (to be masked by the band), R = 0 leaves it out. With BLOCK_DC < BLOCK_D (RDNA3's head split)
+        no program holds whole rows: the held rows come from A and RA chunk by chunk too, with
+        volatile loads (LLVM would hoist the loop-invariant chunks and hold whole rows again)."""
         s = tl.zeros([BLOCK_A, BLOCK_B], ACC)
-        for d0 in tl.static_range(0, BLOCK_D, BLOCK_DC):
-            a = _load_tile(A, a_off, a_start, a_stride, T, D, d0, BLOCK_A, BLOCK_DC, DOT, BLOCK_DC < BLOCK_D)
-            b = _load_tile(B, b_off, b_start, b_stride, T, D, d0, BLOCK_B, BLOCK_DC, DOT, BLOCK_DC < BLOCK_D)
-            s += tl.dot(a, tl.trans(b), out_dtype=ACC, input_precision=PRECISION)
-        return s
-
-    @triton.jit
-    def _stream_scores(A, B, in_off, stride_t, a_start, b_start, T, D, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
-                       BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr, MIX: tl.constexpr, ACC: tl.constexpr,
-                       DOT: tl.constexpr, PRECISION: tl.constexpr):
-        """A tile's scores, A's rows a_start .. against B's rows b_start .., and (MIX) its reciprocal
-        scores, the same rows with the two tensors exchanged (else s again)."""
-        s = _scores(A, in_off, stride_t, a_start, B, in_off, stride_t, b_start, T, D,
-                    BLOCK_A, BLOCK_B, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
-        r = s  # unused unless MIX
-        if MIX:
-            r = _scores(B, in_off, stride_t, a_start, A, in_off, stride_t, b_start, T, D,
-                        BLOCK_A, BLOCK_B, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+        r = s
+        if BLOCK_DC == BLOCK_D:
+            b = _load_tile(B, b_off, b_start, b_stride, T, D, 0, BLOCK_B, BLOCK_D, DOT)
+            s = tl.dot(a, tl.trans(b), s, input_precision=PRECISION, out_dtype=ACC)
+            if R != 0:
+                rb = _load_tile(RB, b_off, b_start, b_stride, T, D, 0, BLOCK_B, BLOCK_D, DOT)
+                if R == 1:
+                    s = tl.dot(ra, tl.trans(rb), s, input_precision=PRECISION, out_dtype=ACC)
+                else:
+                    r = tl.dot(ra, tl.trans(rb), r, input_precision=PRECISION, out_dtype=ACC)
+        else:
+            for d0 in tl.static_range(0, BLOCK_D, BLOCK_DC):
+                a_c = _load_tile(A, a_off, a_start, a_stride, T, D, d0, BLOCK_A, BLOCK_DC, DOT, True)
+                b_c = _load_tile(B, b_off, b_start, b_stride, T, D, d0, BLOCK_B, BLOCK_DC, DOT, True)
+                s = tl.dot(a_c, tl.trans(b_c), s, input_precision=PRECISION, out_dtype=ACC)
+                if R != 0:
+                    ra_c = _load_tile(RA, a_off, a_start, a_stride, T, D, d0, BLOCK_A, BLOCK_DC, ACC, True)
+                    ra_c = (ra_c * alpha).to(DOT)
+                    rb_c = _load_tile(RB, b_off, b_start, b_stride, T, D, d0, BLOCK_B, BLOCK_DC, DOT, True)
+                    if R == 1:
+                        s = tl.dot(ra_c, tl.trans(rb_c), s, input_precision=PRECISION, out_dtype=ACC)
+                    else:
+                        r = tl.dot(ra_c, tl.trans(rb_c), r, input_precision=PRECISION, out_dtype=ACC)
         return s, r
 
     @triton.jit
-    def _logits(s, r, alpha, i, j, T, W, qk_scale, MIX: tl.constexpr):
-        """Base-2 logits of one tile from its scores s (and, MIX, the reciprocal scores r), -inf where
-        masked; the band; and r inside it, which the backward needs for dalpha. Query rows x key
-        columns take i, j = offs_m[:, None], offs_n[None, :]; the transposed tile (key rows) takes
-        i, j = offs_m[None, :], offs_n[:, None]."""
-        causal = (i >= j) & (j < T) & (i < T)
+    def _held(A, RA, in_off, stride_t, start, T, D, d0, alpha, MIX: tl.constexpr, BLOCK: tl.constexpr,
+              BLOCK_C: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr):
+        """A program's own rows, head columns d0 .. d0 + BLOCK_C: A's, and (MIX) RA's scaled by alpha once."""
+        a = _load_tile(A, in_off, start, stride_t, T, D, d0, BLOCK, BLOCK_C, DOT)
+        ra = a
+        if MIX:
+            ra = (_load_tile(RA, in_off, start, stride_t, T, D, d0, BLOCK, BLOCK_C, ACC) * alpha).to(DOT)
+        return a, ra
+
+    @triton.jit
+    def _mask(s, r, i, j, T, W, MIX: tl.constexpr, R: tl.constexpr):
+        """A masked tile's logits: -inf outside the causal set (MIX) or the band; MIX adds the alpha
+        term r (R = 2) inside the band only. Also returns the band. Query rows x key columns take
+        i, j = offs_m[:, None], offs_n[None, :]; the transposed tile i, j = offs_m[None, :], offs_n[:, None]."""
+        causal = (i >= j) & (j < T)
         band = causal & (i - j < W)
         allowed = band
         if MIX:
-            r = tl.where(band, r, 0.0)
-            s += alpha * r
             allowed = causal
-        return tl.where(allowed, s * qk_scale, float("-inf")), band, r
-
-    @triton.jit
-    def _row_stats(L, Delta, bh, start_m, T, BLOCK_M: tl.constexpr):
-        """A query block's log-sum-exp and Delta = rowsum(dO * O)."""
-        offs_m = start_m + tl.arange(0, BLOCK_M)
-        lse = tl.load(L + bh * T + offs_m, mask=offs_m < T, other=0.0)
-        delta = tl.load(Delta + bh * T + offs_m, mask=offs_m < T, other=0.0)
-        return lse, delta
+            if R == 2:
+                s += tl.where(band, r, 0.0)
+        return tl.where(allowed, s, float("-inf")), band
 
     @triton.jit
     def _store_tile(X, bh, offs, d0, x, T, D, BLOCK_DC: tl.constexpr):
         offs_d = d0 + tl.arange(0, BLOCK_DC)
         mask = (offs[:, None] < T) & (offs_d[None, :] < D)
-        tl.store(X + bh * T * D + offs[:, None] * D + offs_d[None, :], x, mask=mask)
-
-    # Every kernel: program ids (batch x head, block of rows, chunk of head columns). A program
-    # accumulates BLOCK_DC of the output's head columns (d0 ..) and computes the scores over the
-    # whole head; with BLOCK_DC < BLOCK_D the programs of one block recompute the same scores.
+        tl.store(X + bh * T * D + offs[:, None] * D + offs_d[None, :], x.to(X.dtype.element_ty), mask=mask)
 
     @triton.jit
-    def _ra_fwd_kernel(Q, K, V, Alpha, O, L,
+    def _add_tile(X, bh, offs, d0, x, T, D, BLOCK_DC: tl.constexpr):
+        """x added into a float32 (float64) gradient buffer that other programs add to as well."""
+        offs_d = d0 + tl.arange(0, BLOCK_DC)
+        mask = (offs[:, None] < T) & (offs_d[None, :] < D)
+        tl.atomic_add(X + bh * T * D + offs[:, None] * D + offs_d[None, :], x, mask=mask, sem="relaxed")
+
+    @triton.jit
+    def _row_bounds(start_m, T, W, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        """The runs of key blocks for the query block start_m: [0, out_hi) entirely outside the band,
+        [out_hi, in_lo) cut by its edge, [in_lo, diag_lo) entirely inside it and causal, [diag_lo, hi)
+        the diagonal (some j > i)."""
+        hi = tl.minimum(start_m + BLOCK_M, T)
+        diag_lo = (start_m + 1) // BLOCK_N * BLOCK_N
+        out_hi = tl.minimum(tl.maximum(start_m - W + 1, 0) // BLOCK_N * BLOCK_N, diag_lo)
+        in_lo = (tl.maximum(start_m + BLOCK_M - W, 0) + BLOCK_N - 1) // BLOCK_N * BLOCK_N
+        in_lo = tl.minimum(tl.maximum(in_lo, out_hi), diag_lo)
+        return out_hi, in_lo, diag_lo, hi
+
+    @triton.jit
+    def _col_bounds(start_n, T, W, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        """The runs of query blocks for the key block start_n: [lo, diag_hi) the diagonal,
+        [diag_hi, in_hi) causal and entirely inside the band, [in_hi, out_lo) cut by its edge,
+        [out_lo, T) entirely outside it."""
+        lo = start_n // BLOCK_M * BLOCK_M
+        diag_hi = (start_n + BLOCK_N - 1 + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+        in_hi = tl.maximum((start_n + W) // BLOCK_M * BLOCK_M, diag_hi)
+        out_lo = tl.maximum((start_n + BLOCK_N - 1 + W + BLOCK_M - 1) // BLOCK_M * BLOCK_M, in_hi)
+        return lo, diag_hi, in_hi, out_lo
+
+    # ------------------------------------------------------------------------------ forward
+    @triton.jit
+    def _fwd_run(acc, m, l, a, ra, A, B, V, in_off, stride_t, start_m, lo, hi, T, D, W, alpha, qk_scale, d0,
+                 MASKED: tl.constexpr, R: tl.constexpr, MIX: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr, ACC: tl.constexpr,
+                 DOT: tl.constexpr, PRECISION: tl.constexpr):
+        """The online softmax over key blocks lo .. hi (one run)."""
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        for start_n in range(lo, hi, BLOCK_N):
+            s, r = _scores(a, ra, A, B, in_off, stride_t, start_m, B, A, in_off, stride_t, start_n, T, D, alpha,
+                           R, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+            if MASKED:
+                s, band = _mask(s, r, offs_m[:, None], start_n + tl.arange(0, BLOCK_N)[None, :], T, W, MIX, R)
+            x = s * qk_scale
+            m_new = tl.maximum(m, tl.max(x, 1))
+            m_safe = m_new
+            if MASKED:  # a row with nothing allowed yet stays 0, not NaN
+                m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.exp2(x - m_safe[:, None])
+            corr = tl.exp2(m - m_safe)
+            l = l * corr + tl.sum(p, 1)
+            v = _load_tile(V, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, DOT)
+            acc = tl.dot(p.to(DOT), v, acc * corr[:, None], input_precision=PRECISION, out_dtype=ACC)
+            m = m_new
+        return acc, m, l
+
+    @triton.jit
+    def _ra_fwd_kernel(A, B, V, Alpha, O, L,
                        stride_b, stride_h, stride_t, H, T, D, W, scale, T_BUCKET,
-                       MIX: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr):
+                       MIX: tl.constexpr, BAND: tl.constexpr, SPLIT: tl.constexpr, ACC: tl.constexpr,
+                       DOT: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr):
         bh = tl.program_id(0).to(tl.int64)  # B * H on axis 0 (axis 1 allows 65,535 programs only)
         start_m = (tl.num_programs(1) - 1 - tl.program_id(1)) * BLOCK_M  # the longest rows first
         d0 = tl.program_id(2) * BLOCK_DC
@@ -209,164 +291,335 @@ if triton is not None:
         alpha = 0.0
         if MIX:
             alpha = tl.load(Alpha + bh % H).to(ACC)
+        a = 0.0
+        ra = 0.0
+        if BLOCK_DC == BLOCK_D:
+            a, ra = _held(A, B, in_off, stride_t, start_m, T, D, 0, alpha, MIX, BLOCK_M, BLOCK_D, ACC, DOT)
 
-        offs_m = start_m + tl.arange(0, BLOCK_M)
         m = tl.full([BLOCK_M], float("-inf"), ACC)
         l = tl.zeros([BLOCK_M], ACC)
         acc = tl.zeros([BLOCK_M, BLOCK_DC], ACC)
-
-        hi = tl.minimum(start_m + BLOCK_M, T)  # causal: no key beyond this block's last row
-        lo = 0
-        if not MIX:  # key blocks entirely left of the band are skipped (W = T: none)
-            lo = tl.maximum(start_m - W + 1, 0) // BLOCK_N * BLOCK_N
-        for start_n in range(lo, hi, BLOCK_N):
-            offs_n = start_n + tl.arange(0, BLOCK_N)
-            s, r = _stream_scores(Q, K, in_off, stride_t, start_m, start_n, T, D, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC,
-                                  MIX, ACC, DOT, PRECISION)  # q_i . k_j and k_i . q_j
-            x, band, r = _logits(s, r, alpha, offs_m[:, None], offs_n[None, :], T, W, qk_scale, MIX)
-            v_j = _load_tile(V, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, DOT)
-            m_new = tl.maximum(m, tl.max(x, 1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a fully masked row stays 0, not NaN
-            p = tl.exp2(x - m_safe[:, None])
-            corr = tl.exp2(m - m_safe)
-            l = l * corr + tl.sum(p, 1)
-            acc = acc * corr[:, None] + tl.dot(p.to(DOT), v_j, out_dtype=ACC, input_precision=PRECISION)
-            m = m_new
+        out_hi, in_lo, diag_lo, hi = _row_bounds(start_m, T, W, BLOCK_M, BLOCK_N)
+        if not SPLIT:  # one masked loop over every tile with a key in range
+            lo = 0
+            if not MIX:
+                lo = out_hi
+            acc, m, l = _fwd_run(acc, m, l, a, ra, A, B, V, in_off, stride_t, start_m, lo, hi, T, D, W, alpha,
+                                 qk_scale, d0, True, 2 if BAND else (1 if MIX else 0), MIX, BLOCK_M, BLOCK_N,
+                                 BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+        elif MIX and BAND:
+            acc, m, l = _fwd_run(acc, m, l, a, ra, A, B, V, in_off, stride_t, start_m, 0, out_hi, T, D, W, alpha,
+                                 qk_scale, d0, False, 0, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
+                                 PRECISION)
+            acc, m, l = _fwd_run(acc, m, l, a, ra, A, B, V, in_off, stride_t, start_m, out_hi, in_lo, T, D, W, alpha,
+                                 qk_scale, d0, True, 2, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
+                                 PRECISION)
+            acc, m, l = _fwd_run(acc, m, l, a, ra, A, B, V, in_off, stride_t, start_m, in_lo, diag_lo, T, D, W,
+                                 alpha, qk_scale, d0, False, 1, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
+                                 PRECISION)
+            acc, m, l = _fwd_run(acc, m, l, a, ra, A, B, V, in_off, stride_t, start_m, diag_lo, hi, T, D, W, alpha,
+                                 qk_scale, d0, True, 2, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
+                                 PRECISION)
+        elif MIX:
+            acc, m, l = _fwd_run(acc, m, l, a, ra, A, B, V, in_off, stride_t, start_m, 0, diag_lo, T, D, W, alpha,
+                                 qk_scale, d0, False, 1, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
+                                 PRECISION)
+            acc, m, l = _fwd_run(acc, m, l, a, ra, A, B, V, in_off, stride_t, start_m, diag_lo, hi, T, D, W, alpha,
+                                 qk_scale, d0, True, 1, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
+                                 PRECISION)
+        else:  # key blocks entirely left of the band are skipped (no band: out_hi = in_lo = 0)
+            acc, m, l = _fwd_run(acc, m, l, a, ra, A, B, V, in_off, stride_t, start_m, out_hi, in_lo, T, D, W, alpha,
+                                 qk_scale, d0, True, 0, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
+                                 PRECISION)
+            acc, m, l = _fwd_run(acc, m, l, a, ra, A, B, V, in_off, stride_t, start_m, in_lo, diag_lo, T, D, W,
+                                 alpha, qk_scale, d0, False, 0, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
+                                 PRECISION)
+            acc, m, l = _fwd_run(acc, m, l, a, ra, A, B, V, in_off, stride_t, start_m, diag_lo, hi, T, D, W, alpha,
+                                 qk_scale, d0, True, 0, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
+                                 PRECISION)
+        offs_m = start_m + tl.arange(0, BLOCK_M)
         l_safe = tl.where(l == 0.0, 1.0, l)
-        _store_tile(O, bh, offs_m, d0, (acc / l_safe[:, None]).to(O.dtype.element_ty), T, D, BLOCK_DC)  # contiguous
+        _store_tile(O, bh, offs_m, d0, acc / l_safe[:, None], T, D, BLOCK_DC)  # O is contiguous
         tl.store(L + bh * T + offs_m, m + tl.log2(l_safe), mask=(offs_m < T) & (d0 == 0))
 
+    # ------------------------------------------------------------------------------ backward
     @triton.jit
-    def _ra_bwd_col_kernel(Q, K, V, Alpha, DO, L, Delta, DK, DV, DQ, DAlpha,
-                           stride_b, stride_h, stride_t, H, T, D, W, scale, T_BUCKET, n_partials,
-                           MIX: tl.constexpr, RECIP: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
-                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr):
-        """Per key block j: dV_j and the column half of dK_j (from S_ij); or, RECIP (MIX only), the
-        column half of dQ_j (from alpha R_ij) and a partial sum of dalpha."""
+    def _ra_delta_kernel(O, DO, Delta, T, D, ACC: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr):
+        """Delta_i = rowsum(dO_i * O_i) of contiguous (B * H, T, D) O and dO."""
         bh = tl.program_id(0).to(tl.int64)
-        pid = tl.program_id(1)
-        start_n = pid * BLOCK_N  # the longest columns (from the left) come first already
+        offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        cols = tl.arange(0, BLOCK_D)
+        mask = (offs[:, None] < T) & (cols[None, :] < D)
+        ptrs = bh * T * D + offs[:, None] * D + cols[None, :]
+        o = tl.load(O + ptrs, mask=mask, other=0.0).to(ACC)
+        do = tl.load(DO + ptrs, mask=mask, other=0.0).to(ACC)
+        tl.store(Delta + bh * T + offs, tl.sum(o * do, 1), mask=offs < T)
+
+    @triton.jit
+    def _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off, stride_t, do_off,
+                 start_n, lo, hi, T, D, W, alpha, scale, d0,
+                 MASKED: tl.constexpr, R: tl.constexpr, MIX: tl.constexpr, ATOMIC: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr,
+                 ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr):
+        """One run of query blocks lo .. hi for the key block start_n, on the transposed tile (key
+        rows x query columns), so that the held accumulators need no transposed operand."""
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        qk_scale = scale * 1.4426950408889634
+        for start_m in range(lo, hi, BLOCK_M):
+            offs_m = start_m + tl.arange(0, BLOCK_M)
+            # S^T_ji = B_j . A_i and alpha R^T_ji = alpha A_j . B_i
+            st, rt = _scores(b, rb, B, A, in_off, stride_t, start_n, A, B, in_off, stride_t, start_m, T, D, alpha,
+                             R, BLOCK_N, BLOCK_M, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+            band = st > 0  # unused unless masked
+            if MASKED:
+                st, band = _mask(st, rt, offs_m[None, :], offs_n[:, None], T, W, MIX, R)
+            lse = tl.load(L + bh * T + offs_m, mask=offs_m < T, other=0.0)
+            delta = tl.load(Delta + bh * T + offs_m, mask=offs_m < T, other=0.0)
+            pt = tl.exp2(st * qk_scale - lse[None, :])  # masked logits are -inf: P = 0 there
+            dpt, _ = _scores(v, v, V, V, in_off, stride_t, start_n, DO, DO, do_off, D, start_m, T, D, alpha,
+                             0, BLOCK_N, BLOCK_M, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)  # v_j . dO_i
+            gt = pt * (dpt - delta[None, :]) * scale  # d(loss) / d(S_ij), transposed
+            do_i = _load_tile(DO, do_off, start_m, D, T, D, d0, BLOCK_M, BLOCK_DC, DOT)
+            dv = tl.dot(pt.to(DOT), do_i, dv, input_precision=PRECISION, out_dtype=ACC)
+            a_i = _load_tile(A, in_off, start_m, stride_t, T, D, d0, BLOCK_M, BLOCK_DC, DOT)
+            db = tl.dot(gt.to(DOT), a_i, db, input_precision=PRECISION, out_dtype=ACC)  # S_ij = A_i . B_j
+            if ATOMIC:  # the row half of dA_i, added into the shared buffer (FlashAttention-2's dQ)
+                _add_tile(DA, bh, offs_m, d0, tl.dot(tl.trans(gt).to(DOT), b_c, input_precision=PRECISION,
+                                                     out_dtype=ACC), T, D, BLOCK_DC)
+            if R != 0:  # alpha R_ij = alpha B_i . A_j
+                gbt = gt
+                if R == 2:
+                    gbt = tl.where(band, gt, 0.0)
+                b_i = _load_tile(B, in_off, start_m, stride_t, T, D, d0, BLOCK_M, BLOCK_DC, DOT)
+                du = tl.dot(gbt.to(DOT), b_i, du, input_precision=PRECISION, out_dtype=ACC)  # dA_j / alpha
+                if ATOMIC:  # the row half of dB_i: alpha sum_j g_ij A_j (rb_c holds alpha A_j)
+                    _add_tile(DB, bh, offs_m, d0, tl.dot(tl.trans(gbt).to(DOT), rb_c, input_precision=PRECISION,
+                                                         out_dtype=ACC), T, D, BLOCK_DC)
+        return dv, db, du
+
+    @triton.jit
+    def _ra_bwd_col_kernel(A, B, V, Alpha, DO, L, Delta, DA, DB, DV, DAlpha,
+                           stride_b, stride_h, stride_t, H, T, D, W, scale, T_BUCKET,
+                           MIX: tl.constexpr, BAND: tl.constexpr, SPLIT: tl.constexpr, ATOMIC: tl.constexpr,
+                           ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr):
+        """Per key block j, in registers: dV_j, the column half of dB_j (from S) and, MIX, of dA_j
+        (from alpha R; also each key row's share of dalpha). ATOMIC: the row halves, dA_i from S and
+        (MIX) dB_i from alpha R, are added into DA and DB by fp32 atomics; else _ra_bwd_row_kernel
+        computes them."""
+        bh = tl.program_id(0).to(tl.int64)
+        start_n = tl.program_id(1) * BLOCK_N  # the longest columns (from the left) come first already
         d0 = tl.program_id(2) * BLOCK_DC
         in_off = (bh // H) * stride_b + (bh % H) * stride_h
         do_off = bh * T * D  # dO is contiguous
-        qk_scale = scale * 1.4426950408889634
         alpha = 0.0
         if MIX:
             alpha = tl.load(Alpha + bh % H).to(ACC)
-
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        dv = tl.zeros([BLOCK_N, BLOCK_DC], ACC)
-        dk = tl.zeros([BLOCK_N, BLOCK_DC], ACC)
-        dq = tl.zeros([BLOCK_N, BLOCK_DC], ACC)
-        dalpha = tl.zeros([BLOCK_N], ACC)
-
-        lo = start_n // BLOCK_M * BLOCK_M  # causal: rows i >= j only
-        hi = T
-        if not MIX:  # rows beyond the band of this key block are skipped (W = T: none)
-            hi = tl.minimum(start_n + BLOCK_N + W - 1, T)
-        for start_m in range(lo, hi, BLOCK_M):
-            offs_m = start_m + tl.arange(0, BLOCK_M)
-            # the transposed tile (key rows): dV, dK and dQ then need no transposed operand
-            st, rt = _stream_scores(K, Q, in_off, stride_t, start_n, start_m, T, D, BLOCK_N, BLOCK_M, BLOCK_D,
-                                    BLOCK_DC, MIX, ACC, DOT, PRECISION)  # k_j . q_i and q_j . k_i
-            xt, band_t, rt = _logits(st, rt, alpha, offs_m[None, :], offs_n[:, None], T, W, qk_scale, MIX)
-            lse, delta = _row_stats(L, Delta, bh, start_m, T, BLOCK_M)
-            pt = tl.exp2(xt - lse[None, :])  # masked logits are -inf: P = 0 there
-            dpt = _scores(V, in_off, stride_t, start_n, DO, do_off, D, start_m, T, D,
-                          BLOCK_N, BLOCK_M, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)  # v_j . dO_i
-            gt = pt * (dpt - delta[None, :])
-            if not RECIP:
-                do = _load_tile(DO, do_off, start_m, D, T, D, d0, BLOCK_M, BLOCK_DC, DOT)
-                dv += tl.dot(pt.to(DOT), do, out_dtype=ACC, input_precision=PRECISION)
-                q_i = _load_tile(Q, in_off, start_m, stride_t, T, D, d0, BLOCK_M, BLOCK_DC, DOT)
-                dk += tl.dot(gt.to(DOT), q_i, out_dtype=ACC, input_precision=PRECISION)  # S_ij = q_i . k_j
-            else:
-                gbt = tl.where(band_t, gt, 0.0)
-                k_i = _load_tile(K, in_off, start_m, stride_t, T, D, d0, BLOCK_M, BLOCK_DC, DOT)
-                dq += tl.dot(gbt.to(DOT), k_i, out_dtype=ACC, input_precision=PRECISION)  # R_ij = k_i . q_j
-                dalpha += tl.sum(gt * rt, 1)
-        if not RECIP:
-            _store_tile(DV, bh, offs_n, d0, dv, T, D, BLOCK_DC)
-            _store_tile(DK, bh, offs_n, d0, dk * scale, T, D, BLOCK_DC)
+        b = 0.0
+        rb = 0.0
+        v = 0.0
+        if BLOCK_DC == BLOCK_D:
+            b, rb = _held(B, A, in_off, stride_t, start_n, T, D, 0, alpha, MIX, BLOCK_N, BLOCK_D, ACC, DOT)
+            v = _load_tile(V, in_off, start_n, stride_t, T, D, 0, BLOCK_N, BLOCK_D, DOT)
+            b_c = b
+            rb_c = rb
         else:
-            _store_tile(DQ, bh, offs_n, d0, dq * (alpha * scale), T, D, BLOCK_DC)
-            if d0 == 0:  # every column chunk computed the same sum
-                tl.store(DAlpha + bh * n_partials + pid, tl.sum(dalpha, 0) * scale)
+            b_c, rb_c = _held(B, A, in_off, stride_t, start_n, T, D, d0, alpha, MIX, BLOCK_N, BLOCK_DC, ACC, DOT)
+        dv = tl.zeros([BLOCK_N, BLOCK_DC], ACC)
+        db = tl.zeros([BLOCK_N, BLOCK_DC], ACC)
+        du = tl.zeros([BLOCK_N, BLOCK_DC], ACC)
+        lo, diag_hi, in_hi, out_lo = _col_bounds(start_n, T, W, BLOCK_M, BLOCK_N)
+        if not SPLIT:
+            hi = T
+            if not MIX:
+                hi = tl.minimum(out_lo, T)
+            dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
+                                  stride_t, do_off, start_n, lo, hi, T, D, W, alpha, scale, d0, True,
+                                  2 if BAND else (1 if MIX else 0), MIX, ATOMIC, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC,
+                                  ACC, DOT, PRECISION)
+        elif MIX and BAND:
+            dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
+                                  stride_t, do_off, start_n, lo, tl.minimum(diag_hi, T), T, D, W, alpha, scale, d0,
+                                  True, 2, MIX, ATOMIC, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+            dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
+                                  stride_t, do_off, start_n, diag_hi, tl.minimum(in_hi, T), T, D, W, alpha, scale,
+                                  d0, False, 1, MIX, ATOMIC, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
+                                  PRECISION)
+            dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
+                                  stride_t, do_off, start_n, in_hi, tl.minimum(out_lo, T), T, D, W, alpha, scale, d0,
+                                  True, 2, MIX, ATOMIC, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+            dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
+                                  stride_t, do_off, start_n, out_lo, T, T, D, W, alpha, scale, d0, False, 0, MIX,
+                                  ATOMIC, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+        elif MIX:
+            dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
+                                  stride_t, do_off, start_n, lo, tl.minimum(diag_hi, T), T, D, W, alpha, scale, d0,
+                                  True, 1, MIX, ATOMIC, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+            dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
+                                  stride_t, do_off, start_n, diag_hi, T, T, D, W, alpha, scale, d0, False, 1, MIX,
+                                  ATOMIC, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+        else:  # query blocks entirely below the band are skipped (no band: in_hi, out_lo >= T)
+            dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
+                                  stride_t, do_off, start_n, lo, tl.minimum(diag_hi, T), T, D, W, alpha, scale, d0,
+                                  True, 0, MIX, ATOMIC, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+            dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
+                                  stride_t, do_off, start_n, diag_hi, tl.minimum(in_hi, T), T, D, W, alpha, scale,
+                                  d0, False, 0, MIX, ATOMIC, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
+                                  PRECISION)
+            dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
+                                  stride_t, do_off, start_n, in_hi, tl.minimum(out_lo, T), T, D, W, alpha, scale, d0,
+                                  True, 0, MIX, ATOMIC, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        _store_tile(DV, bh, offs_n, d0, dv, T, D, BLOCK_DC)
+        if MIX and ATOMIC:  # other programs add dB's row half to these rows
+            _add_tile(DB, bh, offs_n, d0, db, T, D, BLOCK_DC)
+        else:
+            _store_tile(DB, bh, offs_n, d0, db, T, D, BLOCK_DC)
+        if MIX:
+            if ATOMIC:
+                _add_tile(DA, bh, offs_n, d0, du * alpha, T, D, BLOCK_DC)
+            else:
+                _store_tile(DA, bh, offs_n, d0, du * alpha, T, D, BLOCK_DC)
+            # dalpha = sum_ij g_ij [band] B_i . A_j = sum_j A_j . du_j: one number per key row here,
+            # summed per head after the kernel (no R tile, no extra product in the loop)
+            a_j = _load_tile(A, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, ACC)
+            tl.store(DAlpha + (tl.program_id(2) * tl.num_programs(0) + bh) * T + offs_n, tl.sum(a_j * du, 1),
+                     mask=offs_n < T)
 
     @triton.jit
-    def _ra_bwd_row_kernel(Q, K, V, Alpha, DO, L, Delta, DQ, DK,
+    def _row_run(da, db, a, ra, do_h, A, B, V, DO, in_off, stride_t, do_off, start_m, lse, delta, lo, hi,
+                 T, D, W, alpha, scale, d0, MASKED: tl.constexpr, R: tl.constexpr, MIX: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr,
+                 ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        qk_scale = scale * 1.4426950408889634
+        for start_n in range(lo, hi, BLOCK_N):
+            s, r = _scores(a, ra, A, B, in_off, stride_t, start_m, B, A, in_off, stride_t, start_n, T, D, alpha,
+                           R, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+            band = s > 0  # unused unless masked
+            if MASKED:
+                s, band = _mask(s, r, offs_m[:, None], start_n + tl.arange(0, BLOCK_N)[None, :], T, W, MIX, R)
+            p = tl.exp2(s * qk_scale - lse[:, None])
+            dp, _ = _scores(do_h, do_h, DO, DO, do_off, D, start_m, V, V, in_off, stride_t, start_n, T, D, alpha,
+                            0, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)  # dO_i . v_j
+            g = p * (dp - delta[:, None]) * scale
+            b_j = _load_tile(B, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, DOT)
+            da = tl.dot(g.to(DOT), b_j, da, input_precision=PRECISION, out_dtype=ACC)
+            if R != 0:
+                if R == 2:
+                    g = tl.where(band, g, 0.0)
+                a_j = _load_tile(A, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, DOT)
+                db = tl.dot(g.to(DOT), a_j, db, input_precision=PRECISION, out_dtype=ACC)
+        return da, db
+
+    @triton.jit
+    def _ra_bwd_row_kernel(A, B, V, Alpha, DO, L, Delta, DA, DB,
                            stride_b, stride_h, stride_t, H, T, D, W, scale, T_BUCKET,
-                           MIX: tl.constexpr, RECIP: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
-                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr):
-        """Per query block i: the row half of dQ_i (from S_ij); or, RECIP (MIX only), of dK_i (from
-        alpha R_ij). Written to their own buffers: the launcher adds the column kernel's halves."""
+                           MIX: tl.constexpr, BAND: tl.constexpr, SPLIT: tl.constexpr, ACC: tl.constexpr,
+                           DOT: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                           BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr):
+        """The deterministic path's row halves, per query block i: dA_i from S and (MIX) dB_i from
+        alpha R, into their own buffers (the launcher adds the column kernel's halves)."""
         bh = tl.program_id(0).to(tl.int64)
-        start_m = (tl.num_programs(1) - 1 - tl.program_id(1)) * BLOCK_M  # the longest rows first
+        start_m = (tl.num_programs(1) - 1 - tl.program_id(1)) * BLOCK_M
         d0 = tl.program_id(2) * BLOCK_DC
         in_off = (bh // H) * stride_b + (bh % H) * stride_h
         do_off = bh * T * D
-        qk_scale = scale * 1.4426950408889634
         alpha = 0.0
         if MIX:
             alpha = tl.load(Alpha + bh % H).to(ACC)
-
+        a = 0.0
+        ra = 0.0
+        do_h = 0.0
+        if BLOCK_DC == BLOCK_D:
+            a, ra = _held(A, B, in_off, stride_t, start_m, T, D, 0, alpha, MIX, BLOCK_M, BLOCK_D, ACC, DOT)
+            do_h = _load_tile(DO, do_off, start_m, D, T, D, 0, BLOCK_M, BLOCK_D, DOT)
         offs_m = start_m + tl.arange(0, BLOCK_M)
-        lse, delta = _row_stats(L, Delta, bh, start_m, T, BLOCK_M)
-        dq = tl.zeros([BLOCK_M, BLOCK_DC], ACC)
-        dk = tl.zeros([BLOCK_M, BLOCK_DC], ACC)
-
-        hi = tl.minimum(start_m + BLOCK_M, T)
-        lo = 0
-        if not MIX:
-            lo = tl.maximum(start_m - W + 1, 0) // BLOCK_N * BLOCK_N
-        for start_n in range(lo, hi, BLOCK_N):
-            offs_n = start_n + tl.arange(0, BLOCK_N)
-            s, r = _stream_scores(Q, K, in_off, stride_t, start_m, start_n, T, D, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC,
-                                  MIX, ACC, DOT, PRECISION)  # q_i . k_j and k_i . q_j
-            x, band, r = _logits(s, r, alpha, offs_m[:, None], offs_n[None, :], T, W, qk_scale, MIX)
-            p = tl.exp2(x - lse[:, None])  # masked logits are -inf: P = 0 there
-            dp = _scores(DO, do_off, D, start_m, V, in_off, stride_t, start_n, T, D,
-                         BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)  # dO_i . v_j
-            g = p * (dp - delta[:, None])
-            if not RECIP:
-                k_j = _load_tile(K, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, DOT)
-                dq += tl.dot(g.to(DOT), k_j, out_dtype=ACC, input_precision=PRECISION)  # S_ij = q_i . k_j
-            else:
-                gb = tl.where(band, g, 0.0)
-                q_j = _load_tile(Q, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, DOT)
-                dk += tl.dot(gb.to(DOT), q_j, out_dtype=ACC, input_precision=PRECISION)  # R_ij = k_i . q_j
-        if not RECIP:
-            _store_tile(DQ, bh, offs_m, d0, dq * scale, T, D, BLOCK_DC)
+        lse = tl.load(L + bh * T + offs_m, mask=offs_m < T, other=0.0)
+        delta = tl.load(Delta + bh * T + offs_m, mask=offs_m < T, other=0.0)
+        da = tl.zeros([BLOCK_M, BLOCK_DC], ACC)
+        db = tl.zeros([BLOCK_M, BLOCK_DC], ACC)
+        out_hi, in_lo, diag_lo, hi = _row_bounds(start_m, T, W, BLOCK_M, BLOCK_N)
+        if not SPLIT:
+            lo = 0
+            if not MIX:
+                lo = out_hi
+            da, db = _row_run(da, db, a, ra, do_h, A, B, V, DO, in_off, stride_t, do_off, start_m, lse, delta, lo,
+                              hi, T, D, W, alpha, scale, d0, True, 2 if BAND else (1 if MIX else 0), MIX, BLOCK_M,
+                              BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+        elif MIX and BAND:
+            da, db = _row_run(da, db, a, ra, do_h, A, B, V, DO, in_off, stride_t, do_off, start_m, lse, delta, 0,
+                              out_hi, T, D, W, alpha, scale, d0, False, 0, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC,
+                              ACC, DOT, PRECISION)
+            da, db = _row_run(da, db, a, ra, do_h, A, B, V, DO, in_off, stride_t, do_off, start_m, lse, delta,
+                              out_hi, in_lo, T, D, W, alpha, scale, d0, True, 2, MIX, BLOCK_M, BLOCK_N, BLOCK_D,
+                              BLOCK_DC, ACC, DOT, PRECISION)
+            da, db = _row_run(da, db, a, ra, do_h, A, B, V, DO, in_off, stride_t, do_off, start_m, lse, delta, in_lo,
+                              diag_lo, T, D, W, alpha, scale, d0, False, 1, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC,
+                              ACC, DOT, PRECISION)
+            da, db = _row_run(da, db, a, ra, do_h, A, B, V, DO, in_off, stride_t, do_off, start_m, lse, delta,
+                              diag_lo, hi, T, D, W, alpha, scale, d0, True, 2, MIX, BLOCK_M, BLOCK_N, BLOCK_D,
+                              BLOCK_DC, ACC, DOT, PRECISION)
+        elif MIX:
+            da, db = _row_run(da, db, a, ra, do_h, A, B, V, DO, in_off, stride_t, do_off, start_m, lse, delta, 0,
+                              diag_lo, T, D, W, alpha, scale, d0, False, 1, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC,
+                              ACC, DOT, PRECISION)
+            da, db = _row_run(da, db, a, ra, do_h, A, B, V, DO, in_off, stride_t, do_off, start_m, lse, delta,
+                              diag_lo, hi, T, D, W, alpha, scale, d0, True, 1, MIX, BLOCK_M, BLOCK_N, BLOCK_D,
+                              BLOCK_DC, ACC, DOT, PRECISION)
         else:
-            _store_tile(DK, bh, offs_m, d0, dk * (alpha * scale), T, D, BLOCK_DC)
+            da, db = _row_run(da, db, a, ra, do_h, A, B, V, DO, in_off, stride_t, do_off, start_m, lse, delta,
+                              out_hi, in_lo, T, D, W, alpha, scale, d0, True, 0, MIX, BLOCK_M, BLOCK_N, BLOCK_D,
+                              BLOCK_DC, ACC, DOT, PRECISION)
+            da, db = _row_run(da, db, a, ra, do_h, A, B, V, DO, in_off, stride_t, do_off, start_m, lse, delta, in_lo,
+                              diag_lo, T, D, W, alpha, scale, d0, False, 0, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC,
+                              ACC, DOT, PRECISION)
+            da, db = _row_run(da, db, a, ra, do_h, A, B, V, DO, in_off, stride_t, do_off, start_m, lse, delta,
+                              diag_lo, hi, T, D, W, alpha, scale, d0, True, 0, MIX, BLOCK_M, BLOCK_N, BLOCK_D,
+                              BLOCK_DC, ACC, DOT, PRECISION)
+        _store_tile(DA, bh, offs_m, d0, da, T, D, BLOCK_DC)
+        if MIX:
+            _store_tile(DB, bh, offs_m, d0, db * alpha, T, D, BLOCK_DC)
 
     # Autotuning runs on GPUs only (the interpreter has no benchmarker).
     def _quad(config):
         return config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"], config.num_warps, config.num_stages
 
+    def _knobs(config):
+        return {k: v for k, v in config.kwargs.items() if k not in ("BLOCK_M", "BLOCK_N")}
+
     def _tuned(kernel, index, key, **options):
         """The kernel autotuned over the list of the launch's GPU, head size and mode (the launch
-        runs under its device; BLOCK_D and MIX are in the key)."""
+        runs under its device; BLOCK_D and MIX are in the key), with that GPU's knobs."""
         targets, sizes = ("gfx1100", "gfx942", "sm80", "sm90"), (16, 32, 64, 128)
-        quads = dict.fromkeys(q for t in targets for d in sizes for mix in (False, True)
-                              for q in autotune_space(t, d, mix)[index])
-        configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=st) for m, n, w, st in quads]
-        listed = lambda configs, named_args, **meta: [
-            c for c in configs
-            if _quad(c) in autotune_space(gpu_target(torch.cuda.current_device()), meta["BLOCK_D"], meta["MIX"])[index]]
+        entries = dict.fromkeys((q, tuple(cdna_knobs(t, index).items())) for t in targets for d in sizes
+                                for mix in (False, True) for q in autotune_space(t, d, mix)[index])
+        configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n, **dict(knobs)}, num_warps=w, num_stages=st)
+                   for (m, n, w, st), knobs in entries]
+
+        def listed(configs, named_args, **meta):
+            target = gpu_target(torch.cuda.current_device())
+            by_entry = {(_quad(c), tuple(_knobs(c).items())): c for c in configs}
+            knobs = tuple(cdna_knobs(target, index).items())
+            return [by_entry[(q, knobs)] for q in autotune_space(target, meta["BLOCK_D"], meta["MIX"])[index]]
+
         return triton.autotune(configs, key=key, prune_configs_by={"early_config_prune": listed}, **options)(kernel)
 
     # T by its power-of-two bucket: generate() and evaluation batches change T call after call
-    _KEY = ["T_BUCKET", "BLOCK_D", "MIX", "DOT", "PRECISION"]
-    _BWD_KEY = _KEY + ["RECIP"]
+    _KEY = ["T_BUCKET", "BLOCK_D", "MIX", "BAND", "SPLIT", "DOT", "PRECISION"]
     _fwd_tuned = _tuned(_ra_fwd_kernel, 0, _KEY)
-    # each key block writes one dAlpha partial: the slots a wider BLOCK_N leaves out must read zero
-    _bwd_col_tuned = _tuned(_ra_bwd_col_kernel, 1, _BWD_KEY, reset_to_zero=["DAlpha"])
-    _bwd_row_tuned = _tuned(_ra_bwd_row_kernel, 2, _BWD_KEY)
+    # the atomic path adds into DA and DB: every trial (and the run after tuning) starts from zeros
+    _bwd_col_tuned = _tuned(_ra_bwd_col_kernel, 1, _KEY + ["ATOMIC"], reset_to_zero=["DA", "DB"])
+    _bwd_row_tuned = _tuned(_ra_bwd_row_kernel, 2, _KEY)
 
 # (BLOCK_M, BLOCK_N) under the interpreter: small, so tiny test shapes span several blocks
 INTERPRET_TILE = (16, 16)
 INTERPRET_HEAD_CHUNK = 128  # the interpreter's BLOCK_DC at most (tests lower it to split small heads)
+INTERPRET_SPLIT = True  # the interpreter walks the loop runs (tests set False: RDNA3's one loop)
+DELTA_ROWS = 64  # rows per program of the Delta kernel
+# The backward's default: atomics (fast, run to run noise in the last bits of dQ and dK) unless
+# PyTorch's deterministic algorithms are on; `reciprocal_attention(deterministic=...)` overrides.
+DETERMINISTIC = False
 
 
 def head_chunk(block_d, target):
@@ -377,9 +630,6 @@ def head_chunk(block_d, target):
     computed twice). NVIDIA and CDNA (MI300X) keep whole rows: spill-free at 128 without the
     recomputation."""
     return min(block_d, 64) if target.startswith("gfx") and not is_cdna(target) else block_d
-
-
-_MIN_BLOCK_N = 16  # the smallest BLOCK_N of any config: sizes the dalpha partial-sum buffer
 
 
 def _launch(kernel, tuned, block, q, args, meta):
@@ -418,58 +668,75 @@ def _meta(q, W, mix):
     # fp32 means fp32 unless PyTorch allows TF32 matmuls (NVIDIA)
     tf32 = q.dtype == torch.float32 and torch.version.hip is None and torch.backends.cuda.matmul.allow_tf32
     block_d = max(16, triton.next_power_of_2(D))
+    target = None if INTERPRET else gpu_target(q.device)
     return dict(H=H, T=T, D=D, W=W, scale=1.0 / math.sqrt(D), T_BUCKET=triton.next_power_of_2(T), MIX=mix,
+                BAND=W < T, SPLIT=INTERPRET_SPLIT if INTERPRET else split_loops(target),
                 ACC=acc, DOT=dot, PRECISION="tf32" if tf32 else "ieee", BLOCK_D=block_d,
-                BLOCK_DC=min(block_d, INTERPRET_HEAD_CHUNK) if INTERPRET else head_chunk(block_d, gpu_target(q.device)))
+                BLOCK_DC=min(block_d, INTERPRET_HEAD_CHUNK) if INTERPRET else head_chunk(block_d, target))
 
 
 def _strides(q):
     return q.stride(0), q.stride(1), q.stride(2)
 
 
-def _forward_stream(q, k, v, alpha, W, mix):
+def _acc_dtype(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _forward_stream(a, b, v, alpha, W, mix):
     """One stream's output and its rows' log-sum-exp (log2 units)."""
-    B, H, T, D = q.shape
-    o = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = torch.empty(B * H, T, device=q.device, dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
-    _launch(_ra_fwd_kernel, _fwd_tuned, "BLOCK_M", q, (q, k, v, alpha, o, lse) + _strides(q), _meta(q, W, mix))
+    B, H, T, D = a.shape
+    o = torch.empty_like(a, memory_format=torch.contiguous_format)
+    lse = torch.empty(B * H, T, device=a.device, dtype=_acc_dtype(a.dtype))
+    _launch(_ra_fwd_kernel, _fwd_tuned, "BLOCK_M", a, (a, b, v, alpha, o, lse) + _strides(a), _meta(a, W, mix))
     return o, lse
 
 
-def _backward_stream(q, k, v, alpha, o, lse, do, W, mix):
-    """(dq, dk, dv, dalpha or None) of one stream: the column kernel's halves plus the row kernel's.
-    MIX runs each kernel twice, the second time (RECIP) for the reciprocal term's gradients, so
-    that no launch holds more than two accumulators."""
-    B, H, T, D = q.shape
-    meta = _meta(q, W, mix)
+def _delta(o, do):
+    """rowsum(dO * O) per row, one Triton launch."""
+    B, H, T, D = o.shape
+    delta = torch.empty(B * H, T, device=o.device, dtype=_acc_dtype(o.dtype))
+    rows = 16 if INTERPRET else DELTA_ROWS
+    grid = (B * H, triton.cdiv(T, rows))
+    _ra_delta_kernel[grid](o, do, delta, T, D, ACC=tl.float64 if o.dtype == torch.float64 else tl.float32,
+                           BLOCK=rows, BLOCK_D=max(16, triton.next_power_of_2(D)))
+    return delta
+
+
+def _backward_stream(a, b, v, alpha, o, lse, do, W, mix, deterministic):
+    """(da, db, dv, dalpha or None) of one stream, gradients with respect to its row operand a and
+    column operand b, in float32 (float64 for float64 inputs): the launcher casts them (and adds
+    gate's two streams). One Delta launch, one column-parallel launch; the deterministic path adds
+    one row-parallel launch in place of the atomics."""
+    B, H, T, D = a.shape
+    meta = _meta(a, W, mix)
     do = do.contiguous()
-    delta = (do.to(lse.dtype) * o.to(lse.dtype)).sum(-1).view(B * H, T)  # rowsum(dO * O)
-    new = lambda: torch.empty(q.shape, device=q.device, dtype=lse.dtype)
-    dv, dk_col, dq_row = new(), new(), new()
-    n_partials = triton.cdiv(T, _MIN_BLOCK_N)
-    dalpha = torch.zeros(B * H, n_partials, device=q.device, dtype=lse.dtype)
-    common = (q, k, v, alpha, do, lse, delta)
-
-    def run(recip, dq_col, dk_row):
-        _launch(_ra_bwd_col_kernel, _bwd_col_tuned, "BLOCK_N", q, common + (dk_col, dv, dq_col, dalpha) + _strides(q),
-                dict(meta, n_partials=n_partials, RECIP=recip))
-        _launch(_ra_bwd_row_kernel, _bwd_row_tuned, "BLOCK_M", q, common + (dq_row, dk_row) + _strides(q),
-                dict(meta, RECIP=recip))
-
-    run(False, dv, dv)  # the RECIP outputs' slots are never written here
-    if not mix:
-        return dq_row, dk_col, dv, None
-    dq_col, dk_row = new(), new()
-    run(True, dq_col, dk_row)
-    return dq_row + dq_col, dk_col + dk_row, dv, dalpha.view(B, H, n_partials).sum((0, 2))
+    delta = _delta(o, do)
+    acc = lse.dtype
+    da = torch.zeros(a.shape, device=a.device, dtype=acc)
+    db = torch.zeros(a.shape, device=a.device, dtype=acc)
+    dv = torch.empty(a.shape, device=a.device, dtype=acc)
+    chunks = meta["BLOCK_D"] // meta["BLOCK_DC"]
+    dalpha = torch.empty(chunks, B * H, T, device=a.device, dtype=acc) if mix else lse  # lse: never written
+    common = (a, b, v, alpha, do, lse, delta)
+    _launch(_ra_bwd_col_kernel, _bwd_col_tuned, "BLOCK_N", a, common + (da, db, dv, dalpha) + _strides(a),
+            dict(meta, ATOMIC=not deterministic))
+    if deterministic:
+        da_row = torch.empty_like(da)
+        db_row = torch.empty_like(db) if mix else da_row
+        _launch(_ra_bwd_row_kernel, _bwd_row_tuned, "BLOCK_M", a, common + (da_row, db_row) + _strides(a), meta)
+        da = da + da_row if mix else da_row
+        db = db + db_row if mix else db
+    return da, db, dv, dalpha.view(chunks, B, H, T).sum((0, 1, 3)) if mix else None
 
 
 class _RAFunction(torch.autograd.Function):
     """The fused kernels as one autograd op: returns the output of each stream of the mode."""
 
     @staticmethod
-    def forward(ctx, q, k, v, alpha, mode, window):
+    def forward(ctx, q, k, v, alpha, mode, window, deterministic):
         ctx.streams = _streams(mode, window, q.size(2))
+        ctx.deterministic = deterministic
         outs, lses = zip(*(_forward_stream(*((k, q) if swapped else (q, k)), v, alpha, W, mix)
                            for swapped, W, mix in ctx.streams))
         ctx.save_for_backward(q, k, v, alpha, *outs, *lses)
@@ -485,13 +752,13 @@ class _RAFunction(torch.autograd.Function):
         for (swapped, W, mix), o, lse, do in zip(ctx.streams, saved[:n], saved[n:], douts):
             if do is None:
                 continue
-            dqs, dks, dvs, dalphas = _backward_stream(*((k, q) if swapped else (q, k)), v, alpha, o, lse, do, W, mix)
-            if swapped:  # the stream's query was k
-                dqs, dks = dks, dqs
+            das, dbs, dvs, dalphas = _backward_stream(*((k, q) if swapped else (q, k)), v, alpha, o, lse, do, W, mix,
+                                                      ctx.deterministic)
+            dqs, dks = (dbs, das) if swapped else (das, dbs)  # a swapped stream's row operand is k
             dq, dk, dv = add(dq, dqs), add(dk, dks), add(dv, dvs)
             dalpha = dalphas if mix else dalpha
         cast = lambda g, like: None if g is None else g.to(like.dtype)
-        return cast(dq, q), cast(dk, k), cast(dv, v), cast(dalpha, alpha), None, None
+        return cast(dq, q), cast(dk, k), cast(dv, v), cast(dalpha, alpha), None, None, None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -544,14 +811,16 @@ def alpha_per_head(alpha, H, device, dtype):
 
 
 @torch.compiler.disable  # a graph break: dynamo need not trace autotuned Triton launches
-def _fused(q, k, v, alpha, mode, window):
-    return _RAFunction.apply(q, k, v, alpha, mode, window)
+def _fused(q, k, v, alpha, mode, window, deterministic):
+    return _RAFunction.apply(q, k, v, alpha, mode, window, deterministic)
 
 
-def reciprocal_attention(q, k, v, mode, alpha=None, gate_logit=None, window=0):
+def reciprocal_attention(q, k, v, mode, alpha=None, gate_logit=None, window=0, deterministic=None):
     """Causal reciprocal attention of (B, H, T, D) q, k, v; modes and window as in the module
     docstring. alpha (mix) and gate_logit (gate) are floats or 0-dim / (H,) tensors and receive
-    gradients when they require them. Only where the kernels can run (why_not_fused)."""
+    gradients when they require them. deterministic: the backward without atomics (None: the
+    module's DETERMINISTIC, or PyTorch's deterministic algorithms when they are on). Only where
+    the kernels can run (why_not_fused)."""
     _check_args(q, k, v, mode, alpha, gate_logit, window)
     if not triton_available(q):
         raise RuntimeError(f"reciprocal_attention: {why_not_fused(q, k, v)}; ra_model's reciprocal_sdpa and "
@@ -560,7 +829,10 @@ def reciprocal_attention(q, k, v, mode, alpha=None, gate_logit=None, window=0):
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     H = q.size(1)
     acc_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-    outs = _fused(q, k, v, alpha_per_head(alpha if mode == "mix" else 0.0, H, q.device, acc_dtype), mode, int(window))
+    if deterministic is None:
+        deterministic = DETERMINISTIC or torch.are_deterministic_algorithms_enabled()
+    outs = _fused(q, k, v, alpha_per_head(alpha if mode == "mix" else 0.0, H, q.device, acc_dtype), mode, int(window),
+                  bool(deterministic))
     if mode == "gate":
         o1, o2 = outs
         p = torch.sigmoid(_per_head(gate_logit, q)).to(q.dtype)

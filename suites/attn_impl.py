@@ -1,4 +1,4 @@
-# SDPA against the hand-written attention (seeds/004's template): the same mathematics, so the
+# SDPA against the hand-written attention (the Wikitext-2 template, docs/experiments.md): the same mathematics, so the
 # expected verdict is "no detectable difference"; the cost columns show what SDPA saves.
 # python sweep.py suites/attn_impl.py
 # CPU twin: python data/shakespeare/prepare.py && python sweep.py suites/attn_impl.py config/small_shakespeare.py

@@ -1,6 +1,6 @@
 # A true null with seed-to-seed variance, on the RA CPU twin, from scratch: swap_all (S^T in every
 # layer, a relabelling of W_q and W_k: the baseline in distribution, not run for run) against the
-# baseline, 20 paired seeds. docs/ablation.md reads it with calibration.py: are the paired
+# baseline, 20 paired seeds. docs/ablation.md reads it with tools/calibration.py: are the paired
 # differences normal, does a 3-seed pilot predict their sd, how often do random 3-seed sub-suites
 # call a difference better or worse (at most alpha, if the statistics are right)?
 # python data/shakespeare/prepare.py --tokenizer=char && python sweep.py suites/calibration_shakespeare.py

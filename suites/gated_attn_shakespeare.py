@@ -1,7 +1,7 @@
 # Gated attention (arXiv 2505.06708: a per-head sigmoid gate on the attention output, computed from
 # the block's input) against the RA baseline recipe, CPU twin: suites/gated_attn.py
 # with config/ra_shakespeare.py; three paired seeds.
-# RESEARCH.md: in the larger study it improved quality reproducibly.
+# docs/experiments.md: when the RA question was asked again, with paired seeds, it improved quality reproducibly.
 # python sweep.py suites/gated_attn_shakespeare.py
 import os
 

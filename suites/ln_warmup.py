@@ -1,4 +1,4 @@
-# Pre- vs post-LayerNorm, with and without learning-rate warmup (seeds/004's template, Wikitext-2),
+# Pre- vs post-LayerNorm, with and without learning-rate warmup (the Wikitext-2 template, docs/experiments.md),
 # three paired seeds. Post-LN without warmup is the classic unstable corner: a diverged run is
 # reported as such, never dropped.
 # python sweep.py suites/ln_warmup.py

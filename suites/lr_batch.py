@@ -1,4 +1,4 @@
-# Learning rate x batch (seeds/004, config/sweep_wikitext2_lr_batch.py as a suite): the token
+# Learning rate x batch (the Wikitext-2 template, config/sweep_wikitext2_lr_batch.py as a suite): the token
 # budget is held equal, so smaller batches take more steps; the report draws a heatmap.
 # python sweep.py suites/lr_batch.py
 # CPU twin: python data/shakespeare/prepare.py && python sweep.py suites/lr_batch.py config/small_shakespeare.py --max_tokens=1048576

@@ -1,4 +1,5 @@
-# MLA and RA+MLA against the baseline (seeds/001), three paired seeds, GPT-2 124M. CPU twin: suites/mla_shakespeare.py.
+# MLA and RA+MLA against the baseline (the pruning / MLA study, docs/experiments.md), three paired seeds,
+# GPT-2 124M. CPU twin: suites/mla_shakespeare.py.
 # python sweep.py suites/mla.py
 variants = {"baseline": {"config": "../config/train_ra_baseline.py"},
             "mla": {"config": "../config/train_mla.py"},

@@ -1,4 +1,4 @@
-# MLA and RA+MLA against the baseline (seeds/001), three paired seeds, CPU twin: suites/mla.py with
+# MLA and RA+MLA against the baseline (the pruning / MLA study), three paired seeds, CPU twin: suites/mla.py with
 # config/ra_shakespeare.py.
 # python sweep.py suites/mla_shakespeare.py
 import os

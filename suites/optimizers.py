@@ -1,4 +1,4 @@
-# SGD with momentum, Adam and AdamW (seeds/004), each at a learning rate of its own regime, the same
+# SGD with momentum, Adam and AdamW (the Wikitext-2 template), each at a learning rate of its own regime, the same
 # tokens per step and iterations; three paired seeds.
 # python sweep.py suites/optimizers.py
 # CPU twin: python data/shakespeare/prepare.py && python sweep.py suites/optimizers.py config/small_shakespeare.py

@@ -1,4 +1,4 @@
-# The pruning matrix of seeds/001 (config/sweep_pruning_matrix.py as a suite): dense AdamW (the
+# The pruning matrix of the pruning / MLA study (config/sweep_pruning_matrix.py as a suite): dense AdamW (the
 # baseline), AdamW-SPAM, SPAM + magnitude pruning to 50%, AdamWPrune bitter0/1/2/3/7 to 50%, all with
 # the same cubic sparsity ramp; three paired seeds. The report plots sparsity against perplexity.
 # python sweep.py suites/pruning.py

@@ -1,5 +1,6 @@
-# The RA ablation of seeds/000 across GPT-2 124M, 350M and 774M on FineWeb-Edu (written down for a GPU
-# cluster, never run here): baseline, RALATE and RAALL, three paired seeds, every run on 8 GPUs.
+# The RA study's ablation (docs/experiments.md) across GPT-2 124M, 350M and 774M on FineWeb-Edu
+# (written down for a GPU cluster, never run here): baseline, RALATE and RAALL, three paired seeds,
+# every run on 8 GPUs.
 # One recipe at every size (config/_ra_common.py: 131,072 tokens per step, AdamW, cosine to lr/10),
 # micro-batch 16 x 8 steps under FSDP so that 774M fits a 40 GB GPU (config/train_gpt2_774m.py:
 # 25.9 GiB per GPU); only the ladder's keys change between sizes:

@@ -1,4 +1,4 @@
-# The RA ablation of seeds/000 as a CPU twin, warmup-and-fork: per seed the baseline trains once to
+# The RA study's ablation (docs/experiments.md) as a CPU twin, warmup-and-fork: per seed the baseline trains once to
 # step 250 of 500 (its trunk), then baseline, RAEARLY, RALATE, RAALL and RALEARN each continue from it
 # for the second half; compared on validation loss over 100 batches (205k characters) at the end.
 # It answers "after 250 steps of the baseline, does switching to the variant for the rest of the

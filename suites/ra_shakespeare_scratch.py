@@ -1,4 +1,4 @@
-# The RA ablation of seeds/000 as a CPU twin, every run from scratch: baseline, RAEARLY, RALATE,
+# The RA study's ablation (docs/experiments.md) as a CPU twin, every run from scratch: baseline, RAEARLY, RALATE,
 # RAALL, RALEARN, three paired seeds each, compared on validation loss at equal tokens (the overlay
 # config/ra_shakespeare.py says why the twin is sized as it is). It answers "does the variant,
 # trained the whole budget, beat the baseline?", but on 2 cores it resolves only ~0.08 nats

@@ -1,6 +1,6 @@
-# Grouped and selective synchronization (seeds/003): SPD-12, parallel blocks synced every 2/3/4/6
-# layers, and 9 selected sync points, against all-TP (24 all-reduces per forward); CPU twin: suites/sync.py with
-# config/reduced_sync_shakespeare.py.
+# Grouped and selective synchronization (the reduced-sync study, docs/experiments.md): SPD-12, parallel
+# blocks synced every 2/3/4/6 layers, and 9 selected sync points, against all-TP (24 all-reduces per
+# forward); CPU twin: suites/sync.py with config/reduced_sync_shakespeare.py.
 # python sweep.py suites/sync_shakespeare.py
 import os
 

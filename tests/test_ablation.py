@@ -1,4 +1,4 @@
-"""Ablation suites (sweep.py + ablation.py + report.py): statistics against hand computations,
+"""Ablation suites (sweep.py + ablation/compare.py + report.py): statistics against hand computations,
 confounds refused and reported, A/A and positive-control verdicts, failed runs, rebuilt reports."""
 import json
 import math

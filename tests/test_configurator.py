@@ -14,6 +14,14 @@ DEFAULTS = dict(
 )
 
 
+# keys that several tools share, documented once (as tools/benchrows.py's SHARED)
+SHARED = dict(
+    device="",  # '' picks cuda when available
+    # what comes out
+    json="",  # also write the results to this file
+)
+
+
 def write_config(tmp_path, text, name="cfg.py"):
     path = tmp_path / name
     path.write_text(text)
@@ -146,3 +154,36 @@ def test_scripts_report_input_mistakes_in_one_line_and_let_bugs_raise(capsys, mo
     assert capsys.readouterr().err == "error: data/x/train.bin is missing: run python data/x/prepare.py\n"
     with pytest.raises(KeyError):  # not a listed user error: the traceback stays
         configurator.run_script(lambda argv: {}["bug"], FileNotFoundError)
+
+
+def test_a_tool_reads_its_own_keys_and_shared_ones_and_lists_both_in_help(capsys, monkeypatch):
+    options, paths = configurator.options_and_paths(["--batch_size=3", "--json=out.json", "run1", "--device=cpu"],
+                                                    DEFAULTS, SHARED, text_keys=("device",))
+    assert options == {**DEFAULTS, **SHARED, "batch_size": 3, "json": "out.json", "device": "cpu"}
+    assert paths == ["run1"]
+    with pytest.raises(ConfigError, match="unknown config key 'jsn'.*did you mean json"):
+        configurator.options_and_paths(["--jsn=x"], DEFAULTS, SHARED)
+    with pytest.raises(ValueError, match=r"\['json'\] defined twice"):  # a key belongs to one dict
+        configurator.options_and_paths([], SHARED, dict(json="x"))
+
+    def tool(argv):
+        configurator.options_and_paths(argv, DEFAULTS, SHARED)
+
+    monkeypatch.setattr("sys.argv", ["tool.py", "--batch_size=3", "--help"])
+    with pytest.raises(SystemExit) as exit_info:
+        configurator.run_script(tool)
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(__doc__.strip()) and out.index("--batch_size=12") < out.index("--out_dir='out'")
+    assert out.index("--out_dir='out'") < out.index("--device=''") < out.index("# what comes out") < out.index("--json")
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("  --")}
+    column = len("  --log_act_norm_layers=[0, -1]  ")  # the longest key of either dict sets the meanings' column
+    assert lines["--device=''"][column:] == "'' picks cuda when available"
+
+
+@pytest.mark.parametrize("result, status", [(0, 0), (1, 1), (None, 0), ({"loss": 1.0}, 0), (True, 0)])
+def test_an_int_that_main_returns_is_the_exit_status(result, status, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["check.py"])
+    with pytest.raises(SystemExit) as exit_info:
+        configurator.run_script(lambda argv: result)
+    assert exit_info.value.code == status

@@ -17,11 +17,38 @@ from test_hellaswag import FIXTURE, write_jsonl
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Scripts whose keys are a DEFAULTS dict read by configurator.py, and scripts that use argparse.
-CONFIG_SCRIPTS = ("train", "sample", "eval", "hellaswag", "sweep", "report", "export_checkpoint")
-ARGPARSE_SCRIPTS = ("tools.bench_ra_variants", "tools.bench_comm", "test_all_architectures", "tools.bench_ra_kernels", "gpu_check",
-                    "data.shakespeare.prepare", "data.openwebtext.prepare", "data.finewebedu.prepare",
+# Scripts whose keys are read by configurator.py (DEFAULTS, or a tool's OPTIONS and the keys it shares),
+# each with a meaning its --help must show; the data preparation scripts use argparse.
+CONFIG_SCRIPTS = {
+    "train": "micro-steps per optimizer step, summed over all processes",
+    "sample": "'bfloat16', 'float16', 'float32'",
+    "eval": "'bfloat16', 'float16', 'float32'",
+    "hellaswag": "'bfloat16', 'float16', 'float32'",
+    "sweep": "print the runs (and check them) without starting any",
+    "report": "a variant name or a directory",
+    "export_checkpoint": "a Hugging Face GPT2LMHeadModel directory",
+    "gpu_check": "where the rows are written",
+    "test_all_architectures": "run the reduced-sync entries sharded on this many gloo ranks",
+    "tools.bench_ra_variants": "window of the *_window and ra_mla variants",
+    "tools.bench_train_step": "peak memory of one step on fake tensors, no timing",
+    "tools.bench_comm": "InfiniBand: TP across this many nodes, one rank each",
+    "tools.bench_ra_kernels": "sequence lengths, comma-separated",
+    "tools.bench_suite_designs": "the seeds each design runs",
+    "tools.noise_budget": "runs at a time the seed-hour assumes",
+    "tools.calibration": "the seeds of each sub-suite (a pilot)",
+}
+ARGPARSE_SCRIPTS = ("data.shakespeare.prepare", "data.openwebtext.prepare", "data.finewebedu.prepare",
                     "data.wikitext2.prepare")
+SHARED_KEYS = ("tools.bench_ra_variants", "tools.bench_train_step")  # and benchrows.SHARED's
+
+
+def documented(name, module):
+    """The dicts of keys a script's --help lists."""
+    if name in SHARED_KEYS:
+        return [module.OPTIONS, importlib.import_module("tools.benchrows").SHARED]
+    if hasattr(module, "OPTIONS"):
+        return [module.OPTIONS]
+    return [getattr(module, "DEFAULTS", None) or importlib.import_module("runtime").DEFAULTS]  # train: runtime's
 
 
 @pytest.mark.parametrize("name", CONFIG_SCRIPTS)
@@ -33,18 +60,49 @@ def test_config_scripts_answer_help_with_keys_defaults_and_meanings(name, monkey
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith(module.__doc__.strip().split("\n")[0])
-    defaults = module.OPTIONS if name in ("sweep", "report") else getattr(module, "DEFAULTS", None)
-    if defaults is None:  # train.py's keys are runtime.DEFAULTS
-        defaults = importlib.import_module("runtime").DEFAULTS
-    for key, value in defaults.items():
-        assert f"--{key}={value!r}" in out, key
-    if name in ("train", "eval", "hellaswag", "sample"):
-        assert "'bfloat16', 'float16', 'float32'" in out  # the comment beside dtype
+    for defaults in documented(name, module):
+        for key, value in defaults.items():
+            assert f"--{key}={value!r}" in out, key
+    assert CONFIG_SCRIPTS[name] in out
     if name == "train":
-        assert "micro-steps per optimizer step, summed over all processes" in out
         assert "\n  # reciprocal attention and MLA" in out  # comment lines become headings
-    if name == "report":
-        assert "a variant name or a directory" in out
+    if name in SHARED_KEYS:  # the shared keys' meanings and headings, after the tool's own
+        assert out.index("--preset=") < out.index("\n  # the model's shape: each key left at 0 takes the preset's value")
+        assert "untimed steps first (compile happens here)" in out
+
+
+def test_every_tool_reads_its_keys_with_the_configurator():
+    tools = sorted(f"tools.{f[:-3]}" for f in os.listdir(os.path.join(REPO, "tools"))
+                   if f.endswith(".py") and 'if __name__ == "__main__":' in open(os.path.join(REPO, "tools", f)).read())
+    assert tools and set(tools) <= set(CONFIG_SCRIPTS)
+    for name in [*tools, "gpu_check", "test_all_architectures"]:
+        assert "argparse" not in open(os.path.join(REPO, *name.split(".")) + ".py").read(), name
+
+
+@pytest.mark.parametrize("name, args, message", [
+    ("tools.bench_train_step", ["--options=plain,fast"], "error: unknown options ['fast']: use a comma list of plain,"),
+    ("tools.bench_train_step", ["--memory_only=True", "--options=all_compiled"], "error: --memory_only=True runs eager on fake tensors"),
+    ("tools.bench_ra_variants", ["--preset=huge"], "error: --preset='huge': use one of small, gpt2"),
+    ("tools.bench_ra_variants", ["--n_head=3"], "error: --n_head=3 must divide --n_embd=128"),
+    ("tools.bench_ra_variants", ["--steps=0"], "error: --steps=0: use a whole number >= 1"),
+    ("tools.bench_ra_kernels", ["--T", "1024", "4096"], "error: override '--T' needs a value: write --T=VALUE"),
+    ("tools.bench_ra_kernels", ["--T=1024,4k"], "error: --T=1024,4k: comma-separated whole numbers"),
+    ("tools.bench_comm", [], "error: run under torchrun: torchrun --standalone --nproc_per_node=2"),
+    ("tools.bench_comm", ["--nvlink_beta_gbps=0"], "error: --nvlink_beta_gbps=0.0: use a number > 0"),
+    ("test_all_architectures", ["--only", "post"], "error: override '--only' needs a value: write --only=VALUE"),
+    ("test_all_architectures", ["--ranks=two"], "error: config key 'ranks' (from --ranks=two) expects int"),
+    ("gpu_check", ["out.json"], "error: 'out.json': gpu_check.py takes only --json=PATH"),
+])
+def test_tools_refuse_bad_input_in_one_line_before_any_work(name, args, message, monkeypatch, capsys):
+    module = importlib.import_module(name)
+    for variable in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(sys, "argv", [name, *args])
+    with pytest.raises(SystemExit) as done:
+        configurator.run_script(module.main)
+    out, err = capsys.readouterr()
+    assert done.value.code == 1 and out == "", out
+    assert err.startswith(message) and err.count("\n") == 1, err
 
 
 @pytest.mark.parametrize("name", ARGPARSE_SCRIPTS)
@@ -52,7 +110,7 @@ def test_argparse_scripts_answer_help(name, monkeypatch, capsys):
     module = importlib.import_module(name)
     monkeypatch.setattr(sys, "argv", [name, "--help"])
     with pytest.raises(SystemExit) as done:
-        module.main() if name in ("tools.bench_comm", "tools.bench_ra_kernels") else module.main(["--help"])
+        module.main(["--help"])
     assert done.value.code == 0
     assert "usage:" in capsys.readouterr().out
 

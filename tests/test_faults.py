@@ -173,13 +173,13 @@ def test_a_signal_before_the_first_step_stops_start_up_at_once_and_says_nothing_
     """Start-up (model building, data checks, memory estimate) can take minutes at large sizes; a
     signal then stops it at once with the truth instead of waiting for a step that has not begun."""
     out = str(tmp_path / "run")
-    real_check_data = train.runtime.check_data
+    real_check_data = train.tokendata.check_data
 
-    def slow_start(cfg):
+    def slow_start(cfg, scan=None):
         os.kill(os.getpid(), signal.SIGTERM)  # as the scheduler would, while the run is still setting up
-        return real_check_data(cfg)
+        return real_check_data(cfg, scan)
 
-    monkeypatch.setattr(train.runtime, "check_data", slow_start)
+    monkeypatch.setattr(train.tokendata, "check_data", slow_start)
     previous = signal.getsignal(signal.SIGTERM)
     with pytest.raises(train.Interrupted, match="SIGTERM before the first step: stopped at once; no checkpoint "
                                                 "was written") as stopped:
@@ -588,3 +588,60 @@ def test_a_run_whose_latest_attempt_died_after_a_preemption_is_failed_not_preemp
     assert rundir.run_status(first + [{"event": "checklist"}, {"event": "end", "stop_reason": "signal"}]) == "preempted"
     assert rundir.run_status(first + [{"event": "checklist"}, {"event": "end", "stop_reason": "max_iters"}]) == "finished"
     assert rundir.run_status([{"event": "checklist"}]) == "failed" and rundir.run_status([]) == "not run"
+
+
+def test_the_dataset_is_scanned_once_per_run_even_read_only(data_dir, tmp_path, monkeypatch):
+    """A read-only dataset keeps no scan in meta.json: the start-up read every token of it once in the
+    first rank's scan and again in every rank's data check. Rank 0 scans; the others get its answer."""
+    scans = []
+    real = tokendata.max_token_id
+    monkeypatch.setattr(tokendata, "max_token_id", lambda d, *a: scans.append(d) or real(d, *a))
+    monkeypatch.setattr(tokendata, "atomic_write", lambda *a, **k: (_ for _ in ()).throw(OSError(30, "read-only")))
+    train.main(tiny_args(data_dir, str(tmp_path / "run"), "--max_iters=1"))
+    assert scans == [data_dir]
+
+
+# ----------------------------------------------------------------------------- round four: forks, ladders, plans
+
+def flip_bytes_inside(path, tensor, n=16):
+    """Flip n bytes in the middle of `tensor`'s stored bytes in a checkpoint file (the zip stores them raw)."""
+    raw = open(path, "rb").read()
+    needle = tensor.contiguous().view(-1).view(torch.uint8).numpy().tobytes()[:64]
+    at = raw.index(needle) + 16
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(bytes(b ^ 0xFF for b in raw[at:at + n]))
+
+
+def test_a_checkpoint_with_flipped_bytes_is_named_on_resume_and_on_fork(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    train.main(tiny_args(data_dir, out))
+    path = os.path.join(out, "ckpt.pt")
+    flip_bytes_inside(path, load_ckpt(out)["model"]["transformer.h.0.mlp.c_fc.weight"])
+    assert torch.load(path, map_location="cpu", weights_only=True)["iter_num"] == 8  # torch itself loads it silently
+    with pytest.raises(rundir.RunDirError, match=f"{path} is damaged: its contents do not match the sha256") as e:
+        train.main(tiny_args(data_dir, out, "--init_from=resume", "--max_iters=12", "--lr_decay_iters=12"))
+    assert "\n" not in str(e.value)
+    with pytest.raises(rundir.RunDirError, match="the trunk checkpoint is damaged: .* do not match the sha256"):
+        train.main(tiny_args(data_dir, str(tmp_path / "branch"), "--max_iters=12", "--lr_decay_iters=12",
+                             f"--fork_from={out}"))
+
+
+def test_a_fork_from_a_branch_or_at_the_budget_is_refused(data_dir, tmp_path):
+    trunk, branch = str(tmp_path / "trunk"), str(tmp_path / "branch")
+    train.main(tiny_args(data_dir, trunk, "--max_iters=4", "--lr_decay_iters=8"))
+    with pytest.raises(configurator.ConfigError, match="the trunk ended at iteration 4, at or after this run's last"):
+        train.main(tiny_args(data_dir, branch, "--max_iters=4", "--lr_decay_iters=8", f"--fork_from={trunk}"))
+    train.main(tiny_args(data_dir, branch, f"--fork_from={trunk}"))
+    with pytest.raises(configurator.ConfigError, match=f"is itself a branch \\(forked from {trunk}\\)"):
+        train.main(tiny_args(data_dir, str(tmp_path / "again"), f"--fork_from={branch}"))
+    assert not os.path.exists(tmp_path / "again" / "ckpt.pt")
+
+
+def test_a_nan_before_the_first_checkpoint_does_not_claim_one_exists(data_dir, tmp_path, monkeypatch):
+    out = str(tmp_path / "run")
+    monkeypatch.setattr(train, "evaluate", lambda *a, **k: dict(train=float("nan"), val=float("nan")))
+    with pytest.raises(train.TrainingDiverged):
+        train.main(tiny_args(data_dir, out))
+    line = open(os.path.join(out, "log.txt")).read()
+    assert "no checkpoint was written" in line and "untouched" not in line

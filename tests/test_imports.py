@@ -1,4 +1,4 @@
-"""The house drawn from its imports: entry points sit on top (nothing imports one, train.py included),
+"""The import graph: entry points sit on top (nothing imports one, train.py included),
 and no modules import each other in a circle. Read from the source of every product .py file."""
 import ast
 import glob
@@ -44,7 +44,7 @@ def graph():
     return modules, {name: imports(path, modules) for name, path in modules.items()}
 
 
-def test_the_import_rules_hold_on_a_made_up_house(tmp_path):
+def test_the_import_rules_hold_on_made_up_modules(tmp_path):
     """The checks themselves find what they look for."""
     (tmp_path / "a.py").write_text("import b\n\nif __name__ == '__main__':\n    pass\n")
     (tmp_path / "b.py").write_text("def f():\n    from c import g\n")
@@ -112,8 +112,8 @@ def reachable(edges, start):
 
 
 def test_the_comparison_engine_stands_on_run_directories_alone():
-    """ablation/ reads finished run directories: below it only rundir, configurator and itself, so a
-    report never loads the models or the training stack."""
+    """ablation/ reads finished run directories: it imports, directly or not, only rundir,
+    configurator and itself, so a report never loads the models or the training stack."""
     modules, edges = graph()
     for name in modules:
         if name.startswith("ablation.") or name == "report":
@@ -139,7 +139,8 @@ def test_the_top_level_holds_scripts_and_the_modules_they_read():
 
 
 def test_kernels_import_no_model():
-    """kernels/ holds kernels and their checks; what runs them inside a model (a benchmark) sits on top."""
+    """kernels/ holds kernels and their checks and imports no model; a benchmark that runs them
+    inside a model lives outside kernels/."""
     _, edges = graph()
     outside = {f"{name} imports {imported}" for name, targets in edges.items() if name.startswith("kernels.")
                for imported in targets if not imported.startswith("kernels.") and imported != "configurator"}

@@ -97,11 +97,11 @@ def _inputs(shape, dtype, mode, per_head, seed=0):
     return q, k, v, {name: t.float() for name, t in extra.items()}
 
 
-def _run(fn, q, k, v, mode, extra, window, do):
+def _run(fn, q, k, v, mode, extra, window, do, **options):
     """Output and the gradients of (o * do).sum() with respect to q, k, v and alpha / gate_logit."""
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     params = {name: t.detach().clone().requires_grad_() for name, t in extra.items()}
-    out = fn(*leaves, mode, window=window, **params)
+    out = fn(*leaves, mode, window=window, **params, **options)
     grads = torch.autograd.grad((out.double() * do).sum(), leaves + list(params.values()))
     return out, grads
 
@@ -141,11 +141,11 @@ def test_kernel_matches_reference(mode, dtype, shape, window, per_head):
         _assert_close(grad, ref_grad, dtype, name)
 
 
-def _assert_float32_matches_reference(shape, mode, window):
+def _assert_float32_matches_reference(shape, mode, window, **options):
     """float32 output and every gradient (per-head alpha or gate) against the float64 reference."""
     q, k, v, extra = _inputs(shape, torch.float32, mode, per_head=True)
     do = torch.randn(shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    out, grads = _run(ra.reciprocal_attention, q, k, v, mode, extra, window, do)
+    out, grads = _run(ra.reciprocal_attention, q, k, v, mode, extra, window, do, **options)
     ref, ref_grads = _run(reference, q.double(), k.double(), v.double(), mode,
                           {name: t.double() for name, t in extra.items()}, window, do)
     _assert_close(out, ref, torch.float32, f"{mode} window {window} output")
@@ -167,12 +167,91 @@ def test_unequal_tiles_match_the_reference(tile, monkeypatch):
 def test_a_head_split_into_column_chunks_matches_the_reference(D, monkeypatch):
     """RDNA3 at D = 128 runs each block as two programs of 64 head columns that compute the
     scores chunk by chunk (head_chunk): here chunks of 16 split D = 32 in two, and D = 24 into a
-    full chunk and one with 8 masked lanes; every mode, the band, dalpha and the gate included."""
+    full chunk and one with 8 masked lanes; the band, dalpha, the gate and both backward paths."""
     monkeypatch.setattr(ra, "INTERPRET_HEAD_CHUNK", 16)
     assert ra._meta(torch.empty(1, 2, 37, D), 37, False)["BLOCK_DC"] == 16
-    shape = (1, 2, 37, D)
-    for mode, window in (("standard", 0), ("swap", 18), ("mix", 0), ("mix", 7), ("gate", 3)):
+    shape = (1, 1, 37, D)
+    for mode, window in (("swap", 18), ("mix", 7), ("gate", 3)):
         _assert_float32_matches_reference(shape, mode, window)
+    _assert_float32_matches_reference(shape, "mix", 0, deterministic=True)
+
+
+@pytest.mark.parametrize("mode", ["swap", "mix"])
+def test_every_band_edge_against_the_reference(mode):
+    """The loops walk their tiles in runs (outside the band, cut by its edge, inside it, the
+    diagonal), each run with bounds of its own: windows on both sides of every tile boundary
+    (16 x 16 tiles, T = 40), the atomic path."""
+    for window in (1, 15, 16, 17, 31, 33):
+        _assert_float32_matches_reference((1, 1, 40, 16), mode, window)
+
+
+@pytest.mark.parametrize("mode,window", [("standard", 0), ("swap", 7), ("mix", 0), ("mix", 18), ("gate", 5)])
+def test_the_atomic_and_deterministic_backward_agree(mode, window):
+    """deterministic=True replaces the column kernel's atomic adds of the row halves (dQ from S,
+    mix's dK from alpha R) by a row-parallel launch: the same gradients up to rounding, and bit for bit
+    the same from run to run."""
+    shape = (1, 2, 37, 16)
+    q, k, v, extra = _inputs(shape, torch.float32, mode, per_head=True)
+    do = torch.randn(shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    atomic = _run(ra.reciprocal_attention, q, k, v, mode, extra, window, do, deterministic=False)
+    det = _run(ra.reciprocal_attention, q, k, v, mode, extra, window, do, deterministic=True)
+    assert torch.equal(atomic[0], det[0])  # one forward
+    for name, a, d in zip(["dq", "dk", "dv"] + ["d" + n for n in extra], atomic[1], det[1]):
+        torch.testing.assert_close(a, d, atol=1e-6, rtol=1e-5, msg=name)
+    again = _run(ra.reciprocal_attention, q, k, v, mode, extra, window, do, deterministic=True)
+    assert all(torch.equal(a, b) for a, b in zip(det[1], again[1]))
+
+
+def test_the_deterministic_path_is_the_default_under_torch_deterministic_algorithms(monkeypatch):
+    seen = []
+    monkeypatch.setattr(ra, "_RAFunction", type("Spy", (), {"apply": staticmethod(lambda *a: seen.append(a[-1]) or
+                                                                                    (a[0],))}))
+    q = torch.randn(1, 1, 4, 16)
+    ra.reciprocal_attention(q, q, q, "swap")
+    monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
+    ra.reciprocal_attention(q, q, q, "swap")
+    ra.reciprocal_attention(q, q, q, "swap", deterministic=False)
+    monkeypatch.setattr(ra, "DETERMINISTIC", True)
+    monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: False)
+    ra.reciprocal_attention(q, q, q, "swap")
+    assert seen == [False, True, False, True]
+
+
+def test_rdna3s_single_masked_loop_matches_the_reference(monkeypatch):
+    """SPLIT=False (RDNA3, split_loops): every tile in one masked loop, band or not."""
+    monkeypatch.setattr(ra, "INTERPRET_SPLIT", False)
+    assert not ra._meta(torch.empty(1, 1, 8, 16), 8, False)["SPLIT"]
+    assert not ra.split_loops("gfx1100") and ra.split_loops("gfx942") and ra.split_loops("sm90")
+    for mode, window, deterministic in (("swap", 18, False), ("mix", 0, False), ("mix", 7, False), ("gate", 3, False),
+                                        ("mix", 7, True)):
+        _assert_float32_matches_reference((1, 1, 37, 16), mode, window, deterministic=deterministic)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_strided_inputs_as_the_model_passes_them(dtype):
+    """The model's q, k, v are (B, T, H, D) -> (B, H, T, D) transposes of one qkv projection (views
+    with a shared stride), in its training dtypes; outputs and gradients, per-head alpha and gate."""
+    B, T, H, D = 1, 37, 2, 16
+    g = torch.Generator().manual_seed(3)
+    qkv = torch.randn(B, T, 3 * H * D, generator=g, dtype=torch.float64).to(dtype)
+    q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in qkv.split(H * D, dim=-1))
+    assert not q.is_contiguous() and q.stride() == k.stride() == v.stride()
+    do = torch.randn(B, H, T, D, generator=g, dtype=torch.float64)
+    cases = (("swap", 5), ("mix", 0), ("mix", 20), ("gate", 0)) if dtype == torch.float32 else (("mix", 20), ("gate", 0))
+    for mode, window in cases:
+        _, _, _, extra = _inputs((B, H, T, D), dtype, mode, per_head=True)
+        out, grads = _run(ra.reciprocal_attention, q, k, v, mode, extra, window, do)
+        ref, ref_grads = _run(reference, q.double(), k.double(), v.double(), mode,
+                              {n: t.double() for n, t in extra.items()}, window, do)
+        assert out.dtype == dtype
+        _assert_close(out, ref, dtype, f"{mode} {window} output")
+        for name, grad, ref_grad in zip(["dq", "dk", "dv"] + ["d" + n for n in extra], grads, ref_grads):
+            _assert_close(grad, ref_grad, dtype, f"{mode} {window} {name}")
+
+
+def test_the_delta_kernel_is_rowsum_of_do_times_o():
+    o, do = (torch.randn(2, 3, 37, 24, dtype=torch.float64) for _ in range(2))
+    torch.testing.assert_close(ra._delta(o, do), (o * do).sum(-1).view(6, 37))
 
 
 def test_only_rdna3_splits_the_head_and_only_above_64_columns():
@@ -184,9 +263,22 @@ def test_only_rdna3_splits_the_head_and_only_above_64_columns():
 
 
 def test_mi300x_is_tuned_apart_from_rdna3():
-    """gfx942 (CDNA3, wave64) got the W7900's (gfx1100) one-stage 16-32 column tiles."""
+    """gfx942 (CDNA3, wave64) got the W7900's (gfx1100) one-stage 16-32 column tiles; it runs two
+    stages with its own compile knobs."""
     assert ra.autotune_space("gfx942", 128) != ra.autotune_space("gfx1100", 128)
     assert max(m * n for m, n, *_ in ra.autotune_space("gfx942", 128)[0]) == 128 * 64
+    assert {c[3] for space in ra.autotune_space("gfx942", 128) for c in space} == {2}
+    assert ra.cdna_knobs("gfx942") == {"waves_per_eu": 2, "matrix_instr_nonkdim": 16} and ra.cdna_knobs("sm90") == {}
+    assert ra.cdna_knobs("gfx942", 1)["waves_per_eu"] == 1  # the column kernel needs more than 256 VGPRs
+
+
+def test_hopper_lists_hold_128_row_tiles_with_4_to_8_warps_and_3_to_4_stages():
+    """wgmma takes 64 rows per warpgroup of 4 warps: the sm90 forward list reaches 128-row tiles
+    with deeper pipelines (kernels/compile_check.py reports wgmma and no spills for them)."""
+    for block_d in (64, 128):
+        fwd = ra.autotune_space("sm90", block_d)[0]
+        assert any(m == 128 and w == 8 and st >= 3 for m, n, w, st in fwd)
+        assert all(w in (4, 8) and 3 <= st <= 4 for m, n, w, st in fwd)
 
 
 def test_autotuning_keys_on_the_power_of_two_bucket_of_T():
@@ -257,8 +349,10 @@ def test_the_autotuner_times_only_the_configurations_listed_for_the_gpu_head_siz
             kept = tuned.early_config_prune(tuned.configs, {}, BLOCK_D=block_d, MIX=mix)
             listed = ra.autotune_space(target, block_d, mix)[index]
             assert [ra._quad(c) for c in kept] == listed, (index, block_d, mix)
-    assert ra.autotune_space("sm90", 128)[1] != ra.autotune_space("sm90", 64)[1]
-    assert ra.autotune_space("gfx1100", 64, mix=True)[1] != ra.autotune_space("gfx1100", 64)[1]
+        for config in tuned.early_config_prune(tuned.configs, {}, BLOCK_D=64, MIX=True):
+            assert ra._knobs(config) == ra.cdna_knobs(target, index)  # MI300X's waves_per_eu, matrix_instr_nonkdim
+    assert ra.autotune_space("sm90", 128)[0] != ra.autotune_space("sm90", 64)[0]
+    assert ra.autotune_space("sm90", 64, mix=True)[1] != ra.autotune_space("sm90", 64)[1]  # three accumulators
 
 
 @pytest.mark.parametrize("mode,window", [("standard", 0), ("swap", 4), ("mix", 0), ("gate", 3)])
@@ -313,7 +407,7 @@ def test_strided_views_and_scalar_parameters():
         torch.testing.assert_close(grads[0], grads[1], atol=1e-4, rtol=1e-4)
 
 
-# The reference itself, without the interpreter: the identities from the research notes.
+# The reference itself, without the interpreter: the identities of docs/experiments.md ("Reciprocal attention").
 
 def test_reference_identities():
     torch.manual_seed(0)
@@ -381,8 +475,8 @@ def test_model_trains_with_the_fused_kernel_like_the_pytorch_path(pattern, mode,
         data = torch.randint(0, 64, (2, 21), generator=torch.Generator().manual_seed(1))
         losses[impl] = []
         for _ in range(3):
-            with warnings.catch_warnings():
-                warnings.simplefilter("error")  # a fallback to the PyTorch path would warn
+            with warnings.catch_warnings():  # a fallback to the PyTorch path would warn
+                warnings.filterwarnings("error", message=".*running the PyTorch SDPA path")
                 _, loss = model(data[:, :-1], data[:, 1:])
             loss.backward()
             opt.step()
@@ -407,6 +501,42 @@ def test_triton_falls_back_to_sdpa_without_a_gpu_or_interpreter(monkeypatch):
     for block in model.transformer.h:
         block.attn.attn_impl = "sdpa"
     assert torch.equal(logits, model(idx)[0])
+
+
+@pytest.mark.parametrize("window", [0, 4])
+def test_mix_through_sdpa_without_padding_the_values_equals_the_padded_path(window, monkeypatch):
+    """reciprocal_sdpa's mix scores with doubled q and k; where a fused backend takes a value head
+    size unlike theirs, v keeps its own (d columns of P @ V, not 2d). CPU's flash kernel does not
+    (probed), so the padded path runs; CPU's math kernel takes it, which checks the unpadded call."""
+    import ra_model
+
+    monkeypatch.setattr(ra_model, "_unequal_value_size", {})
+    monkeypatch.setattr(ra_model, "_warned", set())
+    q, k, v = (torch.randn(2, 3, 11, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    alpha = torch.tensor([0.5, -0.3, 0.8], dtype=torch.float64, requires_grad=True).view(1, -1, 1, 1)
+    results = {}
+    for unpadded in (False, True):
+        if unpadded:
+            monkeypatch.setitem(ra_model._unequal_value_size, (str(q.device), q.dtype), True)
+        out = ra_model.reciprocal_sdpa(q, k, v, "mix", alpha, None, window, 0.0)
+        results[unpadded] = (out, *torch.autograd.grad(out.sum(), (q, k, v, alpha)))
+    for padded, unpadded in zip(results[False], results[True]):
+        torch.testing.assert_close(unpadded, padded, atol=1e-12, rtol=1e-10)
+    ref = reciprocal_manual(q, k, v, "mix", alpha, None, window, 0.0)
+    torch.testing.assert_close(results[True][0], ref, atol=1e-12, rtol=1e-10)
+
+
+def test_the_value_size_probe_runs_once_and_says_so_in_one_line(monkeypatch):
+    import ra_model
+
+    monkeypatch.setattr(ra_model, "_unequal_value_size", {})
+    monkeypatch.setattr(ra_model, "_warned", set())
+    with pytest.warns(UserWarning, match="mix pads v") as caught:
+        assert not ra_model.sdpa_takes_unequal_value_size(torch.device("cpu"), torch.float32)  # CPU flash: no
+    assert len(caught) == 1 and "\n" not in str(caught[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not ra_model.sdpa_takes_unequal_value_size(torch.device("cpu"), torch.float32)  # cached, silent
 
 
 def test_a_float_alpha_is_filled_on_the_device_without_a_host_copy():

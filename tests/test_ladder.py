@@ -1,9 +1,10 @@
-"""Ladder suites (sweep.py's expansion, ladder.py's across-size statement, ablation_report.py's
+"""Ladder suites (sweep.py's expansion, ablation/ladder.py's across-size statement, ablation/render.py's
 report): the trend of known synthetic effects, the fit's calibration by simulation, the per-size
 rules in every run's config, and a tiny ladder run end to end."""
 import json
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from ablation import compare, ladder
 from slurm import jobs as slurm_jobs
 import sweep
 from test_slurm import cluster, jobs, wait_for  # noqa: F401 (fixtures)
-from test_sweep import toy_args
+from test_sweep import toy_args, write_growing_suite
 
 SHAPES = {"s": dict(n_layer=2, n_embd=32, n_head=2), "m": dict(n_layer=2, n_embd=64, n_head=2),
           "l": dict(n_layer=2, n_embd=128, n_head=2)}
@@ -155,6 +156,23 @@ def test_a_ladder_refuses_what_would_confound_it(data_dir, tmp_path):
     assert problems == ["size s: dropout = 0.1 vs size m 0.0"]
 
 
+def test_a_ladder_forks_each_size_at_the_same_share_of_its_budget_and_names_a_bad_size(data_dir, tmp_path):
+    """Issue 41: fork_at=10 forked every size at the same step (67% of the smallest budget, 17% of the
+    largest). fork_at counts the reference size's iterations; each size forks at that share of its own."""
+    argv = ladder_suite(tmp_path, data_dir, {"base": {}, "ra": {"ra_pattern": "all"}}, seeds=(1,))
+    with open(argv[0], "a") as f:
+        f.write("fork_at = 4\n")
+    runs = sweep.main([*argv, "--dry_run=True"])
+    trunks = {p["size"]: configurator.apply_config(runtime.DEFAULTS, a)["max_iters"] for n, p, a in runs if p.get("trunk")}
+    branches = {p["size"]: configurator.apply_config(runtime.DEFAULTS, a)["max_iters"] for n, p, a in runs
+                if p.get("after") and p["variant"] == "ra"}
+    assert trunks == {"s": 1, "m": 4, "l": 16} and branches == {"s": 2, "m": 8, "l": 32}  # half of every budget
+    text = open(argv[0]).read().replace("'n_embd': 32, 'n_head': 2", "'n_embd': 32, 'n_head': 3")
+    open(argv[0], "w").write(text)
+    with pytest.raises(configurator.ConfigError, match="run s/base-seed1: .*n_head"):
+        sweep.main([*argv, "--dry_run=True"])
+
+
 class Finished:
     returncode = 0
 
@@ -209,15 +227,23 @@ def test_a_ladder_suite_runs_resumes_and_reports_across_sizes(data_dir, tmp_path
                                                      for s, n in (("s", 2), ("m", 8), ("l", 32))]
     assert ra["trend"] == "grows" and ra["fit"]["slope_interval"][0] < 0.02 < ra["fit"]["slope_interval"][1]
     text = open(suite_dir / "report.md").read()
-    assert "## Across sizes" in text and "- **ra**: grows: " in text and "\nDesign: every run trained" in text
+    assert "## Across sizes" in text and "- **ra**: grows: " in text
+    assert "Design: `s` every run trained from scratch; `m` every run trained from scratch" in text
     assert "![effect against size and compute](effect_vs_size.png)" in text
     assert os.path.getsize(suite_dir / "effect_vs_size.png") > 1000
     calls.clear()
     sweep.main(argv, launch=synthetic_launcher(calls, grows))  # finished runs are skipped, as in any suite
     assert calls == []
     capsys.readouterr()
-    sweep.main([*argv, "--plan=True"])  # seeds are planned for one size's family, from the reference size
-    assert f"from pilot {suite_dir / 'm'} (every run trained from scratch" in capsys.readouterr().out
+    sweep.main([*argv, "--plan=True", "--budget=1m"])  # each size its own family; a seed costs every size's runs
+    plan = capsys.readouterr().out
+    assert all(f"size {size}: paired-difference sd " in plan for size in SHAPES)
+    costs = [float(x) for x in re.findall(r"size \w: paired-difference sd [\d.e+-]+, wall time per seed ([\d.]+) s", plan)]
+    total = float(re.search(r"a seed at every size: ([\d.]+) s of wall time", plan).group(1))
+    assert len(costs) == 3 and total == pytest.approx(sum(costs), abs=2)
+    with pytest.raises(configurator.ConfigError, match="is a ladder of 3 sizes"):  # never pooled as one suite
+        sweep.main([write_growing_suite(tmp_path, [1, 2])[0], *toy_args(data_dir), "--plan=True",
+                    f"--pilot={suite_dir}"])
 
 
 @pytest.mark.xdist_group("slurm")  # beside tests/test_slurm.py's jobs, never at the same time

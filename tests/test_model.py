@@ -409,11 +409,30 @@ def test_all_architectures_script_passes():
 
 def test_all_architectures_only_filter_and_failure(capsys, monkeypatch):
     import test_all_architectures as script
-    assert script.main(["--only", "post-manual"]) == 0
+    assert script.main(["--only=post-manual"]) == 0
     out = capsys.readouterr().out
     assert {line.split()[1] for line in out.splitlines() if line.startswith("PASS ")} == {
         "gpt2-post-manual", "gpt2-post-manual-ckpt"}
     # A broken entry is reported as FAIL and the exit code is 1.
     monkeypatch.setitem(script.ARCHITECTURES, "gpt2-broken", ("gpt2", dict(n_head=3)))
-    assert script.main(["--only", "broken"]) == 1
+    assert script.main(["--only=broken"]) == 1
     assert "FAIL gpt2-broken:" in capsys.readouterr().out
+
+
+def test_ddp_wraps_the_model_before_compile_so_all_reduces_overlap_the_backward(monkeypatch):
+    """PyTorch's order for compile with DDP: DDP(model), then torch.compile, so dynamo splits the graph
+    at DDP's buckets (compiled first, every all-reduce would wait for the whole backward)."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from parallel import ParallelLayout
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        layout = ParallelLayout()
+        layout.distributed, layout.dp_group = True, dist.group.WORLD
+        wrapped = layout.wrap(tiny_gpt(), "float32", dict(compile=True))  # lazy: nothing compiles here
+        assert isinstance(wrapped, torch._dynamo.eval_frame.OptimizedModule)
+        assert isinstance(wrapped._orig_mod, DDP)
+        assert wrapped.no_sync  # gradient_sync's micro-steps reach DDP through the compiled wrapper
+    finally:
+        dist.destroy_process_group()

@@ -1,4 +1,4 @@
-"""noise_budget.py and calibration.py on suites they did not write: the sources each design fixes,
+"""tools/noise_budget.py and tools/calibration.py on suites they did not write: the sources each design fixes,
 the paired sd the report computes, the evaluation re-run on the windows train.py used, and the
 calibration's numbers on differences whose truth is known."""
 import json
@@ -8,8 +8,9 @@ import os
 import numpy as np
 import pytest
 
-from tools import calibration
+from tools import bench_suite_designs, calibration
 import configurator
+import rundir
 from tools import noise_budget
 import sweep
 from test_ablation import LR, suite_args, write_suite
@@ -81,6 +82,56 @@ def test_calibration_needs_one_comparison_with_more_seeds_than_a_pilot(null_suit
     assert os.path.getsize(tmp_path / "qq.png") > 1000
     with pytest.raises(configurator.ConfigError, match="more paired seeds than --pilot_seeds=4"):
         calibration.main([null_suite, "--pilot_seeds=4", f"--out={tmp_path}"])
+
+
+def test_the_bench_never_removes_a_directory_it_did_not_create(tmp_path, monkeypatch):
+    mine = tmp_path / "results"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's own file")
+    with pytest.raises(configurator.ConfigError, match="--seeds='abc': distinct integers"):
+        bench_suite_designs.main([f"--out={mine}", "--seeds=abc"])
+    for out in (str(mine), "."):
+        with pytest.raises(rundir.RunDirError, match="exists and was not created by bench_suite_designs.py: nothing "
+                                                     "was deleted"):
+            bench_suite_designs.main([f"--out={out}", "--seeds=1"])
+    assert (mine / "notes.txt").read_text() == "the user's own file"
+    with pytest.raises(rundir.RunDirError, match="--out is empty"):
+        bench_suite_designs.main(["--out="])
+    with pytest.raises(rundir.RunDirError, match="is a file"):
+        bench_suite_designs.main([f"--out={mine / 'notes.txt'}"])
+    monkeypatch.setattr(bench_suite_designs, "run_design", lambda *a: (60.0, 3))
+    own = tmp_path / "bench"
+    bench_suite_designs.main([f"--out={own}", "--seeds=1"])
+    (own / "old.txt").write_text("an earlier bench's")
+    bench_suite_designs.main([f"--out={own}", "--seeds=1"])  # its own directory: emptied and written again
+    assert not (own / "old.txt").exists() and (own / "bench_suite.json").exists()
+
+
+def test_the_noise_tools_name_what_is_not_a_suite_and_refuse_nonsense_options(null_suite, tmp_path):
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    ladder_dir, empty = tmp_path / "ladder", tmp_path / "empty"
+    for d, declared in ((ladder_dir, dict(ladder=dict(sizes={"w32": {}, "w64": {}}))),
+                        (empty, dict(runs={"base-seed1": ["base", 1], "v-seed1": ["v", 1]}))):
+        d.mkdir()
+        (d / "suite.json").write_text(json.dumps(dict(dict(name="s", metric="val_loss", baseline="base", allowed=[],
+                                                           runs={}), **declared)))
+    cases = [([str(tmp_path / "gone")], "does not exist"), ([str(a_file)], "is a file, not a suite directory"),
+             ([os.path.join(null_suite, "base-seed1")], "is one run's directory, not a suite"),
+             ([str(ladder_dir)], f"is a ladder of 2 sizes \\(w32, w64\\).*give one size, e.g. {ladder_dir}/w32"),
+             ([null_suite, "--windows=abc"], "--windows='abc': val batch counts >= 1"),
+             ([null_suite, "--windows=0"], "--windows='0'"), ([null_suite, "--slots=0"], "--slots=0"),
+             ([null_suite, "--hour_s=-1"], "--hour_s=-1"),
+             ([str(empty)], "no variant has two paired seeds that finished")]
+    for argv, message in cases:
+        with pytest.raises(configurator.ConfigError, match=message):
+            noise_budget.main(argv)
+    for argv, message in (([str(a_file)], "is a file, not a suite directory"),
+                          ([str(ladder_dir)], "is a ladder of 2 sizes"),
+                          ([null_suite, "--max_subsets=0"], "--max_subsets=0"),
+                          ([null_suite, f"--out={a_file}"], "is a file: name a directory")):
+        with pytest.raises(configurator.ConfigError, match=message):
+            calibration.main(argv)
 
 
 def test_the_noise_budget_says_what_its_degrees_of_freedom_support_and_names_shared_seeds():

@@ -17,7 +17,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def direct_score(name, w, m, v):
-    """The RESEARCH.md formulas, one element at a time in float64."""
+    """The formulas of docs/experiments.md, one element at a time in float64."""
     eps = 1e-8
     if name in ("magnitude", "bitter1", "bitter2"):
         return abs(w)
@@ -289,8 +289,8 @@ def test_new_configs_apply_and_validate(name):
     path = os.path.join(REPO, "config", name)
     cfg = configurator.apply_config(runtime.DEFAULTS, [path])
     runtime.resolve(dict(cfg), 1)
-    if name.startswith("train_gpt2"):  # the notes' recipe, shared from config/train_gpt2.py
-        # the notes' step: 128 sequences of 1024 (their micro-batch 32 x 4, ours 16 x 8 to split over 8 GPUs)
+    if name.startswith("train_gpt2"):  # the pruning / MLA study's recipe, shared from config/train_gpt2.py
+        # the study's step: 128 sequences of 1024 (their micro-batch 32 x 4, ours 16 x 8 to split over 8 GPUs)
         assert (cfg["dataset"], cfg["block_size"], cfg["batch_size"] * cfg["gradient_accumulation_steps"]) == \
             ("finewebedu", 1024, 128)
         assert (cfg["learning_rate"], cfg["weight_decay"], cfg["warmup_iters"], cfg["min_lr"]) == (6e-4, 0.1, 2000, 6e-5)

@@ -631,7 +631,7 @@ def test_ra_mla_config_with_the_triton_kernel_builds_and_trains(data_dir, tmp_pa
     assert events(out, "checklist")[0]["attn_impl"] == "triton"
 
 
-# ---------------------------------------------------------------- bench.py
+# ---------------------------------------------------------------- tools/bench_ra_variants.py
 
 def test_bench_measures_what_the_ra_mla_config_runs():
     from tools import bench_ra_variants
@@ -646,7 +646,7 @@ def test_bench_reports_ratios_to_the_baseline(tmp_path, capsys):
     out = tmp_path / "bench_ra_variants.json"
     assert bench_ra_variants.main(["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--vocab_size=64",
                        "--batch_size=2", "--steps=1", "--warmup=1", "--variants=ralearn,mla",
-                       "--in_process", f"--json={out}"]) == 0
+                       "--in_process=True", f"--json={out}"]) == 0
     import json
     results = {r["variant"]: r for r in json.loads(out.read_text())["results"]}
     assert list(results) == ["baseline", "ralearn", "mla"]

@@ -118,8 +118,8 @@ def test_lone_parallel_block_costs_one_sync_and_runs_break_where_asked():
         ("run", [0, 1]), ("tp", [2]), ("run", [3]), ("run", [4]), ("run", [5])]
 
 
-def test_the_notes_alternating_parallel_patterns_cost_what_they_really_merge():
-    # seeds/002 counted parallel blocks as free: [SPD, P] x 6 as 8 syncs, [SPD, P, P] x 4 as 6. Each
+def test_the_communication_study_alternating_parallel_patterns_cost_what_they_really_merge():
+    # The communication study counted parallel blocks as free: [SPD, P] x 6 as 8 syncs, [SPD, P, P] x 4 as 6. Each
     # parallel run still needs its merge, so they cost 12 and 8 (train_gpt2_8comm/6comm use others).
     twelve = dict(TINY, n_layer=12)
     assert expected_syncs(ReducedSyncConfig(**twelve, block_pattern="spd,parallel")) == 12
@@ -157,7 +157,7 @@ def test_spd_block_is_a_one_block_parallel_run_and_follows_the_formula():
     spd = make(rs_config(2, block_pattern="spd"))
     grouped = make(rs_config(2, block_pattern="parallel", sync_every=1))
     assert torch.equal(spd(batch())[0], grouped(batch())[0])
-    # The formula of RESEARCH.md by hand for block 0 (two shards: heads 0-1 | 2-3, MLP columns halves).
+    # The formula of docs/experiments.md by hand for block 0 (two shards: heads 0-1 | 2-3, MLP columns halves).
     b, x = spd.transformer.h[0], torch.randn(2, 8, 16, dtype=torch.float64)
     spd.record = new_record()
     a = [spd.attn_partial(b, i, b.ln_1(x)) for i in range(2)]
@@ -437,7 +437,7 @@ def test_comm_configs_promise_what_they_count(name):
 
 def test_architecture_script_counts_syncs_on_two_real_ranks(capsys):
     import test_all_architectures as script
-    assert script.main(["--only", "rs-", "--ranks", "2"]) == 0
+    assert script.main(["--only=rs-", "--ranks=2"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("PASS ")]
     assert len(lines) == len(COMM_CONFIGS)
     for name, syncs in COMM_CONFIGS.items():

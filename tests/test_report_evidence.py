@@ -1,4 +1,4 @@
-"""What a report rests on (ablation.py): per-seed evidence and the exact sign-flip test, cost that
+"""What a report rests on (ablation/compare.py): per-seed evidence and the exact sign-flip test, cost that
 adds up, FLOPs per token, the compute-matched view, HellaSwag compared item by item, and what a run
 records for them (load average, FLOPs per token, per-example HellaSwag scores)."""
 import itertools

@@ -1,4 +1,4 @@
-"""The planned-comparison statistics (stats.py): Holm and the planner against hand-computed values,
+"""The planned-comparison statistics (ablation/stats.py): Holm and the planner against hand-computed values,
 and the whole procedure calibrated by simulating many suites from known distributions (no training):
 under the null the family-wise rate of better/worse verdicts stays at alpha, and an effect of
 min_effect is found at least 80% of the time with the seeds the planner asks for."""
@@ -37,8 +37,8 @@ def test_holm_matches_the_hand_computation_of_the_ra_twin():
         assert stats.holm(list(p), ALPHA) == pytest.approx(multipletests(p, ALPHA, method="holm")[1], rel=1e-12)
 
 
-def test_the_planner_matches_the_power_formula_and_the_research_notes():
-    # RESEARCH.md: paired sd 0.012, n = 3 sees ~0.04; 0.01 needs ~15 seeds (~21 with Holm over 4); 0.02 ~6.
+def test_the_planner_matches_the_power_formula_and_the_documented_figures():
+    # docs/experiments.md: paired sd 0.012, n = 3 sees 0.039; 0.01 needs 14 seeds (20 with Holm over 4); 0.02 6.
     level = ALPHA
     assert stats.detectable_effect(0.012, 3, level) == pytest.approx(0.039, abs=0.002)
     assert 13 <= stats.seeds_needed(0.012, 0.01, level) <= 15

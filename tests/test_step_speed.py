@@ -1,5 +1,5 @@
 """The speed and memory options of a training step: the allocator setting really stops the page
-faults, and bench_step.py runs as users run it and shows the chunked head's memory saving."""
+faults, and tools/bench_train_step.py runs as users run it and shows the chunked head's memory saving."""
 import json
 import os
 import subprocess
@@ -11,6 +11,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAULTS = textwrap.dedent("""
     import resource, sys, torch
     sys.path.insert(0, {repo!r})
+    import devices
     import runtime
     def faults_of_a_step():
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -20,7 +21,7 @@ FAULTS = textwrap.dedent("""
         return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
     faults_of_a_step()
     default = faults_of_a_step()
-    kept = runtime.keep_freed_memory()
+    kept = devices.keep_freed_memory()
     faults_of_a_step()
     print(kept, default, faults_of_a_step())
 """)
@@ -46,7 +47,7 @@ def bench(tmp_path, *args):
 def test_bench_step_memory_only_shows_the_chunked_head_saving(tmp_path):
     # 128 tokens x 4096 logits (2 MiB in fp32): the plain step holds them, their log-softmax and their
     # gradient at once; the chunked head (one chunk here) only the logits and their softmax, briefly
-    results = bench(tmp_path, "--memory_only", "--options=chunked_head")
+    results = bench(tmp_path, "--memory_only=True", "--options=chunked_head")
     assert set(results) == {"plain", "chunked_head"}
     logits_mib = 128 * 4096 * 4 / 2**20
     assert results["plain"]["peak_mib"] - results["chunked_head"]["peak_mib"] >= 1.5 * logits_mib
@@ -54,7 +55,7 @@ def test_bench_step_memory_only_shows_the_chunked_head_saving(tmp_path):
 
 
 def test_bench_step_times_each_option_with_mfu_and_profile(tmp_path):
-    results = bench(tmp_path, "--steps=1", "--warmup=1", "--options=all", "--profile")
+    results = bench(tmp_path, "--steps=1", "--warmup=1", "--options=all", "--profile=True")
     assert set(results) == {"plain", "all"}
     for r in results.values():
         # no upper bound on mfu: the probe and the step are timed apart, and a busy machine can slow either
@@ -71,11 +72,11 @@ def test_profile_on_a_gpu_records_the_kernels(monkeypatch):
     import torch.profiler
 
     from tools import bench_train_step
-    import runtime
+    import devices
     asked, real = [], torch.profiler.profile
     monkeypatch.setattr(torch.profiler, "profile",
                         lambda activities: asked.append(activities) or real(activities=[torch.profiler.ProfilerActivity.CPU]))
-    monkeypatch.setattr(runtime, "synchronize", lambda device: None)
+    monkeypatch.setattr(devices, "synchronize", lambda device: None)
     import torch
     a = torch.randn(64, 64)
     totals = bench_train_step.profile_by_category(lambda: a @ a, "cuda:0")

@@ -13,7 +13,7 @@ from scipy.stats import norm as scipy_norm
 import configurator
 import rundir
 import runtime
-from ablation import compare
+from ablation import compare, render, suites
 from slurm import jobs as slurm_jobs
 import sweep
 import train
@@ -319,3 +319,118 @@ def test_a_declared_group_sequential_plan_spends_alpha_over_its_looks(data_dir, 
     path, _ = write_growing_suite(tmp_path, [1, 2, 3, 4, 5], looks=[3, 6])
     with pytest.raises(configurator.ConfigError, match=r"declared looks=\[3, 5\] before its runs"):
         sweep.main([path, *toy_args(data_dir)], launch=written_runs(calls))
+
+
+def test_a_suite_rerun_with_another_recipe_is_refused_before_anything_runs(data_dir, tmp_path):
+    """Issue 41: re-run with --learning_rate and a new seed, the old seeds were skipped as finished,
+    the new one trained on the new recipe and the report pooled them."""
+    calls = []
+    path, suite_dir = write_growing_suite(tmp_path, [1, 2, 3])
+    sweep.main([path, *toy_args(data_dir), "--min_lr=1e-4"], launch=written_runs(calls))
+    with pytest.raises(configurator.ConfigError, match=r"6 run\(s\) in .* were started with another recipe than this "
+                                                       r"sweep plans: base-seed1 \(min_lr=0.0001 there, 0.0002 now\)"):
+        sweep.main([path, *toy_args(data_dir), "--min_lr=2e-4", "--seeds=1,2,3,4"], launch=written_runs(calls))
+    assert len(calls) == 6
+    # and a report over seeds of two recipes (made by hand) is not comparable
+    run = os.path.join(suite_dir, "base-seed3")
+    cfg = json.load(open(os.path.join(run, "config.json")))
+    json.dump(dict(cfg, min_lr=2e-4), open(os.path.join(run, "config.json"), "w"))
+    import report
+    report.main([suite_dir])
+    result = json.load(open(os.path.join(suite_dir, "report.json")))
+    assert any(p.startswith("recipe: base-seed3 has min_lr=0.0002, base-seed1 0.0001") for p in result["measurement"])
+    assert result["variants"]["other"]["verdict"] == "not comparable"
+
+
+def test_a_crashed_sweeps_report_with_no_tested_verdict_is_no_look(data_dir, tmp_path):
+    """Issue 41: after a crash the rerun's report said NOT AT NOMINAL ALPHA: 2 looks, the crashed
+    sweep's report (every verdict incomplete) having been recorded as a look."""
+    calls, write = [], written_runs([])
+
+    def crash_one(argv, gpu, log_path):
+        cfg = configurator.apply_config(runtime.DEFAULTS, argv)
+        calls.append(os.path.basename(cfg["out_dir"]))
+        if calls[-1] == "other-seed2" and calls.count("other-seed2") == 1:
+            rundir.RunLog(dict(runtime.DEFAULTS, out_dir=cfg["out_dir"]), True).event("checklist", "killed")
+            return Finished(137)
+        return write(argv, gpu, log_path)
+    path, suite_dir = write_growing_suite(tmp_path, [1, 2, 3])
+    with pytest.raises(RuntimeError, match="1 runs failed: other-seed2"):
+        sweep.main([path, *toy_args(data_dir)], launch=crash_one)
+    crashed = json.load(open(os.path.join(suite_dir, "report.json")))
+    assert crashed["variants"]["other"]["verdict"] == "incomplete"
+    assert not os.path.exists(os.path.join(suite_dir, "suite_record.jsonl"))
+    sweep.main([path, *toy_args(data_dir)], launch=crash_one)
+    final = json.load(open(os.path.join(suite_dir, "report.json")))
+    assert final["sequential"] == "one look, at 3 seeds: family-wise alpha 0.05"
+
+
+def test_a_deleted_suite_json_is_never_declared_again_after_a_look(data_dir, tmp_path):
+    """Issue 41: suite.json deleted, then the metric re-declared after a look: it was rewritten silently
+    and the report claimed the new metric was declared before the runs."""
+    calls = []
+    path, suite_dir = write_growing_suite(tmp_path, [1, 2, 3])
+    sweep.main([path, *toy_args(data_dir)], launch=written_runs(calls))
+    os.remove(os.path.join(suite_dir, "suite.json"))
+    with open(path, "a") as f:
+        f.write("metric = 'train_loss'\n")
+    with pytest.raises(configurator.ConfigError, match="suite.json is missing but .*suite_record.jsonl holds 1 look"):
+        sweep.main([path, *toy_args(data_dir)], launch=written_runs(calls))
+    assert not os.path.exists(os.path.join(suite_dir, "suite.json")) and len(calls) == 6
+
+
+def test_plan_options_and_seeds_are_checked_in_one_line_each(data_dir, tmp_path, capsys):
+    """Issue 41: --budget=30 (no unit), 0m (ignored), 10s (advised range(1, 1)); a pilot that is missing,
+    a file or a run directory read as "no pilot"; --seeds=-1 accepted, then a traceback in train.py."""
+    path, suite_dir = write_growing_suite(tmp_path, [1, 2, 3])
+    sweep.main([path, *toy_args(data_dir)], launch=written_runs([]))
+    plan = lambda *extra: sweep.main([path, *toy_args(data_dir), "--plan=True", *extra])
+    for budget, message in (("30", "--budget='30' has no unit: write 30s, 30m or 30h"),
+                            ("0m", "--budget='0m': a budget must be longer than 0")):
+        with pytest.raises(configurator.ConfigError, match=message):
+            plan(f"--budget={budget}")
+    (tmp_path / "notes.txt").write_text("x")
+    for pilot, message in ((tmp_path / "gone", "does not exist"), (tmp_path / "notes.txt", "is a file"),
+                           (os.path.join(suite_dir, "base-seed1"), "is one run's directory, not a suite")):
+        with pytest.raises(configurator.ConfigError, match=f"--pilot: {pilot} {message}"):
+            plan(f"--pilot={pilot}")
+    capsys.readouterr()
+    plan("--budget=0.001s")
+    out = capsys.readouterr().out
+    assert "fits 0 seed(s), fewer than the 2 a paired test needs: raise --budget" in out and "range(1, 1)" not in out
+    with pytest.raises(configurator.ConfigError, match="--seeds='-1': distinct integers >= 0"):
+        sweep.main([path, *toy_args(data_dir), "--seeds=-1"], launch=written_runs([]))
+    with pytest.raises(configurator.ConfigError, match="seed must be >= 0"):
+        train.main(tiny_args(data_dir, str(tmp_path / "neg"), "--seed=-1"))
+
+
+def test_status_names_a_local_sweeps_waiting_runs_queued_and_a_read_only_suite_is_one_line(data_dir, tmp_path,
+                                                                                           capsys, monkeypatch):
+    path, suite_dir = write_growing_suite(tmp_path, [1, 2])
+    os.makedirs(suite_dir)
+    with open(os.path.join(suite_dir, rundir.LOCK_FILE), "w") as f:
+        f.write(str(os.getppid()))  # a live process other than this one holds the sweep: a local sweep runs
+    sweep.main([path, *toy_args(data_dir), "--status=True"])
+    out = capsys.readouterr().out
+    assert "0/4 runs done, 0 running, 4 queued" in out and "stopped" not in out
+    os.remove(os.path.join(suite_dir, rundir.LOCK_FILE))
+    sweep.main([path, *toy_args(data_dir)], launch=written_runs([]))
+
+    def read_only(*args, **kwargs):  # tests may run as root, who writes anywhere: the file system refuses here
+        raise OSError(30, "Read-only file system", os.path.join(suite_dir, "suite_record.jsonl"))
+    monkeypatch.setattr(suites, "append_suite_record", read_only)
+    os.remove(os.path.join(suite_dir, "suite_record.jsonl"))  # the report is a new look again
+    with pytest.raises(rundir.RunDirError, match="read-only file system while writing .*suite_record.jsonl; no report "
+                                                 "was written"):
+        sweep.main([path, *toy_args(data_dir), "--status=True"])
+    import report
+    with pytest.raises(rundir.RunDirError, match="no report was written, because a look the record does not keep"):
+        report.main([suite_dir, f"--out={tmp_path / 'elsewhere'}"])
+    assert not os.path.exists(tmp_path / "elsewhere" / "report.md")
+    with pytest.raises(rundir.RunDirError, match="is a file"):
+        report.main([suite_dir, f"--out={path}"])
+    monkeypatch.setattr(render, "write_report", lambda *a: (_ for _ in ()).throw(
+        OSError(28, "No space left on device", os.path.join(suite_dir, "report.md"))))
+    with pytest.raises(rundir.RunDirError, match="no space left on device while writing .*report.md; the report is "
+                                                 "incomplete"):
+        report.main([os.path.join(suite_dir, "base-seed1"), os.path.join(suite_dir, "other-seed1")])

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import configurator
+import devices
 import rundir
 import runrecord
 import runtime
@@ -191,11 +192,11 @@ def test_learning_rate_schedules():
 
 def test_data_windows_are_fixed_and_shared_out_across_ranks():
     cfg = dict(runtime.DEFAULTS, batch_size=4, block_size=16, eval_iters=3)
-    a = runtime.eval_offsets(dict(cfg, seed=1), 1000)
-    assert np.array_equal(a, runtime.eval_offsets(dict(cfg, seed=2), 1000)) and a.shape == (3, 4)
+    a = tokendata.eval_offsets(dict(cfg, seed=1), 1000)
+    assert np.array_equal(a, tokendata.eval_offsets(dict(cfg, seed=2), 1000)) and a.shape == (3, 4)
     # One process's micro-step m*W + r is rank r's micro-step m: the same windows either way.
-    assert np.array_equal(runtime.train_offsets(cfg, 1000, 7, 3), runtime.train_offsets(cfg, 1000, 7, 3))
-    assert not np.array_equal(runtime.train_offsets(cfg, 1000, 7, 3), runtime.train_offsets(cfg, 1000, 7, 2))
+    assert np.array_equal(tokendata.train_offsets(cfg, 1000, 7, 3), tokendata.train_offsets(cfg, 1000, 7, 3))
+    assert not np.array_equal(tokendata.train_offsets(cfg, 1000, 7, 3), tokendata.train_offsets(cfg, 1000, 7, 2))
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -317,7 +318,7 @@ def test_hellaswag_runs_at_its_interval_and_at_the_end(data_dir, tmp_path):
 
 class QueuedDevice:
     """A stand-in for a GPU's queue on CPU: every batch read queues `seconds` of 'kernels' that finish
-    only when runtime.synchronize waits for them; `peak` is the allocator's peak, which evaluation
+    only when devices.synchronize waits for them; `peak` is the allocator's peak, which evaluation
     raises to 1000 MiB and a training batch to 10 MiB."""
 
     def __init__(self, monkeypatch, seconds):
@@ -325,9 +326,9 @@ class QueuedDevice:
         get_batch, evaluate = train.get_batch, train.evaluate
         monkeypatch.setattr(train, "get_batch", lambda *a: (self.queue(10.0), get_batch(*a))[1])
         monkeypatch.setattr(train, "evaluate", lambda *a, **k: (self.queue(1000.0), evaluate(*a, **k))[1])
-        monkeypatch.setattr(runtime, "synchronize", self.synchronize)
-        monkeypatch.setattr(runtime, "reset_peak_memory", lambda device: setattr(self, "peak", 0.0))
-        monkeypatch.setattr(runtime, "peak_memory_mib", lambda device: self.peak)
+        monkeypatch.setattr(devices, "synchronize", self.synchronize)
+        monkeypatch.setattr(devices, "reset_peak_memory", lambda device: setattr(self, "peak", 0.0))
+        monkeypatch.setattr(devices, "peak_memory_mib", lambda device: self.peak)
 
     def queue(self, mib):
         self.pending += self.seconds
@@ -363,7 +364,7 @@ def test_mfu_is_never_above_one(data_dir, tmp_path, monkeypatch, probes, expecte
     """A matmul peak probed while other work had the cores reads low: it is probed again when the model
     outruns it; an MFU still above 1 is logged as n/a, never as 135%."""
     answers = iter(probes + [probes[-1]] * 100)
-    monkeypatch.setattr(runtime, "matmul_peak_flops", lambda device, dtype: next(answers))
+    monkeypatch.setattr(devices, "matmul_peak_flops", lambda device, dtype: next(answers))
     out = str(tmp_path / "run")
     train.main(tiny_args(data_dir, out, "--max_iters=2", "--lr_decay_iters=2"))
     steps = events(out, "train")
@@ -380,21 +381,21 @@ def test_checklist_names_the_attention_kernel_and_the_float32_matmuls(data_dir, 
     checklist = events(out, "checklist")[0]
     assert checklist["sdpa_backend"] == "FLASH_ATTENTION"  # the CPU build's fused kernel at float32
     assert checklist["float32_matmuls"] == "IEEE float32"
-    assert runtime.sdpa_backend("cpu", "float32", 2, 16, 16) == "FLASH_ATTENTION"
+    assert devices.sdpa_backend("cpu", "float32", 2, 16, 16) == "FLASH_ATTENTION"
     from torch.nn.attention import SDPBackend, sdpa_kernel
     with sdpa_kernel([SDPBackend.MATH]):  # as where a build gates the fused kernels (ROCm on RDNA3)
-        assert runtime.sdpa_backend("cpu", "float32", 2, 16, 16) == "MATH"
+        assert devices.sdpa_backend("cpu", "float32", 2, 16, 16) == "MATH"
 
 
 def test_precision_uses_native_bf16_only_and_tf32_for_float32_on_gpus(monkeypatch):
     """is_bf16_supported() counts emulation (V100, T4): those get fp16. A float32 GPU run uses TF32."""
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
-    assert runtime.precision("", "cuda:0")[0] == "float16"
+    assert devices.precision("", "cuda:0")[0] == "float16"
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    runtime.precision("float32", "cpu")
+    devices.precision("float32", "cpu")
     assert not torch.backends.cuda.matmul.allow_tf32
-    runtime.precision("float32", "cuda:0")
+    devices.precision("float32", "cuda:0")
     assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
 
 
@@ -414,3 +415,15 @@ def test_only_the_master_hashes_the_run_facts(data_dir, monkeypatch):
     assert runrecord.run_facts(cfg, follower, model, optimizer, data_dir, counts, "float32") is None and hashed == []
     facts = runrecord.run_facts(cfg, ParallelLayout(), model, optimizer, data_dir, counts, "float32")
     assert hashed == [data_dir] and len(facts["init_weights"]) > 0
+
+
+def test_deterministic_runs_on_deterministic_algorithms_and_says_so(data_dir, tmp_path):
+    """deterministic=True switches on PyTorch's deterministic algorithms (a process-wide switch: the run
+    is its own process here) and run_info.json and the checklist record it; by default it is off."""
+    for on in (True, False):
+        out = str(tmp_path / f"run-{on}")
+        subprocess.run([sys.executable, "train.py", *tiny_args(data_dir, out, "--max_iters=2", f"--deterministic={on}")],
+                       cwd=REPO, check=True, capture_output=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        info = json.load(open(os.path.join(out, "run_info.json")))
+        assert info["start"]["deterministic_algorithms"] is on
+        assert events(out, "checklist")[0]["deterministic_algorithms"] is on

@@ -1,22 +1,23 @@
 """What fewer sync points save: every reduced-sync config trained for a few steps on tp_size ranks.
 
-    torchrun --standalone --nproc_per_node=2 bench_comm.py                 # small model, CPU (gloo)
-    torchrun --standalone --nproc_per_node=2 bench_comm.py --n_embd=768 --n_head=12 --block_size=1024 --batch_size=8
-    torchrun --standalone --nproc_per_node=8 bench_comm.py --n_embd=768 --n_head=12 --block_size=1024 --batch_size=8
+    torchrun --standalone --nproc_per_node=2 tools/bench_comm.py                 # small model, CPU (gloo)
+    torchrun --standalone --nproc_per_node=2 tools/bench_comm.py --n_embd=768 --n_head=12 --block_size=1024 --batch_size=8
+    torchrun --standalone --nproc_per_node=8 tools/bench_comm.py --n_embd=768 --n_head=12 --block_size=1024 --batch_size=8
+    python tools/bench_comm.py --help                                            # every key, its default and its meaning
 
 Per config (the block schedules of config/train_gpt2_*comm.py and train_*sync.py at a size set
 here): median step time (forward, backward, gradient clipping, AdamW), the time inside
 dist.all_reduce, the bytes all-reduced per step, and the speedup against all-TP (24comm) measured
 in the same run. Then a projection from an alpha-beta ring all-reduce model, whose constants are
-arguments, for 8 GPUs on NVLink and for TP across 2 nodes on InfiniBand. All ranks form one tensor-
+keys, for 8 GPUs on NVLink and for TP across 2 nodes on InfiniBand. All ranks form one tensor-
 parallel group (no data parallelism here). Output: a table for people, and --json for scripts.
 """
-import argparse
 import json
 import os
 import statistics
 import sys
 import time
+import types
 
 import torch
 import torch.distributed as dist
@@ -31,6 +32,27 @@ import sharding  # noqa: E402
 from reduced_sync_model import REDUCED_SYNC_CONFIGS, SYNC_KEYS, ReducedSyncConfig, ReducedSyncGPT, expected_syncs  # noqa: E402
 
 BASELINE = "train_gpt2_24comm"
+OPTIONS = dict(
+    # the model (12 layers, the configs' block schedules)
+    n_embd=256,  # width of the residual stream
+    n_head=8,  # attention heads: a multiple of the ranks (tp_size), dividing n_embd
+    block_size=128,  # tokens per sequence
+    batch_size=4,  # sequences per step
+    vocab_size=4096,  # rows of the embedding and the head
+    # what is measured
+    steps=8,  # timed steps per config (median reported)
+    warmup=2,  # untimed steps per config first
+    only="",  # only the configs whose name contains this (the all-TP baseline always runs)
+    json="",  # also write one JSON line per config here (rank 0)
+    # the projection: an alpha-beta ring all-reduce per call
+    nvlink_ranks=8,  # NVLink: tensor-parallel ranks
+    nvlink_alpha_us=1.0,  # NVLink: latency per step of the ring, microseconds
+    nvlink_beta_gbps=450.0,  # NVLink: bandwidth, GB/s per direction
+    ib_ranks=2,  # InfiniBand: TP across this many nodes, one rank each
+    ib_alpha_us=3.0,  # InfiniBand: latency per step of the ring, microseconds
+    ib_beta_gbps=50.0,  # InfiniBand: bandwidth, GB/s per direction
+    compute_ms=0.0,  # >0: project with this compute time per step (e.g. measured on the target GPUs), not all-TP's measured one
+)
 
 
 class AllReduceMeter:
@@ -62,7 +84,7 @@ class AllReduceMeter:
 
 def ring_allreduce_seconds(size, p, alpha, beta):
     """Ring all-reduce of `size` bytes on p ranks: 2(p-1) latency steps and 2(p-1)/p of the data
-    through each link (RESEARCH.md's cost model)."""
+    through each link (docs/experiments.md, "Ring all-reduce cost model")."""
     return 2 * (p - 1) * alpha + 2 * (p - 1) / p * size / beta
 
 
@@ -113,30 +135,31 @@ def projected_comm_ms(result, p, alpha_us, beta_gbps):
     return 1000 * sum(ring_allreduce_seconds(s, p, alpha_us * 1e-6, beta_gbps * 1e9) for s in result["sizes"])
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--n_embd", type=int, default=256)
-    parser.add_argument("--n_head", type=int, default=8)
-    parser.add_argument("--block_size", type=int, default=128)
-    parser.add_argument("--batch_size", type=int, default=4)
-    parser.add_argument("--vocab_size", type=int, default=4096)
-    parser.add_argument("--steps", type=int, default=8, help="timed steps per config (median reported)")
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--only", default="", help="configs whose name contains this")
-    parser.add_argument("--nvlink_ranks", type=int, default=8)
-    parser.add_argument("--nvlink_alpha_us", type=float, default=1.0)
-    parser.add_argument("--nvlink_beta_gbps", type=float, default=450.0, help="GB/s per direction")
-    parser.add_argument("--ib_ranks", type=int, default=2, help="TP across this many nodes, one rank each")
-    parser.add_argument("--ib_alpha_us", type=float, default=3.0)
-    parser.add_argument("--ib_beta_gbps", type=float, default=50.0)
-    parser.add_argument("--compute_ms", type=float, default=0.0,
-                        help=">0: project with this compute time per step (e.g. measured on the target GPUs) "
-                             "instead of the all-TP config's measured one")
-    parser.add_argument("--json", default="", help="also write one JSON line per config here (rank 0)")
-    args = parser.parse_args()
-
+def parse_args(argv):
+    """The keys as attributes; every mistake a ConfigError, on every rank, before the process group."""
+    options, extra = configurator.options_and_paths(argv, OPTIONS, text_keys=("only", "json"))
+    if extra:
+        raise configurator.ConfigError(f"{extra[0]!r}: tools/bench_comm.py takes only --key=value options (--help)")
+    for keys, low, rule in (
+            (("n_embd", "n_head", "block_size", "batch_size", "vocab_size", "steps", "nvlink_ranks", "ib_ranks"), 1,
+             "a whole number >= 1"),
+            (("nvlink_alpha_us", "nvlink_beta_gbps", "ib_alpha_us", "ib_beta_gbps"), 1e-12, "a number > 0"),
+            (("warmup", "compute_ms"), 0, "0 or more")):
+        bad = next((k for k in keys if options[k] < low), None)
+        if bad:
+            raise configurator.ConfigError(f"--{bad}={options[bad]}: use {rule}")
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    if options["n_embd"] % options["n_head"]:
+        raise configurator.ConfigError(f"--n_head={options['n_head']} must divide --n_embd={options['n_embd']}")
+    if options["n_head"] % world:
+        raise configurator.ConfigError(f"--n_head={options['n_head']} must be a multiple of the {world} ranks")
     if "RANK" not in os.environ:
-        raise SystemExit("run under torchrun: torchrun --standalone --nproc_per_node=2 bench_comm.py")
+        raise configurator.ConfigError("run under torchrun: torchrun --standalone --nproc_per_node=2 tools/bench_comm.py")
+    return types.SimpleNamespace(**options)
+
+
+def main(argv):
+    args = parse_args(argv)
     device = f"cuda:{int(os.environ['LOCAL_RANK'])}" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda"):
         torch.cuda.set_device(device)
@@ -210,4 +233,4 @@ traffic; every all-reduce is a ring over p ranks.""")
 
 
 if __name__ == "__main__":
-    main()
+    configurator.run_script(main)

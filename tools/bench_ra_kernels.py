@@ -1,7 +1,9 @@
 """Benchmark of causal attention variants at GPT-2 124M shapes: time and peak memory.
 
-    python bench_ra.py                      # B=8, H=12, D=64, bf16, T = 512 ... 8192
-    python bench_ra.py --T 1024 --json out.jsonl
+    python tools/bench_ra_kernels.py                      # B=8, H=12, D=64, bf16, T = 512 ... 8192
+    python tools/bench_ra_kernels.py --T=1024,4096 --json=out.jsonl
+    python tools/bench_ra_kernels.py --only=triton:mix,torch:mix   # these rows (and sdpa, the baseline)
+    python tools/bench_ra_kernels.py --help               # every key, its default and its meaning
 
 Rows:
   sdpa               the baseline: F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -13,23 +15,33 @@ For each: forward time, forward+backward time (median over --reps, CUDA events),
 above the inputs during forward+backward, and both times as ratios to sdpa at the same T.
 Without a GPU it says so and exits 0.
 """
-
-import argparse
 import json
-
 import os
 import sys
+import types
+
 import torch
 import torch.nn.functional as F
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # a tool imports the workbench's modules from the repository root
 
+import configurator  # noqa: E402
 from kernels.ra_attention import reciprocal_attention  # noqa: E402
 from ra_model import reciprocal_manual, reciprocal_sdpa  # noqa: E402
 
 RA_MODES = ("swap", "mix", "gate")
 ALPHA, GATE_LOGIT = 0.5, 0.0
+OPTIONS = dict(
+    B=8,  # batch
+    H=12,  # heads
+    D=64,  # head size
+    T="512,1024,2048,4096,8192",  # sequence lengths, comma-separated: one block of rows each
+    dtype="bfloat16",  # 'bfloat16', 'float16' or 'float32'
+    reps=10,  # timed calls per measurement (the median is reported)
+    only="",  # comma-separated rows to run, e.g. 'triton:mix,torch:mix' (sdpa always runs); '' all
+    json="",  # also append one JSON line per measurement here
+)
 
 
 def variants():
@@ -85,20 +97,34 @@ def measure(fn, q, k, v, reps):
     return t_fwd, t_both, peak
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--B", type=int, default=8)
-    parser.add_argument("--H", type=int, default=12)
-    parser.add_argument("--D", type=int, default=64)
-    parser.add_argument("--T", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192])
-    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    parser.add_argument("--reps", type=int, default=10)
-    parser.add_argument("--only", nargs="*", default=None, help="variant names to run (default: all)")
-    parser.add_argument("--json", default=None, help="also append one JSON line per measurement here")
-    args = parser.parse_args()
+def parse_args(argv):
+    """The keys as attributes (T a list of ints, only a list of row names); every mistake a ConfigError."""
+    options, extra = configurator.options_and_paths(argv, OPTIONS, text_keys=("T", "only", "json"))
+    if extra:
+        raise configurator.ConfigError(f"{extra[0]!r}: tools/bench_ra_kernels.py takes only --key=value options, "
+                                       "e.g. --T=1024,4096 (--help)")
+    lengths = options["T"].split(",")
+    if not all(t.strip().isdigit() and int(t) > 0 for t in lengths):
+        raise configurator.ConfigError(f"--T={options['T']}: comma-separated whole numbers, e.g. --T=1024,4096")
+    options["T"] = [int(t) for t in lengths]
+    for key in ("B", "H", "D", "reps"):
+        if options[key] < 1:
+            raise configurator.ConfigError(f"--{key}={options[key]}: use a whole number >= 1")
+    if options["dtype"] not in ("bfloat16", "float16", "float32"):
+        raise configurator.ConfigError(f"--dtype={options['dtype']!r}: use bfloat16, float16 or float32")
+    known = [name for name, _ in variants()]
+    options["only"] = [n for n in options["only"].split(",") if n]
+    unknown = [n for n in options["only"] if n not in known]
+    if unknown:
+        raise configurator.ConfigError(f"--only: unknown rows {unknown}; use a comma list of {', '.join(known)}")
+    return types.SimpleNamespace(**options)
+
+
+def main(argv):
+    args = parse_args(argv)
     if not torch.cuda.is_available():
-        print("bench_ra: no GPU (torch.cuda.is_available() is False); nothing to measure.")
-        return
+        print("bench_ra_kernels: no GPU (torch.cuda.is_available() is False); nothing to measure.")
+        return 0
     dtype = getattr(torch, args.dtype)
     device_name = torch.cuda.get_device_name()
     print(f"{device_name}  B={args.B} H={args.H} D={args.D} {args.dtype}")
@@ -129,4 +155,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    configurator.run_script(main)

@@ -1,9 +1,10 @@
 """Benchmark of reciprocal attention and MLA against the baseline: forward+backward time per step,
 tokens/s and peak memory of every variant, as ratios to the baseline measured in the same run.
 
-    python bench.py                                   # CPU, a small model (a few minutes on 2 cores)
-    python bench.py --preset=gpt2 --device=cuda --dtype=bfloat16 --batch_size=8   # GPT-2 124M, T=1024
-    python bench.py --variants=baseline,ra_late_mix,ralearn --steps=20
+    python tools/bench_ra_variants.py                                   # CPU, a small model (a few minutes on 2 cores)
+    python tools/bench_ra_variants.py --preset=gpt2 --device=cuda --dtype=bfloat16 --batch_size=8   # GPT-2 124M, T=1024
+    python tools/bench_ra_variants.py --variants=baseline,ra_late_mix,ralearn --steps=20
+    python tools/bench_ra_variants.py --help                            # every key, its default and its meaning
 
 Each variant runs in a fresh process, so one variant's allocations cannot raise another's peak.
 Peak memory on CUDA: torch.cuda.max_memory_allocated over the timed steps (weights, gradients,
@@ -16,16 +17,17 @@ each variant's fastest median. Targets of issue 4 at GPT-2 124M width and T=1024
 swap patterns within 1.05x of the baseline's step time, mix within 1.3x, RALEARN within 1.6x, every
 variant within 1.3x of the baseline's peak memory.
 """
-import argparse
 import json
 import os
 import resource
 import statistics
 import sys
+import types
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # a tool imports the workbench's modules from the repository root
 
+import configurator  # noqa: E402
 from tools import benchrows  # noqa: E402
 
 # name -> RAConfig overrides. The baseline is the same class with ra_pattern='none' (exactly GPT).
@@ -45,31 +47,41 @@ PRESETS = {
     "small": dict(n_layer=4, n_head=4, n_embd=128, block_size=256, vocab_size=4096, batch_size=4),
     "gpt2": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304, batch_size=8),
 }
+# The tool's own keys; --help lists them, then benchrows.SHARED's (shape, device, warmup, steps, ...).
+OPTIONS = dict(
+    preset="small",  # model shape: 'small' (4 layers, 128 wide, T=256) or 'gpt2' (124M, T=1024); shape keys override it
+    variants="",  # comma-separated variant names (baseline always runs; a wrong name lists them); '' runs all
+    mla_latent_dim=0,  # 0: n_embd // 6 (128 at GPT-2 width)
+    ra_window=64,  # window of the *_window and ra_mla variants
+    attn_impl="sdpa",  # 'sdpa' or 'manual'
+    dtype="float32",  # 'float32', 'bfloat16' or 'float16' (autocast; float16 needs a GPU)
+    compile=False,  # torch.compile each variant (compiled during warmup)
+    in_process=False,  # measure every variant in this process (quicker, less isolated)
+)
 
 
 def parse_args(argv):
-    p = benchrows.parser_with_shape(__doc__, PRESETS, "small")
-    p.add_argument("--mla_latent_dim", type=int, default=0, help="0: n_embd // 6 (128 at GPT-2 width)")
-    p.add_argument("--ra_window", type=int, default=64, help="window of the *_window and ra_mla variants")
-    p.add_argument("--attn_impl", default="sdpa", choices=("sdpa", "manual"))
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    p.add_argument("--compile", action="store_true")
-    p.add_argument("--steps", type=int, default=5, help="timed forward+backward steps (median reported)")
-    p.add_argument("--repeats", type=int, default=1, help="cycles through the variants; the fastest counts")
-    p.add_argument("--variants", default="", help="comma-separated subset (baseline is always run)")
-    p.add_argument("--in_process", action="store_true", help="no fresh process per variant (quicker, less isolated)")
-    args = benchrows.parse_shape(p, PRESETS, argv)
+    """The keys as attributes, every mistake a ConfigError before any variant runs; args.names are
+    the variants to measure, baseline first."""
+    args = benchrows.parse(argv, OPTIONS, PRESETS, text_keys=("variants",))
+    if args.attn_impl not in ("sdpa", "manual"):
+        raise configurator.ConfigError(f"--attn_impl={args.attn_impl!r}: use sdpa or manual")
+    if not args.dtype:
+        raise configurator.ConfigError("--dtype='': name one of float32, bfloat16, float16")
     args.mla_latent_dim = args.mla_latent_dim or args.n_embd // 6
+    args.names = benchrows.split_names(args.variants, VARIANTS, "baseline", "variants")
     return args
 
 
 def measure(args):
     """One variant in this process: a JSON line with its step time and peak memory."""
     import torch
-    import runtime
+
+    import devices
+    import parallel
     from ra_model import RAConfig, RAGPT
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = parallel.pick_device(args.device)
     overrides = {k: (args.ra_window if k == "ra_window" else v) for k, v in VARIANTS[args.child].items()}
     torch.manual_seed(0)
     config = RAConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, block_size=args.block_size,
@@ -86,18 +98,12 @@ def measure(args):
             _, loss = fwd_bwd(idx, idx)
         loss.backward()
         model.zero_grad(set_to_none=True)
-        runtime.synchronize(device)
+        devices.synchronize(device)
 
     rss_model = current_rss_mib()  # after the weights were allocated, before any step
     for _ in range(args.warmup):
         step()
-    if device.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats(device)
-    times, timer = [], runtime.DeviceTimer(device)
-    for _ in range(args.steps):
-        timer.start()
-        step()
-        times.append(timer.elapsed())
+    times = benchrows.timed_steps(step, device, args.steps)
     if device.startswith("cuda"):
         peak, how = torch.cuda.max_memory_allocated(device) / 2**20, "CUDA max_memory_allocated"
     else:
@@ -121,15 +127,11 @@ def main(argv):
     if args.child:
         print(json.dumps(measure(args)))
         return 0
-    names = ["baseline"] + [n for n in (args.variants.split(",") if args.variants else VARIANTS) if n != "baseline"]
-    unknown = [n for n in names if n not in VARIANTS]
-    if unknown:
-        print(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
-        return 1
+    names = args.names
     print(f"n_layer={args.n_layer} n_head={args.n_head} n_embd={args.n_embd} block_size={args.block_size} "
           f"vocab_size={args.vocab_size} batch_size={args.batch_size} dtype={args.dtype} attn_impl={args.attn_impl} "
           f"mla_latent_dim={args.mla_latent_dim} ra_window={args.ra_window} steps={args.steps} (median)")
-    here = (lambda name: measure(argparse.Namespace(**{**vars(args), "child": name}))) if args.in_process else None
+    here = (lambda name: measure(types.SimpleNamespace(**{**vars(args), "child": name}))) if args.in_process else None
     runs = benchrows.run_rows(os.path.abspath(__file__), argv, names, args.repeats, here)
     if runs is None:
         return 1
@@ -146,4 +148,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    configurator.run_script(main)

@@ -1,7 +1,7 @@
 """Seeds per hour of the RA twin's two designs, side by side in one sitting on this machine.
 
-    python bench_suite.py                       # 2 seeds of each design, both cores busy
-    python bench_suite.py --seeds=1,2,3 --out=out-bench-suite
+    python tools/bench_suite_designs.py                       # 2 seeds of each design, both cores busy
+    python tools/bench_suite_designs.py --seeds=1,2,3 --out=out-bench-suite
 
 Today's path, every run from scratch (suites/ra_shakespeare_scratch.py with --cpu_runs=2), against
 the recommended one, warmup-and-fork (suites/ra_shakespeare.py: one trunk per seed, five branches of
@@ -12,7 +12,6 @@ differs between the designs (the noise budget in docs/ablation.md): seeds per ho
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -21,10 +20,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # a tool imports the workbench's modules from the repository root
 
 import configurator  # noqa: E402
+import rundir  # noqa: E402
 
 OPTIONS = dict(
     seeds="1,2",  # the seeds each design runs
-    out="out-bench-suite",  # where the two suite directories and bench_suite.json go (emptied first)
+    out="out-bench-suite",  # where the two suite directories and bench_suite.json go (a new directory, or one this tool made: emptied first)
 )
 DESIGNS = (("from scratch (today: --cpu_runs=2)", "suites/ra_shakespeare_scratch.py", ["--cpu_runs=2"]),
            ("warmup-and-fork (recommended)", "suites/ra_shakespeare.py", []))
@@ -44,10 +44,12 @@ def run_design(suite, extra, seeds, sweep_dir):
 def main(argv):
     options, extra = configurator.options_and_paths(argv, OPTIONS, text_keys=("seeds",))
     if extra:
-        raise configurator.ConfigError(f"{extra[0]!r}: bench_suite.py takes only --key=value options (--help)")
-    n = len(str(options["seeds"]).split(","))
-    shutil.rmtree(options["out"], ignore_errors=True)
-    os.makedirs(options["out"])
+        raise configurator.ConfigError(f"{extra[0]!r}: tools/bench_suite_designs.py takes only --key=value options (--help)")
+    seeds = [s.strip() for s in str(options["seeds"]).split(",")]
+    if not all(s.isdigit() for s in seeds) or len(set(seeds)) != len(seeds):
+        raise configurator.ConfigError(f"--seeds={options['seeds']!r}: distinct integers >= 0, comma-separated")
+    n = len(seeds)
+    rundir.fresh_tool_dir(options["out"], "bench_suite_designs.py")  # validated first: nothing is deleted before
     rows = []
     for label, suite, extra in DESIGNS:
         sweep_dir = os.path.abspath(os.path.join(options["out"], os.path.splitext(os.path.basename(suite))[0]))
@@ -66,4 +68,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    configurator.run_script(main)
+    configurator.run_script(main, rundir.RunDirError)

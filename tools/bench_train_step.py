@@ -1,21 +1,23 @@
 """Benchmark of the baseline's whole training step (forward, backward, clipping, optimizer step)
 with and without each speed and memory option, as ratios to the plain path measured in the same run.
 
-    python bench_step.py                                  # CPU twin shape: 6 layers, 384 wide, T=256, batch 8
-    python bench_step.py --preset=gpt2 --memory_only      # GPT-2 124M, micro-batch 32, T=1024: peak memory only
-    python bench_step.py --preset=gpt2 --device=cuda --dtype=bfloat16 --options=plain,all,all_compiled
+    python tools/bench_train_step.py                                  # CPU twin shape: 6 layers, 384 wide, T=256, batch 8
+    python tools/bench_train_step.py --preset=gpt2 --memory_only=True # GPT-2 124M, micro-batch 32, T=1024: peak memory only
+    python tools/bench_train_step.py --preset=gpt2 --device=cuda --dtype=bfloat16 --options=plain,all,all_compiled
+    python tools/bench_train_step.py --help                           # every key, its default and its meaning
 
-Options (one row each): 'plain' is the step as it was before issue 15 (full logits, torch's default
-optimizer loop, glibc's default malloc, eager); every other row changes what its name says.
+Step options (STEP_OPTIONS, one row each): 'plain' is the step as it was before issue 15 (full
+logits, torch's default optimizer loop, glibc's default malloc, eager); every other row changes
+what its name says.
 Each row runs in a fresh process (its own allocator settings, its own peak memory) and measures
-the machine's matmul peak for the dtype right before and after its steps (runtime.matmul_peak_flops;
+the machine's matmul peak for the dtype right before and after its steps (devices.matmul_peak_flops;
 the higher counts): MFU = model FLOP/s / that peak, so a busy machine lowers both together. Time =
 the median step of --steps after --warmup; --repeats cycles through all rows and keeps each row's
 fastest. Peak memory: CUDA max_memory_allocated; on CPU the peak of live tensor bytes over one step
 (weights, gradients, optimizer states, activations, temporaries) by torch's MemTracker.
---memory_only runs that one step on fake tensors (FakeTensorMode: shapes and bytes, no arithmetic),
+--memory_only=True runs that one step on fake tensors (FakeTensorMode: shapes and bytes, no arithmetic),
 so GPT-2's micro-batch 32 x 1024 is measured on a laptop in seconds.
---profile runs one more step of each row under torch.profiler and splits its time by what the
+--profile=True runs one more step of each row under torch.profiler and splits its time by what the
 ops do (PROFILE_CATEGORIES): the table says where the time that is not matmuls goes.
 """
 import json
@@ -26,10 +28,11 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # a tool imports the workbench's modules from the repository root
 
+import configurator  # noqa: E402
 from tools import benchrows  # noqa: E402
 
 PLAIN = dict(head_loss="full", optimizer_impl="", keep_freed_memory=False, compile=False, attn_impl="sdpa")
-OPTIONS = {
+STEP_OPTIONS = {
     "plain": {},
     "chunked_head": dict(head_loss="chunked"),
     "foreach_optimizer": dict(optimizer_impl="foreach"),
@@ -65,23 +68,26 @@ PRESETS = {
 }
 
 
+# The tool's own keys; --help lists them, then benchrows.SHARED's (shape, device, warmup, steps, ...).
+OPTIONS = dict(
+    preset="twin",  # model shape: 'twin' (the CPU twin: 6 layers, 384 wide, T=256) or 'gpt2' (124M, T=1024, batch 32)
+    options="",  # comma-separated step options, one row each (plain always runs; a wrong name lists them); '' all
+    dtype="",  # 'float32', 'bfloat16' or 'float16'; '' picks the machine's best (devices.precision)
+    memory_only=False,  # peak memory of one step on fake tensors, no timing
+    profile=False,  # also split one step's time by op category (torch.profiler)
+)
+
+
 def parse_args(argv):
-    p = benchrows.parser_with_shape(__doc__, PRESETS, "twin")
-    p.add_argument("--dtype", default="", help="'' picks the machine's best (runtime.precision)")
-    p.add_argument("--steps", type=int, default=5, help="timed training steps (median reported)")
-    p.add_argument("--repeats", type=int, default=1, help="cycles through the options; the fastest counts")
-    p.add_argument("--options", default="", help=f"comma-separated subset of {', '.join(OPTIONS)} (plain always runs)")
-    p.add_argument("--memory_only", action="store_true", help="peak memory of one step on fake tensors, no timing")
-    p.add_argument("--profile", action="store_true", help="also split one step's time by op category (torch.profiler)")
-    args = benchrows.parse_shape(p, PRESETS, argv)
-    names = ["plain"] + [n for n in (args.options.split(",") if args.options else OPTIONS) if n != "plain"]
-    unknown = [n for n in names if n not in OPTIONS]
-    if unknown:
-        p.error(f"unknown options {unknown}; known: {', '.join(OPTIONS)}")
+    """The keys as attributes, every mistake a ConfigError before any row runs; args.names are the
+    step options to measure, plain first."""
+    args = benchrows.parse(argv, OPTIONS, PRESETS, text_keys=("options",))
+    names = benchrows.split_names(args.options, STEP_OPTIONS, "plain", "options")
     if args.memory_only:  # compiled graphs need real tensors; eager memory is what the options change
-        if args.options and any(OPTIONS[n].get("compile") for n in names):
-            p.error("--memory_only runs eager on fake tensors: leave compiled options out of --options")
-        names = [n for n in names if not OPTIONS[n].get("compile")]
+        if args.options and any(STEP_OPTIONS[n].get("compile") for n in names):
+            raise configurator.ConfigError("--memory_only=True runs eager on fake tensors: leave compiled options "
+                                           "out of --options")
+        names = [n for n in names if not STEP_OPTIONS[n].get("compile")]
     args.names = names
     return args
 
@@ -90,16 +96,15 @@ def measure(args):
     """One row in this process: a dict with its step time, MFU and peak memory."""
     import torch
 
+    import devices
     import parallel
-    import runtime
     from model import GPT, GPTConfig
 
-    option = {**PLAIN, **OPTIONS[args.child]}
+    option = {**PLAIN, **STEP_OPTIONS[args.child]}
     device = parallel.pick_device(args.device)
-    runtime.check_dtype(args.dtype, device)
-    dtype, autocast = runtime.precision(args.dtype, device)
+    dtype, autocast = devices.precision(args.dtype, device)
     if option["keep_freed_memory"]:
-        runtime.keep_freed_memory()
+        devices.keep_freed_memory()
     shape = {k: getattr(args, k) for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")}
     fake = torch._subclasses.fake_tensor.FakeTensorMode() if args.memory_only else None
     with fake or torch.device(device):
@@ -117,7 +122,7 @@ def measure(args):
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        runtime.synchronize(device)
+        devices.synchronize(device)
 
     result = dict(option=args.child, dtype=dtype, device=device, params=model.get_num_params())
     if args.memory_only:
@@ -128,15 +133,9 @@ def measure(args):
         return result
     for _ in range(args.warmup):
         step()
-    peak_flops = runtime.matmul_peak_flops(device, dtype)
-    if device.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats(device)
-    times, timer = [], runtime.DeviceTimer(device)
-    for _ in range(args.steps):
-        timer.start()
-        step()
-        times.append(timer.elapsed())
-    peak_flops = max(peak_flops, runtime.matmul_peak_flops(device, dtype))
+    peak_flops = devices.matmul_peak_flops(device, dtype)
+    times = benchrows.timed_steps(step, device, args.steps)
+    peak_flops = max(peak_flops, devices.matmul_peak_flops(device, dtype))
     if args.profile:  # before MemTracker: its global module hooks send a compiled model back to eager
         result["profile_ms"] = profile_by_category(step, device)
     if device.startswith("cuda"):
@@ -155,10 +154,11 @@ def profile_by_category(step, device):
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    import runtime
+    import devices
+
 
     on_gpu = device.startswith("cuda")
-    timer = runtime.DeviceTimer(device)
+    timer = devices.DeviceTimer(device)
     with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])) as prof:
         timer.start()
         step()
@@ -223,4 +223,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    configurator.run_script(main)

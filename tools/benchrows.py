@@ -1,36 +1,70 @@
-"""What bench.py and bench_step.py share: every row (a model variant, a step option) measured in a
-fresh process so that one row's allocations cannot raise another's peak, the rows cycled through
-`repeats` times so that a slow spell of a shared machine hits them all, each row's fastest repeat
-kept; the peak of live tensor bytes on CPU; ratios to the first row; the JSON file."""
-import argparse
+"""What tools/bench_ra_variants.py and tools/bench_train_step.py share: their common keys (SHARED:
+the model's shape over a preset, device, warmup, steps, repeats, json, the child's row), every row
+(a model variant, a step option) measured in a fresh process so that one row's allocations cannot
+raise another's peak, the rows cycled through `repeats` times so that a slow spell of a shared
+machine hits them all, each row's fastest repeat kept; the peak of live tensor bytes on CPU;
+ratios to the first row; the JSON file."""
 import json
 import subprocess
 import sys
+import types
+
+import configurator
 
 SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "batch_size")
 
+# Each tool's own OPTIONS come first in its --help, then these.
+SHARED = dict(
+    # the model's shape: each key left at 0 takes the preset's value
+    n_layer=0,  # transformer blocks
+    n_head=0,  # attention heads (must divide n_embd)
+    n_embd=0,  # width of the residual stream
+    block_size=0,  # tokens per sequence (T)
+    vocab_size=0,  # rows of the embedding and the head
+    batch_size=0,  # sequences per step
+    # how rows are measured
+    device="",  # '' picks cuda when available
+    warmup=2,  # untimed steps first (compile happens here)
+    steps=5,  # timed steps per row (the median is reported)
+    repeats=1,  # cycles through all rows; each row's fastest repeat counts
+    json="",  # also write the results to this file
+    child="",  # set by the tool itself: the one row a fresh process measures (prints it as JSON)
+)
 
-def parser_with_shape(doc, presets, default):
-    """An argument parser with --preset, a flag for each shape key that overrides the preset's value,
-    and the options both benchmarks share (device, warmup, repeats, json, the hidden --child)."""
-    p = argparse.ArgumentParser(description=doc.split("\n")[0])
-    p.add_argument("--preset", choices=presets, default=default, help="model shape; flags below override it")
-    for key in SHAPE_KEYS:
-        p.add_argument(f"--{key}", type=int, default=None)
-    p.add_argument("--device", default="", help="'' picks cuda when available")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (compile happens here)")
-    p.add_argument("--json", default="", help="also write the results to this file")
-    p.add_argument("--child", default="", help=argparse.SUPPRESS)
-    return p
+
+def parse(argv, options, presets, text_keys=()):
+    """The tool's keys (`options`: its own, with 'preset' naming one of `presets` and 'dtype') and
+    SHARED's from argv, as attributes; shape keys left at 0 take the preset's values. Every mistake
+    is a ConfigError, raised before any row runs."""
+    values, extra = configurator.options_and_paths(argv, options, SHARED, text_keys=("device", "json", *text_keys))
+    if extra:
+        raise configurator.ConfigError(f"{extra[0]!r}: this tool takes only --key=value options (--help lists them)")
+    if values["preset"] not in presets:
+        raise configurator.ConfigError(f"--preset={values['preset']!r}: use one of {', '.join(presets)}")
+    for key, value in presets[values["preset"]].items():
+        values[key] = values[key] or value
+    for key in (*SHAPE_KEYS, "steps", "repeats"):
+        if values[key] < 1:
+            raise configurator.ConfigError(f"--{key}={values[key]}: use a whole number >= 1"
+                                           + (" (0 takes the preset's)" if key in SHAPE_KEYS else ""))
+    if values["warmup"] < 0:
+        raise configurator.ConfigError(f"--warmup={values['warmup']}: use 0 or more untimed steps")
+    if values["n_embd"] % values["n_head"]:
+        raise configurator.ConfigError(f"--n_head={values['n_head']} must divide --n_embd={values['n_embd']}")
+    import devices  # torch, once the keys are read: --help answers without it
+    import parallel
+    # a GPU asked for but absent, or float16 on a CPU, is refused here rather than in every row
+    devices.check_dtype(values["dtype"], parallel.pick_device(values["device"]))
+    return types.SimpleNamespace(**values)
 
 
-def parse_shape(p, presets, argv):
-    """Parse argv; shape keys not given on the command line take the preset's values."""
-    args = p.parse_args(argv)
-    for key, value in presets[args.preset].items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    return args
+def split_names(text, known, first, what):
+    """The rows a comma list names ('' all of `known`), `first` always first; unknown names refused."""
+    names = [first] + [n for n in (text.split(",") if text else known) if n != first]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise configurator.ConfigError(f"unknown {what} {unknown}: use a comma list of {', '.join(known)}")
+    return names
 
 
 def run_rows(script, argv, names, repeats, measure_here=None):
@@ -65,6 +99,18 @@ def fastest_with_ratios(runs):
         if "step_ms" in base:
             row["time_ratio"] = row["step_ms"] / base["step_ms"]
     return results
+
+
+def timed_steps(step, device, steps):
+    """Seconds of device time of each of `steps` calls of step(), the device's peak memory reset first."""
+    import devices
+    devices.reset_peak_memory(device)
+    times, timer = [], devices.DeviceTimer(device)
+    for _ in range(steps):
+        timer.start()
+        step()
+        times.append(timer.elapsed())
+    return times
 
 
 def peak_live_tensor_mib(step, *tracked):

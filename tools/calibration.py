@@ -1,7 +1,7 @@
 """Calibration of the verdicts on real runs: a finished true-null suite (suites/calibration_shakespeare.py).
 
-    python calibration.py out-suite-calibration_shakespeare            # markdown on stdout, qq.png beside it
-    python calibration.py out-suite-calibration_shakespeare --pilot_seeds=3 --out=docs/img
+    python tools/calibration.py out-suite-calibration_shakespeare            # markdown on stdout, qq.png beside it
+    python tools/calibration.py out-suite-calibration_shakespeare --pilot_seeds=3 --out=docs/img
 
 A true null (a variant equal to the baseline in distribution, not run for run) with many seeds
 shows what simulation cannot: whether the real paired differences are normal enough for the
@@ -154,9 +154,20 @@ def markdown(c, name, variant, plot):
 def main(argv):
     options, dirs = configurator.options_and_paths(argv, OPTIONS)
     if len(dirs) != 1:
-        raise configurator.ConfigError("give one finished true-null suite directory (python calibration.py --help)")
+        raise configurator.ConfigError("give one finished true-null suite directory (python tools/calibration.py --help)")
     if options["pilot_seeds"] < 2:
         raise configurator.ConfigError(f"--pilot_seeds={options['pilot_seeds']}: a pilot needs at least 2 seeds")
+    if options["null_draws"] < 2:
+        raise configurator.ConfigError(f"--null_draws={options['null_draws']}: the simulated null suites, >= 2")
+    if options["max_subsets"] < 1:
+        raise configurator.ConfigError(f"--max_subsets={options['max_subsets']}: the sub-suites to draw, >= 1")
+    try:
+        suites.check_suite_dir(dirs[0])
+    except ValueError as e:
+        raise configurator.ConfigError(str(e)) from None
+    out = options["out"] or dirs[0]
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise configurator.ConfigError(f"--out={out} is a file: name a directory for qq.png")
     try:
         suite, runs = suites.load_suite_dir(dirs[0])
     except (ValueError, FileNotFoundError) as e:
@@ -169,7 +180,6 @@ def main(argv):
     diffs = report["variants"][others[0]]["differences"]
     c = calibrate(diffs, report["alpha"], report["min_effect"], options["pilot_seeds"], options["max_subsets"],
                   options["null_draws"])
-    out = options["out"] or dirs[0]
     os.makedirs(out, exist_ok=True)
     plot = os.path.join(out, "qq.png")
     qq_plot(diffs, plot, f"{others[0]} - {report['baseline']}, {len(diffs)} seeds")

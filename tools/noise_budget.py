@@ -1,7 +1,7 @@
 """The noise budget: where the variance of a paired difference comes from, one finished suite per design.
 
-    python noise_budget.py out-noise-all out-noise-data-fixed out-noise-init-fixed out-suite-ra_shakespeare
-    python noise_budget.py out-suite-ra_shakespeare --windows=20,100   # the evaluation windows' share
+    python tools/noise_budget.py out-noise-all out-noise-data-fixed out-noise-init-fixed out-suite-ra_shakespeare
+    python tools/noise_budget.py out-suite-ra_shakespeare --windows=20,100   # the evaluation windows' share
 
 Each suite directory is one design: runs from scratch with every source of randomness following
 the seed, with the data order fixed (data_seed) or the initial weights fixed (init_seed), or forked
@@ -35,6 +35,7 @@ import configurator  # noqa: E402
 import parallel  # noqa: E402
 import rundir  # noqa: E402
 import runtime  # noqa: E402
+import tokendata  # noqa: E402
 from ablation import compare, plan, stats, suites  # noqa: E402
 
 OPTIONS = dict(
@@ -114,9 +115,9 @@ def val_loss(out_dir, batches):
     ckpt = rundir.load_checkpoint_file(os.path.join(out_dir, parallel.CHECKPOINT_FILE))
     cfg = ckpt["config"]
     model = runtime.build_model(cfg, ckpt).eval()
-    data_dir, counts = runtime.check_data(cfg)
-    losses = [model(*runtime.get_batch(data_dir, "val", offsets, cfg["block_size"], "cpu"))[1].item()
-              for offsets in runtime.eval_offsets(cfg, counts["val"], batches)]
+    data_dir, counts = tokendata.check_data(cfg)
+    losses = [model(*tokendata.get_batch(data_dir, "val", offsets, cfg["block_size"], "cpu"))[1].item()
+              for offsets in tokendata.eval_offsets(cfg, counts["val"], batches)]
     return float(np.mean(losses))
 
 
@@ -139,9 +140,21 @@ def window_rows(suite_dir, counts):
 def main(argv):
     options, dirs = configurator.options_and_paths(argv, OPTIONS, text_keys=("windows",))
     if not dirs:
-        raise configurator.ConfigError("give one finished suite directory per design (python noise_budget.py --help)")
-    if options["windows"]:
-        counts = [int(c) for c in str(options["windows"]).split(",")]
+        raise configurator.ConfigError("give one finished suite directory per design (python tools/noise_budget.py --help)")
+    if options["slots"] < 1 or options["hour_s"] <= 0:
+        raise configurator.ConfigError(f"--slots={options['slots']} and --hour_s={options['hour_s']}: runs at a time "
+                                       f"(>= 1) and a budget in seconds (> 0)")
+    counts = [c.strip() for c in str(options["windows"]).split(",")] if options["windows"] else []
+    if not all(c.isdigit() and int(c) >= 1 for c in counts):
+        raise configurator.ConfigError(f"--windows={options['windows']!r}: val batch counts >= 1, comma-separated "
+                                       f"(e.g. 20,100)")
+    for d in dirs:
+        try:
+            suites.check_suite_dir(d)
+        except ValueError as e:
+            raise configurator.ConfigError(str(e)) from None
+    if counts:
+        counts = [int(c) for c in counts]
         header = ["variant", "val batches", "seeds", "effect (mean diff)", "sd of paired diffs"]
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for d in dirs:
@@ -158,6 +171,9 @@ def main(argv):
             found, _, design = rows(d, options)
         except ValueError as e:
             raise configurator.ConfigError(str(e)) from None
+        if not found:
+            raise configurator.ConfigError(f"{d}: no variant has two paired seeds that finished against the baseline: "
+                                           f"nothing to measure yet (run the suite to its end)")
         designs.append(design)
         for row, (name, sd, df) in zip(found, design["meta"]):
             ratio = "-"

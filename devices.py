@@ -1,0 +1,168 @@
+"""The device a run computes on: the dtype and its autocast, TF32, the SDPA kernel it gets, device
+time, peak memory, the measured matmul peak and MFU, and glibc's malloc kept from returning memory.
+
+Every script that runs a model asks here, so training, evaluation and the benchmarks compute alike.
+Process groups and the parallel layout: parallel.py.
+"""
+import ctypes
+import os
+import resource
+import sys
+import time
+from contextlib import nullcontext
+
+import torch
+from torch.nn.attention import SDPBackend
+
+from configurator import ConfigError
+
+DTYPES = ("bfloat16", "float16", "float32")
+
+
+def check_dtype(dtype, device):
+    """A script's dtype key, checked where the script checks its keys (runtime.validate for train.py)."""
+    if dtype and dtype not in DTYPES:
+        raise ConfigError(f"dtype={dtype!r}: use one of {DTYPES} or '' (automatic)")
+    if dtype == "float16" and not device.startswith("cuda"):
+        raise ConfigError("dtype='float16' needs a GPU; use bfloat16 or float32 on CPU")
+
+
+def precision(dtype, device):
+    """The autocast dtype to use ('' picks the best supported one; check_dtype checked it) and its
+    autocast context. Used by every script that runs a model, so training and evaluation compute alike.
+    On a GPU, float32 matmuls run as TF32 (NVIDIA's tensor cores, ~8x IEEE fp32; the start-up
+    checklist records it): torch's default would leave the tensor cores idle in a float32 run."""
+    if not dtype and device.startswith("cuda"):
+        # emulated bf16 (V100, T4: no bf16 units) is slower than native fp16 with a GradScaler
+        dtype = "bfloat16" if torch.cuda.is_bf16_supported(including_emulation=False) else "float16"
+    elif not dtype:
+        # bf16 matmuls run ~2.8x faster than fp32 on CPUs with AVX512-BF16/AMX, and are emulated
+        # (slowly) elsewhere.
+        dtype = "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
+    if dtype == "float32":
+        if device.startswith("cuda"):
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        return dtype, nullcontext()
+    return dtype, torch.autocast(device_type=device.split(":")[0], dtype=getattr(torch, dtype))
+
+
+def sdpa_backend(device, dtype, n_head, head_dim, block_size, dropout=0.0):
+    """The kernel scaled_dot_product_attention's dispatcher picks for a training step of this shape:
+    FLASH_ATTENTION, EFFICIENT_ATTENTION, CUDNN_ATTENTION or MATH. ROCm builds gate the fused kernels
+    on some GPUs (RDNA3) and fall back to MATH without a word; MATH materializes the T x T scores,
+    which is slower and is not what the memory estimate assumes."""
+    q = torch.zeros(1, n_head, block_size, head_dim, device=device, dtype=getattr(torch, dtype), requires_grad=True)
+    return SDPBackend(torch._fused_sdp_choice(q, q, q, None, dropout, True)).name
+
+
+def synchronize(device):
+    """Wait for the work queued on the device (a no-op on CPUs, whose ops finish before they return)."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+class DeviceTimer:
+    """Seconds of device work: the device is synchronized before the clock is read, at the start and
+    at the end, so a step is timed to its last kernel rather than to the CPU's last launch (a GPU
+    runs behind the Python that queues its kernels; compiled graphs more so)."""
+
+    def __init__(self, device):
+        self.device = device
+        self.started = None
+
+    def start(self):
+        synchronize(self.device)
+        self.started = time.perf_counter()
+
+    def elapsed(self):
+        synchronize(self.device)
+        return time.perf_counter() - self.started
+
+
+def reset_peak_memory(device):
+    """Start a new peak (CUDA); a CPU's peak is the process's maximum resident size, which never resets."""
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_mib(device):
+    """The allocator's peak since reset_peak_memory on a GPU; a CPU's process maximum resident size."""
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10  # Linux reports KiB
+
+
+def matmul_peak_flops(device, dtype, repeats=5):
+    """The machine's measured matmul peak in FLOP/s for `dtype`: the fastest of a few square
+    products (n = 2048 on CPU, 8192 on GPUs; well under a second on 2 CPU cores). A CPU has no
+    data-sheet peak worth quoting: bf16 is native on some (AVX512-BF16, AMX) and emulated hundreds
+    of times slower on others, and other processes take their share. Model FLOP/s over this is
+    'MFU against the measured peak'; measure it next to the steps it is compared with."""
+    n = 8192 if device.startswith("cuda") else 2048
+    generator = torch.Generator(device).manual_seed(0)  # not the global stream: resume must replay it exactly
+    a, b = (torch.randn(n, n, device=device, generator=generator).to(getattr(torch, dtype)) for _ in range(2))
+    timer, best = DeviceTimer(device), float("inf")
+    for _ in range(repeats + 1):  # the first warms up the kernels and the caches
+        timer.start()
+        torch.mm(a, b)
+        best = min(best, timer.elapsed())
+    return 2 * n**3 / best
+
+
+def model_flops_utilization(model, tokens_per_sec_per_device, device, dtype, peak):
+    """(MFU, the peak FLOP/s it is against). A measured peak (CPUs) that the model itself outran was
+    probed while other work had the cores: it is probed again and the higher one kept. An MFU still
+    above 1 is no utilization (the peak is wrong): None, logged as n/a rather than over 100%."""
+    mfu = model.estimate_mfu(tokens_per_sec_per_device, device, peak=peak)
+    if mfu is not None and mfu > 1 and device == "cpu":
+        peak = max(peak, matmul_peak_flops(device, dtype))
+        mfu = model.estimate_mfu(tokens_per_sec_per_device, device, peak=peak)
+    return (None if mfu is None or mfu > 1 else mfu), peak
+
+
+def use_deterministic_algorithms(on):
+    """deterministic=True: every op takes its deterministic kernel (one that has none raises), cuBLAS a
+    fixed workspace, cuDNN no autotuning, so two runs of one config give the same bits on a GPU too.
+    Call before the first matmul: cuBLAS reads its workspace setting when its handle is created."""
+    if on:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(on)
+
+
+def device_facts(cfg, device, dtype, peak):
+    """The start-up checklist's lines on how the device computes: MFU's peak, the SDPA kernel, TF32,
+    deterministic algorithms."""
+    return dict(mfu_against=mfu_against(device, dtype, peak),
+                deterministic_algorithms=torch.are_deterministic_algorithms_enabled(),
+                sdpa_backend=sdpa_backend(device, dtype, cfg["n_head"], cfg["n_embd"] // cfg["n_head"],
+                                          cfg["block_size"], cfg["dropout"])
+                if cfg["attn_impl"] == "sdpa" else f"not used (attn_impl={cfg['attn_impl']!r})",
+                float32_matmuls="TF32" if device.startswith("cuda") and torch.backends.cuda.matmul.allow_tf32
+                else "IEEE float32")
+
+
+def mfu_against(device, dtype, peak):
+    """Which peak MFU is against, for the start-up checklist."""
+    if device == "cpu":
+        return f"measured {dtype} matmul peak {peak / 1e9:.0f} GFLOP/s (probed again if the model outruns it)"
+    name = torch.cuda.get_device_name(device)
+    if peak is None:
+        return f"no data-sheet peak listed for {name!r} (model.PEAK_BF16_FLOPS): MFU not reported"
+    tf32 = " (float32 matmuls run as TF32, at half that on most cards)" if dtype == "float32" else ""
+    return f"data-sheet dense bf16 peak of {name}: {peak / 1e12:.0f} TFLOP/s{tf32}"
+
+
+def keep_freed_memory():
+    """Make glibc's malloc keep freed memory for reuse (Linux CPUs; a no-op elsewhere). By default
+    every allocation above the mmap threshold is a fresh mmap, so each step would map, page-fault
+    (zero) and unmap its activations again; with mmap and trimming off the heap grows to the step's
+    peak once and later steps reuse it. The process keeps its peak resident."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc (musl): leave its allocator alone
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # <malloc.h>
+    return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
