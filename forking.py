@@ -21,8 +21,8 @@ FORK_OPTIMIZER = ("carry", "fresh")
 # Keys a branch may set apart from its trunk: where and how it is logged, evaluated and stopped,
 # and its model (its own architecture, checked tensor by tensor). Every other key is the training
 # recipe, which the fork continues and so must be the trunk's.
-FREE_KEYS = ("out_dir", "init_from", "allow_data_change", "fork_from", "fork_optimizer", "fork_start", "eval_interval", "eval_iters",
-             "final_eval_iters", "log_interval", "save_checkpoint", "sample_tokens", "hellaswag_interval",
+FREE_KEYS = ("out_dir", "init_from", "allow_data_change", "fork_from", "fork_optimizer", "fork_start", "eval_interval",
+             "eval_at", "eval_iters", "final_eval_iters", "log_interval", "save_checkpoint", "sample_tokens", "hellaswag_interval",
              "hellaswag_limit", "hellaswag_input", "max_iters", "max_time", "max_tokens", "lr_decay_iters", "device",
              "compile", "dist_timeout", "log_act_norm_layers", "wandb_log", "wandb_project", "wandb_run_name",
              "wandb_group", "wandb_mode", "model_type")
@@ -171,7 +171,8 @@ def continue_trunk(ckpt, model, optimizer, layout, cfg, loaded):
     layout.restore_rng(ckpt)
     event = dict(line=f"forked from {cfg['fork_from']} at iter {ckpt['iter_num']}: {loaded[0]} tensors from the trunk, "
                  f"{loaded[1]} new, optimizer state of {carried} parameters carried",
-                 trunk=cfg["fork_from"], iter=ckpt["iter_num"], tokens=ckpt["tokens_seen"], loaded=loaded[0],
+                 trunk=cfg["fork_from"], iter=ckpt["iter_num"], tokens=ckpt["tokens_seen"],
+                 train_time=ckpt["train_time"], loaded=loaded[0],
                  new=loaded[1], optimizer_carried=carried, start=cfg.get("fork_start", "own"))
     return ckpt["iter_num"], ckpt["tokens_seen"], ckpt["train_time"], ckpt["best_val_loss"], event
 

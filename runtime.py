@@ -32,6 +32,7 @@ DEFAULTS = dict(
     fork_start="own",  # fork_from: the branch's new parameters start at its own seeded init ('own') or so that the forked model computes what the trunk computed ('preserve', forking.preserve_start)
     allow_data_change=False,  # resume although the dataset or evaluation windows changed since the run started (recorded)
     eval_interval=500,  # also where checkpoints are written
+    eval_at=[],  # more evaluations at these iterations, on final_eval_iters batches (sweep.py: each variant's equal-FLOPs point)
     eval_iters=20,  # fixed batches per split per evaluation: the same windows in every run
     final_eval_iters=0,  # >0: the evaluation at the end of the budget reads this many val batches (a steadier verdict)
     log_interval=10,  # a train log line every this many iterations
@@ -181,6 +182,9 @@ def validate(cfg, world_size):
     for key in positive:
         if cfg[key] < 1:
             raise err(f"{key} must be >= 1, got {cfg[key]}")
+    if not all(isinstance(i, int) and 1 <= i <= last_iter(cfg) for i in cfg["eval_at"]):
+        raise err(f"eval_at={cfg['eval_at']!r}: iterations to evaluate at, integers from 1 to the run's last "
+                  f"({last_iter(cfg)})")
     if cfg["final_eval_iters"] < 0:
         raise err(f"final_eval_iters must be >= 0 (0: eval_iters), got {cfg['final_eval_iters']}")
     if cfg["seed"] < 0:
@@ -354,6 +358,15 @@ def load_model(cfg, device):
     else:
         model = GPT.from_pretrained(cfg["init_from"])
     return model.to(device)
+
+
+def flops_per_token(cfg):
+    """Training FLOPs per token as the model counts them (the start-up checklist's number), from a model
+    built on the meta device: no memory, no weights, known before any run (sweep.py schedules each
+    variant's equal-FLOPs evaluation by it)."""
+    import torch  # the models import it anyway
+    with torch.device("meta"):
+        return model_classes(cfg)[0](model_config(cfg)).flops_per_token()
 
 
 def count_params(cfg):

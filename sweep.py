@@ -35,7 +35,9 @@ config is compared with the baseline's: a difference in a key that is not allowe
 suite (--allow_confounds=True runs it anyway; the report still calls it not comparable). The
 metric is frozen in suite_dir/suite.json by the first run; runs added later and every report (a
 look) go into suite_dir/suite_record.jsonl (docs/ablation.md: a suite may declare `looks`, the seed
-counts of its planned reports). The runs share a W&B group; at the end ablation/render.py writes
+counts of its planned reports). A variant that costs other model FLOPs per token than the baseline
+also evaluates at its equal-FLOPs iteration (eval_at; a fork's trunk counted at the baseline's rate),
+where the report reads it. The runs share a W&B group; at the end ablation/render.py writes
 report.md, report.json and plots to suite_dir (python report.py rebuilds them).
 A suite that declares a `ladder` (ablation/ladder.py) runs every variant x seed at every size, as
 `<size>/<variant>-seed<seed>` with the size's shape, token budget and learning rate in its arguments;
@@ -235,9 +237,33 @@ def plan_runs(spec):
         check_confounds(suite, runs, resolved, spec)
         if scratch:
             check_confounds(suite, scratch, resolved, spec)
+        runs = equal_flops_evals(suite, runs, resolved)
     if suite and suite["fork_at"]:
         runs = fork_plan(suite, runs, resolved, spec["sweep_dir"])
     return runs + scratch + checks
+
+
+def equal_flops_evals(suite, runs, resolved):
+    """Each variant that costs other model FLOPs per token than the baseline also evaluates at its
+    equal-FLOPs point (eval_at): the iteration where it has spent the baseline's FLOPs of the whole
+    budget, a fork's trunk counted at the baseline's rate (compare.equal_flops_tokens). The report
+    reads the metric there and never between evaluations. FLOPs per token are known before the runs."""
+    base = {(p.get("size"), p["seed"]): resolved[name] for name, p, _ in runs if p["variant"] == suite["baseline"]}
+    flops = functools.lru_cache(maxsize=None)(lambda key: runtime.flops_per_token(json.loads(key)))
+    per_token = lambda cfg: flops(json.dumps({k: v for k, v in cfg.items() if k not in compare.BOOKKEEPING},
+                                             sort_keys=True))
+    out = []
+    for name, point, argv in runs:
+        cfg, ref = resolved[name], base[(point.get("size"), point["seed"])]
+        own, theirs, tpi = per_token(cfg), per_token(ref), cfg["tokens_per_iter"]
+        if own != theirs and not cfg["max_time"]:  # a time budget ends runs where nobody can plan for
+            at = round(compare.equal_flops_tokens(runtime.last_iter(ref) * tpi, (suite["fork_at"] or 0) * tpi,
+                                                  theirs, own) / tpi)
+            if (suite["fork_at"] or 0) < at < runtime.last_iter(cfg):  # at the end: the final evaluation
+                argv = [*argv, f"--eval_at={[at]!r}"]
+                resolved[name] = dict(cfg, eval_at=[at])
+        out.append((name, point, argv))
+    return out
 
 
 def fork_plan(suite, runs, resolved, sweep_dir):
@@ -566,7 +592,7 @@ def main(argv, launch=launch_subprocess):
         if suite["ladder"]:
             print("\n".join(plan.ladder_plan_text(suite, len(runs), d, budget, slots) for d in pilots or [sweep_dir]))
         else:
-            print(plan.seed_plan_text(suite, len(runs), pilots or [sweep_dir], budget, slots))
+            print(plan.seed_plan_text(suite, len(runs), pilots or [sweep_dir], budget, slots, own_dir=sweep_dir))
         if suite["ladder"]:  # what the ladder costs in GPU-hours (ablation/ladder_power.py)
             print("\n".join(ladder_power.compute_lines([resolve(argv, nproc) for _, _, argv in runs], suite["fork_at"])))
         return runs

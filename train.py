@@ -76,7 +76,8 @@ def learning_rate_at(cfg, it):
 @torch.no_grad()
 def evaluate(model, cfg, layout, data_dir, counts, autocast, final=False):
     """Mean loss over the fixed windows of each split; batches are shared out across replicas. The
-    evaluation at the end of the budget reads final_eval_iters val batches where that is set."""
+    evaluations a report reads (the end of the budget, eval_at) read final_eval_iters val batches where
+    that is set."""
     model.eval()
     losses = {}
     for split in ("train", "val"):
@@ -296,9 +297,11 @@ def train(cfg, layout, signals, command):
     signals.training = True
     while True:
         checkpoint_due = iter_num % cfg["eval_interval"] == 0 or stop_reason
-        if checkpoint_due and stop_reason != "signal":  # a preempted job has seconds: save now, evaluate later
+        read_here = iter_num in cfg["eval_at"]  # a point a report reads (an equal-FLOPs point): evaluate as at the end
+        if (checkpoint_due or read_here) and stop_reason != "signal":  # a preempted job has seconds: save now, evaluate later
             devices.reset_peak_memory(device)  # evaluation's peak (a batch's whole logits) is logged apart
-            losses = evaluate(model, cfg, layout, data_dir, counts, autocast, final=stop_reason is not None)
+            losses = evaluate(model, cfg, layout, data_dir, counts, autocast,
+                              final=stop_reason is not None or read_here)
             if not all(math.isfinite(v) for v in losses.values()):  # never let a NaN model replace a good checkpoint
                 diverged(log, cfg, iter_num, f"evaluation loss became train {losses['train']}, val {losses['val']}",
                          train_loss=losses["train"], val_loss=losses["val"])

@@ -30,7 +30,9 @@ from ablation import lm_eval_results, stats
 
 # Keys every run of a suite sets differently without changing what is compared.
 # fork_from names each seed's own trunk: whether a pair shares one is the pairing's check (initial weights)
-BOOKKEEPING = ("seed", "out_dir", "wandb_run_name", "wandb_group", "init_from", "allow_data_change", "fork_from")
+# eval_at adds evaluations (each variant's equal-FLOPs point) and changes nothing that is trained
+BOOKKEEPING = ("seed", "out_dir", "wandb_run_name", "wandb_group", "init_from", "allow_data_change", "fork_from",
+               "eval_at")
 # metric -> (log event, field, which direction is better)
 METRICS = {"val_loss": ("eval", "val_loss", "lower"), "val_ppl": ("eval", "val_ppl", "lower"),
            "train_loss": ("eval", "train_loss", "lower"),
@@ -222,7 +224,7 @@ def compare(suite, runs):
     reference = next((r for r in base_runs.values() if r["config"] is not None), None)
     k = len(suite["variants"]) - 1
     report = dict(suite=suite["name"], metric=metric, goal=goal, baseline=baseline, compared_at_tokens=tokens,
-                  design=design(runs),
+                  design=design(runs), fork_at=min({fork_point(r) for r in runs.values()} - {None}, default=None),
                   alpha=suite.get("alpha") or DEFAULT_ALPHA, min_effect=suite.get("min_effect"), comparisons=k,
                   measurement=measurement_problems(runs, suite["allowed"]), non_finite=non_finite,
                   damaged=[note for run in runs.values() for note in run.get("damage", [])],
@@ -253,10 +255,10 @@ def compare(suite, runs):
     report["looked_at_seeds"] = seeds
     report["alpha"], report["sequential"] = sequential_alpha(suite, seeds)
     report["level"] = stats.family_level(report["alpha"], k)
-    sd, df = pooled_difference_sd(report)
-    if sd is not None:
-        report["plan"] = stats.plan_seeds(sd, df, max(len(s) for s in suite["variants"].values()), k,
-                                          report["alpha"], report["min_effect"])
+    plan = stats.plan_variants(difference_sds(report), max(len(s) for s in suite["variants"].values()), k,
+                               report["alpha"], report["min_effect"])
+    if plan:
+        report["plan"] = plan
     decide(report)
     add_hellaswag(report, suite, runs)
     add_evidence(report, suite, runs)
@@ -323,13 +325,12 @@ def decide(report):
         del v["blocked"], v["test"]
 
 
-def pooled_difference_sd(report):
-    """(sd, degrees of freedom) of the paired differences pooled over the variants that have one
-    (variances weighted by their degrees of freedom): what the seed planner needs."""
-    parts = [(len(v["differences"]) - 1, v["diff_sd"]) for n, v in report["variants"].items()
-             if n != report["baseline"] and v.get("diff_sd") is not None and len(v.get("differences", [])) > 1]
-    df = sum(d for d, _ in parts)
-    return (math.sqrt(sum(d * sd ** 2 for d, sd in parts) / df), df) if df else (None, 0)
+def difference_sds(report):
+    """{variant: (sd, degrees of freedom) of its own paired differences, or None without two}: what
+    the seed planner plans each variant by (stats.plan_variants)."""
+    return {n: (v["diff_sd"], len(v["differences"]) - 1) if v.get("diff_sd") is not None
+            and len(v.get("differences", [])) > 1 else None
+            for n, v in report["variants"].items() if n != report["baseline"]}
 
 
 def fork_point(run):
@@ -372,11 +373,12 @@ def measurement_problems(runs, allowed):
                                                f"{'forked at step %d' % k if k is not None else 'from scratch'}"
                                                for k, names in designs.items())
                         + ": runs of different designs answer different questions and are never pooled")
-    first = {}  # a variant's recipe is one across its seeds (a suite re-run with another recipe adds seeds of it)
+    first = {}  # a variant's recipe is one across its seeds (a suite re-run with another recipe adds seeds of it);
+    # the measurement keys are checked across every run below, once
     for (variant, _), run in ((k, r) for k, r in runs.items() if r["config"] is not None):
         other = first.setdefault(variant, run)
         problems += [f"recipe: {name(run)} has {k}={a!r}, {name(other)} {b!r}"
-                     for k, (a, b) in config_differences(run["config"], other["config"], ()).items()]
+                     for k, (a, b) in config_differences(run["config"], other["config"], MEASUREMENT_KEYS).items()]
     for run in recorded[1:]:
         for key in MEASUREMENT_KEYS:
             if run["config"].get(key) != ref["config"].get(key):
@@ -397,13 +399,50 @@ def measurement_problems(runs, allowed):
 TIMING_SPREAD_LIMIT = 1.5  # a run whose logged step times spread wider (90th / 10th percentile) has no trusted timing
 
 
+def branch_start(run):
+    """(tokens, train time) a run inherited from its trunk: (0, 0) from scratch. A branch's log counts
+    on from its trunk's, so its own cost is what came after (the fork event's train_time; a log
+    written before it was recorded there: the trunk's own end event); None when neither is there."""
+    fork = next((e for e in run["events"] if e["event"] == "fork"), None)
+    if fork is None:
+        return 0, 0.0
+    if fork.get("train_time") is not None:
+        return fork["tokens"], fork["train_time"]
+    path = trunk_dir(run, fork)
+    trunk = rundir.finished(rundir.read_events(path)) if path else []
+    return (fork["tokens"], trunk[-1]["train_time"]) if trunk and trunk[-1].get("train_time") else None
+
+
+def trunk_dir(run, fork):
+    """A branch's trunk directory: beside the branch, where sweep.py puts it (the fork event's path is
+    relative to where the suite ran), else that path; None when neither exists."""
+    beside = os.path.join(os.path.dirname(os.path.normpath(run["out_dir"])), os.path.basename(os.path.normpath(fork["trunk"])))
+    return next((d for d in (beside, fork["trunk"]) if os.path.isdir(d)), None)
+
+
+def trunk_cost(runs):
+    """The trunks' cost (a forked suite: one per seed, shared by its branches), as cost() counts a
+    variant's; None from scratch or when no trunk is on disk."""
+    dirs = {trunk_dir(r, e) for r in runs.values() for e in r["events"] if e["event"] == "fork"} - {None}
+    trunks = [dict(rundir.read_run(d)) for d in sorted(dirs)]
+    for trunk in trunks:
+        trunk["status"] = rundir.run_status(trunk["events"])
+    return cost(trunks) if trunks else None
+
+
 def run_cost(run):
-    """A finished run's cost: one throughput, its tokens over its summed training-step time (a step
+    """A finished run's cost, a branch's own (its steps after the fork, not its trunk's): one throughput, its tokens over its summed training-step time (a step
     time is then tokens per step over it, never a separate median); how widely its logged step
     times spread (the first window, with compilation and allocation, aside); the highest 1-minute
     load average recorded; peak memory; parameters and model FLOPs per token from its checklist."""
     end = next((e for e in reversed(run["events"]) if e["event"] == "end"), None)
     if end is None or not end.get("train_time") or not end.get("tokens"):
+        return None
+    start = branch_start(run)
+    if start is None:
+        return None
+    end = dict(end, tokens=end["tokens"] - start[0], train_time=end["train_time"] - start[1])
+    if end["tokens"] <= 0 or end["train_time"] <= 0:
         return None
     checklist = next((e for e in run["events"] if e["event"] == "checklist"), {})
     steps = [e for e in run["events"] if e["event"] == "train"]
@@ -441,37 +480,68 @@ def cost(runs):
     return out
 
 
-def metric_at(run, metric, tokens):
-    """The metric interpolated linearly between a run's evaluations at `tokens` (None outside them)."""
-    curve = metric_by_tokens(run, metric)
-    xs = sorted(curve)
-    if tokens is None or not xs or not xs[0] <= tokens <= xs[-1]:
-        return None
-    return float(np.interp(tokens, xs, [curve[x] for x in xs]))
+
+
+MATCHED_TOLERANCE = 0.01  # an evaluation stands for the equal-FLOPs point only within 1% of the budget's FLOPs
+
+
+def equal_flops_tokens(tokens, fork_tokens, base_flops, own_flops):
+    """The token count at which a variant has spent the baseline's model FLOPs of `tokens`: the first
+    fork_tokens are its trunk's (the baseline's model, at the baseline's rate), the rest at its own
+    FLOPs per token (fork_tokens 0 from scratch). sweep.py schedules an evaluation there."""
+    return fork_tokens + (tokens - fork_tokens) * base_flops / own_flops
+
+
+def fork_tokens(run):
+    """The tokens a run's trunk trained before the fork (0 for a run from scratch)."""
+    return next((e["tokens"] for e in run["events"] if e["event"] == "fork"), 0)
+
+
+def value_at_flops(run, metric, budget, base_flops, own_flops):
+    """(tokens, value) of the run's evaluation closest to `budget` model FLOPs (the trunk's tokens at
+    base_flops per token, its own after the fork), or (tokens, None) when the closest is more than
+    MATCHED_TOLERANCE of the budget away: never a value interpolated between evaluations (across a
+    fork the curve bends, and the straight line would bias every seed alike)."""
+    curve, start = metric_by_tokens(run, metric), fork_tokens(run)
+    spent = lambda t: base_flops * start + own_flops * (t - start)
+    evaluated = [t for t in curve if t >= start]
+    if not evaluated:
+        return None, None
+    tokens = min(evaluated, key=lambda t: abs(spent(t) - budget))
+    close = abs(spent(tokens) - budget) <= MATCHED_TOLERANCE * budget
+    value = curve[tokens] if close and math.isfinite(curve[tokens]) else None
+    return tokens, value
 
 
 def compute_matched(report, runs, variant, seeds, base_seeds):
     """The variant's metric at the baseline's model FLOPs at the compared point (the baseline's FLOPs
-    per token x compared tokens), interpolated on each seed's evaluation curve, paired with the
-    baseline seed: an idea that costs more per token is not flattered by an equal-token comparison.
-    The family's verdicts come afterwards (add_evidence: Holm over this view's own family)."""
+    per token x compared tokens; in a forked suite the trunk's tokens count at the baseline's rate),
+    read from the evaluation sweep.py scheduled there (eval_at), paired with the baseline seed: an
+    idea that costs more per token is not flattered by an equal-token comparison. A seed with no
+    evaluation within MATCHED_TOLERANCE of the budget is named and gets no value. The family's
+    verdicts come afterwards (add_evidence: Holm over this view's own family)."""
     base_cost, own_cost = report["variants"][report["baseline"]].get("cost"), report["variants"][variant].get("cost")
     tokens = report["compared_at_tokens"]
     if not (base_cost and own_cost and base_cost["flops_per_token"] and own_cost["flops_per_token"] and tokens):
         return None
-    flops = base_cost["flops_per_token"] * tokens
-    at = flops / own_cost["flops_per_token"]
-    values, diffs = {}, []
+    base_flops, own_flops = base_cost["flops_per_token"], own_cost["flops_per_token"]
+    flops = base_flops * tokens
+    values, evaluated_at, diffs, matched = {}, {}, [], set()
     for seed in seeds:
         run, base = runs[(variant, seed)], runs.get((report["baseline"], seed))
         if seed in base_seeds and run["status"] == base["status"] == "finished":
-            mine, theirs = metric_at(run, report["metric"], at), metric_at(base, report["metric"], tokens)
-            values[seed] = mine
-            if mine is not None and theirs is not None and math.isfinite(mine) and math.isfinite(theirs):
+            matched.add(equal_flops_tokens(tokens, fork_tokens(run), base_flops, own_flops))
+            at, mine = value_at_flops(run, report["metric"], flops, base_flops, own_flops)
+            theirs = metric_by_tokens(base, report["metric"]).get(tokens)
+            values[seed], evaluated_at[seed] = mine, at
+            if mine is not None and theirs is not None and math.isfinite(theirs):
                 diffs.append(mine - theirs)
-    return dict(flops=flops, tokens=at, flops_ratio=own_cost["flops_per_token"] / base_cost["flops_per_token"],
-                values={f"seed{s}": v if v is None or math.isfinite(v) else None for s, v in values.items()},
-                differences=diffs, missing=[f"seed{s}" for s, v in values.items() if v is None or not math.isfinite(v)])
+    missing = [f"seed{s} (closest evaluation at {evaluated_at[s]:,} tokens)" if evaluated_at[s] is not None
+               else f"seed{s}" for s, v in values.items() if v is None]
+    return dict(flops=flops, tokens=min(matched) if matched else None,
+                flops_ratio=own_flops / base_flops, tolerance=MATCHED_TOLERANCE,
+                evaluated_at={f"seed{s}": t for s, t in evaluated_at.items()},
+                values={f"seed{s}": v for s, v in values.items()}, differences=diffs, missing=missing)
 
 
 def hellaswag_items(run, tokens):
@@ -566,6 +636,7 @@ def add_evidence(report, suite, runs):
     for variant, entry in report["variants"].items():
         entry["cost"] = cost(by_variant[variant].values())
     base_cost = report["variants"][baseline]["cost"]
+    report["trunk_cost"] = trunk_cost(runs)
     for variant, entry in report["variants"].items():
         if entry["cost"] and base_cost:
             entry["cost_ratio"] = {k: entry["cost"][k] / base_cost[k] for k in
@@ -590,12 +661,15 @@ def judge_compute_matched(report):
     """The equal-FLOPs view is a family of its own: Holm over its k comparisons at the report's alpha,
     each interval at its Holm step's level, as in the main table."""
     matched = [v["compute_matched"] for n, v in report["variants"].items() if v.get("compute_matched")]
-    tests = [stats.paired_test(m["differences"]) if m["differences"] else None for m in matched]
+    tests = [stats.paired_test(m["differences"]) if m["differences"] and not m["missing"] else None for m in matched]
     for m, test, decision in zip(matched, tests, stats.judge(tests, report["alpha"], report["goal"],
                                                              report["min_effect"])):
+        blocked = dict(verdict="not evaluated", interval=None, p_holm=None,
+                       why=f"no evaluation within {m['tolerance']:.0%} of the baseline's FLOPs in "
+                           f"{', '.join(m['missing'])}: no verdict (nothing is interpolated between evaluations)"
+                       if m["missing"] else "no paired seed reached the baseline's FLOPs")
         m.update(diff_mean=test["mean"] if test else None, p_value=test["p"] if test else None,
-                 **(decision or dict(verdict="incomplete", why="no paired seed reached the baseline's FLOPs",
-                                     interval=None, p_holm=None)))
+                 **(decision or blocked))
 
 
 # ----------------------------------------------------------------------------- where runs come from

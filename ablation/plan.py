@@ -10,7 +10,7 @@ import numpy as np
 import rundir
 from ablation import compare, ladder_power, stats, suites
 
-def seed_plan_text(suite, n_runs, pilots, budget_s=None, slots=1):
+def seed_plan_text(suite, n_runs, pilots, budget_s=None, slots=1, own_dir=None):
     """sweep.py --plan: the planner's answer for this suite before anything runs, from pilots
     (finished suites, one per design; by default this suite's own finished runs): for each design
     its paired-difference sd, the wall time a seed costs, and the seeds and minutes that min_effect
@@ -28,26 +28,36 @@ def seed_plan_text(suite, n_runs, pilots, budget_s=None, slots=1):
     if suite.get("ladder"):  # the slope the ladder can detect, its extrapolation bound (ablation/ladder_power.py)
         lines += ladder_power.plan_lines(suite["ladder"], len(suite["seeds"]), k)
     for pilot_dir in pilots:
-        lines += pilot_plan_lines(suite, pilot_dir, budget_s, slots)
+        lines += pilot_plan_lines(suite, pilot_dir, budget_s, slots, own_dir)
     return "\n".join(lines)
 
 
 BUDGETS_S = (900, 1800, 3600, 7200)  # the budgets --plan prints without --budget
 
 
-def pilot_plan_lines(suite, pilot_dir, budget_s, slots):
+def pilot_plan_lines(suite, pilot_dir, budget_s, slots, own_dir=None):
     k, alpha, min_effect = len(suite["variants"]) - 1, suite["alpha"], suite["min_effect"]
     if not (pilot_dir and os.path.exists(os.path.join(pilot_dir, "suite.json"))):
         return ["no pilot: pass --pilot=SUITE_DIR (a finished suite; several, comma-separated, compare designs) "
                 "for the detectable effect, the seeds needed and the time"]
     pilot, runs = suites.load_suite_dir(pilot_dir)
     report = compare.compare(dict(pilot, alpha=alpha, min_effect=min_effect, record=[], looks=None), runs)
-    sd, df = compare.pooled_difference_sd(report)
+    measured = compare.difference_sds(report)
+    parts = {v: measured.get(v) for v in suite["variants"] if v != suite["baseline"]}
     lines = [f"from pilot {pilot_dir} ({report['design']}):"]
-    if sd is None:
-        return lines + ["  no variant has two paired seeds yet, so no sd to plan from"]
-    plan = stats.plan_seeds(sd, df, len(suite["seeds"]), k, alpha, min_effect)
+    plan = stats.plan_variants(parts, len(suite["seeds"]), k, alpha, min_effect)
+    if plan is None:
+        return lines + ["  no variant of this suite has two paired seeds in the pilot, so no sd to plan from"]
+    sd = plan["sd"]
     lines.append(stats.describe_plan(plan))
+    pilot_seeds = sorted({s for seeds in pilot["variants"].values() for s in seeds})
+    own = own_dir is not None and os.path.realpath(pilot_dir) == os.path.realpath(own_dir)
+    first = 1 if own else max(pilot_seeds, default=0) + 1  # another suite's pilot: seeds after its own
+    overlap = sorted(set(pilot_seeds) & set(suite["seeds"]))
+    if overlap and not own:
+        lines.append(f"  warning: the pilot ran seeds {overlap}, which are also this suite's: their runs would be the "
+                     f"pilot's own, bit for bit, so the suite's report would not be its first look at them. Use seeds "
+                     f"from {first} on (disjoint), or count the pilot as a look (declare looks)")
     cost = seed_cost(pilot_dir, runs, len(suite["variants"]))
     if cost is None:
         return lines + ["  no finished run in the pilot to time a seed by"]
@@ -68,13 +78,14 @@ def pilot_plan_lines(suite, pilot_dir, budget_s, slots):
                                                                     if n else "out of reach"))
     for budget in [budget_s] if budget_s else BUDGETS_S:
         n = int(budget * slots // per_seed)
-        found = stats.detectable_effect(sd, n, level)
+        found = stats.detectable_effect(sd, n, level)  # the noisiest planned variant's
         lines.append(f"  budget {budget / 60:.0f} min: {n} seeds" + (
             f" (about {minutes(n):.0f} min) detect {found:.3g} ({stats.detectable_effect(plan['sd_upper'], n, level):.3g} "
             f"at the sd's upper bound)" if found else ": too few to detect anything"))
     if budget_s:
         n = int(budget_s * slots // per_seed)
-        lines.append(f"  so: seeds = list(range(1, {n + 1})) in the suite file, declared before its runs" if n >= 2 else
+        lines.append(f"  so: seeds = list(range({first}, {first + n})) in the suite file"
+                     + ("" if own else " (disjoint from the pilot's)") + ", declared before its runs" if n >= 2 else
                      f"  so: {budget_s:g} s fits {n} seed(s), fewer than the 2 a paired test needs: raise --budget")
     return lines
 
@@ -95,7 +106,8 @@ def ladder_plan_text(suite, n_runs, ladder_dir, budget_s=None, slots=1):
         pilot, runs = suites.load_suite_dir(pilot_dir)
         report = compare.compare(dict(pilot, alpha=suite["alpha"], min_effect=suite["min_effect"], record=[],
                                       looks=None), runs)
-        sd, _ = compare.pooled_difference_sd(report)
+        planned = stats.plan_variants(compare.difference_sds(report), 2, k, suite["alpha"], suite["min_effect"])
+        sd = planned["sd"] if planned else None  # the noisiest planned variant's: the plan covers it
         cost = seed_cost(pilot_dir, runs, len(suite["variants"]))
         found[size] = (sd, cost[0] if cost else None)
         lines.append(f"  size {size}: paired-difference sd " + (f"{sd:.3g}" if sd else "not yet (two paired seeds "

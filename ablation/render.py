@@ -38,23 +38,47 @@ def save_report(report, text, out_dir):
 
 
 def interval_cell(v):
-    """The interval(s) a verdict rests on, each with its confidence: the Holm step's interval for a
-    decision, the 1 - 2 alpha/k one for equivalence, both for a negligible difference."""
-    holm = f"{stats.span(v['interval'])} {stats.pct(v['interval_confidence'])}" if v.get("interval") else None
-    margin = (f"{stats.span(v['equivalence_interval'])} {stats.pct(v['equivalence_confidence'])}"
+    """The interval(s) a verdict rests on, each with its confidence and what it is: the Holm step's
+    interval for a decision about 0 (not simultaneous), the family's simultaneous 1 - alpha/k interval
+    for every claim about the margin (equivalent, negligible, beyond it)."""
+    holm = f"{stats.span(v['interval'])} {stats.pct(v['interval_confidence'])} Holm step" if v.get("interval") else None
+    margin = (f"{stats.span(v['equivalence_interval'])} {stats.pct(v['equivalence_confidence'])} simultaneous"
               if v.get("equivalence_interval") else None)
     if v.get("verdict") == "equivalent":
         return margin
-    if v.get("verdict", "").endswith("negligible"):
+    if v.get("verdict", "").startswith(("better", "worse")) and margin:
+        if v["interval"] == v["equivalence_interval"]:  # Holm's first step tests at alpha/k: the same interval
+            return f"{stats.span(v['interval'])} {stats.pct(v['interval_confidence'])} Holm step = simultaneous"
         return f"{holm}; {margin}"
     return holm or "-"
+
+
+def design_label(report):
+    """The design in a few words, for every verdict line, caption and plot title: a forked suite and
+    a from-scratch one answer different questions (compare.design says which)."""
+    return f"forked at step {report['fork_at']}" if report.get("fork_at") is not None else "from scratch"
+
+
+def margin_question(report):
+    """What ±min_effect means for this report's design: a forked suite's effects are those of switching
+    after the trunk, smaller than the same variant's from-scratch effect where it matters."""
+    if not report.get("min_effect"):
+        return ""
+    if report.get("fork_at") is None:
+        return (" The margin is about the from-scratch question: the effect of training the whole budget with "
+                "the variant.")
+    return (f" The margin is about the forked question (switching to the variant after step {report['fork_at']}), "
+            f"not the from-scratch one: a forked effect can be a fraction of the same variant's from-scratch effect "
+            f"(docs/ablation.md measures the shrinkage on the RA twin), so 'equivalent within ±{report['min_effect']:g}' "
+            f"here is a weaker statement on the from-scratch scale, and a margin taken from a from-scratch suite "
+            f"should be read at that shrinkage.")
 
 
 def header_lines(report):
     metric, tokens = report["metric"], report["compared_at_tokens"]
     better = "lower" if report["goal"] == "lower" else "higher"
     finals = list(filter(None, report["final_tokens"].values()))
-    return [f"# Ablation report: {report['suite']}", "",
+    return [f"# Ablation report: {report['suite']} ({design_label(report)})", "",
             f"Design: {report['design']}" if report.get("design") else "",  # reports written before designs
             f"Deciding metric (declared before the runs): **{metric}** ({better} is better), compared at "
             f"**{fmt(tokens)} tokens**, the largest token count at which every finished run was evaluated "
@@ -62,11 +86,14 @@ def header_lines(report):
             f"Paired differences are variant minus baseline (`{report['baseline']}`) on the same seed. "
             f"**{report['comparisons']} comparison(s), Holm** at family-wise alpha {report['alpha']:.3g}: the p column "
             f"is each paired t-test's raw p, p (Holm) the adjusted one that decides; each better/worse interval is at "
-            f"the level its Holm step tested (so it excludes 0 exactly when the verdict is better or worse), an "
-            f"equivalence interval at 1 - 2 alpha/k ({stats.pct(1 - 2 * report['level'])}, TOST). "
+            f"the level its Holm step tested (so it excludes 0 exactly when the verdict is better or worse; these "
+            f"step-level intervals are not simultaneous), and every claim about the margin (equivalent, negligible, "
+            f"beyond ±min_effect) rests on the simultaneous interval at 1 - alpha/k "
+            f"({stats.pct(1 - report['level'])}, Bonferroni: all {report['comparisons']} cover together with "
+            f"probability >= {stats.pct(1 - report['alpha'])}; TOST at alpha/2k per side). "
             f"Smallest effect of interest (min_effect): "
             + (f"**±{report['min_effect']:g}** {UNITS.get(metric, '')}: a decided difference inside it is "
-               f"reported as negligible." if report["min_effect"] else
+               f"reported as negligible." + margin_question(report) if report["min_effect"] else
                "**not declared** (warning: equivalence cannot be shown; declare min_effect in the suite or "
                "pass --min_effect to report.py).")
             + f" Keys allowed to differ: {', '.join(report['allowed']) or 'none'}"
@@ -78,7 +105,8 @@ def header_lines(report):
 def markdown(report, plots):
     head = header_lines(report)
     lines = head[:1] + transfer_headline(report) + head[1:] + [
-        "", "| variant | verdict | seeds | mean | sd | diff vs baseline | interval (confidence) | p | p (Holm) |",
+        "", f"Verdicts ({design_label(report)}):", "",
+        "| variant | verdict | seeds | mean | sd | diff vs baseline | interval (confidence) | p | p (Holm) |",
         "|" + "---|" * 9]
     for name, v in report["variants"].items():
         lines.append(" | ".join([
@@ -101,8 +129,8 @@ def markdown(report, plots):
         lines += ["", "## Damaged files (and what was done about them)", ""] + [f"- {d}" for d in report["damaged"]]
     if report.get("plan"):
         lines += ["", "## Seed plan", "", "```", stats.describe_plan(report["plan"]), "```"]
-    lines += ["", "## Why each verdict", ""]
-    lines += [f"- **{name}**: {v['verdict']}: {v['why']}." + bridge_why(report, name)
+    lines += ["", f"## Why each verdict ({design_label(report)})", ""]
+    lines += [f"- **{name}** ({design_label(report)}): {v['verdict']}: {v['why']}." + bridge_why(report, name)
               for name, v in report["variants"].items()]
     pairing = [f"- {name}: {'; '.join(v['pairing'])}" for name, v in report["variants"].items() if "pairing" in v]
     if pairing:
@@ -166,16 +194,26 @@ def compute_matched_lines(report):
     matched = [(n, v["compute_matched"]) for n, v in report["variants"].items() if v.get("compute_matched")]
     if not matched:
         return []
-    lines = ["", "## At equal model FLOPs", "",
+    forked = report.get("fork_at") is not None
+    lines = ["", f"## At equal model FLOPs ({design_label(report)})", "",
              f"The baseline's model FLOPs at the compared point ({matched[0][1]['flops']:.4g}): each variant's "
-             f"{report['metric']} at the token count where it spent as much (linear between its evaluations; "
-             f"'-' where it never got there), paired with the baseline seed. A family of its own: Holm over these "
-             f"{len(matched)} comparisons at alpha {report['alpha']:.3g}, each interval at its Holm step's level.", "",
-             "| variant | FLOPs/token x | tokens at equal FLOPs | diff vs baseline | verdict | interval (confidence) "
-             "| p | p (Holm) |", "|---|---|---|---|---|---|---|---|"]
+             f"{report['metric']} at the token count where it spent as much"
+             + (", its trunk's tokens counted at the baseline's FLOPs per token (the trunk is the baseline's model)"
+                if forked else "")
+             + f", read from its evaluation there (sweep.py schedules one, eval_at), paired with the baseline seed. "
+             f"Nothing is interpolated between evaluations: a seed whose closest evaluation is more than "
+             f"{matched[0][1]['tolerance']:.0%} of the FLOPs budget away is 'not evaluated' and its variant gets no "
+             f"verdict here. A family of its own: Holm over these {len(matched)} comparisons at alpha "
+             f"{report['alpha']:.3g}, each interval at its Holm step's level (not simultaneous).", "",
+             "| variant | FLOPs/token x | tokens at equal FLOPs | evaluated at | diff vs baseline | verdict | "
+             "interval (confidence) | p | p (Holm) |", "|---|---|---|---|---|---|---|---|---|"]
     for name, m in matched:
-        lines.append(f"| {name} | {m['flops_ratio']:.3f} | {m['tokens']:,.0f} | {signed(m['diff_mean'])} | "
-                     f"{m['verdict']} | {interval_cell(m)} | {fmt(m['p_value'], 3)} | {fmt(m['p_holm'], 3)} |")
+        at = sorted({t for t in m.get("evaluated_at", {}).values() if t is not None})
+        lines.append(f"| {name} | {m['flops_ratio']:.3f} | {thousands(round(m['tokens']) if m['tokens'] else None)} | "
+                     f"{', '.join(f'{t:,}' for t in at) or '-'} | {signed(m['diff_mean'])} | {m['verdict']} | "
+                     f"{interval_cell(m)} | {fmt(m['p_value'], 3)} | {fmt(m['p_holm'], 3)} |")
+    lines += [f"- {name}: not evaluated at the equal-FLOPs point in {', '.join(m['missing'])}"
+              for name, m in matched if m["missing"]]
     return lines
 
 
@@ -183,9 +221,13 @@ def cost_lines(report):
     costs = [(n, v["cost"], v.get("cost_ratio", {})) for n, v in report["variants"].items() if v.get("cost")]
     if not costs:
         return []
-    lines = ["", "## Cost", "",
+    trunk = report.get("trunk_cost")
+    lines = ["", f"## Cost ({design_label(report)})", "",
              "Throughput per run = its tokens / its summed training-step time; the median over seeds [min, max], "
-             "and the step time that follows from it. FLOPs per token count every matmul with weights (6N) and "
+             "and the step time that follows from it."
+             + (" A branch counts only its own steps after the fork (its log carries its trunk's tokens and time "
+                "on); the trunks, one per seed and shared by every branch, stand on their own row." if trunk else "")
+             + " FLOPs per token count every matmul with weights (6N) and "
              "the attention as it runs (RA's mix doubles the score width; a learned gate runs two attentions). "
              "No throughput ratio is given where its timings (the variant's or the baseline's) are flagged.",
              "", "| variant | tokens/s [range] | x baseline | step time ms | parameters | x | FLOPs/token | x | "
@@ -197,7 +239,13 @@ def cost_lines(report):
                      f"{speed} | {fmt(c['step_time_ms'], 4)} | {thousands(c['parameters'])} | "
                      f"{fmt(ratio.get('parameters'), 4)} | {thousands(c['flops_per_token'])} | "
                      f"{fmt(ratio.get('flops_per_token'), 4)} | {fmt(c['peak_memory_mib'], 4)} | {fmt(c['max_load'], 3)} |")
-    unreliable = [r for _, c, _ in costs for r in c["unreliable"]]
+    if trunk:
+        low, high = trunk["tokens_per_sec_range"]
+        lines.append(f"| (trunks, baseline model) | {trunk['tokens_per_sec']:,.0f} [{low:,.0f}, {high:,.0f}] | - | "
+                     f"{fmt(trunk['step_time_ms'], 4)} | {thousands(trunk['parameters'])} | - | "
+                     f"{thousands(trunk['flops_per_token'])} | - | {fmt(trunk['peak_memory_mib'], 4)} | "
+                     f"{fmt(trunk['max_load'], 3)} |")
+    unreliable = [r for _, c, _ in costs + ([("trunk", trunk, {})] if trunk else []) for r in c["unreliable"]]
     if unreliable:
         lines += ["", f"**Timings not to be trusted** (logged step times spread more than "
                       f"x{compare.TIMING_SPREAD_LIMIT} between the 10th and 90th percentile, e.g. other work on the "
@@ -270,7 +318,8 @@ def make_plots(report, runs, out_dir):
         ax.set_ylim(min(later) - pad, max(later) + pad)
     if report["compared_at_tokens"]:
         ax.axvline(report["compared_at_tokens"], color="gray", linestyle=":", label="compared here")
-    ax.set(xlabel="tokens", ylabel=f"{metric} ({UNITS[metric]})", title=f"{metric} (mean, band = min..max over seeds)")
+    ax.set(xlabel="tokens", ylabel=f"{metric} ({UNITS[metric]})",
+           title=f"{metric} (mean, band = min..max over seeds), {design_label(report)}")
     ax.legend(fontsize=8)
     save(fig, "metric_vs_tokens.png", f"{metric} against tokens")
 
@@ -313,14 +362,14 @@ def make_plots(report, runs, out_dir):
 
 def forest_plot(report, compared, plt):
     """Each variant's mean paired difference with the interval its verdict rests on (black: the Holm
-    step's, labelled with its confidence; blue: the 1 - 2 alpha/k equivalence interval where the
-    verdict is equivalent or negligible), the ±min_effect band and which side is better."""
+    step's, labelled with its confidence; blue: the simultaneous 1 - alpha/k interval that claims about
+    the margin rest on), the ±min_effect band and which side is better; the design in the title."""
     fig, ax = plt.subplots(figsize=(7.5, 0.7 * len(compared) + 1.8))
     for i, (name, v) in enumerate(compared):
         ax.plot([v["diff_mean"]], [i], "o", color="black")
         if v.get("interval") and v["verdict"] != "equivalent":
             ax.plot(v["interval"], [i, i], "-", color="black")
-        if v["verdict"] == "equivalent" or v["verdict"].endswith("negligible"):
+        if v.get("equivalence_interval"):
             ax.plot(v["equivalence_interval"], [i - 0.12, i - 0.12], "-", color="tab:blue", linewidth=2)
         ax.annotate(f"{v['diff_mean']:+.4f}  {interval_cell(v)}", (v["diff_mean"], i),
                     textcoords="offset points", xytext=(0, 7), ha="center", fontsize=7)
@@ -334,7 +383,7 @@ def forest_plot(report, compared, plt):
     left, right = ("better", "worse") if report["goal"] == "lower" else ("worse", "better")
     ax.set(xlabel=f"{report['metric']}: variant - baseline (same seed)\neach interval at the level its verdict was "
                   f"tested;   {left} <-   |   -> {right}",
-           title="paired differences")
+           title=f"paired differences, {design_label(report)}")
     return fig, "paired_differences.png"
 
 
@@ -355,7 +404,7 @@ def differences_over_tokens(report, runs, names, plt):
             ax.axhspan(-report["min_effect"], report["min_effect"], color="tab:blue", alpha=0.12)
         if report["compared_at_tokens"]:
             ax.axvline(report["compared_at_tokens"], color="gray", linestyle="--", linewidth=0.8)
-        ax.set(title=name, xlabel="tokens")
+        ax.set(title=f"{name}, {design_label(report)}", xlabel="tokens")
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel(f"{report['metric']} - baseline ({UNITS[report['metric']]})")
     return fig, "differences_over_tokens.png"

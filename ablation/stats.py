@@ -4,11 +4,16 @@ A plan fixes, before the runs, the significance level `alpha` of the whole famil
 and the smallest effect of interest `min_effect` (in the metric's units). Then, per variant:
 - the family-wise error is controlled by Holm's step-down adjustment of the paired t-tests' p-values,
   and each better/worse interval is at the level its Holm step tested (alpha / (k - i + 1)), so an
-  interval excludes 0 exactly when its comparison is decided;
-- equivalence within ±min_effect is shown only by two one-sided tests (TOST) at level alpha/k, whose
-  interval is the 1 - 2 alpha/k one; a decided difference inside that margin is "negligible";
-- what is neither is inconclusive; the suite's seed plan (one per suite, from an upper confidence
-  bound of the paired sd) says how many seeds would decide min_effect.
+  interval excludes 0 exactly when its comparison is decided. These step-level intervals are not
+  simultaneous: with a shared baseline, k = 4, n = 8, at least one misses its true effect in ~7-8% of
+  families, so no claim about the margin rests on them;
+- every claim about ±min_effect (equivalent, "negligible", beyond the margin) rests on the
+  simultaneous intervals: Bonferroni's 1 - alpha/k Student-t interval for each comparison, which
+  cover all k true effects together with probability >= 1 - alpha whatever their correlation
+  (tests/test_stats.py simulates a shared baseline); equivalence is that interval inside ±min_effect,
+  i.e. two one-sided tests (TOST) each at alpha/(2k);
+- what is neither is inconclusive; the seed plan (per variant, from each variant's own upper
+  confidence bound of its paired sd, covering the noisiest) says how many seeds would decide min_effect.
 The procedures come from scipy and statsmodels; this module puts them together and checks them.
 """
 import functools
@@ -142,6 +147,20 @@ def paired_test(diffs, scale=None):
     return out
 
 
+def simultaneous_confidence(alpha, k):
+    """The confidence of each interval in a family of k whose intervals cover every true effect
+    together with probability >= 1 - alpha (Bonferroni: valid under any correlation, e.g. the
+    variants' shared baseline run)."""
+    return 1 - alpha / max(1, k)
+
+
+def half_width(sd, n, confidence):
+    """Half the two-sided Student-t interval of a mean of n paired differences with sd; numpy arrays
+    broadcast (a simulation computes thousands at once)."""
+    from scipy import special
+    return special.stdtrit(np.asarray(n) - 1, 0.5 + confidence / 2) * np.asarray(sd) / np.sqrt(n)
+
+
 def interval(test, confidence):
     """The two-sided Student-t interval of the mean paired difference at `confidence` (scipy's t quantile)."""
     from scipy import special
@@ -224,22 +243,26 @@ def decide(test, adjusted_p, step_level, alpha, level, goal, min_effect, plan):
                     why=f"{kind} (spread within {DETERMINISTIC_RTOL:g} of the metric): no seed-to-seed variance, "
                         f"so no test applies; compare the code paths")
     out.update(interval=interval(test, 1 - step_level), interval_confidence=1 - step_level)
-    held = f"the {pct(1 - step_level)} interval {span(out['interval'])} (Holm's step level {step_level:.3g})"
+    held = (f"the {pct(1 - step_level)} interval {span(out['interval'])} (at Holm's step level {step_level:.3g}, "
+            f"not simultaneous)")
+    together = 1 - level  # simultaneous_confidence(alpha, k): what every claim about the margin rests on
     if min_effect:
-        out.update(equivalence_interval=interval(test, 1 - 2 * level), equivalence_confidence=1 - 2 * level,
+        out.update(equivalence_interval=interval(test, together), equivalence_confidence=together,
                    tost_p=tost_p(test, min_effect))
     inside = min_effect and -min_effect < out["equivalence_interval"][0] and out["equivalence_interval"][1] < min_effect
-    margin = (f"the {pct(1 - 2 * level)} interval {span(out['equivalence_interval'])} lies within ±{min_effect:g} "
-              f"(TOST p = {out['tost_p']:.3g} < {level:.3g})") if inside else ""
+    margin = (f"the simultaneous {pct(together)} interval {span(out['equivalence_interval'])} lies within "
+              f"±{min_effect:g} (TOST p = {out['tost_p']:.3g} < {level / 2:.3g})") if inside else ""
     if adjusted_p < alpha:
         word = "better" if (test["mean"] < 0) == (goal == "lower") else "worse"
         why = f"Holm-adjusted p = {adjusted_p:.3g} < {alpha:g}; {held} excludes 0"
         if inside:
             word, why = f"{word}, but negligible", f"{why}, but {margin}: a real difference smaller than min_effect"
         elif min_effect:
-            low, high = out["interval"]
-            why += (f" and ±{min_effect:g}" if min(abs(low), abs(high)) >= min_effect
-                    else f" but not effects smaller than {min_effect:g}")
+            low, high = out["equivalence_interval"]
+            why += (f"; the simultaneous {pct(together)} interval {span(out['equivalence_interval'])} excludes "
+                    f"±{min_effect:g} too" if (low >= min_effect or high <= -min_effect)
+                    else f"; the simultaneous {pct(together)} interval {span(out['equivalence_interval'])} does not "
+                         f"exclude effects smaller than {min_effect:g}")
         if smallest_sign_flip_p(n) > step_level:
             why += (f"; with {n} seeds the sign-flip test cannot go below {smallest_sign_flip_p(n):.3g}, above the "
                     f"level {step_level:.3g}: this verdict rests on the t-test's normality")
@@ -247,8 +270,8 @@ def decide(test, adjusted_p, step_level, alpha, level, goal, min_effect, plan):
     if inside:
         return dict(out, verdict="equivalent", why=f"equivalent within ±{min_effect:g}: {margin}")
     why = (f"Holm-adjusted p = {adjusted_p:.3g}; {held} holds 0"
-           + (f"; the {pct(1 - 2 * level)} interval {span(out['equivalence_interval'])} reaches beyond ±{min_effect:g}"
-              if min_effect else ""))
+           + (f"; the simultaneous {pct(together)} interval {span(out['equivalence_interval'])} reaches beyond "
+              f"±{min_effect:g}" if min_effect else ""))
     if plan and min_effect:
         why += "; the suite's seed plan: " + (f"{plan['seeds_needed']} seeds for {min_effect:g}" if plan["seeds_needed"]
                                               else "see it below")
@@ -275,7 +298,78 @@ def plan_seeds(sd, df, seeds, k, alpha, min_effect):
                 underpowered=bool(min_effect and upper and (needed is None or needed > seeds)))
 
 
+def sd_upper_bounds(sds, dfs, confidence=SD_CONFIDENCE):
+    """Each variant's own one-sided upper confidence bound of its paired sd from its own n - 1 degrees
+    of freedom (numpy: sds (..., k), dfs (k,)). Pooling the variants' variances and summing their
+    degrees of freedom would treat them as independent, but they share each seed's baseline run
+    (correlated 0.6-1.0 on the RA twin) and their sds differ: the pooled bound then covers far less
+    often than it says."""
+    from scipy import stats
+    dfs = np.asarray(dfs, dtype=np.float64)
+    return np.asarray(sds) * np.sqrt(dfs / stats.chi2.ppf(1 - confidence, dfs))
+
+
+def planning_sd(sds, dfs, confidence=SD_CONFIDENCE):
+    """The sd a plan covers: the largest of the variants' own upper bounds. It is at least the noisiest
+    variant's true sd whenever that variant's own bound covers (probability `confidence`), so the plan
+    covers the noisiest planned variant at its nominal level whatever the correlation."""
+    return sd_upper_bounds(sds, dfs, confidence).max(axis=-1)
+
+
+def plan_variants(parts, seeds, k, alpha, min_effect):
+    """The seed plan per variant. parts: {variant: (sd of its paired differences, degrees of freedom)},
+    None for a variant without two paired seeds (unplanned: named, never guessed). Each variant gets
+    its own bound and detectable effect; the plan's seeds cover the noisiest planned variant's bound.
+    Keeps plan_seeds' keys for the noisiest, plus per_variant and unplanned."""
+    planned = {name: part for name, part in parts.items() if part and part[1] > 0}
+    per_variant = {name: plan_seeds(sd, df, seeds, k, alpha, min_effect) for name, (sd, df) in planned.items()}
+    if not per_variant:
+        return None
+    noisiest = max(per_variant, key=lambda name: per_variant[name]["sd_upper"] or 0.0)
+    return dict(per_variant[noisiest], noisiest=noisiest, per_variant=per_variant,
+                unplanned=sorted(set(parts) - set(planned)))
+
+
 def describe_plan(plan):
+    if plan.get("per_variant"):
+        return describe_variant_plan(plan)
+    return describe_one_plan(plan)
+
+
+def describe_variant_plan(plan):
+    """A plan per variant: each variant's sd, its bound and what the planned seeds detect for it; the
+    seeds min_effect needs at the noisiest variant's bound; the variants the pilot had no sd for."""
+    level = plan["level"]
+    lines = [f"per variant: its own paired-difference sd and n - 1 df (variants share each seed's baseline run, so "
+             f"their differences are correlated and are not pooled), planned with its {pct(plan['sd_confidence'])} "
+             f"upper confidence bound; {plan['comparisons']} comparison(s) at family-wise alpha {plan['alpha']:g} "
+             f"(each at {level:.3g}), 80% power, {plan['seeds']} seeds:"]
+    for name, p in plan["per_variant"].items():
+        if not p["sd"]:
+            lines.append(f"  {name}: sd 0 ({p['df']} df): the differences do not vary; compare the code paths")
+            continue
+        lines.append(f"  {name}: sd {p['sd']:.4g} ({p['df']} df), bound {p['sd_upper']:.4g}: detects "
+                     + (f"{p['detectable']:.3g} at the bound ({p['detectable_at_sd']:.3g} at the sd)"
+                        if p["detectable"] else "nothing with so few seeds")
+                     + (f"; min_effect {p['min_effect']:g} needs {p['seeds_needed'] or 'more than %d' % MOST_SEEDS} seeds"
+                        if p["min_effect"] else ""))
+    if not plan["sd_upper"]:
+        lines.append("no planned variant's differences vary: no seed count follows from them")
+    else:
+        lines.append(f"the plan covers the noisiest, {plan['noisiest']} (bound {plan['sd_upper']:.4g})"
+                     + (f": min_effect {plan['min_effect']:g} needs {plan['seeds_needed']} seeds"
+                        if plan["min_effect"] and plan["seeds_needed"] else ""))
+    if plan["unplanned"]:
+        lines.append(f"unplanned: {', '.join(plan['unplanned'])} (no two paired seeds to take an sd from: "
+                     f"their noise is unknown, and the plan does not cover them)")
+    if plan["underpowered"]:
+        lines.append(f"warning: underpowered: {plan['seeds']} planned seeds cannot reliably detect "
+                     f"{plan['min_effect']:g} in {plan['noisiest']}; plan {plan['seeds_needed'] or 'far more'} or "
+                     f"declare a larger min_effect")
+    return "\n".join(lines)
+
+
+def describe_one_plan(plan):
     if not plan["sd"]:
         return (f"paired-difference sd 0 ({plan['df']} df): the differences do not vary, so no seed count follows "
                 f"from them; compare the code paths")

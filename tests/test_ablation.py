@@ -52,7 +52,7 @@ def test_verdicts():
     # Holm decides, not the raw p: p = 0.0088 alone is worse, beside three nulls (k = 4) it is inconclusive
     assert v([0.3, 0.2, 0.25], others=[[0.1, -0.1, 0.05]] * 3)[0] == "inconclusive"
     word, why = v([0.001, -0.002, 0.0005, 0.0015, -0.001], min_effect=0.05)
-    assert word == "equivalent" and "±0.05" in why and "90% interval" in why
+    assert word == "equivalent" and "±0.05" in why and "simultaneous 95% interval" in why
     word, why = v([-0.02, 0.05, 0.01])
     assert word == "inconclusive" and "the suite's seed plan: 12 seeds for 0.05" in why and "holds 0" in why
     assert v([0.1, 0.3])[0] == "too few seeds"  # n = 2: no t-test with one degree of freedom
@@ -128,14 +128,23 @@ def test_aa_suite_and_positive_control(data_dir, tmp_path, capsys):
     assert adhoc["comparisons"] == 1  # two variants here: one comparison, so a wider level than the suite's
     assert adhoc["variants"]["lr_low"]["diff_mean"] == pytest.approx(low["diff_mean"])
     assert not adhoc["allowed_declared"] and adhoc["allowed"] == ["learning_rate", "min_lr"]
-    # The seed planner reads this suite as a pilot: the pooled paired sd, the seeds 0.01 would need.
+    # The seed planner reads this suite as a pilot: each variant's own paired sd, the seeds 0.01 would need.
     capsys.readouterr()
     sweep.main([*suite_args(data_dir, path), "--plan=True", f"--pilot={suite_dir}"], launch=in_process(calls))
     planned = capsys.readouterr().out
-    sd, df = compare.pooled_difference_sd(result)
-    needed = stats.plan_seeds(sd, df, 3, 2, 0.05, 0.01)["seeds_needed"]
-    assert f"paired-difference sd {sd:.4g} ({df} df" in planned and "2 comparison(s)" in planned
-    assert f"needs {needed} seeds" in planned
+    plan = stats.plan_variants(compare.difference_sds(result), 3, 2, 0.05, 0.01)
+    for name, own in plan["per_variant"].items():
+        assert f"{name}: sd {own['sd']:.4g} ({own['df']} df)" in planned
+    assert "2 comparison(s)" in planned and f"noisiest, {plan['noisiest']}" in planned
+    assert f"needs {plan['seeds_needed']} seeds" in planned
+    assert "warning: the pilot ran seeds" not in planned  # its own runs: the suite itself, no other pilot
+    # Issue 40: another suite planned from this one as its pilot is told to take disjoint seeds: seeds the
+    # pilot ran would be the pilot's own runs, bit for bit, a look before its report
+    sweep.main([*suite_args(data_dir, path), "--plan=True", f"--pilot={suite_dir}", "--budget=30m",
+                f"--sweep_dir={tmp_path / 'next'}"], launch=in_process(calls))
+    planned = capsys.readouterr().out
+    assert "warning: the pilot ran seeds [1, 2, 3], which are also this suite's" in planned
+    assert "so: seeds = list(range(4, " in planned
     assert len(calls) == 9  # planning runs nothing
     # The metric is frozen by the first run.
     text = open(path).read().replace("metric = 'val_loss'", "metric = 'train_loss'")

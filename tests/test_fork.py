@@ -147,6 +147,15 @@ def test_a_fork_suite_runs_trunks_first_and_states_its_design(uninterrupted_fork
     assert report["design"].startswith("forked at step 10 from a shared baseline trunk per seed")
     assert "Design: forked at step 10" in open(os.path.join(suite_dir, "report.md")).read()
     assert not report["measurement"] and report["compared_at_tokens"] == 16 * 12 * 16 * 2
+    # issue 40: the trunks' cost beside the branches' own. The learned branch (1.07x FLOPs per token)
+    # reaches the baseline's budget at 10 + 6 / 1.07 = 15.6 of 16 iterations: the nearest iteration is
+    # the last, whose evaluation spent 2.6% too much, so the equal-FLOPs view says "not evaluated"
+    # instead of drawing a line from the fork's evaluation
+    assert report["trunk_cost"]["runs"] == 2 and "| (trunks, baseline model) |" in open(
+        os.path.join(suite_dir, "report.md")).read()
+    matched = report["variants"]["learned"]["compute_matched"]
+    assert json.load(open(os.path.join(suite_dir, "learned-seed1", "config.json")))["eval_at"] == []
+    assert matched["verdict"] == "not evaluated" and matched["evaluated_at"] == {"seed1": 6144, "seed2": 6144}
 
 
 @pytest.mark.parametrize("run, step", [("trunk-seed1", 3), ("trunk-seed1", 7), ("learned-seed1", 11),
@@ -238,6 +247,33 @@ def test_the_final_evaluation_reads_final_eval_iters_batches(data_dir, tmp_path,
     other = str(tmp_path / "other")
     train.main(tiny_args(data_dir, other))
     assert rundir.read_run_info(other)["facts"]["eval_windows"] != info["eval_windows"]
+
+
+def test_eval_at_adds_an_evaluation_read_like_the_final_one(data_dir, tmp_path, monkeypatch):
+    """sweep.py schedules each variant's equal-FLOPs point as eval_at: an evaluation there (off the
+    eval_interval grid) on final_eval_iters batches, and no checkpoint."""
+    out = str(tmp_path / "run")
+    read = []
+    real = tokendata.eval_offsets
+    monkeypatch.setattr(tokendata, "eval_offsets", lambda cfg, n, batches=0: read.append(batches) or real(cfg, n, batches))
+    train.main(tiny_args(data_dir, out, "--final_eval_iters=7", "--eval_at=[6]"))
+    evals = [e["iter"] for e in rundir.read_events(out) if e["event"] == "eval"]
+    assert evals == [0, 4, 6, 8] and read[-8:] == [0, 0, 0, 0, 0, 7, 0, 7]
+    with pytest.raises(configurator.ConfigError, match="eval_at"):
+        train.main(tiny_args(data_dir, str(tmp_path / "bad"), "--eval_at=[9]"))
+
+
+def test_a_suite_schedules_each_variants_equal_flops_evaluation_before_the_runs():
+    """The RA twin forked at 250 of 500 steps (2048 tokens each): late costs 1.044x the baseline's FLOPs
+    per token, so its equal-FLOPs point is 512,000 trunk tokens + 512,000 / 1.044 = 1,002,407 tokens,
+    iteration 489 (not 1,024,000 / 1.044 = 980,813 as if it had run the trunk itself)."""
+    spec, _ = sweep.parse_args(["suites/ra_shakespeare.py"])
+    runs = {name: sweep.resolve(argv, 1) for name, _, argv in sweep.plan_runs(spec)}
+    base, late = runtime.flops_per_token(runs["baseline-seed15"]), runtime.flops_per_token(runs["late-seed15"])
+    assert compare.equal_flops_tokens(1_024_000, 512_000, base, late) == pytest.approx(1_002_407, abs=1)
+    assert runs["late-seed15"]["eval_at"] == [489] and runs["early-seed15"]["eval_at"] == [489]
+    assert runs["baseline-seed15"]["eval_at"] == runs["trunk-seed15"]["eval_at"] == []
+    assert runs["all-seed17"]["eval_at"] == [480] and runs["learn-seed17"]["eval_at"] == [463]
 
 
 def launched_span(suite_dir):

@@ -217,7 +217,8 @@ def test_a_ladder_suite_runs_resumes_and_reports_across_sizes(data_dir, tmp_path
     suite_dir = tmp_path / "out-ladder"
     for size in SHAPES:  # every size is an ordinary suite directory, with its own report
         assert json.load(open(suite_dir / size / "suite.json"))["runs"]["ra-seed2"] == ["ra", 2]
-        assert "# Ablation report" in open(suite_dir / size / "report.md").read()
+        text = open(suite_dir / size / "report.md").read()  # issue 40: each size's report names its design
+        assert f"# Ablation report: suite_ladder/{size} (from scratch)" in text and "\nDesign: every run trained" in text
     report = json.load(open(suite_dir / "report.json"))["across_sizes"]
     ra = report["variants"]["ra"]
     assert [e["size"] for e in ra["effects"]] == ["s", "m", "l"] and all(e["n"] == 3 for e in ra["effects"])

@@ -61,6 +61,16 @@ def test_calibration_on_known_differences():
     assert 0.65 < normal["upper_covers"] < 0.95
     skewed = calibration.calibrate(rng.exponential(0.01, 20) ** 3, 0.05, 0.01, 3, 20000)
     assert skewed["shapiro_p"] < 0.01
+    # Issue 40: overlapping sub-suites are not independent trials. On an exactly normal null the rate
+    # over all 1140 sub-suites of 20 seeds spreads with an sd of ~2.6 points (95%: ~1.6-11.4%), four times
+    # a binomial interval's; the vectorized rule is the engine's verdict; Shapiro passes t(5) data ~80%.
+    assert 0.02 < normal["called_sd"] < 0.032 and normal["called_range"][0] < 0.05 < normal["called_range"][1]
+    assert normal["called_range"][1] - normal["called_range"][0] > 0.08
+    picks = calibration.subsets(20, 3, 20000)
+    d = rng.normal(0.0, 0.01, 20)
+    engine = calibration.calibrate(d, 0.05, 0.01, 3, 20000, draws=10)
+    assert calibration.called_rates(d, picks, 0.05) == pytest.approx(engine["called_rate"])
+    assert engine["disjoint"] == 6 and 0.7 < normal["shapiro_passes_t5"] < 0.9
     shifted = calibration.calibrate(rng.normal(0.5, 0.001, 20), 0.05, 0.01, 3, 500)
     assert shifted["subsets"] == 500 and shifted["called_rate"] == 1.0  # sampled, and every one calls it worse
 
@@ -122,3 +132,19 @@ def test_the_noise_tools_name_what_is_not_a_suite_and_refuse_nonsense_options(nu
                           ([null_suite, f"--out={a_file}"], "is a file: name a directory")):
         with pytest.raises(configurator.ConfigError, match=message):
             calibration.main(argv)
+
+
+def test_the_noise_budget_says_what_its_degrees_of_freedom_support_and_names_shared_seeds():
+    """Issue 40: a 4-seed row has 3 df: its sd ratio to a 20-seed row spans ~0.5-3.4 at 95%, so 'fixing
+    one source does not help' cannot be read from it; and a row with data_seed=1 runs seed 1 exactly as
+    the row that fixes nothing."""
+    from scipy import stats as sps
+    low, high = noise_budget.ratio_interval(1.0, 3, 1.0, 19)
+    assert low < 0.55 and high > 3.0
+    assert noise_budget.ratio_interval(1.0, 3, 1.0, 19) == pytest.approx(
+        (1 / math.sqrt(sps.f.ppf(0.975, 3, 19)), 1 / math.sqrt(sps.f.ppf(0.025, 3, 19))))
+    designs = [dict(dir="all", fixed={}, seeds=list(range(1, 21))),
+               dict(dir="data-fixed", fixed={"data_seed": 1}, seeds=[1, 2, 3, 4]),
+               dict(dir="init-fixed", fixed={"init_seed": 7}, seeds=[1, 2, 3, 4])]
+    [line] = noise_budget.shared_seeds(designs)
+    assert line.startswith("- seed 1 of data-fixed (data_seed=1) is the same pair of runs as seed 1 of all")

@@ -151,10 +151,10 @@ def test_flops_per_token_of_mix_and_gate_against_a_hand_count():
 
 # ----------------------------------------------------------------------------- compute-matched view
 
-def test_compute_matched_view_interpolates_each_seed_at_the_baselines_flops(tmp_path):
-    """Linear curves: at the baseline's FLOPs (1000/token x 5000 tokens) the variant that costs 1250
-    per token has seen 4000 tokens; on a straight line the interpolation is exact. At equal tokens it
-    looks better by 0.05; at equal FLOPs it is 0.05 worse."""
+def test_compute_matched_view_reads_each_seed_at_the_baselines_flops(tmp_path):
+    """At the baseline's FLOPs (1000/token x 5000 tokens) the variant that costs 1250 per token has
+    seen 4000 tokens and was evaluated there. At equal tokens it looks better by 0.05; at equal
+    FLOPs it is 0.05 worse."""
     base = lambda s: (lambda t: 3.0 - t / 10000 + 0.01 * s)
     dear = lambda s: (lambda t: 2.95 - t / 10000 + 0.01 * s + 0.001 * s * (s - 2))
     runs = {}
@@ -173,7 +173,68 @@ def test_compute_matched_view_interpolates_each_seed_at_the_baselines_flops(tmp_
     for s in (1, 2, 3):
         cheap[("cheap", s)] = fake_run(tmp_path / f"c{s}", base(s), [100.0] * 5, flops_per_token=800)
     m = compared(cheap, {"base": [1, 2, 3], "cheap": [1, 2, 3]})["variants"]["cheap"]["compute_matched"]
-    assert m["tokens"] == pytest.approx(6250) and m["differences"] == [] and m["missing"] == ["seed1", "seed2", "seed3"]
+    assert m["tokens"] == pytest.approx(6250) and m["differences"] == [] and m["verdict"] == "not evaluated"
+    assert m["missing"] == [f"seed{s} (closest evaluation at 5,000 tokens)" for s in (1, 2, 3)]
+
+
+def forked(run, at_tokens, trunk_time, keep):
+    """A fake run made a branch: a fork event at `at_tokens` (its trunk's train time), and of its
+    evaluations only the fork's, `keep` and the end."""
+    end = run["events"][-1]["tokens"]
+    run["events"] = [e for e in run["events"] if e["event"] != "eval" or e["tokens"] in (at_tokens, *keep, end)]
+    run["events"].insert(1, dict(event="fork", tokens=at_tokens, iter=at_tokens // 100, train_time=trunk_time,
+                                 trunk=os.path.join(os.path.dirname(run["out_dir"]), "trunk-seed1")))
+    run["events"][-1]["train_time"] += trunk_time
+    return run
+
+
+def test_forked_equal_flops_counts_the_trunk_at_the_baselines_rate_and_never_interpolates(tmp_path):
+    """Issue 40: forked at 2500 of 5000 tokens, a variant at 1.25x FLOPs per token reaches the
+    baseline's budget at 2500 + 2500 / 1.25 = 4500 tokens (not 5000 / 1.25 = 4000): read from the
+    evaluation there. Its curve bends at the fork (steep just after it), so a straight line from the
+    fork's evaluation to the end's would be biased alike in every seed: without an evaluation within
+    1% of the budget the view says so and gives no verdict."""
+    base = lambda s: (lambda t: 3.0 - t / 10000 + 0.01 * s)
+    bent = lambda s: (lambda t: base(s)(t) + (0.2 * np.exp(-(t - 2500) / 300) - 0.2 if t > 2500 else 0.0)
+                      + 0.03 + 0.001 * s)
+    for keep, tokens in (((4500,), 4500), ((), None)):
+        runs = {}
+        for s in (1, 2, 3):
+            runs[("base", s)] = forked(fake_run(tmp_path / f"b{s}", base(s), [100.0] * 5), 2500, 30.0, ())
+            runs[("dear", s)] = forked(fake_run(tmp_path / f"d{s}", bent(s), [100.0] * 5, flops_per_token=1250),
+                                       2500, 30.0, keep)
+        m = compared(runs, {"base": [1, 2, 3], "dear": [1, 2, 3]})["variants"]["dear"]["compute_matched"]
+        assert m["tokens"] == pytest.approx(4500)
+        if tokens:
+            assert m["differences"] == pytest.approx([bent(s)(4500) - base(s)(5000) for s in (1, 2, 3)])
+            assert m["verdict"] in ("better", "worse") and m["evaluated_at"] == {f"seed{s}": 4500 for s in (1, 2, 3)}
+        else:  # the nearest evaluation (the end, 5000 tokens) spent 2.5% more than the budget
+            assert m["differences"] == [] and m["verdict"] == "not evaluated" and m["interval"] is None
+            assert "closest evaluation at 5,000 tokens" in m["why"] and "interpolated" in m["why"]
+
+
+def test_a_branchs_cost_is_its_own_steps_and_time_beside_its_trunks(tmp_path):
+    """Issue 40: a branch's log counts on from its trunk's tokens and train time; its throughput is
+    what it did after the fork (2500 tokens in 5 s = 500/s), not a blend with the trunk's (5000 in
+    35 s); the trunks' own cost stands beside it."""
+    runs = {}
+    for s in (1, 2, 3):
+        runs[("base", s)] = forked(fake_run(tmp_path / f"b{s}", lambda t: 3.0, [100.0] * 5), 2500, 30.0, ())
+        runs[("dear", s)] = forked(fake_run(tmp_path / f"d{s}", lambda t: 3.0, [120.0] * 5), 2500, 30.0, ())
+    trunk = fake_run(tmp_path / "trunk-seed1", lambda t: 3.0, [90.0] * 5, iters=25)
+    os.makedirs(trunk["out_dir"])
+    with open(os.path.join(trunk["out_dir"], "log.jsonl"), "w") as f:
+        f.writelines(json.dumps(e) + "\n" for e in trunk["events"])
+    report = compared(runs, {"base": [1, 2, 3], "dear": [1, 2, 3]})
+    own = report["variants"]["base"]["cost"]
+    assert own["tokens_per_sec"] == pytest.approx(2500 / 5.0)
+    assert report["variants"]["dear"]["cost_ratio"]["tokens_per_sec"] == pytest.approx(100 / 120)
+    assert report["trunk_cost"]["tokens_per_sec"] == pytest.approx(2500 / 4.5)
+    # a log from before the fork event carried train_time: the trunk's own end event says it
+    for run in runs.values():
+        run["events"][1].pop("train_time")
+    assert compared(runs, {"base": [1, 2, 3], "dear": [1, 2, 3]})["variants"]["base"]["cost"]["tokens_per_sec"] \
+        == pytest.approx(2500 / (5.0 + 30.0 - 4.5))
 
 
 # ----------------------------------------------------------------------------- HellaSwag per item
@@ -384,3 +445,28 @@ print(time.perf_counter() - start, (resource.getrusage(resource.RUSAGE_SELF).ru_
     result = json.load(open(tmp_path / "report" / "report.json"))
     assert result["variants"]["var"]["signs"]["resamples"] == stats.SIGN_FLIP_RESAMPLES
     assert "random patterns" in open(tmp_path / "report" / "report.md").read()
+
+
+def test_every_verdict_line_caption_and_plot_title_names_the_design(tmp_path, monkeypatch):
+    """Issue 40: a forked suite answers another question than a from-scratch one; its design was on the
+    report's second line only. Now the verdict table's caption, every 'why' line, the equal-FLOPs and
+    cost captions and every plot title name it, with the margin's question."""
+    runs = {}
+    for s in (1, 2, 3):
+        runs[("base", s)] = forked(fake_run(tmp_path / f"b{s}", lambda t, s=s: 3.0 - t / 10000 + 0.01 * s,
+                                            [100.0] * 5), 2500, 30.0, ())
+        runs[("dear", s)] = forked(fake_run(tmp_path / f"d{s}", lambda t, s=s: 3.02 - t / 10000 + 0.011 * s,
+                                            [100.0] * 5, flops_per_token=1250), 2500, 30.0, (4500,))
+    suite = suite_of(runs)
+    report = compare.compare(suite, runs)
+    titles = []
+    import matplotlib.axes
+    real = matplotlib.axes.Axes.set
+    monkeypatch.setattr(matplotlib.axes.Axes, "set", lambda ax, **kw: titles.append(kw.get("title")) or real(ax, **kw))
+    text = open(render.write_report(report, runs, str(tmp_path / "report"))).read()
+    why = text.split("## Why each verdict")[1].split("\n## ")[0]
+    lines = [line for line in why.splitlines() if line.startswith("- **")]
+    assert len(lines) == 2 and all("(forked at step 25)" in line for line in lines), lines
+    assert "Verdicts (forked at step 25):" in text and "## At equal model FLOPs (forked at step 25)" in text
+    assert "## Cost (forked at step 25)" in text and "The margin is about the forked question" in text
+    assert titles and all(t.endswith("forked at step 25") for t in filter(None, titles)), titles

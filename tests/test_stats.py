@@ -251,3 +251,89 @@ def test_the_sign_flip_test_above_16_seeds_samples_with_a_fixed_seed_and_states_
     big = stats.sign_flip_test(rng.normal(0.0, 0.01, size=24))
     assert time.perf_counter() - start < 5 and big["p"] is not None
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 300 * 1024  # KiB
+
+
+# ----------------------------------------------------------------------------- issue 40: correlated, unequal variants
+
+def shared_baseline_differences(rng, sims, n, sds, base_sd, effects=None):
+    """(sims, n, k) paired differences of k variants against one baseline run per seed: each variant's
+    own noise (sd sds[j]) minus the baseline's (base_sd), shared by every variant of the seed, so the
+    differences are correlated (base_sd^2 / sqrt(var_i var_j)) and their sds unequal."""
+    sds = np.asarray(sds, dtype=np.float64)
+    base = rng.normal(0.0, base_sd, size=(sims, n, 1))
+    own = rng.normal(0.0, 1.0, size=(sims, n, len(sds))) * sds
+    return (0.0 if effects is None else np.asarray(effects)) + own - base
+
+
+@pytest.mark.parametrize("n, base_sd, sds", [(3, 0.9, (0.1, 0.2, 0.3, 0.45)), (8, 1.0, (0.05, 0.3, 1.0, 1.0)),
+                                             (8, 0.3, (0.1, 0.1, 0.2, 0.6)), (3, 0.2, (0.2, 0.3, 0.4, 0.9))])
+def test_the_plan_covers_the_noisiest_variant_at_its_nominal_level_under_correlated_unequal_variants(n, base_sd, sds):
+    """Issue 40: variants share each seed's baseline run, so their paired differences are correlated
+    (0.5-1.0 here), and their sds differ (up to 3x). Pooling their variances with summed degrees of
+    freedom covered the 80% bound 58-72% of the time; each variant's own bound from its own n - 1 df,
+    and the plan at the largest of them, covers the noisiest true sd at least 80% of the time."""
+    rng = np.random.default_rng(40)
+    sims = 20_000
+    d = shared_baseline_differences(rng, sims, n, sds, base_sd)
+    true = np.sqrt(np.asarray(sds) ** 2 + base_sd ** 2)
+    sample = d.std(axis=1, ddof=1)
+    bound = stats.planning_sd(sample, [n - 1] * len(sds))
+    covered = np.mean(bound >= true.max())
+    monte_carlo = 3 * math.sqrt(0.16 / sims)
+    assert covered >= stats.SD_CONFIDENCE - monte_carlo, covered
+    # each variant's own bound covers its own sd at the nominal level, no more, no less
+    own = np.mean(stats.sd_upper_bounds(sample, [n - 1] * len(sds)) >= true, axis=0)
+    assert np.all(np.abs(own - stats.SD_CONFIDENCE) < monte_carlo), own
+    # the pooled bound (variances weighted by df, df summed) is what fell short
+    pooled = np.sqrt(np.mean(sample ** 2, axis=1)) * math.sqrt(len(sds) * (n - 1) / scipy_stats.chi2.ppf(
+        1 - stats.SD_CONFIDENCE, len(sds) * (n - 1)))
+    assert np.mean(pooled >= true.max()) < stats.SD_CONFIDENCE - monte_carlo
+
+
+def test_a_plan_names_each_variant_and_the_ones_the_pilot_did_not_have():
+    plan = stats.plan_variants({"early": (0.0024, 7), "late": (0.0011, 7), "learn": (0.0032, 7), "all": None},
+                               8, 4, ALPHA, 0.01)
+    assert plan["noisiest"] == "learn" and plan["unplanned"] == ["all"]
+    assert plan["sd_upper"] == pytest.approx(stats.sd_upper_bound(0.0032, 7))
+    assert plan["seeds_needed"] == stats.seeds_needed(stats.sd_upper_bound(0.0032, 7), 0.01, ALPHA / 4)
+    text = stats.describe_plan(plan)
+    assert "learn: sd 0.0032 (7 df)" in text and "unplanned: all" in text and "noisiest, learn" in text
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 8, 12, 20])
+def test_the_intervals_behind_margin_claims_cover_every_true_effect_together(n):
+    """Issue 40: 'equivalent', 'negligible' and 'excludes ±min_effect' are claims about k effects at
+    once. With a shared baseline (k = 4, correlated, unequal variants, mixed true effects) the
+    simultaneous 1 - alpha/k intervals that judge() gives them cover all four true effects in at least
+    1 - alpha of the families; Holm's step-level intervals are no such thing (a miss in ~7-8% of families)."""
+    rng = np.random.default_rng(400 + n)
+    sims, k = 40_000, 4
+    effects = np.array([0.0, 0.5, 1.0, 2.0])
+    d = shared_baseline_differences(rng, sims, n, (0.3, 0.5, 0.7, 1.2), 0.8, effects)
+    mean, sd = d.mean(axis=1), d.std(axis=1, ddof=1)
+    half = stats.half_width(sd, n, stats.simultaneous_confidence(ALPHA, k))
+    joint = np.mean(np.all(np.abs(mean - effects) <= half, axis=1))
+    assert joint >= 1 - ALPHA - 3 * math.sqrt(ALPHA * (1 - ALPHA) / sims), joint
+    # and these are the intervals a verdict's margin claim uses
+    tests = [stats.paired_test(d[0, :, j]) for j in range(k)]
+    for test, decision in zip(tests, stats.judge(tests, ALPHA, "lower", 0.5)):
+        assert decision["equivalence_confidence"] == pytest.approx(1 - ALPHA / k)
+        assert decision["equivalence_interval"] == pytest.approx(stats.interval(test, 1 - ALPHA / k))
+        assert decision["equivalence_interval"][1] - test["mean"] == pytest.approx(
+            float(stats.half_width(test["sd"], n, 1 - ALPHA / k)))
+
+
+def test_holm_step_level_intervals_are_not_simultaneous():
+    """Why margin claims do not rest on them: the step-level intervals (alpha/k for the smallest p up
+    to alpha for the largest when all are decided) miss at least one true effect in more than alpha of
+    families when every variant has a real effect."""
+    rng = np.random.default_rng(41)
+    sims, k, n = 2000, 4, 8
+    effects = np.array([1.0, 1.2, 1.5, 2.0])
+    d = shared_baseline_differences(rng, sims, n, (0.5, 0.5, 0.5, 0.5), 0.5, effects)
+    missed = 0
+    for family in d:
+        tests = [stats.paired_test(family[:, j]) for j in range(k)]
+        decisions = stats.judge(tests, ALPHA, "lower")
+        missed += any(not (low <= e <= high) for (low, high), e in zip((x["interval"] for x in decisions), effects))
+    assert missed / sims > ALPHA + 2 * math.sqrt(ALPHA * (1 - ALPHA) / sims), missed / sims

@@ -1,7 +1,6 @@
 """How far a fast answer carries (issue 39): a function-preserving start for parameters new at a
 fork, the loss jump at the fork, the bridge from forked to from-scratch effects, and the ladder's
 power and extrapolation bound."""
-import math
 import os
 
 import numpy as np

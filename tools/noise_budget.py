@@ -11,6 +11,12 @@ differences, with its 95% chi-square interval), and what one seed-hour buys: the
 design detects (80% power, paired t at alpha / comparisons) with the seeds its wall time allows
 in an hour on the pilot's run slots. Markdown on stdout (docs/ablation.md holds the measured one).
 
+Each sd rests on its seeds - 1 degrees of freedom, so every row after the first also gives its sd as
+a ratio to the first row's (same variant), with the 95% F interval of that ratio (valid for rows on
+distinct seeds): a row shows that fixing a source changes the noise only when that interval
+excludes 1. A row that fixes a source at seed s's value (data_seed=s, init_seed=s) has seed s's runs
+in common with a row that fixes nothing: such shared seeds are named under the table.
+
 --windows=20,100 measures the evaluation's own share instead: every run's final checkpoint is
 evaluated again on the val windows train.py would use with that many batches, and the paired
 differences' sd is given per window count (the rest of the noise is training's).
@@ -54,6 +60,29 @@ def sd_interval(sd, df, confidence=0.95):
     return sd * math.sqrt(df / sps.chi2.ppf(1 - tail, df)), sd * math.sqrt(df / sps.chi2.ppf(tail, df))
 
 
+def ratio_interval(sd, df, first_sd, first_df, confidence=0.95):
+    """The 95% interval of sd / first_sd for two independent sd estimates (F distribution)."""
+    from scipy import stats as sps
+    tail = (1 - confidence) / 2
+    ratio = (sd / first_sd) ** 2
+    return (math.sqrt(ratio / sps.f.ppf(1 - tail, df, first_df)), math.sqrt(ratio / sps.f.ppf(tail, df, first_df)))
+
+
+def shared_seeds(designs):
+    """Lines naming the seeds whose runs two designs share: a design that fixes data_seed or init_seed
+    at v runs seed v exactly as a design that fixes nothing (every source follows the seed)."""
+    lines = []
+    free = [d for d in designs if not d["fixed"]]
+    for d in designs:
+        for key, value in d["fixed"].items():
+            for other in free:
+                if value in d["seeds"] and value in other["seeds"]:
+                    lines.append(f"- seed {value} of {d['dir']} ({key}={value}) is the same pair of runs as seed "
+                                 f"{value} of {other['dir']}: the rows are not independent there; use seeds other "
+                                 f"than the fixed value")
+    return lines
+
+
 def rows(suite_dir, options):
     suite, runs = suites.load_suite_dir(suite_dir)
     report = compare.compare(dict(suite, looks=None), runs)
@@ -61,7 +90,7 @@ def rows(suite_dir, options):
     design = report["design"].split(":")[0]
     cost = plan.seed_cost(suite_dir, runs, len(report["variants"]))
     per_hour = int(options["hour_s"] * options["slots"] // cost[0]) if cost else 0
-    out = []
+    out, meta = [], []
     for name, v in report["variants"].items():
         diffs = v.get("differences") or []
         if name == report["baseline"] or len(diffs) < 2:
@@ -72,7 +101,12 @@ def rows(suite_dir, options):
         out.append([f"{design}; {sources(runs)}", name, str(n), f"{np.mean(diffs):+.3g}", f"{sd:.3g}",
                     f"[{low:.3g}, {high:.3g}]", f"{cost[0]:.0f}" if cost else "-",
                     f"{hour:.3g} ({per_hour} seeds)" if hour else "-"])
-    return out, k
+        meta.append((name, sd, n - 1))
+    configs = [r["config"] for r in runs.values() if r["config"]]
+    fixed = {key: configs[0][key] for key in ("init_seed", "data_seed")
+             if configs and all(c.get(key, -1) >= 0 and c[key] == configs[0][key] for c in configs)}
+    seeds = sorted({s for seeds in suite["variants"].values() for s in seeds})
+    return out, k, dict(meta=meta, fixed=fixed, seeds=seeds, dir=suite_dir)
 
 
 @torch.no_grad()
@@ -128,18 +162,28 @@ def main(argv):
         print("\n".join(lines))
         return 0
     header = ["design", "variant", "seeds", "effect (mean diff)", "sd of paired diffs", "sd 95% interval",
-              "wall s per seed", f"detectable in {options['hour_s'] / 60:.0f} min on {options['slots']} slots"]
+              "sd / first row's (95%)", "wall s per seed",
+              f"detectable in {options['hour_s'] / 60:.0f} min on {options['slots']} slots"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    first, designs = {}, []
     for d in dirs:
         try:
-            found, _ = rows(d, options)
+            found, _, design = rows(d, options)
         except ValueError as e:
             raise configurator.ConfigError(str(e)) from None
         if not found:
             raise configurator.ConfigError(f"{d}: no variant has two paired seeds that finished against the baseline: "
                                            f"nothing to measure yet (run the suite to its end)")
-        lines += ["| " + " | ".join(r) + " |" for r in found]
-    print("\n".join(lines))
+        designs.append(design)
+        for row, (name, sd, df) in zip(found, design["meta"]):
+            ratio = "-"
+            if name in first and sd and first[name][0]:
+                low, high = ratio_interval(sd, df, *first[name])
+                ratio = f"{sd / first[name][0]:.2f} [{low:.2f}, {high:.2f}]"
+            first.setdefault(name, (sd, df))
+            lines.append("| " + " | ".join(row[:6] + [ratio] + row[6:]) + " |")
+    shared = shared_seeds(designs)
+    print("\n".join(lines + (["", "Seeds shared between rows:", *shared] if shared else [])))
     return 0
 
 
