@@ -12,9 +12,11 @@ The kernels are specialized as a launch on real tensors specializes them (16-byt
 pointers, strides divisible by 16). Modes: `swap` stands for every single-stream launch without a
 band (standard, swap, gate's first stream), `swapW` for one with a band (windowed swap and gate),
 `mix` and `mixW` for mix without and with a band (each a specialization of its own: the band
-adds loop runs). Kernels: fwd, col (the atomic backward), row (the deterministic path's second
-launch; its column launch is col without the atomics). Each compile runs in a child process,
-because the AMD backend can crash outright. This uses Triton's compiler internals (ASTSource,
+adds loop runs). Kernels: fwd, col (the column backward, with atomics where the target's default
+backward adds them: ra_attention.atomic_backward), colR (mix's alpha R half, where the target runs
+it as a pass of its own: ra_attention.recip_pass; col is then the S half), row (the deterministic
+path's row launch; its column launches are col and colR without the atomics). Each compile runs
+in a child process, because the AMD backend can crash outright. This uses Triton's compiler internals (ASTSource,
 stages), which change between releases: written for triton 3.8.
 """
 
@@ -33,7 +35,7 @@ import kernels.ra_attention as ra  # noqa: E402
 
 # kernel name: (function, extra constants, index of its list in autotune_space)
 KERNELS = {"fwd": ("_ra_fwd_kernel", {}, 0), "col": ("_ra_bwd_col_kernel", {"ATOMIC": True}, 1),
-           "row": ("_ra_bwd_row_kernel", {}, 2)}
+           "colR": ("_ra_bwd_col_kernel", {"ATOMIC": True, "GRADS": 2}, 1), "row": ("_ra_bwd_row_kernel", {}, 2)}
 MODES = {"swap": (False, False), "swapW": (False, True), "mix": (True, False), "mixW": (True, True)}  # MIX, BAND
 FP32_POINTERS = {"Alpha", "L", "Delta", "DA", "DB", "DV", "DAlpha"}
 SCALARS = {"H", "T", "D", "W", "T_BUCKET"}
@@ -55,6 +57,10 @@ def compile_one(target_name, kernel, mode, dtype, block_d, config):
     fn = getattr(ra, name)
     block_m, block_n, warps, stages = config
     mix, band = MODES[mode]
+    if kernel == "col":  # the S half alone where mix's backward runs two passes
+        extra = dict(extra, GRADS=1 if mix and ra.recip_pass(target_name, block_d, band) else 3)
+    if kernel in ("col", "colR"):  # the row halves by atomics where the target's default backward adds them
+        extra = dict(extra, ATOMIC=ra.atomic_backward(target_name))
     constants = dict(MIX=mix, BAND=band, SPLIT=ra.split_loops(target_name), **extra, ACC=tl.float32,
                      DOT=getattr(tl, dtype), PRECISION="ieee", BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
                      BLOCK_DC=ra.head_chunk(block_d, target_name))
@@ -160,6 +166,12 @@ def compile_in_child(*args):
     return queue.get() if proc.exitcode == 0 else f"FAILED: compiler process exit code {proc.exitcode}"
 
 
+def runs(kernel, mode, target, block_d):
+    """Whether a launch runs this kernel in this specialization on the target (colR: mix's pass)."""
+    mix, band = MODES[mode]
+    return kernel != "colR" or (mix and ra.recip_pass(target, block_d, band))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", default="gfx1100", help="sm80, sm90, gfx1100, gfx942 ...")
@@ -172,7 +184,7 @@ def main():
     spill_unit = "bytes" if args.target.startswith("sm") else "VGPRs"
     failures, spilled, compiled, chosen = 0, 0, 0, []
     for kernel, (_, _, index) in KERNELS.items():
-        for mode in args.modes:
+        for mode in [m for m in args.modes if runs(kernel, m, args.target, block_d)]:
             free = []
             space = ra.autotune_space(args.target, block_d, MODES[mode][0])[index]
             for config in space[:1] if args.first else space:

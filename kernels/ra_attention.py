@@ -30,9 +30,13 @@ unmasked runs. The backward is one Delta launch (rowsum(dO * O)) and one column-
 row-side halves (dQ from S, mix's dK from alpha R) go into float32 buffers by atomic adds, as
 FlashAttention-2 adds dQ. dalpha is one number per key row, summed per head after the kernel.
 `deterministic=True` (or PyTorch's deterministic algorithms) replaces the atomics by a row-parallel
-launch: bit-reproducible, one more recomputation of the scores. On RDNA3 at head size 128 each
-block runs as two programs of 64 output columns that compute the scores in 64-column chunks
-(head_chunk), and the loops are not split (split_loops). docs/kernels.md has each kernel's
+launch: bit-reproducible, one more recomputation of the scores. Where one column pass holding three
+accumulators spills (AMD, and windowed mix at D = 128 on NVIDIA: recip_pass), mix's column kernel
+runs twice, the S half and then the alpha R half; RDNA3 always takes the row launch instead of
+atomics (atomic_backward). Every structure sums the same products in the same order per
+accumulator: the gradients agree across them (bit for bit on the deterministic path). On RDNA3
+at head size 128 each block runs as two programs of 64 output columns that compute the scores in
+64-column chunks (head_chunk), and the loops are not split (split_loops). docs/kernels.md has each kernel's
 registers, spills and matrix instructions per target (kernels/compile_check.py).
 
 The kernels run when Triton is importable and the inputs are on a GPU (CUDA or ROCm), or under
@@ -96,10 +100,11 @@ def autotune_space(target, block_d=64, mix=False):
     a target ('gfx1100', 'gfx942', 'sm90', 'sm80' ...)."""
     if is_cdna(target):
         fwd = [(64, 32, 4, 2), (64, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 2)]
-        return fwd, [(32, 64, 4, 2), (64, 64, 4, 2), (64, 128, 8, 2)], [(64, 32, 4, 2), (64, 64, 4, 2)]
-    if not target.startswith("sm"):  # RDNA3 (wave32)
-        return ([(32, 16, 2, 1), (64, 16, 4, 1), (64, 32, 4, 1)], [(16, 16, 2, 1), (16, 32, 4, 1)],
-                [(32, 16, 2, 1), (64, 16, 4, 1)])
+        col = [(16, 64, 4, 2), (32, 32, 4, 2)] if mix else [(32, 64, 4, 2), (64, 64, 4, 2), (64, 128, 8, 2)]
+        return fwd, col, [(64, 32, 4, 2), (64, 64, 4, 2)]
+    if not target.startswith("sm"):  # RDNA3 (wave32): 4 warps spread a 16-row tile's registers further
+        row = [(16, 16, 2, 1)] if mix else [(16, 16, 2, 1), (32, 16, 2, 1), (64, 16, 4, 1)]  # mix: 32+ rows spill
+        return [(32, 16, 2, 1), (64, 16, 4, 1), (64, 32, 4, 1)], [(16, 16, 4, 1), (16, 32, 4, 1)], row
     if target == "sm80":
         return ([(64, 32, 4, 2), (64, 64, 4, 3), (128, 64, 8, 3)], [(32, 64, 4, 2), (64, 64, 4, 2)],
                 [(64, 32, 4, 2), (64, 64, 4, 2)])
@@ -126,6 +131,21 @@ def cdna_knobs(target, index=0):
 def split_loops(target):
     """Whether tiles are walked in masked and unmasked runs (all but RDNA3, where it spills)."""
     return not (target.startswith("gfx") and not is_cdna(target))
+
+
+def atomic_backward(target):
+    """Whether the column kernel adds the row halves by atomics where the caller allows them; else
+    the row kernel computes them (the deterministic path). Not on RDNA3: the atomics' tiles made the
+    column kernel spill there (5-89 VGPRs at D = 64 in its smallest tiles, docs/kernels.md)."""
+    return not (target.startswith("gfx") and not is_cdna(target))
+
+
+def recip_pass(target, block_d, band):
+    """Whether mix's column backward runs as two passes, the S half (dV, dK and dQ's row half) then
+    the alpha R half (the reciprocal dQ, dK's row half, dalpha), where one pass holding all three
+    accumulators spills: AMD (both), and windowed mix at D = 128 on NVIDIA. Each pass recomputes
+    the scores: one more S + alpha R and dP product per tile (docs/kernels.md)."""
+    return target.startswith("gfx") or (band and block_d > 64)
 
 
 def is_cdna(target):
@@ -358,7 +378,7 @@ if triton is not None:
     @triton.jit
     def _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off, stride_t, do_off,
                  start_n, lo, hi, T, D, W, alpha, scale, d0,
-                 MASKED: tl.constexpr, R: tl.constexpr, MIX: tl.constexpr, ATOMIC: tl.constexpr,
+                 MASKED: tl.constexpr, R: tl.constexpr, MIX: tl.constexpr, ATOMIC: tl.constexpr, GRADS: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr,
                  ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr):
         """One run of query blocks lo .. hi for the key block start_n, on the transposed tile (key
@@ -379,14 +399,15 @@ if triton is not None:
             dpt, _ = _scores(v, v, V, V, in_off, stride_t, start_n, DO, DO, do_off, D, start_m, T, D, alpha,
                              0, BLOCK_N, BLOCK_M, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)  # v_j . dO_i
             gt = pt * (dpt - delta[None, :]) * scale  # d(loss) / d(S_ij), transposed
-            do_i = _load_tile(DO, do_off, start_m, D, T, D, d0, BLOCK_M, BLOCK_DC, DOT)
-            dv = tl.dot(pt.to(DOT), do_i, dv, input_precision=PRECISION, out_dtype=ACC)
-            a_i = _load_tile(A, in_off, start_m, stride_t, T, D, d0, BLOCK_M, BLOCK_DC, DOT)
-            db = tl.dot(gt.to(DOT), a_i, db, input_precision=PRECISION, out_dtype=ACC)  # S_ij = A_i . B_j
-            if ATOMIC:  # the row half of dA_i, added into the shared buffer (FlashAttention-2's dQ)
-                _add_tile(DA, bh, offs_m, d0, tl.dot(tl.trans(gt).to(DOT), b_c, input_precision=PRECISION,
-                                                     out_dtype=ACC), T, D, BLOCK_DC)
-            if R != 0:  # alpha R_ij = alpha B_i . A_j
+            if GRADS != 2:  # the S half
+                do_i = _load_tile(DO, do_off, start_m, D, T, D, d0, BLOCK_M, BLOCK_DC, DOT)
+                dv = tl.dot(pt.to(DOT), do_i, dv, input_precision=PRECISION, out_dtype=ACC)
+                a_i = _load_tile(A, in_off, start_m, stride_t, T, D, d0, BLOCK_M, BLOCK_DC, DOT)
+                db = tl.dot(gt.to(DOT), a_i, db, input_precision=PRECISION, out_dtype=ACC)  # S_ij = A_i . B_j
+                if ATOMIC:  # the row half of dA_i, added into the shared buffer (FlashAttention-2's dQ)
+                    _add_tile(DA, bh, offs_m, d0, tl.dot(tl.trans(gt).to(DOT), b_c, input_precision=PRECISION,
+                                                         out_dtype=ACC), T, D, BLOCK_DC)
+            if R != 0 and GRADS != 1:  # the alpha R half: alpha R_ij = alpha B_i . A_j
                 gbt = gt
                 if R == 2:
                     gbt = tl.where(band, gt, 0.0)
@@ -401,12 +422,13 @@ if triton is not None:
     def _ra_bwd_col_kernel(A, B, V, Alpha, DO, L, Delta, DA, DB, DV, DAlpha,
                            stride_b, stride_h, stride_t, H, T, D, W, scale, T_BUCKET,
                            MIX: tl.constexpr, BAND: tl.constexpr, SPLIT: tl.constexpr, ATOMIC: tl.constexpr,
-                           ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
+                           GRADS: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr):
         """Per key block j, in registers: dV_j, the column half of dB_j (from S) and, MIX, of dA_j
         (from alpha R; also each key row's share of dalpha). ATOMIC: the row halves, dA_i from S and
         (MIX) dB_i from alpha R, are added into DA and DB by fp32 atomics; else _ra_bwd_row_kernel
-        computes them."""
+        computes them. GRADS: 3 both halves, 1 the S half only (dV, dB_j, dA_i), 2 the alpha R half
+        only (dA_j, dB_i, dalpha): the reciprocal pass, where three accumulators spill (recip_pass)."""
         bh = tl.program_id(0).to(tl.int64)
         start_n = tl.program_id(1) * BLOCK_N  # the longest columns (from the left) come first already
         d0 = tl.program_id(2) * BLOCK_DC
@@ -431,51 +453,53 @@ if triton is not None:
         lo, diag_hi, in_hi, out_lo = _col_bounds(start_n, T, W, BLOCK_M, BLOCK_N)
         if not SPLIT:
             hi = T
-            if not MIX:
+            if not MIX or GRADS == 2:  # no product of a query block below the band's
                 hi = tl.minimum(out_lo, T)
             dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
                                   stride_t, do_off, start_n, lo, hi, T, D, W, alpha, scale, d0, True,
-                                  2 if BAND else (1 if MIX else 0), MIX, ATOMIC, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC,
-                                  ACC, DOT, PRECISION)
+                                  2 if BAND else (1 if MIX else 0), MIX, ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D,
+                                  BLOCK_DC, ACC, DOT, PRECISION)
         elif MIX and BAND:
             dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
                                   stride_t, do_off, start_n, lo, tl.minimum(diag_hi, T), T, D, W, alpha, scale, d0,
-                                  True, 2, MIX, ATOMIC, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+                                  True, 2, MIX, ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
             dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
                                   stride_t, do_off, start_n, diag_hi, tl.minimum(in_hi, T), T, D, W, alpha, scale,
-                                  d0, False, 1, MIX, ATOMIC, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
+                                  d0, False, 1, MIX, ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
                                   PRECISION)
             dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
                                   stride_t, do_off, start_n, in_hi, tl.minimum(out_lo, T), T, D, W, alpha, scale, d0,
-                                  True, 2, MIX, ATOMIC, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
-            dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
-                                  stride_t, do_off, start_n, out_lo, T, T, D, W, alpha, scale, d0, False, 0, MIX,
-                                  ATOMIC, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+                                  True, 2, MIX, ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+            if GRADS != 2:  # below the band: no alpha R term
+                dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
+                                      stride_t, do_off, start_n, out_lo, T, T, D, W, alpha, scale, d0, False, 0, MIX,
+                                      ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
         elif MIX:
             dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
                                   stride_t, do_off, start_n, lo, tl.minimum(diag_hi, T), T, D, W, alpha, scale, d0,
-                                  True, 1, MIX, ATOMIC, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+                                  True, 1, MIX, ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
             dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
                                   stride_t, do_off, start_n, diag_hi, T, T, D, W, alpha, scale, d0, False, 1, MIX,
-                                  ATOMIC, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+                                  ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
         else:  # query blocks entirely below the band are skipped (no band: in_hi, out_lo >= T)
             dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
                                   stride_t, do_off, start_n, lo, tl.minimum(diag_hi, T), T, D, W, alpha, scale, d0,
-                                  True, 0, MIX, ATOMIC, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+                                  True, 0, MIX, ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
             dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
                                   stride_t, do_off, start_n, diag_hi, tl.minimum(in_hi, T), T, D, W, alpha, scale,
-                                  d0, False, 0, MIX, ATOMIC, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
+                                  d0, False, 0, MIX, ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
                                   PRECISION)
             dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
                                   stride_t, do_off, start_n, in_hi, tl.minimum(out_lo, T), T, D, W, alpha, scale, d0,
-                                  True, 0, MIX, ATOMIC, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+                                  True, 0, MIX, ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        _store_tile(DV, bh, offs_n, d0, dv, T, D, BLOCK_DC)
-        if MIX and ATOMIC:  # other programs add dB's row half to these rows
-            _add_tile(DB, bh, offs_n, d0, db, T, D, BLOCK_DC)
-        else:
-            _store_tile(DB, bh, offs_n, d0, db, T, D, BLOCK_DC)
-        if MIX:
+        if GRADS != 2:
+            _store_tile(DV, bh, offs_n, d0, dv, T, D, BLOCK_DC)
+            if MIX and ATOMIC:  # other programs add dB's row half to these rows
+                _add_tile(DB, bh, offs_n, d0, db, T, D, BLOCK_DC)
+            else:
+                _store_tile(DB, bh, offs_n, d0, db, T, D, BLOCK_DC)
+        if MIX and GRADS != 1:
             if ATOMIC:
                 _add_tile(DA, bh, offs_n, d0, du * alpha, T, D, BLOCK_DC)
             else:
@@ -609,13 +633,14 @@ if triton is not None:
     _KEY = ["T_BUCKET", "BLOCK_D", "MIX", "BAND", "SPLIT", "DOT", "PRECISION"]
     _fwd_tuned = _tuned(_ra_fwd_kernel, 0, _KEY)
     # the atomic path adds into DA and DB: every trial (and the run after tuning) starts from zeros
-    _bwd_col_tuned = _tuned(_ra_bwd_col_kernel, 1, _KEY + ["ATOMIC"], reset_to_zero=["DA", "DB"])
+    _bwd_col_tuned = _tuned(_ra_bwd_col_kernel, 1, _KEY + ["ATOMIC", "GRADS"], reset_to_zero=["DA", "DB"])
     _bwd_row_tuned = _tuned(_ra_bwd_row_kernel, 2, _KEY)
 
 # (BLOCK_M, BLOCK_N) under the interpreter: small, so tiny test shapes span several blocks
 INTERPRET_TILE = (16, 16)
 INTERPRET_HEAD_CHUNK = 128  # the interpreter's BLOCK_DC at most (tests lower it to split small heads)
 INTERPRET_SPLIT = True  # the interpreter walks the loop runs (tests set False: RDNA3's one loop)
+INTERPRET_RECIP_PASS = False  # tests set True: mix's alpha R half of the backward as a pass of its own
 DELTA_ROWS = 64  # rows per program of the Delta kernel
 # The backward's default: atomics (fast, run to run noise in the last bits of dQ and dK) unless
 # PyTorch's deterministic algorithms are on; `reciprocal_attention(deterministic=...)` overrides.
@@ -719,8 +744,16 @@ def _backward_stream(a, b, v, alpha, o, lse, do, W, mix, deterministic):
     chunks = meta["BLOCK_D"] // meta["BLOCK_DC"]
     dalpha = torch.empty(chunks, B * H, T, device=a.device, dtype=acc) if mix else lse  # lse: never written
     common = (a, b, v, alpha, do, lse, delta)
+    recip = mix and (INTERPRET_RECIP_PASS if INTERPRET else recip_pass(gpu_target(a.device), meta["BLOCK_D"],
+                                                                       meta["BAND"]))
+    deterministic = deterministic or not (INTERPRET or atomic_backward(gpu_target(a.device)))
     _launch(_ra_bwd_col_kernel, _bwd_col_tuned, "BLOCK_N", a, common + (da, db, dv, dalpha) + _strides(a),
-            dict(meta, ATOMIC=not deterministic))
+            dict(meta, ATOMIC=not deterministic, GRADS=1 if recip else 3))
+    if recip:  # the alpha R half into buffers of its own (the autotuner zeroes DA and DB before its trials)
+        da_r, db_r = torch.zeros_like(da), torch.zeros_like(db)
+        _launch(_ra_bwd_col_kernel, _bwd_col_tuned, "BLOCK_N", a, common + (da_r, db_r, dv, dalpha) + _strides(a),
+                dict(meta, ATOMIC=not deterministic, GRADS=2))
+        da, db = da + da_r, db + db_r
     if deterministic:
         da_row = torch.empty_like(da)
         db_row = torch.empty_like(db) if mix else da_row

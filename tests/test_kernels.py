@@ -227,6 +227,27 @@ def test_rdna3s_single_masked_loop_matches_the_reference(monkeypatch):
         _assert_float32_matches_reference((1, 1, 37, 16), mode, window, deterministic=deterministic)
 
 
+@pytest.mark.parametrize("split", [True, False])
+def test_the_reciprocal_pass_matches_the_reference_and_the_one_pass_backward(split, monkeypatch):
+    """recip_pass (AMD, and windowed mix at D = 128 on NVIDIA): mix's column backward as two passes,
+    the S half and then the alpha R half into buffers of their own, with and without the loop runs.
+    Against the reference on both backward paths and every band edge; the deterministic path's
+    gradients bit for bit those of the one-pass kernel (each accumulator sums the same products in
+    the same order, and the second pass's buffers only add zeros)."""
+    monkeypatch.setattr(ra, "INTERPRET_SPLIT", split)
+    shape = (1, 2, 40, 16)
+    q, k, v, extra = _inputs(shape, torch.float32, "mix", per_head=True)
+    do = torch.randn(shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    for window in (0, 1, 15, 17, 33):
+        one = _run(ra.reciprocal_attention, q, k, v, "mix", extra, window, do, deterministic=True)
+        monkeypatch.setattr(ra, "INTERPRET_RECIP_PASS", True)
+        two = _run(ra.reciprocal_attention, q, k, v, "mix", extra, window, do, deterministic=True)
+        assert all(torch.equal(a, b) for a, b in zip(one[1], two[1])), window
+        for deterministic in (False, True):
+            _assert_float32_matches_reference(shape, "mix", window, deterministic=deterministic)
+        monkeypatch.setattr(ra, "INTERPRET_RECIP_PASS", False)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_strided_inputs_as_the_model_passes_them(dtype):
     """The model's q, k, v are (B, T, H, D) -> (B, H, T, D) transposes of one qkv projection (views
@@ -260,6 +281,16 @@ def test_only_rdna3_splits_the_head_and_only_above_64_columns():
     assert [ra.head_chunk(d, "gfx1100") for d in (16, 64, 128)] == [16, 64, 64]
     for target in ("sm90", "gfx942", "gfx90a"):
         assert [ra.head_chunk(d, target) for d in (16, 64, 128)] == [16, 64, 128]
+
+
+def test_the_backward_runs_the_structure_that_fits_each_target():
+    """Where the one-pass column kernel spilled (docs/kernels.md): two passes for mix on AMD and for
+    windowed mix at D = 128 on NVIDIA, no atomics on RDNA3; sm90's common case (no window, or D = 64)
+    keeps the one atomic pass."""
+    assert ra.atomic_backward("sm90") and ra.atomic_backward("gfx942") and not ra.atomic_backward("gfx1100")
+    assert not any(ra.recip_pass("sm90", d, band) for d, band in ((64, False), (64, True), (128, False)))
+    assert ra.recip_pass("sm90", 128, True) and ra.recip_pass("sm80", 128, True)
+    assert all(ra.recip_pass(t, d, band) for t in ("gfx942", "gfx1100") for d in (64, 128) for band in (False, True))
 
 
 def test_mi300x_is_tuned_apart_from_rdna3():
