@@ -56,7 +56,7 @@ def jobs():
         subprocess.run(["scancel", *ids], capture_output=True)
 
 
-def wait_for(condition, what, timeout=240):
+def wait_for(condition, what, timeout=480):  # generous: on CI the workers load every core
     deadline = time.time() + timeout
     while not condition():
         assert time.time() < deadline, f"timed out after {timeout} s waiting for {what}"

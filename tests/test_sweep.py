@@ -397,7 +397,9 @@ def test_plan_options_and_seeds_are_checked_in_one_line_each(data_dir, tmp_path,
     capsys.readouterr()
     plan("--budget=0.001s")
     out = capsys.readouterr().out
-    assert "fits 0 seed(s), fewer than the 2 a paired test needs: raise --budget" in out and "range(1, 1)" not in out
+    # the pilot's seeds are fake runs of a few milliseconds: 0.001 s fits none or one of them
+    assert re.search(r"fits [01] seed\(s\), fewer than the 2 a paired test needs: raise --budget", out), out
+    assert "range(1, 1)" not in out
     with pytest.raises(configurator.ConfigError, match="--seeds='-1': distinct integers >= 0"):
         sweep.main([path, *toy_args(data_dir), "--seeds=-1"], launch=written_runs([]))
     with pytest.raises(configurator.ConfigError, match="seed must be >= 0"):
