@@ -66,7 +66,7 @@ import parallel
 import rundir
 import runtime
 import tokendata
-from ablation import compare, ladder, ladder_power, plan, suites
+from ablation import compare, ladder, plan, suites
 from slurm import jobs as slurm_jobs
 
 OPTIONS = dict(
@@ -364,7 +364,7 @@ def ladder_points(spec, overrides, points):
 
 
 def lr_check_points(suite, sized):
-    """A ladder's lr_check (ablation/ladder_power.py): at its smallest and largest size the baseline of
+    """A ladder's lr_check (ablation/ladder.py): at its smallest and largest size the baseline of
     the first seed from scratch, the whole budget, at 1x and each factor of the rule's learning rate,
     as '<size>/lrcheck-x<factor>-seed<seed>': runs apart from the size's family, never compared in it."""
     ladder_, out = suite["ladder"], []
@@ -593,8 +593,8 @@ def main(argv, launch=launch_subprocess):
             print("\n".join(plan.ladder_plan_text(suite, len(runs), d, budget, slots) for d in pilots or [sweep_dir]))
         else:
             print(plan.seed_plan_text(suite, len(runs), pilots or [sweep_dir], budget, slots, own_dir=sweep_dir))
-        if suite["ladder"]:  # what the ladder costs in GPU-hours (ablation/ladder_power.py)
-            print("\n".join(ladder_power.compute_lines([resolve(argv, nproc) for _, _, argv in runs], suite["fork_at"])))
+        if suite["ladder"]:  # what the ladder costs in GPU-hours (ablation/ladder.py)
+            print("\n".join(ladder.compute_lines([resolve(argv, nproc) for _, _, argv in runs], suite["fork_at"])))
         return runs
     if options["dry_run"]:
         return runs

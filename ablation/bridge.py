@@ -27,11 +27,9 @@ beyond the suite's min_effect is named as a design problem, not an effect.
 Numbers only (report.json); ablation/render.py words them.
 """
 import math
-import os
 
 import numpy as np
 
-import rundir
 from ablation import compare
 
 CONFIRMS = "confirms"
@@ -105,27 +103,6 @@ def bridge(report, scratch):
     return out
 
 
-def read_bridge_runs(suite_dir):
-    """(scratch suite, runs) of the bridge in a suite directory, or None: the suite.json's
-    bridge_runs plus those its record added later."""
-    from ablation import suites  # suites calls add_to_report: imported here, not at the top (no circle)
-    declared = suites.read_suite_json(os.path.join(suite_dir, "suite.json"))
-    named = dict(declared.get("bridge_runs") or {})
-    for entry in suites.read_suite_record(suite_dir):
-        if entry.get("event") == "bridge_added":
-            named.update(entry["runs"])
-    if not named:
-        return None
-    variants, runs = {}, {}
-    for run_name, (variant, seed) in named.items():
-        variants.setdefault(variant, []).append(seed)
-        runs[(variant, seed)] = rundir.read_run(os.path.join(suite_dir, run_name))
-    scratch_suite = dict(name=f"{declared.get('name')} (bridge: from scratch)", metric=declared["metric"],
-                         baseline=declared["baseline"], allowed=declared.get("allowed") or [], variants=variants,
-                         alpha=declared.get("alpha"), min_effect=declared.get("min_effect"), record=[], looks=None)
-    return scratch_suite, runs
-
-
 def fork_jumps(report, runs):
     """{variant: dict(per_seed, mean, beyond_margin)}: each branch's first evaluation of the metric
     after its fork minus its seed's baseline branch's (None for a design that did not fork)."""
@@ -158,19 +135,18 @@ def fork_jumps(report, runs):
     return out
 
 
-def add_to_report(report, runs, suite_dir=None):
+def add_to_report(report, runs, bridge_runs=None):
     """The loss jump at the fork (a forked design) and, where the suite declared bridge_seeds and its
-    scratch runs exist in suite_dir, the bridge; both as plain data in the report. The forked
+    scratch runs were read (bridge_runs), the bridge; both as plain data in the report. The forked
     verdicts a bridge does not confirm, and the jumps beyond the margin, are listed in
     report['does_not_stand'] for the headline."""
     jumps = fork_jumps(report, runs)
     if jumps is not None:
         report["fork_jumps"] = jumps
-    loaded = read_bridge_runs(suite_dir) if suite_dir else None
-    if loaded:
-        scratch = compare.compare(*loaded)
+    if bridge_runs:  # (scratch suite, runs): suites.read_bridge_runs
+        scratch = compare.compare(*bridge_runs)
         report["bridge"] = dict(design=scratch["design"], compared_at_tokens=scratch["compared_at_tokens"],
-                                seeds=sorted({s for seeds in loaded[0]["variants"].values() for s in seeds}),
+                                seeds=sorted({s for seeds in bridge_runs[0]["variants"].values() for s in seeds}),
                                 variants=bridge(report, scratch))
     stand = {}
     for name, b in (report.get("bridge") or {}).get("variants", {}).items():
@@ -180,6 +156,6 @@ def add_to_report(report, runs, suite_dir=None):
         if j["beyond_margin"]:
             stand.setdefault(name, []).append(f"loss jump at the fork {j['mean']:+.4g} beyond the margin "
                                               f"±{j['margin']:g} (a design problem)")
-    if jumps is not None or loaded:
+    if jumps is not None or bridge_runs:
         report["does_not_stand"] = stand
     return report

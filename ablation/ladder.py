@@ -21,10 +21,14 @@ trend (grows, shrinks, flips, no trend detectable, incomplete) and the fitted li
 named size, stated as an extrapolation. The numbers are plain data (report.json); ablation/render.py
 words and draws them.
 """
+import glob
 import math
+import os
+import re
 
 import numpy as np
 
+import rundir
 from ablation import compare, ladder_power, stats
 
 SHAPE_KEYS = ("n_layer", "n_embd", "n_head", "mla_latent_dim")  # what a size may overlay
@@ -275,3 +279,77 @@ def across_sizes(ladder, reports, goal):
     return out
 
 
+# ----------------------------------------------------------------------------- planning, compute and the learning-rate checks
+
+def plan_lines(ladder, n_seeds, k):
+    """sweep.py --plan for a ladder: its span in e-folds of N, the steps at every size, and the slope it
+    can detect at 80% power from the paired-difference sd it declares (ladder['sd'], from a pilot)."""
+    params = [non_embedding_params(s) for s in ladder["sizes"].values()]
+    x = np.log(params)
+    reference = ladder["sizes"][ladder["reference"]]
+    steps = {name: rule_factor(ladder["tokens"], s, reference) for name, s in ladder["sizes"].items()}
+    level = ladder["alpha"] / max(1, k)
+    lines = [f"ladder: {len(params)} sizes spanning {np.ptp(x):.2f} e-folds of N ({min(params):,} to {max(params):,}); "
+             + ("the same optimizer steps at every size (tokens fixed: does the effect at this budget change with N?)"
+                if all(abs(f - 1) < 1e-12 for f in steps.values()) else
+                "steps x " + ", ".join(f"{n} {f:.3g}" for n, f in steps.items()) + " of the recipe's (size confounded "
+                "with training length)")
+             + f"; interval no further than N = {ladder_power.extrapolation_limit(params):,.0f} (one ladder width past the largest)"]
+    sd = ladder.get("sd")
+    if sd:
+        found = ladder_power.detectable_slope(x, [sd] * len(x), n_seeds, level)
+        lines.append(f"  trend test at level {level:.3g} ({ladder['alpha']:g} over {k} variants), {n_seeds} seeds per "
+                     f"size, paired-difference sd {sd:g} at every size (declared): 80% power at a slope of "
+                     + (f"{found:.3g} nats per e-fold of N ({found * np.ptp(x):.3g} across the ladder), simulated"
+                        if found else "none within reach"))
+    else:
+        lines.append("  no ladder sd declared (ladder['sd'], a pilot's paired-difference sd): no detectable slope to plan")
+    return lines
+
+
+def lr_check(suite_dir, declared):
+    """The ladder's learning-rate checks (sweep.py lr_check_points) as found in suite_dir: per checked size
+    the metric of each factor's run at its last evaluation, the best factor, and whether the rule's 1x
+    holds (not beaten by more than min_effect, or at all without one). None without checks."""
+    factors = (declared.get("ladder") or {}).get("lr_check")
+    if not factors:
+        return None
+    event, field, goal = compare.METRICS[declared["metric"]]
+    margin = declared.get("min_effect") or 0.0
+    sizes = {}
+    for size in declared["ladder"]["sizes"]:
+        values = {}
+        for path in sorted(glob.glob(os.path.join(suite_dir, size, "lrcheck-x*-seed*"))):
+            events = rundir.read_events(path)
+            evals = [e[field] for e in events if e["event"] == event and field in e]
+            if rundir.run_status(events) == "finished" and evals:
+                values[re.match(r"lrcheck-x([\d.e+-]+)-seed", os.path.basename(path)).group(1)] = evals[-1]
+        if not values:
+            continue
+        sign = 1 if goal == "lower" else -1
+        best = min(values, key=lambda f: sign * values[f])
+        one = values.get("1")
+        holds = "-" if one is None else "yes" if sign * (one - values[best]) <= margin else (
+            f"no: {best}x is better by {abs(one - values[best]):.3g}")
+        sizes[size] = dict(values=values, best=f"{best}x", holds=holds)
+    return dict(factors=[1.0, *factors], sizes=sizes, margin=margin)
+
+
+PEAK_FLOPS, MFU = 989e12, 0.4  # an H100's dense bf16 peak; the model-FLOPs utilization the estimate assumes
+
+
+def compute_lines(run_cfgs, fork_at=None):
+    """sweep.py --plan for a ladder: the training compute of its runs, 6 N D with N the non-embedding
+    parameters (Kaplan et al. 2020) and D the tokens each run trains (a branch from its fork on, a
+    trunk to it), and the GPU-hours that is at MFU of an H100's peak (an assumption, stated)."""
+    by_size, total = {}, 0.0
+    for cfg in run_cfgs:
+        iters = cfg["max_iters"] - (fork_at if cfg.get("fork_from") and fork_at else 0)  # a branch trains from its fork
+        flops = 6 * non_embedding_params(cfg) * iters * cfg["tokens_per_iter"]
+        key = f"n_layer={cfg['n_layer']}, n_embd={cfg['n_embd']}"
+        by_size[key] = by_size.get(key, 0.0) + flops
+        total += flops
+    hours = lambda f: f / (MFU * PEAK_FLOPS) / 3600
+    return [f"compute (6 N D, non-embedding N): {total:.3g} FLOPs, about {hours(total):,.0f} H100 GPU-hours at "
+            f"{MFU:.0%} MFU of {PEAK_FLOPS / 1e12:.0f} TFLOP/s (assumed; time a pilot for the real rate): "
+            + "; ".join(f"{k}: {hours(f):,.0f} h" for k, f in by_size.items())]

@@ -8,7 +8,7 @@ import os
 import numpy as np
 
 import rundir
-from ablation import compare, ladder_power, stats, suites
+from ablation import compare, ladder, stats, suites
 
 def seed_plan_text(suite, n_runs, pilots, budget_s=None, slots=1, own_dir=None):
     """sweep.py --plan: the planner's answer for this suite before anything runs, from pilots
@@ -25,8 +25,8 @@ def seed_plan_text(suite, n_runs, pilots, budget_s=None, slots=1, own_dir=None):
         lines.append(f"bridge: {bridge} runs from scratch ({len(suite['variants'])} variants x bridge_seeds "
                      f"{suite['bridge_seeds']}), each the whole budget (a trunk's and a branch's length), included in "
                      f"the {n_runs} runs")
-    if suite.get("ladder"):  # the slope the ladder can detect, its extrapolation bound (ablation/ladder_power.py)
-        lines += ladder_power.plan_lines(suite["ladder"], len(suite["seeds"]), k)
+    if suite.get("ladder"):  # the slope the ladder can detect, its extrapolation bound (ablation/ladder.py)
+        lines += ladder.plan_lines(suite["ladder"], len(suite["seeds"]), k)
     for pilot_dir in pilots:
         lines += pilot_plan_lines(suite, pilot_dir, budget_s, slots, own_dir)
     return "\n".join(lines)

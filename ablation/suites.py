@@ -10,7 +10,7 @@ import re
 import time
 
 import rundir
-from ablation import bridge, compare, ladder, ladder_power, render, stats
+from ablation import bridge, compare, ladder, render, stats
 from configurator import ConfigError
 
 SUITE_KEYS = ("variants", "baseline", "seeds", "metric", "allowed")
@@ -224,6 +224,26 @@ def load_suite_dir(suite_dir):
     return suite, runs
 
 
+def read_bridge_runs(suite_dir):
+    """(scratch suite, runs) of the bridge in a suite directory, or None: the suite.json's
+    bridge_runs plus those its record added later."""
+    declared = read_suite_json(os.path.join(suite_dir, "suite.json"))
+    named = dict(declared.get("bridge_runs") or {})
+    for entry in read_suite_record(suite_dir):
+        if entry.get("event") == "bridge_added":
+            named.update(entry["runs"])
+    if not named:
+        return None
+    variants, runs = {}, {}
+    for run_name, (variant, seed) in named.items():
+        variants.setdefault(variant, []).append(seed)
+        runs[(variant, seed)] = rundir.read_run(os.path.join(suite_dir, run_name))
+    scratch_suite = dict(name=f"{declared.get('name')} (bridge: from scratch)", metric=declared["metric"],
+                         baseline=declared["baseline"], allowed=declared.get("allowed") or [], variants=variants,
+                         alpha=declared.get("alpha"), min_effect=declared.get("min_effect"), record=[], looks=None)
+    return scratch_suite, runs
+
+
 def suite_runs(declared, record):
     """{run name: [variant, seed]}: the declared runs, then those the record says were added."""
     added = [e["runs"] for e in record if e.get("event") == "added"]
@@ -294,7 +314,7 @@ def report_suite_dir(suite_dir, out_dir=None, plan=None):
         raise ValueError(f"{suite_dir} declared {', '.join(f'{k}={suite[k]!r}' for k in refused)} before its runs: "
                          f"it cannot be changed here")
     report = compare.compare(dict(suite, **late), runs)
-    bridge.add_to_report(report, runs, suite_dir)  # the loss jump at a fork; the bridge to from-scratch effects
+    bridge.add_to_report(report, runs, read_bridge_runs(suite_dir))  # the loss jump at a fork; the bridge to from-scratch effects
     if late:
         report["declared_after_the_runs"] = sorted(late)
     # Every report that reads a test is a look at the data: the suite's record keeps it, before the report
@@ -323,7 +343,7 @@ def report_ladder_dir(suite_dir, out_dir=None, plan=None):
             reports[size] = json.load(f)
     goal = compare.check_metric(declared["metric"])[2]
     across = ladder.across_sizes(declared["ladder"], reports, goal)
-    checked = ladder_power.lr_check(suite_dir, declared)  # the rule's learning rate at the ladder's ends
+    checked = ladder.lr_check(suite_dir, declared)  # the rule's learning rate at the ladder's ends
     report = dict(suite=declared["name"], metric=declared["metric"], goal=goal, baseline=declared["baseline"],
                   allowed=declared["allowed"], designs={s: r["design"].split(":")[0] for s, r in reports.items()},
                   per_size={s: dict(compared_at_tokens=r["compared_at_tokens"],

@@ -63,8 +63,8 @@ done
 
 # Requeue only when this attempt itself stopped for a signal: the log's last record is that `end`
 # (an earlier preemption's `end` followed by a crash must not requeue forever).
-STOP_REASON=$(cd "$REPO" && "$PYTHON" -c 'import os, sys, runrecord
-events = runrecord.read_events(os.path.join(sys.argv[1], sys.argv[2]))
+STOP_REASON=$(cd "$REPO" && "$PYTHON" -c 'import os, sys, rundir
+events = rundir.read_events(os.path.join(sys.argv[1], sys.argv[2]))
 print(events[-1].get("stop_reason") if events and events[-1]["event"] == "end" else "none")' "$PWD" "$OUT_DIR")
 # A job that is still RUNNING was signalled ahead of its time limit (or by scancel --signal): requeue
 # it. One that is already COMPLETING was cancelled or preempted (Slurm requeues a preempted one itself

@@ -204,7 +204,7 @@ def test_a_ladders_learning_rate_checks_run_apart_and_are_reported(tmp_path):
     the rule's rate, from scratch and outside the size's family; the report says whether 1x holds."""
     import json
     import sweep
-    from ablation import ladder_power, suites
+    from ablation import ladder, suites
     path = tmp_path / "suite_lr.py"
     sizes = {f"w{d}": dict(n_layer=2, n_embd=d, n_head=2) for d in (16, 24, 32, 48)}
     path.write_text(
@@ -236,7 +236,7 @@ def test_a_ladders_learning_rate_checks_run_apart_and_are_reported(tmp_path):
         open(os.path.join(out, name, "log.jsonl"), "w").write(
             json.dumps(dict(event="eval", iter=8, tokens=8, val_loss=loss)) + "\n"
             + json.dumps(dict(event="end", iter=8, tokens=8, train_time=1.0)) + "\n")
-    checked = ladder_power.lr_check(out, json.load(open(os.path.join(out, "suite.json"))))
+    checked = ladder.lr_check(out, json.load(open(os.path.join(out, "suite.json"))))
     assert checked["sizes"]["w16"]["holds"] == "yes" and checked["sizes"]["w16"]["best"] == "1x"
     assert checked["sizes"]["w48"]["holds"].startswith("no: 0.5x is better by 0.05")
     from ablation import render
