@@ -7,6 +7,7 @@ Process groups and the parallel layout: parallel.py.
 import ctypes
 import os
 import resource
+import statistics
 import sys
 import time
 from contextlib import nullcontext
@@ -125,6 +126,22 @@ class DeviceTimer:
     def elapsed(self):
         synchronize(self.device)
         return time.perf_counter() - self.started
+
+
+def device_ms(fn, repeats=15, warmup=3):
+    """Median milliseconds of fn on the GPU's own clock: CUDA events around each call, so the host's
+    launch overhead and the queue ahead of it are not counted."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()  # elapsed_time needs both events completed
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
 
 
 def reset_peak_memory(device):

@@ -258,22 +258,6 @@ def sdpa_probe_rows(device):
     return rows
 
 
-def device_ms(fn, repeats=15, warmup=3):
-    """Median milliseconds of fn on the GPU's own clock: CUDA events around each call, so the host's
-    launch overhead and the queue ahead of it are not counted."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()  # elapsed_time needs both events completed
-        times.append(start.elapsed_time(end))
-    return float(np.median(times))
-
-
 def speed_rows(ms, T):
     """Rows from the median times (ms) of 'sdpa', 'mix', 'swap' (fused) and 'sdpa mix', 'sdpa swap' (RA
     through SDPA) at one T: the fused kernels against the targets, a WARN where one is missed."""
@@ -294,6 +278,7 @@ def speed_rows(ms, T):
 
 def kernel_speed_rows(device, lengths=SPEED_T, B=8, H=12, D=64):
     """bf16, D=64, causal, forward + backward, 8 x 12 heads, q/k/v as the model passes them."""
+    import devices
     from kernels.ra_attention import reciprocal_attention
     from ra_model import reciprocal_sdpa
     rows = []
@@ -313,7 +298,7 @@ def kernel_speed_rows(device, lengths=SPEED_T, B=8, H=12, D=64):
             x.grad = None
             call(*views(x, H)).backward(dout)
 
-        ms = {name: device_ms(lambda: step(call)) for name, call in calls.items()}
+        ms = {name: devices.device_ms(lambda: step(call)) for name, call in calls.items()}
         rows += speed_rows(ms, T)
     return rows
 
@@ -500,7 +485,7 @@ def step_timer_row(device):
         step()
         timed.append(1000 * timer.elapsed())
 
-    events = device_ms(timed_step, repeats=10)
+    events = devices.device_ms(timed_step, repeats=10)
     ratio = float(np.median(timed[3:])) / events
     measured, listed = devices.matmul_peak_flops(device, "bfloat16"), None
     from model import peak_flops

@@ -27,6 +27,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # a tool imports the workbench's modules from the repository root
 
 import configurator  # noqa: E402
+import devices  # noqa: E402
 from kernels.ra_attention import reciprocal_attention  # noqa: E402
 from ra_model import reciprocal_manual, reciprocal_sdpa  # noqa: E402
 
@@ -55,20 +56,6 @@ def variants():
         yield f"triton:{mode}", lambda q, k, v, mode=mode: reciprocal_attention(q, k, v, mode, **extra[mode])
 
 
-def cuda_time_ms(fn, reps):
-    for _ in range(3):  # warm-up (and Triton's autotuning on the first call)
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
-
-
 def measure(fn, q, k, v, reps):
     """(forward ms, forward+backward ms, peak MiB above the inputs) or None when out of memory."""
     def fwd():
@@ -81,8 +68,8 @@ def measure(fn, q, k, v, reps):
 
     do = torch.randn_like(q)
     try:
-        t_fwd = cuda_time_ms(fwd, reps)
-        t_both = cuda_time_ms(fwd_bwd, reps)
+        t_fwd = devices.device_ms(fwd, reps)
+        t_both = devices.device_ms(fwd_bwd, reps)
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
