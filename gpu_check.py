@@ -53,6 +53,7 @@ STATUSES = ("pass", "FAIL", "WARN", "skip", "info")
 
 # Largest error against the float64 reference, relative to the reference's largest magnitude.
 TOLERANCE = {"float32": 2e-3, "bfloat16": 3e-2, "float16": 5e-3}
+SUMMED_GRADIENTS = ("dalpha", "dgate")  # one value per head, summed over every (query, key) pair
 T_BUCKETS = (60, 100, 200, 400, 1000, 2000, 4000)  # one length in each power-of-two bucket, 64 ... 4096
 # Issue 42's targets, bf16, D=64, causal, forward + backward, 8 x 12 heads (time / SDPA's)
 SPEED_TARGETS = {"mix": 2.2, "swap": 1.3}
@@ -184,34 +185,61 @@ def ra_errors(attention, mode, dtype, B, H, T, D, window, device, seed=0):
     return errors
 
 
-def worst(errors):
-    """(largest error, 'name mode window') over a list of (label, errors dict)."""
-    value, label = max(((e, f"{k} ({label})") for label, errors in errors for k, e in errors.items()),
-                       key=lambda t: t[0])
-    return value, label
+def pytorch_attention(q, k, v, mode, alpha=None, gate_logit=None, window=0):
+    """RA through PyTorch's SDPA with reciprocal_attention's signature: the yardstick of a dtype's own error."""
+    from ra_model import reciprocal_sdpa
+    return reciprocal_sdpa(q, k, v, mode, alpha, None if gate_logit is None else torch.sigmoid(gate_logit), window, 0.0)
+
+
+def allowances(errors, yardstick, dtype):
+    """The largest error each entry may have. dalpha and dgate sum B x H x T x T terms of both signs, so
+    their relative error grows with the sum's cancellation on the drawn inputs, not only with the kernel:
+    they may reach twice PyTorch's own error in the same dtype on the same inputs (flash-attention's
+    test convention), never less than the tolerance. Everything else: the tolerance."""
+    allowed = dict.fromkeys(errors, TOLERANCE[dtype])
+    for key in SUMMED_GRADIENTS:
+        if key in errors and math.isfinite(yardstick.get(key, float("inf"))):
+            allowed[key] = max(TOLERANCE[dtype], 2 * yardstick[key])
+    return allowed
+
+
+def graded_errors(attention, mode, dtype, B, H, T, D, window, device, seed=0):
+    """{name: (error, allowed)} of `attention` against the float64 reference (ra_errors)."""
+    errors = ra_errors(attention, mode, dtype, B, H, T, D, window, device, seed)
+    yardstick = (ra_errors(pytorch_attention, mode, dtype, B, H, T, D, window, device, seed)
+                 if any(key in errors for key in SUMMED_GRADIENTS) else {})
+    allowed = allowances(errors, yardstick, dtype)
+    return {key: (error, allowed[key]) for key, error in errors.items()}
+
+
+def worst(graded):
+    """(error / allowed, error, allowed, 'name (mode window)') of the worst entry over a list of (label, graded)."""
+    return max(((error / allowed, error, allowed, f"{key} ({label})") for label, entries in graded
+                for key, (error, allowed) in entries.items()), key=lambda t: t[0])
+
+
+def accuracy_row(check, graded, what):
+    ratio, error, allowed, where = worst(graded)
+    return correctness("kernels", check, ratio <= 1, f"{error:.1e}", f"{what}: worst {where}, allowed {allowed:.1e} "
+                       f"(the tolerance, or for dalpha/dgate twice PyTorch's own error in the dtype)")
 
 
 def accuracy_rows(attention, device, cases):
-    """One row per (dtype, D): the worst error over modes and windows, against TOLERANCE."""
-    rows = []
-    for dtype, D, windows in cases:
-        errors = [(f"{mode}, window {w}", ra_errors(attention, mode, dtype, 2, 4, 300, D, w, device))
-                  for mode in ("swap", "mix", "gate") for w in windows]
-        value, where = worst(errors)
-        rows.append(correctness("kernels", f"RA kernel {dtype} D={D}", value <= TOLERANCE[dtype], f"{value:.1e}",
-                                f"worst of out, dx, dalpha, dgate over swap/mix/gate x window {windows}, strided "
-                                f"q/k/v: {where}; tolerance {TOLERANCE[dtype]:.0e}"))
-    return rows
+    """One row per (dtype, D): the worst error over modes and windows, against its allowance."""
+    return [accuracy_row(f"RA kernel {dtype} D={D}",
+                         [(f"{mode}, window {w}", graded_errors(attention, mode, dtype, 2, 4, 300, D, w, device))
+                          for mode in ("swap", "mix", "gate") for w in windows],
+                         f"out, dx, dalpha, dgate over swap/mix/gate x window {windows}, strided q/k/v")
+            for dtype, D, windows in cases]
 
 
 def bucket_rows(attention, device, lengths=T_BUCKETS):
     """The autotuner keys its winners by T's power-of-two bucket: check each bucket's winner (mix and
     swap: different kernels) numerically in bf16."""
-    errors = [(f"{mode}, T={T}", ra_errors(attention, mode, "bfloat16", 1, 4, T, 64, 0, device, seed=T))
+    graded = [(f"{mode}, T={T}", graded_errors(attention, mode, "bfloat16", 1, 4, T, 64, 0, device, seed=T))
               for T in lengths for mode in ("mix", "swap")]
-    value, where = worst(errors)
-    return [correctness("kernels", "RA kernel autotuned winners, every T bucket", value <= TOLERANCE["bfloat16"],
-                        f"{value:.1e}", f"bf16, D=64, T={','.join(map(str, lengths))}: worst {where}")]
+    return [accuracy_row("RA kernel autotuned winners, every T bucket", graded,
+                         f"bf16, D=64, T={','.join(map(str, lengths))}")]
 
 
 def repeat_bitwise(attention, device, T=300):
@@ -234,12 +262,10 @@ def deterministic_kernel_rows(attention, device):
         return [row("kernels", "RA kernel deterministic=True", "skip", "no option",
                     "this reciprocal_attention has no deterministic= option")]
     fixed = functools.partial(attention, deterministic=True)
-    errors = [(f"{mode}, window {w}", ra_errors(fixed, mode, "bfloat16", 2, 4, 300, 64, w, device))
+    graded = [(f"{mode}, window {w}", graded_errors(fixed, mode, "bfloat16", 2, 4, 300, 64, w, device))
               for mode in ("swap", "mix", "gate") for w in (0, 37)]
-    value, where = worst(errors)
     equal = repeat_bitwise(fixed, device)
-    return [correctness("kernels", "RA kernel deterministic=True, bf16 D=64", value <= TOLERANCE["bfloat16"],
-                        f"{value:.1e}", f"worst {where}; tolerance {TOLERANCE['bfloat16']:.0e}"),
+    return [accuracy_row("RA kernel deterministic=True, bf16 D=64", graded, "swap/mix/gate x window (0, 37)"),
             correctness("kernels", "RA kernel deterministic=True, repeated", equal,
                         "bitwise equal" if equal else "differs", "two identical mix calls: output, dx, dalpha")]
 

@@ -318,6 +318,14 @@ def test_gpu_check_kernel_accuracy_logic_catches_a_wrong_kernel():
     bad = g.accuracy_rows(alpha_detached, "cpu", case)[0]
     assert bad["status"] == "FAIL" and "dalpha (mix" in bad["detail"]
     assert g.bucket_rows(through_sdpa, "cpu", lengths=(20, 40))[0]["status"] == "pass"
+    # dalpha and dgate sum terms that cancel: they may reach twice PyTorch's own error in the dtype
+    assert g.allowances({"out": 1e-3, "dgate": 0.07}, {"out": 1e-3, "dgate": 0.04}, "bfloat16") == {"out": 0.03,
+                                                                                                 "dgate": 0.08}
+    assert g.allowances({"dalpha": 0.01}, {"dalpha": 0.001}, "bfloat16") == {"dalpha": 0.03}  # never below tolerance
+    assert g.allowances({"dgate": 0.07}, {"dgate": float("nan")}, "bfloat16") == {"dgate": 0.03}  # no yardstick
+    assert g.accuracy_row("c", [("gate", {"dgate": (0.07, 0.08)})], "w")["status"] == "pass"
+    failed = g.accuracy_row("c", [("gate", {"dgate": (0.09, 0.08)}), ("swap", {"dx": (0.02, 0.03)})], "w")
+    assert failed["status"] == "FAIL" and "dgate (gate)" in failed["detail"] and failed["measured"] == "9.0e-02"
     assert g.deterministic_kernel_rows(through_sdpa, "cpu")[0]["status"] == "skip"  # no deterministic= option
 
     def with_option(q, k, v, mode, alpha=None, gate_logit=None, window=0, deterministic=False):
