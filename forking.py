@@ -19,13 +19,13 @@ from parallel import CHECKPOINT_FILE
 
 FORK_OPTIMIZER = ("carry", "fresh")
 # Keys a branch may set apart from its trunk: where and how it is logged, evaluated and stopped,
-# and its model (its own architecture, checked tensor by tensor). Every other key is the training
+# its model (its own architecture, checked tensor by tensor) and its batch order after the fork. Every other key is the training
 # recipe, which the fork continues and so must be the trunk's.
 FREE_KEYS = ("out_dir", "init_from", "allow_data_change", "fork_from", "fork_optimizer", "fork_start", "eval_interval",
              "eval_at", "eval_iters", "final_eval_iters", "log_interval", "save_checkpoint", "sample_tokens", "hellaswag_interval",
              "hellaswag_limit", "hellaswag_input", "max_iters", "max_time", "max_tokens", "lr_decay_iters", "device",
              "compile", "dist_timeout", "log_act_norm_layers", "wandb_log", "wandb_project", "wandb_run_name",
-             "wandb_group", "wandb_mode", "model_type")
+             "wandb_group", "wandb_mode", "model_type", "data_order")
 
 
 def model_keys():

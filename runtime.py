@@ -129,6 +129,7 @@ DEFAULTS = dict(
     seed=1337,  # initial weights, training batches and dropout (the one seed users set)
     init_seed=-1,  # >= 0: the initial weights from this seed instead (a noise budget varies each source alone)
     data_seed=-1,  # >= 0: the training batches from this seed instead
+    data_order=0,  # >= 1: another independent batch order of the same data seed (a branch set apart from its trunk: a forked true null)
     # logging
     log_act_norm_layers=[0, -1],  # blocks whose output RMS is logged (negative counts from the end)
     wandb_log=False,  # also log to Weights & Biases
@@ -192,6 +193,8 @@ def validate(cfg, world_size):
     for key in ("init_seed", "data_seed"):
         if cfg[key] < -1:
             raise err(f"{key} must be >= 0, or -1 to follow seed, got {cfg[key]}")
+    if not isinstance(cfg["data_order"], int) or cfg["data_order"] < 0:
+        raise err(f"data_order must be an integer >= 0 (0: the data seed's own order), got {cfg['data_order']!r}")
     for key in ("gradient_accumulation_steps", "tokens_per_iter", "max_time", "max_tokens", "warmup_iters", "lr_decay_iters", "sample_tokens",
                 "hellaswag_interval", "hellaswag_limit", "learning_rate", "min_lr", "weight_decay", "grad_clip"):
         if cfg[key] < 0:

@@ -315,10 +315,11 @@ def seed_of(cfg, source):
 
 
 def train_offsets(cfg, n_tokens, iter_num, global_micro_step):
-    """Random windows drawn from a seed of (seed, iteration, global micro-step), so the data
-    position is just the iteration number (exact resume) and 2 ranks x 2 micro-steps read the
+    """Random windows drawn from a seed of (seed, iteration, global micro-step[, data_order]), so the
+    data position is just the iteration number (exact resume) and 2 ranks x 2 micro-steps read the
     same batches as 1 process x 4 micro-steps."""
-    rng = np.random.default_rng([seed_of(cfg, "data"), iter_num, global_micro_step])
+    order = cfg.get("data_order", 0)  # configs written before the key; 0 keeps the original stream
+    rng = np.random.default_rng([seed_of(cfg, "data"), iter_num, global_micro_step] + ([order] if order else []))
     return rng.integers(0, n_tokens - cfg["block_size"], size=cfg["batch_size"])
 
 

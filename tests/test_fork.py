@@ -59,6 +59,23 @@ def test_a_baseline_branch_is_the_uninterrupted_run_bit_for_bit(data_dir, tmp_pa
     assert (event["iter"], event["new"], event["trunk"]) == (5, 0, trunk)
 
 
+def test_a_branch_on_another_data_order_continues_its_trunk_on_other_batches(data_dir, tmp_path):
+    """data_order: the forked true null (the baseline continued on another batch order). 0 is the
+    original stream; k >= 1 an independent one; a branch may set it apart from its trunk."""
+    cfg = lambda **keys: {**runtime.DEFAULTS, "seed": 1, "batch_size": 4, "block_size": 16, **keys}
+    batches = lambda c, it=3: tokendata.train_offsets(c, 10_000, it, 0).tolist()
+    assert batches(cfg(data_order=0)) == batches({k: v for k, v in cfg().items() if k != "data_order"})
+    assert len({str(batches(cfg(data_order=k), it)) for k in range(4) for it in (3, 4)}) == 8
+    straight, trunk, common = trunk_and_straight(data_dir, tmp_path)
+    branch = str(tmp_path / "branch")
+    train.main(tiny_args(data_dir, branch, *common, f"--fork_from={trunk}", "--data_order=1"))
+    [event] = [e for e in rundir.read_events(branch) if e["event"] == "fork"]
+    assert event["iter"] == 5 and sorted(losses(branch)) == list(range(6, 13))
+    assert all(losses(branch)[i] != losses(straight)[i] for i in losses(branch))  # other batches from step 6
+    with pytest.raises(configurator.ConfigError, match="data_order must be an integer >= 0"):
+        train.main(tiny_args(data_dir, str(tmp_path / "bad"), "--data_order=-1"))
+
+
 def test_a_variant_takes_the_trunks_tensors_and_optimizer_state_and_keeps_its_own_additions(data_dir, tmp_path):
     _, trunk, _ = trunk_and_straight(data_dir, tmp_path)
     ckpt = forking.read_trunk(runtime.settle(dict(configurator.apply_config(runtime.DEFAULTS, tiny_args(

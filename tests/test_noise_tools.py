@@ -75,6 +75,26 @@ def test_calibration_on_known_differences():
     assert shifted["subsets"] == 500 and shifted["called_rate"] == 1.0  # sampled, and every one calls it worse
 
 
+def test_family_calibration_of_nulls_sharing_a_baseline():
+    """k = 4 nulls against one baseline (correlated ~0.5): the engine's family-wise rate (Holm) is the
+    vectorized rule's, a correct procedure's simulated range holds alpha, the mean rate over many exact
+    null suites is at most alpha, and a real effect in one variant is called far outside that range."""
+    rng = np.random.default_rng(1)
+    d = rng.normal(0, 0.01, (4, 20)) - rng.normal(0, 0.01, 20)
+    f = calibration.family_calibrate(d, 0.05, 0.01, 8, 3000, draws=200)
+    assert f["k"] == 4 and f["subsets"] == 3000 and f["disjoint"] == 2 and 0.3 < f["mean_correlation"] < 0.7
+    assert f["called_range"][0] <= 0.05 <= f["called_range"][1]
+    assert calibration.family_called(d, calibration.subsets(20, 8, 3000), 0.05) == pytest.approx(f["called_rate"])
+    suites = rng.normal(0, 1, (300, 5, 20))
+    rates = calibration.family_called(suites[:, 1:] - suites[:, :1], calibration.subsets(20, 8, 200), 0.05)
+    assert 0.02 < rates.mean() < 0.055  # Holm holds the family-wise rate (conservative under positive correlation)
+    shifted = d.copy()
+    shifted[2] += 0.02
+    g = calibration.family_calibrate(shifted, 0.05, 0.01, 8, 3000, draws=50)
+    assert g["called_rate"] > 0.5 and g["called_rate"] > g["called_range"][1]
+    assert "**outside** what a correct procedure gives" in calibration.family_markdown(g, "s", ["a", "b", "c", "d"])
+
+
 def test_calibration_needs_one_comparison_with_more_seeds_than_a_pilot(null_suite, tmp_path, capsys):
     calibration.main([null_suite, "--pilot_seeds=3", f"--out={tmp_path}"])
     out = capsys.readouterr().out

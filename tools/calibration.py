@@ -1,7 +1,9 @@
-"""Calibration of the verdicts on real runs: a finished true-null suite (suites/calibration_shakespeare.py).
+"""Calibration of the verdicts on real runs: a finished true-null suite (suites/calibration_shakespeare.py,
+from scratch, one null; suites/calibration_forked_shakespeare.py, forked, a family of four nulls).
 
     python tools/calibration.py out-suite-calibration_shakespeare            # markdown on stdout, qq.png beside it
     python tools/calibration.py out-suite-calibration_shakespeare --pilot_seeds=3 --out=docs/img
+    python tools/calibration.py out-suite-calibration_forked_shakespeare --pilot_seeds=8   # sub-suites of 8 seeds
 
 A true null (a variant equal to the baseline in distribution, not run for run) with many seeds
 shows what simulation cannot: whether the real paired differences are normal enough for the
@@ -18,6 +20,13 @@ exactly normal null of the same size (null_draws simulated suites: what a correc
 does across suites), and beside it the disjoint sub-suites, which are independent but few. At
 n = 20, Shapiro-Wilk rarely rejects heavy-tailed data (its pass rate on Student-t(5) samples of the
 suite's size is printed): "no evidence against normality" is not evidence of normality.
+
+With several null variants against one baseline (a family, as a report tests k variants), each is
+calibrated alone and the family too: the share of sub-suites in which the report's engine (Holm over
+the k comparisons) calls any of them, the family-wise false-positive rate, at most alpha if the
+statistics are right. Its range on an exactly normal null is simulated with the covariance the
+suite's differences show (the shared baseline correlates them), and the disjoint sub-suites give an
+independent, exact (Clopper-Pearson) interval.
 """
 import itertools
 import math
@@ -33,7 +42,7 @@ import configurator  # noqa: E402
 from ablation import compare, stats, suites  # noqa: E402
 
 OPTIONS = dict(
-    pilot_seeds=3,  # the seeds of each sub-suite (a pilot)
+    pilot_seeds=3,  # the seeds of each sub-suite (a pilot; for a family, the suite size whose rate is asked)
     max_subsets=20000,  # more sub-suites than this: a random sample of them (seeded)
     null_draws=400,  # simulated normal-null suites that give the range of the rate over overlapping sub-suites
     out="",  # where qq.png goes ('' = the suite directory)
@@ -105,6 +114,57 @@ def calibrate(diffs, alpha, min_effect, pilot_seeds, limit, draws=400):
                 **null_ranges(len(d), picks, pilot_seeds, alpha, draws))
 
 
+def family_called(d, picks, alpha):
+    """For each suite in d (..., k, n): the share of sub-suites in which Holm calls any of the k null
+    comparisons (the family rejects anything exactly when its smallest p is below alpha / k); vectorized."""
+    from scipy import special
+    sub = d[..., np.asarray(picks)]
+    m = sub.shape[-1]
+    t = sub.mean(-1) / (sub.std(-1, ddof=1) / math.sqrt(m))
+    return ((2 * special.stdtr(m - 1, -np.abs(t))).min(-2) < alpha / d.shape[-2]).mean(-1)
+
+
+def family_calibrate(diffs, alpha, min_effect, sub_seeds, limit, draws=400):
+    """The family-wise false-positive rate of k null comparisons against one baseline (diffs: k x n paired
+    differences), from the report's engine, with its range on normal nulls of the measured covariance."""
+    d = np.asarray(diffs, dtype=np.float64)
+    k, n = d.shape
+    picks = subsets(n, sub_seeds, limit)
+    called = sum(any(v["verdict"].startswith(("better", "worse")) for v in
+                     stats.judge([stats.paired_test(row[i]) for row in d], alpha, "lower", min_effect)) for i in picks)
+    order = np.random.default_rng(0).permutation(n)
+    disjoint = [order[i:i + sub_seeds] for i in range(0, n - sub_seeds + 1, sub_seeds)]
+    disjoint_called = sum(any(v["verdict"].startswith(("better", "worse")) for v in
+                              stats.judge([stats.paired_test(row[i]) for row in d], alpha, "lower", min_effect))
+                          for i in disjoint)
+    covariance = np.cov(d)
+    null = np.random.default_rng(0).multivariate_normal(np.zeros(k), covariance, size=(draws, n)).transpose(0, 2, 1)
+    rate = family_called(null, picks, alpha)
+    sd = np.sqrt(np.diag(covariance))
+    correlation = covariance / np.outer(sd, sd)
+    return dict(k=k, n=n, sub_seeds=sub_seeds, subsets=len(picks), called=called, called_rate=called / len(picks),
+                alpha=alpha, null_draws=draws, called_range=[float(np.percentile(rate, q)) for q in (2.5, 97.5)],
+                called_sd=float(rate.std(ddof=1)), mean_correlation=float(correlation[np.triu_indices(k, 1)].mean()),
+                disjoint=len(disjoint), disjoint_called=disjoint_called,
+                disjoint_interval=compare.binomial_interval(disjoint_called, len(disjoint)))
+
+
+def family_markdown(f, name, variants):
+    low, high = f["disjoint_interval"]
+    pct = lambda x: f"{100 * x:.1f}%"
+    inside = f["called_range"][0] <= f["called_rate"] <= f["called_range"][1]
+    return (f"Family of {f['k']} true nulls ({', '.join(f'`{v}`' for v in variants)}) against one baseline, "
+            f"{f['n']} paired seeds ({name}); their differences correlate {f['mean_correlation']:.2f} on average "
+            f"(the shared baseline). Sub-suites of {f['sub_seeds']} seeds, Holm over the {f['k']} comparisons at "
+            f"family-wise alpha {f['alpha']:g} (the report's engine): {f['called']} of {f['subsets']} call at least one "
+            f"better or worse, {100 * f['called_rate']:.2f}%. The sub-suites overlap; on exactly normal nulls with "
+            f"this covariance the rate of a correct procedure lies in {pct(f['called_range'][0])}-"
+            f"{pct(f['called_range'][1])} (95% of {f['null_draws']} simulated suites, sd {100 * f['called_sd']:.1f} "
+            f"points), so the rate is " + ("consistent with" if inside else "**outside** what a correct procedure gives at")
+            + f" alpha {100 * f['alpha']:.0f}%. The {f['disjoint']} disjoint sub-suites (independent): "
+            f"{f['disjoint_called']} called, Clopper-Pearson 95% [{100 * low:.1f}, {100 * high:.1f}]%.")
+
+
 def qq_plot(diffs, path, title):
     import matplotlib
     matplotlib.use("Agg")
@@ -173,17 +233,27 @@ def main(argv):
     except (ValueError, FileNotFoundError) as e:
         raise configurator.ConfigError(str(e)) from None
     report = compare.compare(dict(suite, looks=None), runs)
-    others = [n for n in report["variants"] if n != report["baseline"]]
-    if len(others) != 1 or len(report["variants"][others[0]].get("differences") or []) <= options["pilot_seeds"]:
-        raise configurator.ConfigError(f"{dirs[0]}: a calibration needs one variant against the baseline with more "
+    nulls = [n for n in report["variants"] if n != report["baseline"]]
+    diffs = {v: report["variants"][v].get("differences") or [] for v in nulls}
+    if not nulls or min(len(d) for d in diffs.values()) <= options["pilot_seeds"]:
+        raise configurator.ConfigError(f"{dirs[0]}: a calibration needs null variants against the baseline with more "
                                        f"paired seeds than --pilot_seeds={options['pilot_seeds']}")
-    diffs = report["variants"][others[0]]["differences"]
-    c = calibrate(diffs, report["alpha"], report["min_effect"], options["pilot_seeds"], options["max_subsets"],
-                  options["null_draws"])
+    if len({len(d) for d in diffs.values()}) != 1:
+        raise configurator.ConfigError(f"{dirs[0]}: the null variants have different paired seeds "
+                                       f"({', '.join(f'{v} {len(d)}' for v, d in diffs.items())}): finish the suite first")
     os.makedirs(out, exist_ok=True)
-    plot = os.path.join(out, "qq.png")
-    qq_plot(diffs, plot, f"{others[0]} - {report['baseline']}, {len(diffs)} seeds")
-    print(markdown(c, suite["name"], others[0], plot))
+    parts = []
+    for variant in nulls:
+        c = calibrate(diffs[variant], report["alpha"], report["min_effect"], options["pilot_seeds"],
+                      options["max_subsets"], options["null_draws"])
+        plot = os.path.join(out, "qq.png" if len(nulls) == 1 else f"qq_{variant}.png")
+        qq_plot(diffs[variant], plot, f"{variant} - {report['baseline']}, {len(diffs[variant])} seeds")
+        parts.append(markdown(c, suite["name"], variant, plot))
+    if len(nulls) > 1:
+        f = family_calibrate([diffs[v] for v in nulls], report["alpha"], report["min_effect"], options["pilot_seeds"],
+                             options["max_subsets"], options["null_draws"])
+        parts.append(family_markdown(f, suite["name"], nulls))
+    print("\n\n".join(parts))
     return 0
 
 
