@@ -36,7 +36,7 @@ CONFIG_SCRIPTS = {
     "tools.bench_ra_kernels": "sequence lengths, comma-separated",
     "tools.bench_suite_designs": "the seeds each design runs",
     "tools.noise_budget": "runs at a time the seed-hour assumes",
-    "tools.calibration": "the seeds of each sub-suite (a pilot)",
+    "tools.calibration": "the seeds of each sub-suite (a pilot; for a family",
 }
 ARGPARSE_SCRIPTS = ("data.shakespeare.prepare", "data.openwebtext.prepare", "data.finewebedu.prepare",
                     "data.wikitext2.prepare")
