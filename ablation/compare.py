@@ -459,23 +459,30 @@ def run_cost(run):
                 tokens_per_iter=checklist.get("tokens_per_iter"))
 
 
+def timing_flagged(row):
+    return row["step_time_spread"] is not None and row["step_time_spread"] > TIMING_SPREAD_LIMIT
+
+
 def cost(runs):
-    """A variant's cost over its finished runs: the median throughput and its range over seeds, the
-    step time that follows from it, peak memory, parameters, FLOPs per token, and which runs' timings
-    are not to be trusted (step times spread beyond TIMING_SPREAD_LIMIT)."""
+    """A variant's cost over its finished runs: the median throughput and its range over the seeds
+    whose timings are trusted (all seeds when none is), the step time that follows from it, peak
+    memory, parameters, FLOPs per token, and which runs' timings are not to be trusted (step times
+    spread beyond TIMING_SPREAD_LIMIT: other work on the machine, a cause outside the variant)."""
     rows = [c for c in (run_cost(r) for r in runs if r["status"] == "finished") if c]
     if not rows:
         return None
-    speed = [r["tokens_per_sec"] for r in rows]
+    timed = [r for r in rows if not timing_flagged(r)]
+    speed = [r["tokens_per_sec"] for r in timed or rows]
     one = lambda key: next((r[key] for r in rows if r[key] is not None), None)
-    out = dict(runs=len(rows), tokens_per_sec=float(np.median(speed)), tokens_per_sec_range=[min(speed), max(speed)],
+    out = dict(runs=len(rows), timed_runs=len(timed), tokens_per_sec=float(np.median(speed)),
+               tokens_per_sec_range=[min(speed), max(speed)],
                parameters=one("parameters"), flops_per_token=one("flops_per_token"),
                tokens_per_iter=one("tokens_per_iter"), max_load=max((r["max_load"] for r in rows
                                                                     if r["max_load"] is not None), default=None),
                peak_memory_mib=float(np.median(m)) if (m := [r["peak_memory_mib"] for r in rows
                                                               if r["peak_memory_mib"] is not None]) else None,
                unreliable=[f"{r['name']} (step times spread x{r['step_time_spread']:.2f})" for r in rows
-                           if r["step_time_spread"] is not None and r["step_time_spread"] > TIMING_SPREAD_LIMIT])
+                           if timing_flagged(r)])
     out["step_time_ms"] = 1000 * out["tokens_per_iter"] / out["tokens_per_sec"] if out["tokens_per_iter"] else None
     return out
 
@@ -628,9 +635,10 @@ def add_hellaswag(report, suite, runs, key="acc_norm"):
 
 
 def add_evidence(report, suite, runs):
-    """What the comparison rests on, per variant: cost and its ratios to the baseline (no throughput
-    ratio where a timing is flagged), the per-seed differences with their signs and sign-flip p, the
-    compute-matched view (Holm over its own family) and HellaSwag item by item."""
+    """What the comparison rests on, per variant: cost and its ratios to the baseline (throughput over
+    the runs whose timings are trusted; no ratio where half or more of either side's are flagged), the
+    per-seed differences with their signs and sign-flip p, the compute-matched view (Holm over its own
+    family) and HellaSwag item by item."""
     baseline = report["baseline"]
     by_variant = {v: {s: runs[(v, s)] for s in seeds} for v, seeds in suite["variants"].items()}
     for variant, entry in report["variants"].items():
@@ -642,10 +650,11 @@ def add_evidence(report, suite, runs):
             entry["cost_ratio"] = {k: entry["cost"][k] / base_cost[k] for k in
                                    ("tokens_per_sec", "parameters", "flops_per_token", "peak_memory_mib")
                                    if entry["cost"][k] and base_cost[k]}
-            flagged = entry["cost"]["unreliable"] + (base_cost["unreliable"] if variant != baseline else [])
-            if flagged:  # a ratio of untrusted timings reads as a measurement; say why there is none
+            untimed = [c for c in (entry["cost"], base_cost) if 2 * c["timed_runs"] <= c["runs"]]
+            if untimed:  # a ratio of few or untrusted timings reads as a measurement; say why there is none
                 entry["cost_ratio"].pop("tokens_per_sec", None)
-                entry["cost_ratio"]["tokens_per_sec_withheld"] = "timings flagged: " + ", ".join(flagged)
+                entry["cost_ratio"]["tokens_per_sec_withheld"] = "half or more of the runs' timings flagged: " + \
+                    ", ".join(name for c in untimed for name in c["unreliable"])
         if variant == baseline:
             continue
         entry["signs"] = stats.sign_flip_test(entry.get("differences") or [])

@@ -217,31 +217,38 @@ def compute_matched_lines(report):
     return lines
 
 
+def timed(cost):
+    """How many of a cost's runs its throughput rests on: 'all flagged' when none is trusted."""
+    return f"{cost['timed_runs']} of {cost['runs']}" if cost["timed_runs"] else "all flagged"
+
+
 def cost_lines(report):
     costs = [(n, v["cost"], v.get("cost_ratio", {})) for n, v in report["variants"].items() if v.get("cost")]
     if not costs:
         return []
     trunk = report.get("trunk_cost")
     lines = ["", f"## Cost ({design_label(report)})", "",
-             "Throughput per run = its tokens / its summed training-step time; the median over seeds [min, max], "
-             "and the step time that follows from it."
+             "Throughput per run = its tokens / its summed training-step time; the median over seeds [min, max] "
+             "whose timings are trusted (a flagged run, listed below, is left out; n timed says how many are "
+             "left), and the step time that follows from it."
              + (" A branch counts only its own steps after the fork (its log carries its trunk's tokens and time "
                 "on); the trunks, one per seed and shared by every branch, stand on their own row." if trunk else "")
              + " FLOPs per token count every matmul with weights (6N) and "
              "the attention as it runs (RA's mix doubles the score width; a learned gate runs two attentions). "
-             "No throughput ratio is given where its timings (the variant's or the baseline's) are flagged.",
-             "", "| variant | tokens/s [range] | x baseline | step time ms | parameters | x | FLOPs/token | x | "
-             "peak mem MiB | highest load |", "|" + "---|" * 10]
+             "No throughput ratio is given where half or more of the variant's or the baseline's runs are flagged.",
+             "", "| variant | tokens/s [range] | n timed | x baseline | step time ms | parameters | x | FLOPs/token | "
+             "x | peak mem MiB | highest load |", "|" + "---|" * 11]
     for name, c, ratio in costs:
         low, high = c["tokens_per_sec_range"]
         speed = "not trusted (flagged)" if "tokens_per_sec_withheld" in ratio else fmt(ratio.get("tokens_per_sec"), 3)
-        lines.append(f"| {name} | {c['tokens_per_sec']:,.0f} [{low:,.0f}, {high:,.0f}] | "
+        lines.append(f"| {name} | {c['tokens_per_sec']:,.0f} [{low:,.0f}, {high:,.0f}] | {timed(c)} | "
                      f"{speed} | {fmt(c['step_time_ms'], 4)} | {thousands(c['parameters'])} | "
                      f"{fmt(ratio.get('parameters'), 4)} | {thousands(c['flops_per_token'])} | "
                      f"{fmt(ratio.get('flops_per_token'), 4)} | {fmt(c['peak_memory_mib'], 4)} | {fmt(c['max_load'], 3)} |")
     if trunk:
         low, high = trunk["tokens_per_sec_range"]
-        lines.append(f"| (trunks, baseline model) | {trunk['tokens_per_sec']:,.0f} [{low:,.0f}, {high:,.0f}] | - | "
+        lines.append(f"| (trunks, baseline model) | {trunk['tokens_per_sec']:,.0f} [{low:,.0f}, {high:,.0f}] | "
+                     f"{timed(trunk)} | - | "
                      f"{fmt(trunk['step_time_ms'], 4)} | {thousands(trunk['parameters'])} | - | "
                      f"{thousands(trunk['flops_per_token'])} | - | {fmt(trunk['peak_memory_mib'], 4)} | "
                      f"{fmt(trunk['max_load'], 3)} |")
@@ -249,8 +256,8 @@ def cost_lines(report):
     if unreliable:
         lines += ["", f"**Timings not to be trusted** (logged step times spread more than "
                       f"x{compare.TIMING_SPREAD_LIMIT} between the 10th and 90th percentile, e.g. other work on the "
-                      f"machine): " + ", ".join(unreliable)
-                  + ". Compare FLOPs per token instead, or time on an idle machine (tools/bench_train_step.py)."]
+                      f"machine; left out of the throughputs and their ratios): " + ", ".join(unreliable)
+                  + ". Compare FLOPs per token too, or time on an idle machine (tools/bench_train_step.py)."]
     return lines
 
 

@@ -85,7 +85,8 @@ def compared(runs, variants, baseline="base"):
 
 def test_throughput_is_total_tokens_over_total_step_time_and_step_time_follows_from_it(tmp_path):
     """Unevenly loaded runs: one throughput per run (tokens / summed step time, not a median of
-    windows), the median over seeds, and tokens/s x step time = tokens per step for every variant
+    windows), the median over the seeds whose timings are trusted (a flagged run left out, no ratio
+    when half or more of a side's are flagged), and tokens/s x step time = tokens per step for every variant
     (the old report showed 1.35x tokens/s next to 0.59x step time for equal tokens per step)."""
     calm, loaded = [100.0] * 5, [100.0, 100.0, 300.0, 300.0, 300.0]
     runs = {("base", 1): fake_run(tmp_path / "b1", lambda t: 3.0, calm),
@@ -96,22 +97,29 @@ def test_throughput_is_total_tokens_over_total_step_time_and_step_time_follows_f
             ("mix", 3): fake_run(tmp_path / "m3", lambda t: 2.9, [90.0] * 5, flops_per_token=1250)}
     report = compared(runs, {"base": [1, 2, 3], "mix": [1, 2, 3]})
     base, mix = report["variants"]["base"]["cost"], report["variants"]["mix"]["cost"]
-    # base: 5000 tokens over 5 s, 11 s and 10 s; the median run: 500 tokens/s
-    assert base["tokens_per_sec_range"] == pytest.approx([5000 / 11, 1000])
-    assert base["tokens_per_sec"] == pytest.approx(500)
+    # base: 5000 tokens over 5 s, 11 s and 10 s
+    # b2's windows after the first, 100, 300, 300, 300 ms: 90th percentile 300, 10th 160: not trusted, so
+    # its 5000/11 tokens/s is left out: the baseline's throughput is the median of b1's and b3's
+    assert base["unreliable"] == ["b2 (step times spread x1.88)"] and mix["unreliable"] == []
+    assert base["timed_runs"] == 2 and mix["timed_runs"] == 3
+    assert base["tokens_per_sec"] == pytest.approx((1000 + 500) / 2)
+    assert base["tokens_per_sec_range"] == pytest.approx([500, 1000])
     assert mix["tokens_per_sec"] == pytest.approx(5000 / 6)
     for c in (base, mix):
         assert c["tokens_per_sec"] * c["step_time_ms"] / 1000 == pytest.approx(100)  # tokens per step
     ratio = report["variants"]["mix"]["cost_ratio"]
     assert ratio["flops_per_token"] == pytest.approx(1.25) and ratio["parameters"] == 1
-    # b2's windows after the first, 100, 300, 300, 300 ms: 90th percentile 300, 10th 160: not trusted, so
-    # no throughput ratio against this baseline is given as a number (it was 1.19-1.36 under load)
-    assert base["unreliable"] == ["b2 (step times spread x1.88)"] and mix["unreliable"] == []
+    assert ratio["tokens_per_sec"] == pytest.approx((5000 / 6) / 750)
+    lines = "\n".join(render.cost_lines(report))
+    assert "| base | 750 [500, 1,000] | 2 of 3 | 1 |" in lines and "| mix | 833 [667, 1,111] | 3 of 3 | 1.11 |" in lines
+    # two of three baseline runs flagged: the ratio would rest on one run, so none is given as a number
+    for seed in (1,):
+        runs[("base", seed)] = fake_run(tmp_path / f"b{seed}", lambda t: 3.0, loaded)
+    report = compared(runs, {"base": [1, 2, 3], "mix": [1, 2, 3]})
+    ratio = report["variants"]["mix"]["cost_ratio"]
     assert "tokens_per_sec" not in ratio and "b2 (step times spread x1.88)" in ratio["tokens_per_sec_withheld"]
-    assert "| mix | 833 [667, 1,111] | not trusted (flagged) |" in "\n".join(render.cost_lines(report))
-    runs[("base", 2)] = fake_run(tmp_path / "b2", lambda t: 3.0, calm)  # the same runs on a calm machine
-    ratio = compared(runs, {"base": [1, 2, 3], "mix": [1, 2, 3]})["variants"]["mix"]["cost_ratio"]
-    assert ratio["tokens_per_sec"] == pytest.approx((5000 / 6) / 1000)
+    assert report["variants"]["base"]["cost"]["tokens_per_sec"] == pytest.approx(500)  # b3 alone
+    assert "| mix | 833 [667, 1,111] | 3 of 3 | not trusted (flagged) |" in "\n".join(render.cost_lines(report))
 
 
 def test_the_load_average_and_flops_per_token_are_recorded_by_a_run(data_dir, tmp_path):
