@@ -74,19 +74,41 @@ def covers(d, picks, pilot_seeds):
     return (upper >= d.std(-1, ddof=1)[..., None]).mean(-1)
 
 
-def null_ranges(n, picks, pilot_seeds, alpha, draws):
-    """The 2.5-97.5 percentile range (and sd) of the rate of called sub-suites and of the bound's coverage
-    over `draws` exactly normal null suites of n seeds (fixed seed): the uncertainty of a calibration
-    whose sub-suites overlap."""
+def reading(observed, simulated):
+    """Where an observed rate of called sub-suites falls among a correct procedure's rates on simulated
+    null suites: their 2.5-97.5 percentile range, and the share calling at least as often (the one-sided
+    p of "more false positives than alpha"; the direction the calibration guards against)."""
+    simulated = np.asarray(simulated)
+    return dict(called_range=[float(np.percentile(simulated, q)) for q in (2.5, 97.5)],
+                called_sd=float(simulated.std(ddof=1)), called_share_as_often=float(np.mean(simulated >= observed)))
+
+
+def placement(c, what):
+    """The calibration's sentence on its rate: above the range (too many false positives), below it
+    (conservative on this suite), or consistent, with the share of correct suites calling as often."""
+    low, high = c["called_range"]
+    share = f"{100 * c['called_share_as_often']:.1f}% of the simulated suites call at least as often"
+    if c["called_rate"] > high:
+        return f"**above** what {what} gives at alpha {100 * c['alpha']:.0f}% ({share}): more false positives than alpha"
+    if c["called_rate"] < low:
+        return (f"below the range of {what} ({share}): conservative on this suite, not more false positives than "
+                f"alpha {100 * c['alpha']:.0f}%")
+    return f"consistent with alpha {100 * c['alpha']:.0f}% ({share})"
+
+
+def null_ranges(n, picks, pilot_seeds, alpha, draws, observed_rate):
+    """Where observed_rate falls among the rates of called sub-suites over `draws` exactly normal null
+    suites of n seeds (fixed seed), and the 2.5-97.5 percentile range (and sd) of the bound's coverage:
+    the uncertainty of a calibration whose sub-suites overlap."""
     from scipy import stats as sps
     rng = np.random.default_rng(0)
     d = rng.normal(size=(draws, n))
     rate, cover = called_rates(d, picks, alpha), covers(d, picks, pilot_seeds)
     heavy = rng.standard_t(5, size=(2000, n))
     passes = float(np.mean([sps.shapiro(x)[1] >= 0.05 for x in heavy]))
-    span = lambda x: [float(np.percentile(x, 2.5)), float(np.percentile(x, 97.5))]
-    return dict(null_draws=draws, called_range=span(rate), called_sd=float(rate.std(ddof=1)),
-                cover_range=span(cover), cover_sd=float(cover.std(ddof=1)), shapiro_passes_t5=passes)
+    return dict(null_draws=draws, **reading(observed_rate, rate),
+                cover_range=[float(np.percentile(cover, q)) for q in (2.5, 97.5)], cover_sd=float(cover.std(ddof=1)),
+                shapiro_passes_t5=passes)
 
 
 def calibrate(diffs, alpha, min_effect, pilot_seeds, limit, draws=400):
@@ -111,7 +133,7 @@ def calibrate(diffs, alpha, min_effect, pilot_seeds, limit, draws=400):
                 called=called, called_rate=called / len(picks), alpha=alpha,
                 disjoint=len(disjoint), disjoint_called=disjoint_called,
                 disjoint_interval=compare.binomial_interval(disjoint_called, len(disjoint)),
-                **null_ranges(len(d), picks, pilot_seeds, alpha, draws))
+                **null_ranges(len(d), picks, pilot_seeds, alpha, draws, called / len(picks)))
 
 
 def family_called(d, picks, alpha):
@@ -143,8 +165,7 @@ def family_calibrate(diffs, alpha, min_effect, sub_seeds, limit, draws=400):
     sd = np.sqrt(np.diag(covariance))
     correlation = covariance / np.outer(sd, sd)
     return dict(k=k, n=n, sub_seeds=sub_seeds, subsets=len(picks), called=called, called_rate=called / len(picks),
-                alpha=alpha, null_draws=draws, called_range=[float(np.percentile(rate, q)) for q in (2.5, 97.5)],
-                called_sd=float(rate.std(ddof=1)), mean_correlation=float(correlation[np.triu_indices(k, 1)].mean()),
+                alpha=alpha, null_draws=draws, **reading(called / len(picks), rate), mean_correlation=float(correlation[np.triu_indices(k, 1)].mean()),
                 disjoint=len(disjoint), disjoint_called=disjoint_called,
                 disjoint_interval=compare.binomial_interval(disjoint_called, len(disjoint)))
 
@@ -152,7 +173,6 @@ def family_calibrate(diffs, alpha, min_effect, sub_seeds, limit, draws=400):
 def family_markdown(f, name, variants):
     low, high = f["disjoint_interval"]
     pct = lambda x: f"{100 * x:.1f}%"
-    inside = f["called_range"][0] <= f["called_rate"] <= f["called_range"][1]
     return (f"Family of {f['k']} true nulls ({', '.join(f'`{v}`' for v in variants)}) against one baseline, "
             f"{f['n']} paired seeds ({name}); their differences correlate {f['mean_correlation']:.2f} on average "
             f"(the shared baseline). Sub-suites of {f['sub_seeds']} seeds, Holm over the {f['k']} comparisons at "
@@ -160,8 +180,7 @@ def family_markdown(f, name, variants):
             f"better or worse, {100 * f['called_rate']:.2f}%. The sub-suites overlap; on exactly normal nulls with "
             f"this covariance the rate of a correct procedure lies in {pct(f['called_range'][0])}-"
             f"{pct(f['called_range'][1])} (95% of {f['null_draws']} simulated suites, sd {100 * f['called_sd']:.1f} "
-            f"points), so the rate is " + ("consistent with" if inside else "**outside** what a correct procedure gives at")
-            + f" alpha {100 * f['alpha']:.0f}%. The {f['disjoint']} disjoint sub-suites (independent): "
+            f"points), so the rate is " + placement(f, "a correct procedure") + f". The {f['disjoint']} disjoint sub-suites (independent): "
             f"{f['disjoint_called']} called, Clopper-Pearson 95% [{100 * low:.1f}, {100 * high:.1f}]%.")
 
 
@@ -204,9 +223,7 @@ def markdown(c, name, variant, plot):
         f"share seeds, so this is not {c['subsets']} trials: a correct test on an exactly normal null of "
         f"{c['n']} seeds gives a rate between {pct(c['called_range'][0])} and {pct(c['called_range'][1])} "
         f"(95% of {c['null_draws']} simulated suites, sd {100 * c['called_sd']:.1f} points), so the rate is "
-        + ("consistent with" if c["called_range"][0] <= c["called_rate"] <= c["called_range"][1] else
-           "**outside** what a correct test gives at")
-        + f" alpha {100 * c['alpha']:.0f}%. The {c['disjoint']} disjoint sub-suites (independent): "
+        + placement(c, "a correct test") + f". The {c['disjoint']} disjoint sub-suites (independent): "
         f"{c['disjoint_called']} called, Clopper-Pearson 95% [{100 * low:.1f}, {100 * high:.1f}]%: one suite of "
         f"{c['n']} seeds cannot pin the false-positive rate more finely."])
 
