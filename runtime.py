@@ -116,6 +116,7 @@ DEFAULTS = dict(
     lr_decay_iters=0,  # where cosine reaches min_lr; 0 means max_iters
     min_lr=6e-5,  # the learning rate at the end of the decay
     wsd_decay_frac=0.2,  # wsd: the last fraction of lr_decay_iters decays linearly to min_lr
+    lr_tuning="",  # how learning_rate was tuned, as tools/tune_lr.py writes it into a recipe ('' = untuned)
     # budgets: the run ends at whichever comes first (0 disables max_time / max_tokens)
     max_iters=600000,  # optimizer steps
     max_time=0.0,  # seconds spent in training steps (evaluation and checkpointing excluded)
