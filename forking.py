@@ -120,6 +120,37 @@ def check_models_fork(branch_cfg, trunk_cfg, where):
     check_tensors({n: t.shape for n, t in trunk.state_dict().items()}, branch, where)
 
 
+def starts_as_trunk(branch_cfg, trunk_cfg):
+    """None when a branch of branch_cfg, forked from a trunk of trunk_cfg (its tensors loaded, its
+    fork_start applied), computes the trunk's function at the fork; else why not, in words. Checked
+    on the CPU with random trunk weights and tokens: a branch that starts elsewhere makes a forked
+    verdict measure the jump at the fork, not the idea (sweep.py refuses it before any run)."""
+    import torch
+    on_cpu = lambda cfg: dict(cfg, device="cpu", dtype="float32", compile=False, init_from="scratch", dropout=0.0)
+    torch.manual_seed(0)
+    trunk = runtime.build_model(on_cpu(trunk_cfg)).eval()
+    with torch.no_grad():  # trained-sized weights: at init attention is near uniform and hides what a variant changes
+        for p in trunk.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    torch.manual_seed(1)
+    branch = runtime.build_model(on_cpu(branch_cfg)).eval()
+    load_weights(dict(model=trunk.state_dict(), config=trunk_cfg), branch)
+    if branch_cfg.get("fork_start") == "preserve":
+        try:
+            preserve_start(branch)
+        except configurator.ConfigError as e:
+            return str(e).removeprefix("fork_start='preserve': ")
+    tokens = torch.randint(0, trunk_cfg["vocab_size"], (2, min(trunk_cfg["block_size"], 32)),
+                           generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        gap = (branch(tokens)[0] - trunk(tokens)[0]).abs().max().item()
+    if gap > 1e-4:
+        how = "with fork_start='preserve'" if branch_cfg.get("fork_start") == "preserve" else \
+            "with fork_start='own' (its new parameters at their own init)"
+        return f"its logits differ from the trunk's by up to {gap:.3g} at the fork {how}"
+    return None
+
+
 def preserve_start(model):
     """fork_start='preserve': set the branch's new parameters (after load_weights) so that the forked
     model computes what the trunk computed, as far as its architecture allows; each module that owns

@@ -14,7 +14,7 @@ import sys
 
 import configurator
 import rundir
-from ablation import compare, render, suites
+from ablation import bridge, compare, render, suites
 
 OPTIONS = dict(
     metric="val_loss",  # run directories only: one of compare.METRICS (a suite keeps its declared metric)
@@ -78,7 +78,8 @@ def build(options, dirs):
                                                        options["alpha"], options["min_effect"] or None)
         except ValueError as e:
             raise configurator.ConfigError(str(e)) from None
-        path = render.write_report(compare.compare(suite, runs), runs, options["out"] or "out-report")
+        path = render.write_report(bridge.add_to_report(compare.compare(suite, runs), runs), runs,
+                                   options["out"] or "out-report")
     print(open(path).read())
     print(f"written: {path}", file=sys.stderr)
     return path

@@ -235,6 +235,7 @@ def plan_runs(spec):
     runs = [r for r in runs if not r[1].get("bridge") and "lr_check" not in r[1]]
     if suite:
         check_confounds(suite, runs, resolved, spec)
+        suites.check_tuning(suite.get("tuning"), next(resolved[n] for n, p, _ in runs if p["variant"] == suite["baseline"]))
         if scratch:
             check_confounds(suite, scratch, resolved, spec)
         runs = equal_flops_evals(suite, runs, resolved)
@@ -296,7 +297,7 @@ def fork_plan(suite, runs, resolved, sweep_dir):
             "--final_eval_iters=0", f"--out_dir={out_dir}",
             f"--wandb_run_name={os.path.basename(os.path.normpath(sweep_dir)).removeprefix('out-')}-{trunk.replace('/', '-')}"]
         trunks[(point.get("size"), point["seed"])] = (trunk, dict(point, trunk=True), trunk_argv)
-    nproc = suite["nproc"]
+    nproc, checked = suite["nproc"], set()
     for name, point, argv in runs:
         trunk, _, trunk_argv = trunks[(point.get("size"), point["seed"])]
         branch_argv = [*argv, f"--fork_from={os.path.join(sweep_dir, trunk)}"]
@@ -308,8 +309,28 @@ def fork_plan(suite, runs, resolved, sweep_dir):
                 f"({', '.join(f'{k}: {a!r} vs {b!r}' for k, (a, b) in diffs.items())}); a fork suite compares "
                 f"models only: run this suite without fork_at")
         forking.check_models_fork(branch_cfg, trunk_cfg, f"fork_at: {name}")  # tensors, as recipes: before any run
+        check_fork_start(suite, point, branch_cfg, trunk_cfg, checked)
         branches.append((name, dict(point, after=trunk), branch_argv))
     return list(trunks.values()) + branches
+
+
+def check_fork_start(suite, point, branch_cfg, trunk_cfg, checked):
+    """The design chosen by what carries: a variant whose branch does not start as its trunk computes
+    (forking.starts_as_trunk) is not forked, unless the suite asks the fork's question on purpose
+    (fork_cold_starts); checked once per variant and size, before any run."""
+    key = (point["variant"], point.get("size"))
+    if key in checked or point["variant"] == suite["baseline"]:
+        return
+    checked.add(key)
+    why = forking.starts_as_trunk(branch_cfg, trunk_cfg)
+    if why and point["variant"] not in suite["fork_cold_starts"]:
+        raise configurator.ConfigError(
+            f"fork_at: {point['variant']} has no function-preserving start ({why}), so a forked verdict would "
+            f"measure the loss jump at the fork, not the idea: run it from scratch (a suite without fork_at), or "
+            f"list it in fork_cold_starts to ask the fork's question on purpose")
+    if why:
+        print(f"note: {point['variant']} forks without a function-preserving start ({why}): fork_cold_starts asks "
+              f"the fork's question, not \"does it help?\"")
 
 
 def resolve(argv, nproc, name=None):

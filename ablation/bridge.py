@@ -13,11 +13,16 @@ module puts the forked effect beside the from-scratch one:
   at the family's per-comparison level (Bonferroni over the k variants) with min(n) - 1 degrees of
   freedom (conservative: each mean's variance comes from its own few seeds). The forked and scratch
   runs share seeds but not training, so they are treated as independent;
-- whether the signs agree, and the bridge's status: "confirms" (the ratio's interval is bounded and
-  lies above 0: the forked effect points where the from-scratch one does), "disagrees" (the
-  estimates have opposite signs), "unbounded" (the from-scratch effect cannot be told from 0, so no
-  ratio can be bounded), "cannot bound away from 0" (same signs, but the interval reaches 0 or below).
-Anything but "confirms" means the forked verdict does not stand as an answer to "does it help?".
+- each side's own interval at the same confidence (one level for the whole table), and the bridge's
+  status from them: "confirmed" (both effects decided, same sign), "conflict" (both decided,
+  opposite signs), "negligible in both" (both intervals inside ±min_effect: an equivalence of its
+  own), "lost at the fork" (the forked interval inside ±min_effect, the from-scratch effect decided),
+  "underpowered" (a side cannot be told from 0: the bridge then says the effect it could have
+  seen, 80% power at its level, from that side's sd and seeds). Two effects indistinguishable from 0
+  never "conflict". The ratio's Fieller interval uses a Welch-type (Satterthwaite) df, since the two
+  sides have their own variances and seed counts.
+Anything but "confirmed" or "negligible in both" means the forked verdict does not stand as an answer to
+"does it help?"; the report then puts the from-scratch verdict in its place (compare.answers).
 
 The loss jump: each branch's first evaluation (at the fork point) minus its seed's baseline branch's.
 A variant whose new parameters start cold (or whose architecture changes the function outright)
@@ -30,9 +35,12 @@ import math
 
 import numpy as np
 
-from ablation import compare
+from ablation import compare, stats
 
-CONFIRMS = "confirms"
+STANDS = ("confirmed", "negligible in both")  # bridge statuses under which the forked verdict answers the question
+# What a verdict's answer is quoted with (compare.answers): the from-scratch side's, where the fork does not stand
+ANSWER_KEYS = ("verdict", "why", "n", "diff_mean", "interval", "interval_confidence", "equivalence_interval",
+               "equivalence_confidence", "p_holm")
 
 
 def fieller(a, se_a, b, se_b, t):
@@ -57,33 +65,64 @@ def mean_se(diffs):
     return float(d.mean()), float(d.std(ddof=1) / math.sqrt(len(d)))
 
 
-def ratio(forked_diffs, scratch_diffs, level):
-    """The bridge of one variant: forked and from-scratch mean effects, their ratio with Fieller's
-    interval at confidence 1 - level, whether the signs agree, and the status (module docstring)."""
+def welch_df(se_a, n_a, se_b, n_b, r):
+    """Satterthwaite's degrees of freedom of a - r b, each mean with its own variance and seeds."""
+    va, vb = se_a ** 2, (r * se_b) ** 2
+    if va + vb == 0:
+        return float(min(n_a, n_b) - 1)
+    return (va + vb) ** 2 / (va ** 2 / (n_a - 1) + vb ** 2 / (n_b - 1))
+
+
+def side(diffs, level, min_effect):
+    """One side of the bridge at confidence 1 - level: mean, se, interval (its own n - 1 df), whether
+    it is decided (+1 / -1: the interval excludes 0 on that side; 0: it holds 0) and whether the
+    interval lies inside ±min_effect; the sd and n for the effect it could have seen."""
     from scipy import stats as sps
-    a, se_a = mean_se(forked_diffs)
-    b, se_b = mean_se(scratch_diffs)
-    out = dict(forked=a, forked_se=se_a, scratch=b, scratch_se=se_b, forked_n=len(forked_diffs),
-               scratch_n=len(scratch_diffs), confidence=1 - level, ratio=None, interval=None, kind=None,
-               signs_agree=None, status="incomplete")
-    if a is None or b is None or se_a is None or se_b is None:
+    mean, se = mean_se(diffs)
+    if se is None:
+        return None
+    half = float(sps.t.isf(level / 2, len(diffs) - 1)) * se
+    lo, hi = mean - half, mean + half
+    return dict(mean=mean, se=se, n=len(diffs), sd=se * math.sqrt(len(diffs)), interval=[lo, hi],
+                decided=1 if lo > 0 else -1 if hi < 0 else 0,
+                negligible=bool(min_effect and -min_effect < lo and hi < min_effect))
+
+
+def ratio(forked_diffs, scratch_diffs, level, min_effect=None):
+    """The bridge of one variant: both sides at confidence 1 - level, the ratio forked / from scratch with
+    Fieller's interval (Welch-type df), and the status (module docstring)."""
+    from scipy import stats as sps
+    a, b = side(forked_diffs, level, min_effect), side(scratch_diffs, level, min_effect)
+    out = dict(forked=a and a["mean"], forked_se=a and a["se"], scratch=b and b["mean"], scratch_se=b and b["se"],
+               forked_n=len(forked_diffs), scratch_n=len(scratch_diffs), confidence=1 - level,
+               forked_interval=a and a["interval"], scratch_interval=b and b["interval"], ratio=None, interval=None,
+               kind=None, signs_agree=None, could_see=None, status="incomplete")
+    if a is None or b is None:
         out["why"] = "fewer than 2 paired seeds in the forked or the from-scratch comparison"
         return out
-    out["ratio"] = a / b if b != 0 else None
-    out["signs_agree"] = bool(a * b > 0)
-    df = min(len(forked_diffs), len(scratch_diffs)) - 1
-    t = float(sps.t.isf(level / 2, df))
-    out["df"], out["t"] = df, t
-    out["kind"], out["interval"] = fieller(a, se_a, b, se_b, t)
-    if not out["signs_agree"]:
-        out["status"], out["why"] = "disagrees", "the forked and from-scratch effects have opposite signs"
-    elif out["kind"] == "unbounded":
-        out["status"], out["why"] = "unbounded", (f"the from-scratch effect {b:+.4g} (se {se_b:.2g}) cannot be told "
-                                                  f"from 0 at this level, so the ratio has no bounded interval")
-    elif out["interval"][0] > 0:
-        out["status"], out["why"] = CONFIRMS, "the ratio's interval is bounded and above 0"
+    out["ratio"] = a["mean"] / b["mean"] if b["mean"] != 0 else None
+    out["signs_agree"] = bool(a["mean"] * b["mean"] > 0)
+    df = welch_df(a["se"], a["n"], b["se"], b["n"], out["ratio"] if out["ratio"] is not None else 1.0)
+    out["df"], out["t"] = df, float(sps.t.isf(level / 2, df))
+    out["kind"], out["interval"] = fieller(a["mean"], a["se"], b["mean"], b["se"], out["t"])
+    at = f"at {out['confidence']:.4g}"
+    if a["decided"] and b["decided"]:
+        out["status"] = "confirmed" if a["decided"] == b["decided"] else "conflict"
+        out["why"] = (f"both effects decided {at} ({a['mean']:+.4g} forked, {b['mean']:+.4g} from scratch), "
+                      + ("same sign" if out["status"] == "confirmed" else "opposite signs"))
+    elif a["negligible"] and b["negligible"]:
+        out["status"] = "negligible in both"
+        out["why"] = f"both intervals {at} lie inside ±{min_effect:g}"
+    elif a["negligible"] and b["decided"]:
+        out["status"] = "lost at the fork"
+        out["why"] = (f"the forked effect lies inside ±{min_effect:g} {at} while the from-scratch one, "
+                      f"{b['mean']:+.4g}, is decided: the fork does not carry it")
     else:
-        out["status"], out["why"] = "cannot bound away from 0", "the ratio's interval reaches 0"
+        weak = [(name, s) for name, s in (("from-scratch", b), ("forked", a)) if not s["decided"]]
+        out["status"] = "underpowered"
+        out["could_see"] = {name: stats.detectable_effect(s["sd"], s["n"], level) for name, s in weak}
+        out["why"] = "; ".join(f"the {name} effect {s['mean']:+.4g} cannot be told from 0 {at} (its {s['n']} seeds "
+                               f"could have seen about {out['could_see'][name]:.3g})" for name, s in weak)
     return out
 
 
@@ -96,9 +135,13 @@ def bridge(report, scratch):
         if name == report["baseline"]:
             continue
         s = scratch["variants"].get(name)
-        entry = ratio(v.get("differences") or [], (s or {}).get("differences") or [], report["level"])
+        entry = ratio(v.get("differences") or [], (s or {}).get("differences") or [], report["level"],
+                      report.get("min_effect"))
         entry.update(forked_verdict=v.get("verdict"), scratch_verdict=(s or {}).get("verdict", "no runs"),
-                     scratch_interval=(s or {}).get("interval"))
+                     scratch_answer={k: (s or {}).get(k) for k in ANSWER_KEYS}, forked_per_seed=dict(zip(map(str, v.get("paired_seeds") or []),
+                                                                      v.get("differences") or [])),
+                     scratch_per_seed=dict(zip(map(str, (s or {}).get("paired_seeds") or []),
+                                               (s or {}).get("differences") or [])))
         out[name] = entry
     return out
 
@@ -150,7 +193,7 @@ def add_to_report(report, runs, bridge_runs=None):
                                 variants=bridge(report, scratch))
     stand = {}
     for name, b in (report.get("bridge") or {}).get("variants", {}).items():
-        if b["status"] != CONFIRMS:
+        if b["status"] not in STANDS:
             stand.setdefault(name, []).append(f"bridge {b['status']}")
     for name, j in (jumps or {}).items():
         if j["beyond_margin"]:
@@ -158,4 +201,30 @@ def add_to_report(report, runs, bridge_runs=None):
                                               f"±{j['margin']:g} (a design problem)")
     if jumps is not None or bridge_runs:
         report["does_not_stand"] = stand
+    report["answers"] = answers(report)
     return report
+
+
+def answers(report):
+    """{variant: the answer that stands}: its own verdict where the design answers "does it help?"
+    (from scratch, or a fork that stands), else the bridge's from-scratch verdict in its place (with
+    the forked one and why it does not stand), else no answer. The headline, the table's verdict
+    column and the why-lines all quote this."""
+    stand, bridged = report.get("does_not_stand") or {}, (report.get("bridge") or {}).get("variants", {})
+    forked = report.get("fork_at") is not None
+    out = {}
+    for name, v in report["variants"].items():
+        if name == report["baseline"]:
+            continue
+        own = {k: v.get(k) for k in ANSWER_KEYS}
+        design = f"forked at step {report['fork_at']}" if forked else "from scratch"
+        if name not in stand:
+            out[name] = dict(own, design=design, replaces=None)
+        elif name in bridged and bridged[name]["scratch_answer"].get("verdict"):
+            out[name] = dict(bridged[name]["scratch_answer"], design="from scratch (the bridge's seeds)",
+                             replaces=dict(verdict=v.get("verdict"), design=design, why=stand[name]))
+        else:
+            out[name] = dict({k: None for k in ANSWER_KEYS}, verdict="no answer", design=design,
+                             why="the forked verdict does not stand and no from-scratch run answers instead",
+                             replaces=dict(verdict=v.get("verdict"), design=design, why=stand[name]))
+    return out

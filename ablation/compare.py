@@ -233,7 +233,7 @@ def compare(suite, runs):
                   final_tokens={f"{v}-seed{s}": (r["events"][-1].get("tokens") if r["events"] else None)
                                 for (v, s), r in runs.items()},
                   baseline_sd=float(np.std(list(base_values.values()), ddof=1)) if len(base_values) > 1 else None,
-                  variants={})
+                  about=about(reference, tokens), tuning=suite.get("tuning"), variants={})
     # HellaSwag runs at its own interval: its own largest common token count
     report["hellaswag_tokens"] = common_tokens(finished, "hellaswag_acc_norm")
     for variant, seeds in suite["variants"].items():
@@ -349,6 +349,20 @@ def design(runs):
     k = min(points)
     return (f"forked at step {k} from a shared baseline trunk per seed: does switching to the variant for the rest "
             f"of the budget, after {k} steps of the baseline, beat continuing the baseline?")
+
+
+def about(reference, tokens):
+    """What the report is about, from the baseline's config and checklist: the model, the data, the
+    budget, the learning rate and how it was tuned (runtime's lr_tuning; '' or absent = untuned)."""
+    if reference is None or reference["config"] is None:
+        return None
+    cfg = reference["config"]
+    checklist = next((e for e in reference["events"] if e["event"] == "checklist"), {})
+    return dict(model_type=cfg.get("model_type"), n_layer=cfg.get("n_layer"), n_head=cfg.get("n_head"),
+                n_embd=cfg.get("n_embd"), block_size=cfg.get("block_size"), parameters=checklist.get("parameters"),
+                dataset=cfg.get("dataset"), vocab_size=cfg.get("vocab_size"), max_iters=cfg.get("max_iters"),
+                tokens=tokens, learning_rate=cfg.get("learning_rate"), min_lr=cfg.get("min_lr"),
+                lr_tuning=cfg.get("lr_tuning") or "")
 
 
 def measurement_problems(runs, allowed):

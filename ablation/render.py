@@ -74,11 +74,47 @@ def margin_question(report):
             f"should be read at that shrinkage.")
 
 
+def tuning_text(report):
+    """How the recipe's learning rate was chosen: the suite's tuning, else the runs' lr_tuning, else UNTUNED."""
+    a, tuning = report.get("about") or {}, report.get("tuning")
+    if tuning:
+        return tuning["summary"]
+    if a.get("lr_tuning"):
+        return a["lr_tuning"]
+    return ("**untuned**: no tuning is recorded for this learning rate (tools/tune_lr.py tunes a suite's recipe); "
+            "a baseline off its best rate can make any variant look better or worse")
+
+
+def about_lines(report):
+    """What the report is about, in its first lines: model, data, budget, rate and its tuning, design,
+    and how far the answer may carry."""
+    a = report.get("about")
+    if not a:
+        return []
+    size = f"{a['parameters'] / 1e6:.3g}M parameters" if a.get("parameters") else "parameters not recorded"
+    shape = f"{a['n_layer']} layers x {a['n_embd']} wide, {a['n_head']} heads" if a.get("n_layer") else ""
+    rate = f"learning rate {fmt(a.get('learning_rate'))} (min_lr {fmt(a.get('min_lr'))})"
+    return [f"About: a {a.get('model_type') or 'gpt'} model of {size} ({shape}, context {a.get('block_size')}, "
+            f"vocabulary {a.get('vocab_size')}) on `{a.get('dataset')}`, {a.get('max_iters')} steps, compared at "
+            f"{thousands(a.get('tokens'))} training tokens, {design_label(report)}; {rate}, {tuning_text(report)}.",
+            f"How far it carries: {carry_text(report)}"]
+
+
+def carry_text(report):
+    a = report.get("about") or {}
+    small = a.get("parameters") is not None and a["parameters"] < 50e6
+    return ((f"this is a {a['parameters'] / 1e6:.2g}M-parameter model trained for {thousands(a.get('tokens'))} "
+             f"tokens; its answers hold for this recipe and speak for GPT-2 124M only as far as the transfer evidence "
+             f"does (docs/transfer.md: the ladder across sizes, the published results)") if small else
+            "the answers hold for this model size, data and budget; other sizes and longer training need their own "
+            "runs or a ladder")
+
+
 def header_lines(report):
     metric, tokens = report["metric"], report["compared_at_tokens"]
     better = "lower" if report["goal"] == "lower" else "higher"
     finals = list(filter(None, report["final_tokens"].values()))
-    return [f"# Ablation report: {report['suite']} ({design_label(report)})", "",
+    return [f"# Ablation report: {report['suite']} ({design_label(report)})", "", *about_lines(report),
             f"Design: {report['design']}" if report.get("design") else "",  # reports written before designs
             f"Deciding metric (declared before the runs): **{metric}** ({better} is better), compared at "
             f"**{fmt(tokens)} tokens**, the largest token count at which every finished run was evaluated "
@@ -104,16 +140,18 @@ def header_lines(report):
 
 def markdown(report, plots):
     head = header_lines(report)
-    lines = head[:1] + transfer_headline(report) + head[1:] + [
-        "", f"Verdicts ({design_label(report)}):", "",
+    lines = head[:1] + headline(report) + head[1:] + [
+        "", "Verdicts (the answer that stands; where a forked verdict does not, the from-scratch one in its place):", "",
         "| variant | verdict | seeds | mean | sd | diff vs baseline | interval (confidence) | p | p (Holm) |",
         "|" + "---|" * 9]
     for name, v in report["variants"].items():
-        lines.append(" | ".join([
-            f"| {name}", f"**{v['verdict']}**" + bridge_cell(report, name), str(v["n"]), fmt(v["mean"]), fmt(v["sd"]),
-            fmt(v.get("diff_mean")) if name != report["baseline"] else "-",
-            interval_cell(v) if name != report["baseline"] else "-", fmt(v.get("p_value"), 3),
-            fmt(v.get("p_holm"), 3)]) + " |")
+        a = answer_of(report, name) if name != report["baseline"] else None
+        if a and a.get("replaces"):  # the row quotes the answer in its place, as the verdict column does
+            cells = [str(a["n"]), "-", "-", fmt(a["diff_mean"]), interval_cell(a), "-", fmt(a["p_holm"], 3)]
+        else:
+            cells = [str(v["n"]), fmt(v["mean"]), fmt(v["sd"]), fmt(v.get("diff_mean")) if a else "-",
+                     interval_cell(v) if a else "-", fmt(v.get("p_value"), 3), fmt(v.get("p_holm"), 3)]
+        lines.append(" | ".join([f"| {name}", verdict_cell(report, name, v), *cells]) + " |")
     if report.get("declared_after_the_runs"):
         lines.append(f"\nNote: {', '.join(report['declared_after_the_runs'])} declared after the runs (report.py), "
                      f"not before them.")
@@ -130,8 +168,7 @@ def markdown(report, plots):
     if report.get("plan"):
         lines += ["", "## Seed plan", "", "```", stats.describe_plan(report["plan"]), "```"]
     lines += ["", f"## Why each verdict ({design_label(report)})", ""]
-    lines += [f"- **{name}** ({design_label(report)}): {v['verdict']}: {v['why']}." + bridge_why(report, name)
-              for name, v in report["variants"].items()]
+    lines += [why_line(report, name, v) for name, v in report["variants"].items()]
     pairing = [f"- {name}: {'; '.join(v['pairing'])}" for name, v in report["variants"].items() if "pairing" in v]
     if pairing:
         lines += ["", "## Pairing (same seed = same data order and initial shared weights)", "", *pairing]
@@ -592,16 +629,82 @@ def ladder_plot(report, out_dir):
 
 # ----------------------------------------------------------------------------- how far a forked answer carries
 
-def transfer_headline(report):
-    """The first lines under the title when a forked verdict does not stand (ablation/bridge.py): the
-    bridge does not confirm its direction, or the loss jump at the fork exceeds the margin."""
-    stand = report.get("does_not_stand")
-    if not stand:
+def answer_of(report, name):
+    """The answer that stands for a variant (bridge.answers), or its own verdict for a report built before answers."""
+    v = report["variants"][name]
+    return (report.get("answers") or {}).get(name) or dict({k: v.get(k) for k in (
+        "verdict", "why", "n", "diff_mean", "interval", "interval_confidence", "equivalence_interval",
+        "equivalence_confidence", "p_holm")}, design=design_label(report), replaces=None)
+
+
+def answer_interval(a):
+    """The interval an answer is quoted with: the simultaneous one for claims about the margin, else the Holm step's."""
+    if a["verdict"] in ("equivalent",) or a["verdict"].endswith("negligible"):
+        return a["equivalence_interval"], a["equivalence_confidence"], "simultaneous"
+    return a["interval"], a["interval_confidence"], "Holm step"
+
+
+def sentence(report, name):
+    """One plain sentence: what was found for the variant, by which design, how sure."""
+    a, metric = answer_of(report, name), report["metric"]
+    units = UNITS.get(metric, "")
+    interval, confidence, kind = answer_interval(a)
+    where = f"{stats.span(interval)} ({stats.pct(confidence)} {kind}, {a['n']} seeds)" if interval else \
+        f"({a['n']} seeds)"
+    verdict = a["verdict"]
+    if verdict.startswith(("better", "worse")):
+        found = (f"is **{verdict.split(',')[0]}** than the baseline by {signed(a['diff_mean'])} {units} {where}"
+                 + (", smaller than the margin that matters (±" + fmt(report["min_effect"]) + ")"
+                    if verdict.endswith("negligible") else ""))
+    elif verdict == "equivalent":
+        found = f"is **equivalent** to the baseline within ±{fmt(report['min_effect'])}: {signed(a['diff_mean'])} {where}"
+    elif verdict == "inconclusive":
+        plan = ((report.get("plan") or {}).get("per_variant") or {}).get(name) or {}
+        seen = plan.get("detectable") if not a.get("replaces") else None
+        found = (f"**cannot be told from the baseline**: {signed(a['diff_mean'])} {where}"
+                 + (f"; these seeds detect about {fmt(seen, 2)} (80% power, planned from the sd's upper bound)"
+                    if seen else ""))
+    else:
+        found = f"has **no answer** ({verdict}: {a['why']})"
+    best = ((report.get("tuning") or {}).get("best_factors") or {}).get(name)
+    own_rate = (f"; its own best rate on the tuning seeds is {best:g}x the baseline's, so this same-rate answer may "
+                f"not be its best against the baseline's best" if best and best != 1 else "")
+    replaced = (f" (the forked verdict, {a['replaces']['verdict']}, does not stand: "
+                f"{'; '.join(a['replaces']['why'])})" if a.get("replaces") else "")
+    return f"- **{name}**, {a['design']}: {found}{own_rate}{replaced}."
+
+
+def headline(report):
+    """The report's first lines: one sentence per variant, the recipe they hold at, and how far they carry.
+    The table's verdict column and the why-lines quote the same answers (answer_of)."""
+    names = [n for n in report["variants"] if n != report["baseline"]]
+    if not names:
         return []
-    return ["", "> **The forked verdicts of " + ", ".join(f"{n} ({'; '.join(why)})" for n, why in stand.items())
-            + " do not stand as answers to \"does it help?\"**: the fork's question (after the trunk's steps, does "
-              "switching help?) is not shown to carry to training the variant from scratch (see How far the forked "
-              "answer carries)."]
+    a = report.get("about") or {}
+    recipe = (f"at learning rate {fmt(a.get('learning_rate'))} ({'tuned' if report.get('tuning') or a.get('lr_tuning') else '**untuned**'})"
+              if a else "")
+    return ["", f"**What this suite found** {recipe} (Holm over {report['comparisons']} at family-wise alpha "
+                f"{report['alpha']:.3g}; ±{fmt(report.get('min_effect'))} is the smallest effect that matters):", "",
+            *[sentence(report, n) for n in names], "", f"How far it carries: {carry_text(report)}." if a else ""]
+
+
+def verdict_cell(report, name, v):
+    if name == report["baseline"]:
+        return f"**{v['verdict']}**"
+    a = answer_of(report, name)
+    return f"**{a['verdict']}**" + (f" (from scratch, the bridge's seeds; forked: {a['replaces']['verdict']}, "
+                                    f"does not stand)" if a.get("replaces") else bridge_cell(report, name))
+
+
+def why_line(report, name, v):
+    if name == report["baseline"]:
+        return f"- **{name}**: {v['verdict']}: {v['why']}."
+    a = answer_of(report, name)
+    line = f"- **{name}** ({a['design']}): {a['verdict']}: {a['why']}."
+    if a.get("replaces"):
+        line += (f" In its place the forked verdict ({a['replaces']['design']}) was {a['replaces']['verdict']}: "
+                 f"{v['why']}; it does not stand ({'; '.join(a['replaces']['why'])}).")
+    return line + bridge_why(report, name)
 
 
 def bridge_cell(report, name):
@@ -613,8 +716,7 @@ def bridge_why(report, name):
     b = (report.get("bridge") or {}).get("variants", {}).get(name)
     if not b:
         return ""
-    confirmed = "confirms its direction" if b["status"] == "confirms" else "does NOT confirm its direction"
-    return f" The bridge {confirmed} ({b['status']}: {b.get('why', '')})."
+    return f" The bridge: {b['status']} ({b.get('why', '')})."
 
 
 def ratio_text(b):
@@ -645,16 +747,23 @@ def transfer_lines(report):
                             else "within the margin" if j["margin"] else "-") + " |")
     b = report.get("bridge")
     if b:
+        level = next(iter(b["variants"].values()))["confidence"] if b["variants"] else None
         lines += ["", "## How far the forked answer carries (bridge to from scratch)", "",
                   f"Every variant also trained from scratch on seeds {b['seeds']} ({b['design']}), compared at "
-                  f"{fmt(b['compared_at_tokens'])} tokens. Ratio = forked effect / from-scratch effect, Fieller's "
-                  f"interval at each comparison's level; unbounded when the from-scratch effect cannot be told from "
-                  f"0. Only 'confirms' lets a forked verdict answer \"does it help?\".", "",
-                  "| variant | forked effect (seeds) | forked verdict | from-scratch effect (seeds) | from-scratch verdict "
-                  "| ratio [interval] | signs agree | bridge |", "|---|---|---|---|---|---|---|---|"]
+                  f"{fmt(b['compared_at_tokens'])} tokens. Every interval in this table is at {stats.pct(level or 0)} "
+                  f"(each comparison's share of the family's alpha), each side with its own seeds; the ratio forked / "
+                  f"from scratch with Fieller's interval (Welch-type df), unbounded when the from-scratch effect cannot "
+                  f"be told from 0. Status: confirmed (both decided, same sign), conflict (both decided, opposite "
+                  f"signs), negligible in both (both inside ±{fmt(report.get('min_effect'))}), lost at the fork (the forked one inside it, the from-scratch one decided), underpowered (a side "
+                  f"holds 0: the effect its seeds could have seen is given). Only confirmed or negligible in both lets "
+                  f"a forked verdict answer \"does it help?\".", "",
+                  "| variant | forked effect [interval] (seeds) | from-scratch effect [interval] (seeds) | "
+                  "from-scratch per seed | ratio [interval] | bridge |", "|---|---|---|---|---|---|"]
         for name, v in b["variants"].items():
-            lines.append(f"| {name} | {signed(v['forked'])} ({v['forked_n']}) | {v['forked_verdict']} | "
-                         f"{signed(v['scratch'])} ({v['scratch_n']}) | {v['scratch_verdict']} | {ratio_text(v)} | "
-                         f"{'-' if v['signs_agree'] is None else 'yes' if v['signs_agree'] else '**no**'} | "
-                         f"**{v['status']}** |")
+            seen = "; ".join(f"{side} could see {fmt(x, 2)}" for side, x in (v.get("could_see") or {}).items())
+            lines.append(f"| {name} | {signed(v['forked'])} {stats.span(v['forked_interval']) if v.get('forked_interval') else ''}"
+                         f" ({v['forked_n']}) | {signed(v['scratch'])} "
+                         f"{stats.span(v['scratch_interval']) if v.get('scratch_interval') else ''} ({v['scratch_n']}) | "
+                         f"{', '.join(f'{signed(x)}' for x in (v.get('scratch_per_seed') or {}).values()) or '-'} | "
+                         f"{ratio_text(v)} | **{v['status']}**{' (' + seen + ')' if seen else ''} |")
     return lines

@@ -5,6 +5,7 @@ sweep.py reads and freezes suites here; report.py and sweep.py build a suite's r
 numbers come from compare.py (and ablation/ladder.py across sizes), the words and plots from render.py.
 """
 import json
+import math
 import os
 import re
 import time
@@ -77,10 +78,63 @@ def read_suite(namespace, name, here, known_keys):
         raise err(f"fork_at={fork_at!r}: the iteration at which every variant leaves its seed's baseline trunk, "
                   f"an integer >= 1 (or leave it out: every run from scratch)")
     bridge_seeds = check_bridge_seeds(namespace.get("bridge_seeds"), fork_at, sizes)
+    cold = namespace.get("fork_cold_starts", [])
+    if not (isinstance(cold, list) and set(cold) <= set(variants) - {namespace["baseline"]}) or (cold and fork_at is None):
+        raise err(f"fork_cold_starts={cold!r}: names of variants (not the baseline) that may fork without a "
+                  f"function-preserving start, in a suite with fork_at")
+    tuning = read_tuning(namespace.get("tuning"), here, list(seeds) + (bridge_seeds or []))
     return dict(name=name, variants=variants, baseline=namespace["baseline"], seeds=list(seeds),
                 metric=namespace["metric"], allowed=list(namespace["allowed"]), nproc=nproc, heatmap=heatmap,
                 alpha=alpha, min_effect=min_effect, looks=looks, ladder=sizes, fork_at=fork_at,
-                bridge_seeds=bridge_seeds)
+                bridge_seeds=bridge_seeds, fork_cold_starts=list(cold), tuning=tuning)
+
+
+def read_tuning(path, here, seeds):
+    """`tuning`: the tuning.json tools/tune_lr.py wrote for this suite's recipe, kept in the declaration
+    (so the report states it without the file): the grid, seeds, best rate and each variant's best factor."""
+    if path is None:
+        return None
+    full = os.path.normpath(os.path.join(here, path))
+    try:
+        kept = tuning_facts(full)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"tuning={path!r}: not a tuning.json of tools/tune_lr.py ({type(e).__name__}: {e}); run "
+                          f"python tools/tune_lr.py on the suite first") from None
+    shared = sorted(set(kept["seeds"]) & set(seeds))
+    if shared:
+        raise ConfigError(f"tuning={path!r} was tuned on seeds {shared} that this suite compares on: the best rate "
+                          f"would be chosen on the comparison's own data; tune on other seeds")
+    return kept
+
+
+def tuning_facts(path):
+    with open(path) as f:
+        result = json.load(f)
+    kept = {k: result[k] for k in ("summary", "best_lr", "seeds", "bracketed", "date", "commit")}
+    return dict(kept, path=path, grid=[row["lr"] for row in result["grid"]],
+                best_factors={v: c["best_factor"] for v, c in result["variants"].items()})
+
+
+def current_tuning(declared):
+    """The declared tuning, with the variants' rate check the same tuning (same best rate and seeds)
+    added to its file since (tools/tune_lr.py checks the variants after the baseline's grid)."""
+    if not declared or not os.path.exists(declared.get("path", "")):
+        return declared
+    try:
+        now = tuning_facts(declared["path"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return declared
+    same = now["best_lr"] == declared["best_lr"] and now["seeds"] == declared["seeds"]
+    return dict(declared, best_factors=now["best_factors"], summary=now["summary"]) if same else declared
+
+
+def check_tuning(tuning, baseline_cfg):
+    """Before any run: the baseline trains at the rate its tuning found (else the header would claim a
+    tuning the runs did not use)."""
+    if tuning and not math.isclose(baseline_cfg["learning_rate"], tuning["best_lr"], rel_tol=1e-3):
+        raise ConfigError(f"the baseline trains at learning_rate={baseline_cfg['learning_rate']:g} but its tuning found "
+                          f"{tuning['best_lr']:.4g}: write the tuned rate into the recipe (tools/tune_lr.py --write) "
+                          f"or drop `tuning` from the suite")
 
 
 def check_bridge_seeds(seeds, fork_at, sizes):
@@ -216,7 +270,8 @@ def load_suite_dir(suite_dir):
     declared = read_suite_json(os.path.join(suite_dir, "suite.json"))
     suite = {k: declared.get(k) for k in ("name", "metric", "baseline", "allowed", "heatmap", "alpha", "min_effect",
                                           "looks")}
-    suite.update(record=read_suite_record(suite_dir), declared_seeds=declared.get("seeds"))
+    suite.update(record=read_suite_record(suite_dir), declared_seeds=declared.get("seeds"),
+                 tuning=current_tuning(declared.get("tuning")))
     suite["variants"], runs = {}, {}
     for run_name, (variant, seed) in suite_runs(declared, suite["record"]).items():
         suite["variants"].setdefault(variant, []).append(seed)

@@ -1,5 +1,5 @@
 # The RA ablation across a ladder of four widths of the Shakespeare twin, forked within each size
-# (suites/ra_shakespeare.py: per seed the baseline trains to step 250 of 500, then baseline, RALATE and
+# (suites/ra_shakespeare_forked.py: per seed the baseline trains to step 250 of 500, then baseline, RALATE and
 # RAALL continue from it), three paired seeds, at n_embd 24, 40, 64 and 96 (4 layers, 4 heads):
 #   w24: N  27,648   w40: N  76,800   w64: N 196,608   w96: N 442,368   (2.77 e-folds of N)
 # Size is the only thing that changes: the same 500 optimizer steps of the same 2,048 tokens at every
@@ -19,10 +19,11 @@
 # python data/shakespeare/prepare.py --tokenizer=char && python sweep.py suites/ra_ladder_shakespeare.py
 import os
 
-exec(open(os.path.join(os.path.dirname(__file__), "ra_shakespeare.py")).read())
+exec(open(os.path.join(os.path.dirname(__file__), "ra_shakespeare_forked.py")).read())
 variants = {name: variants[name] for name in ("baseline", "late", "all")}
+fork_cold_starts = ["late", "all"]
 seeds = [1, 2, 3]
-bridge_seeds = None  # the bridge is ra_shakespeare.py's (w96); a ladder bridges no size
+bridge_seeds = None  # the bridge is ra_shakespeare_forked.py's (w96); a ladder bridges no size
 ladder = dict(
     sizes={"w24": dict(n_layer=4, n_embd=24, n_head=4, mla_latent_dim=6),
            "w40": dict(n_layer=4, n_embd=40, n_head=4, mla_latent_dim=10),

@@ -74,37 +74,88 @@ def test_a_bridge_confirms_a_known_shrunk_effect_of_the_same_sign():
     out = bridge.ratio(noisy(-0.010, 0.002, 8, 1), noisy(-0.020, 0.003, 4, 2), level=0.05)
     assert out["ratio"] == pytest.approx(0.5) and out["signs_agree"] and out["kind"] == "bounded"
     assert 0 < out["interval"][0] < 0.5 < out["interval"][1]
-    assert out["status"] == "confirms"
+    assert out["status"] == "confirmed"
+    # one level for the whole row: each side's interval at the same confidence, with its own df
+    assert out["confidence"] == 0.95 and out["forked_interval"][1] < 0 and out["scratch_interval"][1] < 0
 
 
-def test_a_bridge_names_opposite_signs_and_an_unbounded_ratio():
-    flipped = bridge.ratio(noisy(+0.004, 0.002, 8, 1), noisy(-0.020, 0.003, 4, 2), level=0.05)
-    assert flipped["status"] == "disagrees" and not flipped["signs_agree"] and flipped["ratio"] == pytest.approx(-0.2)
+def test_a_conflict_needs_both_effects_decided_and_two_zero_effects_never_conflict():
+    flipped = bridge.ratio(noisy(+0.010, 0.002, 8, 1), noisy(-0.020, 0.003, 4, 2), level=0.05)
+    assert flipped["status"] == "conflict" and not flipped["signs_agree"]
+    rng = np.random.default_rng(3)
+    for _ in range(200):  # two true zeros, opposite signs by chance: underpowered or negligible, never a conflict
+        a, b = rng.normal(0, 0.002, 8), rng.normal(0, 0.01, 3)
+        out = bridge.ratio(list(a), list(b), level=0.025, min_effect=0.01)
+        assert out["status"] != "conflict" or (out["forked_interval"][0] > 0 or out["forked_interval"][1] < 0)
+    zeros = bridge.ratio(noisy(+0.0005, 0.002, 8, 1), noisy(-0.004, 0.006, 3, 2), level=0.025, min_effect=0.01)
+    assert zeros["status"] == "underpowered" and "from-scratch" in zeros["could_see"]
+    assert zeros["could_see"]["from-scratch"] > 0.01  # 3 seeds at this sd see only a large effect
+    tight = bridge.ratio(noisy(+0.0005, 0.002, 8, 1), noisy(-0.0005, 0.002, 8, 2), level=0.025, min_effect=0.01)
+    assert tight["status"] == "negligible in both"
+
+
+def test_an_unbounded_ratio_is_underpowered_with_the_effect_it_could_have_seen():
     unbounded = bridge.ratio(noisy(-0.010, 0.002, 8, 1), noisy(-0.002, 0.010, 4, 2), level=0.05)
     assert unbounded["signs_agree"] and unbounded["kind"] == "unbounded" and unbounded["interval"] is None
-    assert unbounded["status"] == "unbounded"
-    near_zero = bridge.ratio(noisy(-0.0005, 0.004, 8, 1), noisy(-0.020, 0.003, 4, 2), level=0.05)
-    assert near_zero["kind"] == "bounded" and near_zero["interval"][0] < 0 and near_zero["status"] == "cannot bound away from 0"
+    assert unbounded["status"] == "underpowered" and set(unbounded["could_see"]) == {"from-scratch"}
+    assert unbounded["df"] == pytest.approx(bridge.welch_df(unbounded["forked_se"], 8, unbounded["scratch_se"], 4,
+                                                            unbounded["ratio"]))
 
 
 def test_the_bridge_verdicts_and_headline_from_a_report():
-    """bridge.bridge and the rendered lines on compare-shaped data (no runs): one confirmed, one not."""
+    """bridge.bridge and the rendered lines on compare-shaped data (no runs): one confirmed, one not,
+    whose from-scratch verdict then stands in its place in the headline, the table and the why-line."""
     from ablation import render
-    forked = dict(baseline="base", level=0.025, variants=dict(
-        base=dict(verdict="baseline"),
-        good=dict(differences=noisy(-0.01, 0.002, 8, 1), verdict="better"),
-        gated=dict(differences=noisy(0.0, 0.0013, 8, 3), verdict="equivalent")))
-    scratch = dict(variants=dict(good=dict(differences=noisy(-0.02, 0.003, 3, 2), verdict="better"),
-                                 gated=dict(differences=noisy(-0.017, 0.004, 3, 4), verdict="better")))
+    forked = dict(baseline="base", level=0.025, fork_at=5, metric="val_loss", comparisons=2, alpha=0.05,
+                  min_effect=0.01, variants=dict(
+        base=dict(verdict="baseline", why="the reference"),
+        good=dict(differences=noisy(-0.01, 0.002, 8, 1), paired_seeds=list(range(8)), verdict="better", why="p"),
+        gated=dict(differences=noisy(0.0, 0.0013, 8, 3), paired_seeds=list(range(8)), verdict="equivalent", why="q")))
+    scratch = dict(variants=dict(good=dict(differences=noisy(-0.02, 0.003, 3, 2), paired_seeds=[1, 2, 3],
+                                           verdict="better"),
+                                 gated=dict(differences=noisy(-0.017, 0.004, 3, 4), paired_seeds=[1, 2, 3],
+                                            verdict="inconclusive", why="holds 0", n=3, diff_mean=-0.017,
+                                            interval=[-0.03, 0.001], interval_confidence=0.975)))
     out = bridge.bridge(forked, scratch)
-    assert out["good"]["status"] == "confirms" and out["gated"]["status"] != "confirms"
+    assert out["good"]["status"] == "confirmed" and out["gated"]["status"] == "lost at the fork"
+    assert len(out["gated"]["scratch_per_seed"]) == 3  # stored for report.json
     report = dict(forked, bridge=dict(seeds=[1, 2, 3], design="from scratch", compared_at_tokens=100, variants=out),
                   does_not_stand={"gated": [f"bridge {out['gated']['status']}"]})
-    head = "\n".join(render.transfer_headline(report))
-    assert "gated" in head and "do not stand" in head and "good" not in head
-    assert "does NOT confirm" in render.bridge_why(report, "gated") and "confirms its direction" in render.bridge_why(report, "good")
+    report["answers"] = bridge.answers(report)
+    assert report["answers"]["gated"]["verdict"] == "inconclusive"
+    assert report["answers"]["gated"]["replaces"]["verdict"] == "equivalent"
+    head = "\n".join(render.headline(report))
+    assert "**gated**, from scratch (the bridge's seeds): **cannot be told from the baseline**" in head
+    assert "the forked verdict, equivalent, does not stand" in head
+    assert "**good**, forked at step 5: is **better**" in head
+    assert "inconclusive" in render.why_line(report, "gated", report["variants"]["gated"])
     table = "\n".join(render.transfer_lines(report))
-    assert "| good | " in table and "**confirms**" in table
+    assert "| good | " in table and "**confirmed**" in table and "**lost at the fork**" in table
+
+
+@pytest.mark.parametrize("variant, start, refused", [("ra", "own", True), ("gated", "own", True),
+                                                     ("gated", "preserve", False)])
+def test_a_variant_without_a_function_preserving_start_is_refused_a_fork_at_plan_time(tmp_path, variant, start,
+                                                                                       refused):
+    """The design chosen by what carries: RA (no preserving start exists) or a gate started cold would make a
+    forked verdict measure the jump at the fork; refused before any run, unless fork_cold_starts asks for it."""
+    import configurator
+    import sweep
+    body = {"ra": "{'model_type': 'ra', 'ra_pattern': 'all', 'ra_mode': 'mix'}",
+            "gated": f"{{'model_type': 'ra', 'attn_gate': True, 'fork_start': {start!r}}}"}[variant]
+    text = (f"variants = {{'base': {{'model_type': 'ra'}}, 'v': {body}}}\nbaseline = 'base'\nseeds = [1, 2]\n"
+            f"metric = 'val_loss'\nallowed = ['ra_pattern', 'ra_mode', 'attn_gate', 'fork_start']\nfork_at = 4\n"
+            f"suite_dir = {str(tmp_path / 'out')!r}\n")
+    args = ["--max_iters=8", "--dataset=toy", "--vocab_size=64", "--n_layer=2", "--n_embd=32", "--n_head=2",
+            "--block_size=16", "--batch_size=4", "--warmup_iters=2"]
+    (tmp_path / "s.py").write_text(text)
+    if refused:
+        with pytest.raises(configurator.ConfigError, match="v has no function-preserving start .*fork_cold_starts"):
+            sweep.plan_runs(sweep.parse_args([str(tmp_path / "s.py"), *args])[0])
+    else:
+        assert any(p.get("after") for _, p, _ in sweep.plan_runs(sweep.parse_args([str(tmp_path / "s.py"), *args])[0]))
+    (tmp_path / "s.py").write_text(text + "fork_cold_starts = ['v']\n")  # the fork's question, asked on purpose
+    assert any(p.get("after") for _, p, _ in sweep.plan_runs(sweep.parse_args([str(tmp_path / "s.py"), *args])[0]))
 
 
 def test_a_forked_suite_with_bridge_seeds_runs_them_from_scratch_and_reports_jump_and_bridge(data_dir, tmp_path):
@@ -116,7 +167,7 @@ def test_a_forked_suite_with_bridge_seeds_runs_them_from_scratch_and_reports_jum
     variants = {"base": {"model_type": "ra", **LR}, "gated": {"model_type": "ra", "attn_gate": True, **LR}}
     path, suite_dir = write_suite(tmp_path, variants, ["attn_gate"], seeds=(1, 2), name="suite_bridge")
     with open(path, "a") as f:
-        f.write("fork_at = 8\nbridge_seeds = [1, 2]\n")
+        f.write("fork_at = 8\nbridge_seeds = [1, 2]\nfork_cold_starts = ['gated']\n")
     calls = []
     sweep.main(suite_args(data_dir, path), launch=in_process(calls))
     assert sorted(c for c in calls if c.startswith("scratch-")) == [
@@ -131,12 +182,12 @@ def test_a_forked_suite_with_bridge_seeds_runs_them_from_scratch_and_reports_jum
     assert report["fork_jumps"]["base"]["mean"] == 0.0
     b = report["bridge"]["variants"]["gated"]
     assert b["scratch_n"] == 2 and b["forked_n"] == 2 and b["status"] in (
-        "confirms", "disagrees", "unbounded", "cannot bound away from 0")
+        "confirmed", "conflict", "negligible in both", "underpowered")
     text = open(os.path.join(suite_dir, "report.md")).read()
     assert "## Loss jump at the fork" in text and "## How far the forked answer carries" in text
-    assert "(bridge: " in text
-    if b["status"] != "confirms":
-        assert "do not stand" in text.split("## Loss jump")[0]
+    assert "(bridge: " in text or "(from scratch, the bridge's seeds; forked: " in text
+    if b["status"] not in bridge.STANDS:
+        assert "does not stand" in text.split("## Loss jump")[0]
     plan_text = seed_plan.seed_plan_text(sweep.parse_args(suite_args(data_dir, path))[0]["suite"], len(calls),
                                          [suite_dir])
     assert "bridge: 4 runs from scratch" in plan_text
@@ -210,7 +261,7 @@ def test_a_ladders_learning_rate_checks_run_apart_and_are_reported(tmp_path):
     path.write_text(
         "variants = {'base': {'model_type': 'ra'}, 'late': {'model_type': 'ra', 'ra_pattern': 'late'}}\n"
         "baseline = 'base'\nseeds = [1, 2]\nmetric = 'val_loss'\nmin_effect = 0.01\nallowed = ['ra_pattern']\n"
-        f"fork_at = 4\nsuite_dir = {str(tmp_path / 'out')!r}\n"
+        f"fork_at = 4\nfork_cold_starts = ['late']\nsuite_dir = {str(tmp_path / 'out')!r}\n"
         f"ladder = dict(sizes={sizes!r}, reference='w32', tokens=('params', 0.0), learning_rate=('params', -1 / 3), "
         f"sd=0.003, lr_check=(0.5, 2.0))\n")
     shape = tmp_path / "shape.py"  # the recipe's shape is the reference size's (a config file, not an override)
@@ -258,6 +309,11 @@ def test_a_jump_beyond_the_margin_is_a_design_problem_in_the_headline():
     assert jumps["gated"]["mean"] == pytest.approx(0.05) and jumps["gated"]["beyond_margin"]
     assert jumps["kept"]["mean"] == 0.0 and not jumps["kept"]["beyond_margin"]
     assert list(report["does_not_stand"]) == ["gated"]
-    head = "\n".join(render.transfer_headline(report))
-    assert "gated (loss jump at the fork +0.05 beyond the margin ±0.01 (a design problem))" in head
+    report.update(fork_at=5, comparisons=2, alpha=0.05)
+    report["variants"]["gated"].update(verdict="worse", why="p", n=2, diff_mean=0.05)
+    report["variants"]["kept"].update(verdict="inconclusive", why="q", n=2, diff_mean=0.0)
+    report["answers"] = bridge.answers(report)
+    head = "\n".join(render.headline(report))
+    assert "loss jump at the fork +0.05 beyond the margin ±0.01 (a design problem)" in head
+    assert "**gated**, forked at step 5: has **no answer**" in head
     assert "| gated | +0.05 | +0.049, +0.051 | **design problem: beyond the margin** |" in "\n".join(render.transfer_lines(report))
