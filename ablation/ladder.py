@@ -164,9 +164,10 @@ def size_effect(report, variant, shape):
     if v is None:
         return out
     diffs = v.get("differences") or []
-    out.update(n=len(diffs), diff=v.get("diff_mean"), differences=dict(zip(map(str, v.get("paired_seeds") or []), diffs)),
-               interval=v.get("interval"), interval_confidence=v.get("interval_confidence"), p_holm=v.get("p_holm"),
-               verdict=v["verdict"], why=v["why"])
+    out.update(n=len(diffs), diff=v.get("diff_mean"), interval=v.get("interval"),
+               differences=dict(zip(map(str, v.get("paired_seeds") or []), diffs)),  # by seed: a line per seed
+               interval_confidence=v.get("interval_confidence"), p_holm=v.get("p_holm"), verdict=v["verdict"],
+               why=v["why"])
     return out
 
 
@@ -254,20 +255,24 @@ def classify(effects, fit, goal):
 
 def withheld_because(effects, checked, sizes):
     """Why no trend may be stated (None when one may): the learning-rate check does not support the
-    rule's rate at a checked end (lr_check: 1x beaten by more than the margin, not finished, or not
-    run), or a size's forked verdict does not stand (ablation/bridge.py: a loss jump at the fork beyond
-    the margin, a bridge that does not confirm). Either way the effect at each size answers another
-    question than "does it help, and more so as N grows?": against an untuned baseline, or shaped by
-    the fork's shock, a trend can be the rule's or the design's, not the variant's."""
+    rule's rate at a checked end (lr_check: 1x beaten by more than the margin, fewer than two factors
+    finished, no finished 1x, or not run), or a size's forked verdict does not stand (ablation/bridge.py:
+    a loss jump at the fork beyond the margin, a bridge that does not confirm). Either way the effect at
+    each size answers another question than "does it help, and more so as N grows?": against an
+    untuned baseline, or shaped by the fork's shock, a trend can be the rule's or the design's, not the
+    variant's."""
     reasons = []
     if checked is not None:  # the ladder declared lr_check: its smallest and largest size are checked
         by_n = sorted(sizes, key=lambda name: non_embedding_params(sizes[name]))
         failing = []
         for end in dict.fromkeys((by_n[0], by_n[-1])):
-            holds = (checked["sizes"].get(end) or {}).get("holds")
-            if holds != "yes":
-                failing.append(f"{end}: " + ("not run" if holds is None else "no finished 1x run" if holds == "-"
-                                             else holds))
+            row = checked["sizes"].get(end)
+            if row is None:
+                failing.append(f"{end}: not run")
+            elif len(row["values"]) < 2:  # a lone finished rate is "best" by default, which checks nothing
+                failing.append(f"{end}: {len(row['values'])} of {len(checked['factors'])} factors finished")
+            elif row["holds"] != "yes":
+                failing.append(f"{end}: " + ("no finished 1x run" if row["holds"] == "-" else row["holds"]))
         if failing:
             reasons.append("the learning-rate check does not support the rule's rate (" + "; ".join(failing) + ")")
     standing = [f"{e['size']} ({', '.join(e['does_not_stand'])})" for e in effects if e["does_not_stand"]]
@@ -310,13 +315,13 @@ def across_sizes(ladder, reports, goal, lr_checked=None):
                 + ", ".join(f"seed {s} lacks {', '.join(sizes)}" for s, sizes in left_out.items()) + ")")
         else:
             fit = fit_trend(effects, level, out["extrapolate_to"]["params"] if target else None)
-            withheld = withheld_because(effects, lr_checked, ladder["sizes"])
             if not fit["slope_se"]:
                 entry["trend"], entry["why"] = "incomplete", ("every seed's line has the same slope (deterministic "
                                                               "runs): no spread to test it against")
             else:
                 entry["fit"] = fit
                 entry["detectable"] = ladder_power.ladder_detectable(effects, len(seeds), level)  # 80% power, simulated
+                withheld = withheld_because(effects, lr_checked, ladder["sizes"])
                 entry["trend"], entry["why"] = ("withheld", withheld) if withheld else classify(effects, fit, goal)
         out["variants"][variant] = entry
     return out

@@ -173,11 +173,14 @@ def test_the_trend_is_withheld_while_the_learning_rate_check_or_a_forked_verdict
     """A clear growth (the one above) is stated only when the learning-rate check supports the rule's
     rate at both checked ends (s and l) and every size's forked verdicts stand."""
     per_size = {"s": dict(grows=0.01), "m": dict(grows=0.03), "l": dict(grows=0.05)}
-    holds = lambda s, l: dict(sizes={"s": dict(holds=s), "l": dict(holds=l)})
+    three = {"0.5": 2.1, "1": 2.0, "2": 2.05}
+    holds = lambda s, l, values=three: dict(factors=[1.0, 0.5, 2.0], sizes={"s": dict(holds=s, values=three),
+                                                                          "l": dict(holds=l, values=values)})
     assert across(per_size, holds("yes", "yes"))["grows"]["trend"] == "grows"
     for checked, why in ((holds("yes", "no: 2x is better by 0.036"), "l: no: 2x is better by 0.036"),
-                         (holds("-", "yes"), "s: no finished 1x run"),
-                         (dict(sizes={"s": dict(holds="yes")}), "l: not run")):
+                         (holds("yes", "-", {"0.5": 2.1, "2": 2.05}), "l: no finished 1x run"),
+                         (holds("yes", "yes", {"1": 2.0}), "l: 1 of 3 factors finished"),  # a lone 1x is best by default
+                         (dict(factors=[1.0, 0.5, 2.0], sizes={"s": dict(holds="yes", values=three)}), "l: not run")):
         entry = across(per_size, checked)["grows"]
         assert entry["trend"] == "withheld" and entry["fit"] is not None  # the numbers kept, the statement not made
         assert entry["why"] == f"the learning-rate check does not support the rule's rate ({why})"
