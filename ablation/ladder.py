@@ -15,11 +15,12 @@ run's arguments, so every run's config.json records what it ran with.
 Within one size the suite is an ordinary one: its runs live in suite_dir/<size>/ with their own
 suite.json, one family per size (Holm within it), and python report.py suite_dir/<size> reports
 it alone. Across sizes the ladder's keys are the only ones allowed to differ (across_size_problems).
-The across-size statement, per variant: the paired effect at each size, a weighted fit of effect
-against ln N and its slope's interval at the declared level (Bonferroni over the k variants), a
-trend (grows, shrinks, flips, no trend detectable, incomplete) and the fitted line extrapolated to a
-named size, stated as an extrapolation. The numbers are plain data (report.json); ablation/render.py
-words and draws them.
+The across-size statement, per variant: the paired effect at each size; per seed, the line of that
+seed's differences against ln N, and their mean line with t intervals over seeds at the declared
+level (Bonferroni over the k variants); a trend (grows, shrinks, flips, no trend detectable,
+incomplete, or withheld while the learning-rate check or a size's forked verdicts do not stand) and
+the mean line extrapolated to a named size, stated as an extrapolation. The numbers are plain data
+(report.json); ablation/render.py words and draws them.
 """
 import glob
 import math
@@ -148,24 +149,25 @@ def size_of(run_name):
 # ----------------------------------------------------------------------------- the across-size statement
 
 def size_effect(report, variant, shape):
-    """One variant's paired effect at one size, from that size's report (ablation.compare): the
-    mean difference, its standard error, the Holm-step interval and verdict of the size's family,
-    N, and the training compute at the compared point (the variant's FLOPs per token x tokens)."""
+    """One variant's paired effect at one size, from that size's report (ablation.compare): each
+    seed's paired difference, their mean, the Holm-step interval and verdict of the size's family,
+    why its forked verdict does not stand (ablation/bridge.py: does_not_stand), N, and the training
+    compute at the compared point (the variant's FLOPs per token x tokens)."""
     v = report["variants"].get(variant)
     cost = (v or {}).get("cost") or {}
     out = dict(params=non_embedding_params(shape), measured_parameters=cost.get("parameters"),
                compute=(cost["flops_per_token"] * report["compared_at_tokens"]
                         if cost.get("flops_per_token") and report["compared_at_tokens"] else None),
-               tokens=report["compared_at_tokens"], n=0, diff=None, se=None, interval=None,
-               interval_confidence=None, verdict="incomplete", why="no run of this variant at this size")
+               tokens=report["compared_at_tokens"], n=0, diff=None, differences={}, interval=None,
+               interval_confidence=None, verdict="incomplete", why="no run of this variant at this size",
+               does_not_stand=(report.get("does_not_stand") or {}).get(variant) or [])
     if v is None:
         return out
     diffs = v.get("differences") or []
     out.update(n=len(diffs), diff=v.get("diff_mean"), interval=v.get("interval"),
+               differences=dict(zip(map(str, v.get("paired_seeds") or []), diffs)),  # by seed: a line per seed
                interval_confidence=v.get("interval_confidence"), p_holm=v.get("p_holm"), verdict=v["verdict"],
                why=v["why"])
-    if len(diffs) > 1:
-        out["se"] = float(np.std(diffs, ddof=1) / math.sqrt(len(diffs)))
     return out
 
 
@@ -173,39 +175,44 @@ def unusable(effect):
     """Why a size's effect cannot enter the fit (None when it can)."""
     if effect["verdict"] in ("incomplete", "not comparable"):
         return f"{effect['verdict']}: {effect['why']}"
-    if effect["n"] < 2 or not effect["se"]:
-        return (f"{effect['n']} paired seed(s)" if effect["n"] < 2 else
-                "no seed-to-seed variance (deterministic): nothing to weight the fit by")
     return None
 
 
+def complete_seeds(effects):
+    """(the seeds with a paired difference at every size, {each other seed: the sizes it lacks})."""
+    every = set.union(*(set(e["differences"]) for e in effects))
+    lacking = {s: [e["size"] for e in effects if s not in e["differences"]] for s in sorted(every, key=int)}
+    return [s for s, sizes in lacking.items() if not sizes], {s: sizes for s, sizes in lacking.items() if sizes}
+
+
 def fit_trend(effects, level, target_params=None):
-    """Weighted least squares of the per-size mean effect on ln N (statsmodels), weights 1 / se^2:
-    a fixed-effect meta-regression. The slope's standard error is scaled by max(1, chi^2 / df) of
-    the residuals (Knapp-Hartung: a line that does not fit widens its interval) and the interval uses
-    Student's t with min(seeds) - 1 degrees of freedom, because every se comes from that few seeds.
-    Simulated at 3 sizes x 3 seeds and a nominal 5%: t on the paired differences' own 7 degrees of
-    freedom rejects a true null slope in 6.5% of ladders (the weights come from the same seeds), this
-    one in about 1%: conservative, as tests/test_ladder.py checks. Returns slope (per e-fold of N), its
-    interval, the fitted effect and interval at the ladder's ends and at target_params."""
-    import statsmodels.api as sm
-    from scipy import stats
+    """The trend from per-seed lines: for each seed with a paired difference at every size, the
+    least-squares line of its differences on ln N; the trend is the seeds' mean line, its slope (per
+    e-fold of N) tested by a one-sample t over the seeds' slopes, with df = seeds - 1 (scipy), and
+    intervals at confidence 1 - level. Every size shares each seed's data order, so the sizes of one
+    seed are correlated; a seed's line depends on that seed's runs alone, so the lines of different
+    seeds are independent and the t over seeds keeps its level under any correlation across sizes
+    (tests/test_ladder.py simulates it; a weighted fit of the per-size means that treats sizes as
+    independent rejects a flat truth too often when a seed's difference drifts with N). Seeds missing
+    a size are left out (named in `left_out`). Returns the mean slope, its interval and p, the mean
+    (intercept, slope) with its covariance over seeds (so `fitted` gives the mean line and its
+    interval at any N), the fitted effect at the ladder's ends, at its centre, and at target_params."""
+    from scipy import stats as sps
+    seeds, left_out = complete_seeds(effects)
     x = np.log([e["params"] for e in effects])
-    y = np.array([e["diff"] for e in effects])
-    se = np.array([e["se"] for e in effects])
-    X = sm.add_constant(x)
-    fit = sm.WLS(y, X, weights=1 / se ** 2).fit(cov_type="fixed scale")
-    df_fit = len(effects) - 2
-    scale = max(1.0, float(np.sum((y - fit.fittedvalues) ** 2 / se ** 2)) / df_fit) if df_fit else 1.0
-    df = min(e["n"] for e in effects) - 1
-    cov = (fit.cov_params() * scale).tolist()
-    out = dict(intercept=float(fit.params[0]), slope=float(fit.params[1]), cov=cov, slope_se=math.sqrt(cov[1][1]),
-               confidence=1 - level, df=df, quantile=float(stats.t.isf(level / 2, df)), scale=scale)
+    diffs = np.array([[e["differences"][s] for s in seeds] for e in effects])  # (sizes, seeds)
+    lines = np.polynomial.polynomial.polyfit(x, diffs, 1)  # (intercept, slope) of each seed: (2, seeds)
+    n = len(seeds)
+    cov = (np.cov(lines) / n).tolist()  # of the mean line: each seed's line is one independent draw
+    df = n - 1
+    out = dict(seeds=seeds, left_out=left_out, seed_slopes=dict(zip(seeds, lines[1].tolist())),
+               intercept=float(lines[0].mean()), slope=float(lines[1].mean()), cov=cov, slope_se=math.sqrt(cov[1][1]),
+               confidence=1 - level, df=df, quantile=float(sps.t.isf(level / 2, df)))
     out.update(slope_interval=[out["slope"] - out["quantile"] * out["slope_se"],
                                out["slope"] + out["quantile"] * out["slope_se"]],
-               p=float(2 * stats.t.sf(abs(out["slope"]) / out["slope_se"], df)),
+               p=float(sps.ttest_1samp(lines[1], 0.0).pvalue) if out["slope_se"] else None,
                smallest=fitted(out, math.exp(x.min())), largest=fitted(out, math.exp(x.max())),
-               centre=fitted(out, math.exp(np.average(x, weights=1 / se ** 2))))
+               centre=fitted(out, math.exp(x.mean())))
     if target_params:  # an interval only within one ladder width past the largest size
         out["extrapolated"] = ladder_power.bound_extrapolation(fitted(out, target_params), np.exp(x).tolist())
     return out
@@ -222,8 +229,8 @@ def fitted(fit, params):
 def classify(effects, fit, goal):
     """(trend, why): flips when the sign change is established (decided effects of opposite sign at
     two sizes, or the fit's intervals at the ladder's two ends on opposite sides of 0); grows or
-    shrinks when the slope's interval excludes 0 (grows: away from zero, judged at the weighted
-    centre of the ladder); else no trend detectable."""
+    shrinks when the slope's interval excludes 0 (grows: away from zero, judged at the centre of the
+    ladder in ln N); else no trend detectable."""
     decided = {e["size"]: e["verdict"] for e in effects if e["verdict"] in ("better", "worse")}
     if len(set(decided.values())) == 2:
         return "flips", "decided in opposite directions: " + ", ".join(f"{s} {v}" for s, v in decided.items())
@@ -246,10 +253,40 @@ def classify(effects, fit, goal):
            if crosses else ""))
 
 
-def across_sizes(ladder, reports, goal):
-    """The ladder's comparison as plain data. reports: {size: ablation.compare result}. Per variant:
-    the effect at every declared size, the fit and its trend; a variant missing a size (or without
-    a usable effect there) is incomplete, never fitted on the sizes it has."""
+def withheld_because(effects, checked, sizes):
+    """Why no trend may be stated (None when one may): the learning-rate check does not support the
+    rule's rate at a checked end (lr_check: 1x beaten by more than the margin, fewer than two factors
+    finished, no finished 1x, or not run), or a size's forked verdict does not stand (ablation/bridge.py:
+    a loss jump at the fork beyond the margin, a bridge that does not confirm). Either way the effect at
+    each size answers another question than "does it help, and more so as N grows?": against an
+    untuned baseline, or shaped by the fork's shock, a trend can be the rule's or the design's, not the
+    variant's."""
+    reasons = []
+    if checked is not None:  # the ladder declared lr_check: its smallest and largest size are checked
+        by_n = sorted(sizes, key=lambda name: non_embedding_params(sizes[name]))
+        failing = []
+        for end in dict.fromkeys((by_n[0], by_n[-1])):
+            row = checked["sizes"].get(end)
+            if row is None:
+                failing.append(f"{end}: not run")
+            elif len(row["values"]) < 2:  # a lone finished rate is "best" by default, which checks nothing
+                failing.append(f"{end}: {len(row['values'])} of {len(checked['factors'])} factors finished")
+            elif row["holds"] != "yes":
+                failing.append(f"{end}: " + ("no finished 1x run" if row["holds"] == "-" else row["holds"]))
+        if failing:
+            reasons.append("the learning-rate check does not support the rule's rate (" + "; ".join(failing) + ")")
+    standing = [f"{e['size']} ({', '.join(e['does_not_stand'])})" for e in effects if e["does_not_stand"]]
+    if standing:
+        reasons.append("the forked verdicts at " + ", ".join(standing) + " do not stand")
+    return "; ".join(reasons) or None
+
+
+def across_sizes(ladder, reports, goal, lr_checked=None):
+    """The ladder's comparison as plain data. reports: {size: ablation.compare result}; lr_checked: the
+    ladder's learning-rate checks (lr_check; None when it declares none). Per variant: the effect at
+    every declared size, the per-seed fit and its trend; a variant missing a size (or without a usable
+    effect there, or with fewer than 2 seeds at every size) is incomplete, never fitted on the sizes
+    it has; its trend is withheld (the fit kept as data) while withheld_because names a reason."""
     variants = list(dict.fromkeys(v for r in reports.values() for v in r["variants"] if v != r["baseline"]))
     k = len(variants)
     level = ladder["alpha"] / max(1, k)  # Bonferroni: k across-size statements at family-wise alpha
@@ -264,17 +301,28 @@ def across_sizes(ladder, reports, goal):
         for size, shape in ladder["sizes"].items():
             report = reports.get(size)
             effect = size_effect(report, variant, shape) if report else dict(
-                params=non_embedding_params(shape), n=0, diff=None, se=None, verdict="incomplete",
-                why="no runs at this size")
+                params=non_embedding_params(shape), n=0, diff=None, differences={}, verdict="incomplete",
+                why="no runs at this size", does_not_stand=[])
             effects.append(dict(effect, size=size))
         missing = {e["size"]: unusable(e) for e in effects if unusable(e)}
+        seeds, left_out = complete_seeds(effects)
         entry = dict(effects=effects, fit=None)
         if missing:
             entry["trend"], entry["why"] = "incomplete", "; ".join(f"{s}: {w}" for s, w in missing.items())
+        elif len(seeds) < 2:
+            entry["trend"], entry["why"] = "incomplete", (
+                f"{len(seeds)} seed(s) with a paired difference at every size, a line per seed needs 2 or more ("
+                + ", ".join(f"seed {s} lacks {', '.join(sizes)}" for s, sizes in left_out.items()) + ")")
         else:
-            entry["fit"] = fit_trend(effects, level, out["extrapolate_to"]["params"] if target else None)
-            entry["trend"], entry["why"] = classify(effects, entry["fit"], goal)
-            entry["detectable_slope"] = ladder_power.ladder_detectable(effects, level)  # 80% power, simulated
+            fit = fit_trend(effects, level, out["extrapolate_to"]["params"] if target else None)
+            if not fit["slope_se"]:
+                entry["trend"], entry["why"] = "incomplete", ("every seed's line has the same slope (deterministic "
+                                                              "runs): no spread to test it against")
+            else:
+                entry["fit"] = fit
+                entry["detectable"] = ladder_power.ladder_detectable(effects, len(seeds), level)  # 80% power, simulated
+                withheld = withheld_because(effects, lr_checked, ladder["sizes"])
+                entry["trend"], entry["why"] = ("withheld", withheld) if withheld else classify(effects, fit, goal)
         out["variants"][variant] = entry
     return out
 
@@ -282,8 +330,9 @@ def across_sizes(ladder, reports, goal):
 # ----------------------------------------------------------------------------- planning, compute and the learning-rate checks
 
 def plan_lines(ladder, n_seeds, k):
-    """sweep.py --plan for a ladder: its span in e-folds of N, the steps at every size, and the slope it
-    can detect at 80% power from the paired-difference sd it declares (ladder['sd'], from a pilot)."""
+    """sweep.py --plan for a ladder: its span in e-folds of N, the steps at every size, and the slope its
+    per-seed test can detect at 80% power from the paired-difference sd it declares (ladder['sd'], from
+    a pilot), sizes independent (ablation/ladder_power.py: the conservative case for a shared seed)."""
     params = [non_embedding_params(s) for s in ladder["sizes"].values()]
     x = np.log(params)
     reference = ladder["sizes"][ladder["reference"]]
@@ -297,9 +346,10 @@ def plan_lines(ladder, n_seeds, k):
              + f"; interval no further than N = {ladder_power.extrapolation_limit(params):,.0f} (one ladder width past the largest)"]
     sd = ladder.get("sd")
     if sd:
-        found = ladder_power.detectable_slope(x, [sd] * len(x), n_seeds, level)
-        lines.append(f"  trend test at level {level:.3g} ({ladder['alpha']:g} over {k} variants), {n_seeds} seeds per "
-                     f"size, paired-difference sd {sd:g} at every size (declared): 80% power at a slope of "
+        found = ladder_power.detectable_slope(x, sd, n_seeds, level)
+        lines.append(f"  trend test (a line per seed, t over {n_seeds} seeds) at level {level:.3g} ({ladder['alpha']:g} "
+                     f"over {k} variants), paired-difference sd {sd:g} at every size (declared), sizes independent: "
+                     f"80% power at a slope of "
                      + (f"{found:.3g} nats per e-fold of N ({found * np.ptp(x):.3g} across the ladder), simulated"
                         if found else "none within reach"))
     else:

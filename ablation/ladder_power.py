@@ -1,13 +1,18 @@
 """What a ladder (ablation/ladder.py) can see, and how far its line may be carried.
 
-- The slope it could have detected: the smallest slope per e-fold of N that the ladder's own trend
-  test (ladder.fit_trend: weighted least squares on ln N, weights 1/se^2, Knapp-Hartung widening,
-  Student t with min(seeds) - 1 degrees of freedom, at the ladder's Bonferroni level) rejects in 80%
-  of ladders. The test's weights come from the same few seeds as the effects, so no closed form holds;
-  it is simulated (vectorized, a fixed random seed, common random numbers across slopes so the
-  bisection is monotone): per size the paired differences are normal with that size's sd, the slope
-  is true, and each simulated ladder is fitted exactly as the report fits it. tests/test_transfer.py
-  checks that this test keeps its level on a flat truth and has the power claimed here.
+- The trend test, on many ladders at once (slope_rejects): per seed the least-squares slope of that
+  seed's paired differences on ln N, then a one-sample t over the seeds' slopes (df = seeds - 1),
+  exactly as ladder.fit_trend tests a report's ladder (tests/test_transfer.py checks they agree).
+- The slope it could have detected: the smallest slope per e-fold of N that this test rejects in 80%
+  of simulated ladders at the ladder's level (Bonferroni over the variants). Simulated with a fixed
+  random seed and common random numbers across slopes, so the bisection is monotone: the paired
+  differences are normal with one sd at every size (the plan's declared sd, or the report's pooled
+  over the ladder's sizes), the sizes independent. Independence is the conservative case for what
+  every size of a seed shares (its data order): a seed effect common to all sizes shifts that seed's
+  line without tilting it (a slope's weights sum to 0) and so only narrows the slopes' spread. A
+  seed whose difference drifts with N (a seed-by-size interaction) spreads the slopes wider than this
+  sd implies; the report's interval, from the slopes' own spread, covers that, its detectable slope
+  does not.
 - The extrapolation bound: a line fitted over ln N in [a, b] is given an interval no further than
   one ladder width past the largest size (ln N <= b + (b - a)); beyond that the report states the
   line's value as an unsupported line, without an interval.
@@ -22,59 +27,64 @@ POWER = 0.8
 DRAWS = 4000
 
 
-def slope_rejects(x, means, ses, n, level):
-    """ladder.fit_trend's slope test on many ladders at once. x: (m,) ln N; means, ses: (draws, m);
-    n: seeds per size. Returns (slope, rejected) arrays of length draws."""
-    from scipy import special
-    w = 1.0 / ses ** 2
-    sw = w.sum(axis=1)
-    xbar = (w * x).sum(axis=1) / sw
-    ybar = (w * means).sum(axis=1) / sw
-    sxx = (w * (x - xbar[:, None]) ** 2).sum(axis=1)
-    slope = (w * (x - xbar[:, None]) * (means - ybar[:, None])).sum(axis=1) / sxx
-    resid = means - (ybar[:, None] + slope[:, None] * (x - xbar[:, None]))
-    m = len(x)
-    scale = np.maximum(1.0, (w * resid ** 2).sum(axis=1) / (m - 2)) if m > 2 else np.ones(len(slope))
-    se = np.sqrt(scale / sxx)
-    df = n - 1
-    p = 2 * special.stdtr(df, -np.abs(slope) / se)
-    return slope, p < level
+def seed_slopes(x, diffs):
+    """Each seed's least-squares slope of its differences on ln N. x: (m,) ln N; diffs: (..., m, seeds)."""
+    centred = x - x.mean()
+    return np.einsum("i,...is->...s", centred, diffs) / (centred @ centred)
 
 
-def simulate(x, sds, n, level, slope, draws=DRAWS, seed=0):
-    """The fraction of simulated ladders whose slope test rejects, at a true slope (per e-fold of N,
-    centred on the ladder: the effect is slope * (ln N - mean ln N)). sds: the paired-difference sd at
-    each size; n seeds at each."""
+def slope_rejects(x, diffs, level):
+    """ladder.fit_trend's slope test on many ladders at once. x: (m,) ln N; diffs: (draws, m, seeds),
+    each seed's paired difference at each size. Returns (mean slope, rejected) arrays of length draws."""
+    from scipy import stats
+    slopes = seed_slopes(np.asarray(x, dtype=np.float64), diffs)
+    return slopes.mean(axis=1), stats.ttest_1samp(slopes, 0.0, axis=1).pvalue < level
+
+
+def simulate(x, sd, n, level, slope, draws=DRAWS, seed=0):
+    """The fraction of simulated ladders whose slope test rejects, at a true slope per e-fold of N
+    (the effect is slope * (ln N - mean ln N)): n seeds, paired differences with this sd at every
+    size, sizes independent (the module docstring says why that is the conservative case)."""
     x = np.asarray(x, dtype=np.float64)
-    sds = np.asarray(sds, dtype=np.float64)
     z = np.random.default_rng(seed).standard_normal((draws, len(x), n))
-    d = slope * (x - x.mean())[None, :, None] + sds[None, :, None] * z
-    means = d.mean(axis=2)
-    ses = d.std(axis=2, ddof=1) / math.sqrt(n)
-    return float(slope_rejects(x, means, ses, n, level)[1].mean())
+    return float(slope_rejects(x, slope * (x - x.mean())[None, :, None] + sd * z, level)[1].mean())
 
 
-def detectable_slope(x, sds, n, level, power=POWER, draws=DRAWS, seed=0):
+def detectable_slope(x, sd, n, level, power=POWER, draws=DRAWS, seed=0):
     """The smallest slope per e-fold of N rejected in `power` of simulated ladders (bisection with
-    common random numbers); None when even 100x the largest sd per e-fold is not."""
-    hi = 100 * max(sds) / max(1e-12, np.ptp(x))
-    if simulate(x, sds, n, level, hi, draws, seed) < power:
+    common random numbers); None when even 100 sd per e-fold is not."""
+    hi = 100 * sd / max(1e-12, np.ptp(x))
+    if simulate(x, sd, n, level, hi, draws, seed) < power:
         return None
     lo = 0.0
     for _ in range(30):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if simulate(x, sds, n, level, mid, draws, seed) < power else (lo, mid)
+        lo, hi = (mid, hi) if simulate(x, sd, n, level, mid, draws, seed) < power else (lo, mid)
     return hi
 
 
-def ladder_detectable(effects, level):
-    """The slope the ladder could have detected, from its measured per-size standard errors (sd =
-    se x sqrt(seeds)); None when a size has no se."""
-    if any(not e.get("se") or e.get("n", 0) < 2 for e in effects):
+def pooled_sd(effects):
+    """(sd, df): the paired-difference sd pooled over the ladder's sizes (each size's variance weighted
+    by its seeds - 1): one sd for the whole ladder instead of each size's own, which at 3 seeds rests
+    on 2 df. The df count the sizes as independent; sizes share seeds, so the pooled sd is less certain
+    than its df say (at worst, with perfectly correlated sizes, as certain as one size's)."""
+    groups = [list(e["differences"].values()) for e in effects if len(e["differences"]) > 1]
+    df = sum(len(g) - 1 for g in groups)
+    if not df:
+        return None, 0
+    return math.sqrt(sum((len(g) - 1) * np.var(g, ddof=1) for g in groups) / df), df
+
+
+def ladder_detectable(effects, seeds, level):
+    """The slope the ladder could have detected with its `seeds` (those with a difference at every
+    size), from the paired-difference sd pooled over its sizes: dict(slope, sd, df); slope None when
+    no slope within reach, the whole dict None without an sd (one seed per size, or no spread)."""
+    sd, df = pooled_sd(effects)
+    if not sd or seeds < 2:
         return None
-    n = min(e["n"] for e in effects)
     x = np.log([e["params"] for e in effects])
-    return detectable_slope(x, [e["se"] * math.sqrt(e["n"]) for e in effects], n, level)
+    found = detectable_slope(x, sd, seeds, level)
+    return dict(slope=float(found) if found else None, sd=sd, df=df)
 
 
 def extrapolation_limit(params):

@@ -501,14 +501,29 @@ def extrapolation_text(across, fit):
             f"extrapolation of a straight line in ln N beyond every measured size, not a measurement.")
 
 
+def stated_fit(v):
+    """A variant's fit where its trend may be read: a withheld trend's fit stays in report.json only."""
+    return None if v["trend"] == "withheld" else v["fit"]
+
+
 def detectable_text(v):
     """Every trend statement with the slope the ladder could have detected (ablation/ladder_power.py)."""
-    if "detectable_slope" not in v:
+    found = v.get("detectable")
+    if not found:
         return ""
-    found = v["detectable_slope"]
-    return (f" This ladder could have detected a slope of {found:.3g} per e-fold of N (80% power at its level, "
-            f"simulated from its per-size standard errors)." if found else
-            " This ladder could not detect any slope within 100 sds per e-fold of N at 80% power.")
+    basis = (f"simulated with its per-seed test from the paired-difference sd pooled over its sizes, {found['sd']:.2g} "
+             f"on {found['df']} df, sizes independent")
+    return (f" This ladder could have detected a slope of {found['slope']:.3g} per e-fold of N (80% power at its "
+            f"level, {basis})." if found["slope"] else
+            f" This ladder could not detect any slope within 100 sds per e-fold of N at 80% power ({basis}).")
+
+
+def left_out_text(fit):
+    """The seeds a per-seed fit could not use, by name."""
+    if not fit or not fit["left_out"]:
+        return ""
+    return (f" Fitted on seeds {', '.join(fit['seeds'])}; left out, missing a size: "
+            + ", ".join(f"seed {s} ({', '.join(sizes)})" for s, sizes in fit["left_out"].items()) + ".")
 
 
 def lr_check_lines(report):
@@ -518,7 +533,8 @@ def lr_check_lines(report):
         return []
     lines = ["", "## Learning rate checked at the ends", "",
              "The baseline from scratch, the whole budget, at multiples of the rule's learning rate (one seed): the "
-             "rule is supported at a size when 1x is not beaten by more than the margin.", "",
+             "rule is supported at a size when 1x is not beaten by more than the margin. Where it is not, the trends "
+             "above are withheld.", "",
              "| size | " + " | ".join(f"{f:g}x lr" for f in check["factors"]) + " | best | rule holds |",
              "|---|" + "---|" * (len(check["factors"]) + 2)]
     for size, row in check["sizes"].items():
@@ -547,12 +563,14 @@ def ladder_markdown(report, plot):
                      f"{thousands(per['compared_at_tokens']) if per else '-'} | "
                      + (f"[{per['report']}]({per['report']})" if per else "no runs") + " |")
     lines += ["", "## Across sizes", "",
-              f"The effect at each size with the interval its size's Holm step tested; the weighted fit of effect "
-              f"against ln N (weights 1/se^2, se widened when the line does not fit, Student t with seeds - 1 "
-              f"degrees of freedom), its slope per e-fold of N at {stats.pct(1 - across['level'])} "
-              f"(family-wise alpha {across['alpha']:g} over the {across['comparisons']} variants, Bonferroni). "
-              f"Training FLOPs = the variant's FLOPs per token x the compared tokens (they differ between "
-              f"variants and sizes).", "",
+              f"The effect at each size with the interval its size's Holm step tested. Every size shares each "
+              f"seed's data order, so within a seed the sizes are correlated and only seeds are independent: per "
+              f"seed, the least-squares line of its paired differences against ln N; the trend is the seeds' mean "
+              f"line, its slope per e-fold of N with a Student t interval over the seeds (seeds - 1 degrees of "
+              f"freedom) at {stats.pct(1 - across['level'])} (family-wise alpha {across['alpha']:g} over the "
+              f"{across['comparisons']} variants, Bonferroni). No trend is stated (withheld) while the learning-rate "
+              f"check does not support the rule's rate or a size's forked verdicts do not stand. Training FLOPs = "
+              f"the variant's FLOPs per token x the compared tokens (they differ between variants and sizes).", "",
               "| variant | size | N | parameters (measured) | training FLOPs | seeds | diff vs baseline | interval "
               "(confidence) | verdict at this size |", "|" + "---|" * 9]
     for name, v in across["variants"].items():
@@ -561,17 +579,18 @@ def ladder_markdown(report, plot):
             flops = format(e["compute"], ".3g") if e.get("compute") else "-"
             lines.append(f"| {name} | {e['size']} | {e['params']:,} | {thousands(e.get('measured_parameters'))} | "
                          f"{flops} | {e['n']} | {signed(e['diff'])} | {ci} | {e['verdict']} |")
-    lines += ["", "| variant | trend | slope per e-fold of N | interval (confidence) | p | fitted at smallest | "
-                  "fitted at largest |", "|" + "---|" * 7]
+    lines += ["", "| variant | trend | seeds | slope per e-fold of N | interval (confidence) | p | fitted at smallest | "
+                  "fitted at largest |", "|" + "---|" * 8]
     for name, v in across["variants"].items():
-        f = v["fit"]
+        f = stated_fit(v)
         lines.append(f"| {name} | **{v['trend']}** | " + (
-            f"{f['slope']:+.4g} | {stats.span(f['slope_interval'])} {stats.pct(f['confidence'])} | {f['p']:.3g} | "
-            f"{f['smallest']['effect']:+.4g} {stats.span(f['smallest']['interval'])} | "
-            f"{f['largest']['effect']:+.4g} {stats.span(f['largest']['interval'])} |" if f else "- | - | - | - | - |"))
+            f"{len(f['seeds'])} | {f['slope']:+.4g} | {stats.span(f['slope_interval'])} {stats.pct(f['confidence'])} | "
+            f"{f['p']:.3g} | {f['smallest']['effect']:+.4g} {stats.span(f['smallest']['interval'])} | "
+            f"{f['largest']['effect']:+.4g} {stats.span(f['largest']['interval'])} |" if f else
+            "- | - | - | - | - | - |"))
     lines += ["", "What each variant does across sizes:", ""]
-    lines += [f"- **{name}**: {v['trend']}: {v['why']}." + detectable_text(v) + extrapolation_text(across, v["fit"])
-              for name, v in across["variants"].items()]
+    lines += [f"- **{name}**: {v['trend']}: {v['why']}." + left_out_text(v["fit"]) + detectable_text(v)
+              + extrapolation_text(across, stated_fit(v)) for name, v in across["variants"].items()]
     lines += lr_check_lines(report)
     lines += ["", "A ladder tells how an effect moves over the sizes it ran, under its own rules for tokens and "
                   "learning rate; a trend fitted on a few small sizes says nothing certain about sizes far beyond "
@@ -583,7 +602,7 @@ def ladder_markdown(report, plot):
 
 def ladder_plot(report, out_dir):
     """Per variant the effect at each size with its interval, against N (log x) with the fitted line
-    and its band, and against training FLOPs (log x)."""
+    and its band (none for a withheld trend), and against training FLOPs (log x)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -604,7 +623,7 @@ def ladder_plot(report, out_dir):
             if i == 0:  # the sizes' names once, under the first variant's points
                 for e in points:
                     ax.annotate(e["size"], (e[key], e["diff"]), textcoords="offset points", xytext=(4, -10), fontsize=7)
-        if v["fit"]:
+        if stated_fit(v):
             grid = np.geomspace(min(e["params"] for e in have), max(e["params"] for e in have), 50)
             line = [ladder.fitted(v["fit"], n) for n in grid]
             by_n.plot(grid, [p["effect"] for p in line], "-", color=color, linewidth=1)

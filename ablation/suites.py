@@ -397,8 +397,8 @@ def report_ladder_dir(suite_dir, out_dir=None, plan=None):
         with open(os.path.join(os.path.dirname(path), "report.json")) as f:
             reports[size] = json.load(f)
     goal = compare.check_metric(declared["metric"])[2]
-    across = ladder.across_sizes(declared["ladder"], reports, goal)
     checked = ladder.lr_check(suite_dir, declared)  # the rule's learning rate at the ladder's ends
+    across = ladder.across_sizes(declared["ladder"], reports, goal, checked)  # no trend while it fails
     report = dict(suite=declared["name"], metric=declared["metric"], goal=goal, baseline=declared["baseline"],
                   allowed=declared["allowed"], designs={s: r["design"].split(":")[0] for s, r in reports.items()},
                   per_size={s: dict(compared_at_tokens=r["compared_at_tokens"],

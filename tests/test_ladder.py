@@ -1,6 +1,7 @@
 """Ladder suites (sweep.py's expansion, ablation/ladder.py's across-size statement, ablation/render.py's
-report): the trend of known synthetic effects, the fit's calibration by simulation, the per-size
-rules in every run's config, and a tiny ladder run end to end."""
+report): the trend of known synthetic effects, the fit's calibration by simulation (also with sizes
+correlated within a seed), the trend withheld while the learning rate or the forked design fails, the
+per-size rules in every run's config, and a tiny ladder run end to end."""
 import json
 import math
 import os
@@ -11,7 +12,7 @@ import pytest
 
 import configurator
 import runtime
-from ablation import compare, ladder
+from ablation import compare, ladder, ladder_power, render
 from slurm import jobs as slurm_jobs
 import sweep
 from test_slurm import cluster, jobs, wait_for  # noqa: F401 (fixtures)
@@ -50,10 +51,15 @@ def finished_run(variant, seed, final_loss):
                 info=info, events=events)
 
 
-def across(per_size):
+def across(per_size, lr_checked=None):
     """ladder.across_sizes over {size: {variant: effect}}."""
-    reports = {size: synthetic_size_report(effects, rng_seed=i) for i, (size, effects) in enumerate(per_size.items())}
-    return ladder.across_sizes(LADDER, reports, "lower")["variants"]
+    return ladder.across_sizes(LADDER, size_reports(per_size), "lower", lr_checked)["variants"]
+
+
+def size_reports(per_size, seeds=None):
+    """{size: synthetic_size_report}; seeds: {size: the seeds run there} (1, 2, 3 by default)."""
+    return {size: synthetic_size_report(effects, rng_seed=i, **({"seeds": seeds[size]} if seeds and size in seeds else {}))
+            for i, (size, effects) in enumerate(per_size.items())}
 
 
 def test_a_growing_effect_grows_a_flat_one_shows_no_trend_and_a_sign_change_flips():
@@ -72,7 +78,9 @@ def test_a_growing_effect_grows_a_flat_one_shows_no_trend_and_a_sign_change_flip
     assert grows["extrapolated"]["params"] == target
     assert grows["extrapolated"]["effect"] == pytest.approx(grows["intercept"] + grows["slope"] * math.log(target))
     assert grows["extrapolated"]["supported"] is False and grows["extrapolated"]["interval"] is None
-    assert result["grows"]["detectable_slope"] > 0  # every trend statement carries what the ladder could see
+    assert result["grows"]["detectable"]["slope"] > 0  # every trend statement carries what the ladder could see
+    assert result["grows"]["detectable"]["df"] == 3 * (3 - 1)  # its sd pooled over the sizes, not one size's 2 df
+    assert grows["seeds"] == ["1", "2", "3"] and grows["df"] == 2 and grows["left_out"] == {}
     assert [e["size"] for e in result["grows"]["effects"]] == ["s", "m", "l"]
     assert [e["params"] for e in result["grows"]["effects"]] == [12 * 2 * 32 ** 2, 12 * 2 * 64 ** 2, 12 * 2 * 128 ** 2]
 
@@ -84,23 +92,110 @@ def test_a_ladder_missing_a_size_in_one_variant_is_incomplete_not_a_trend():
     assert result["b"]["why"] == "l: incomplete: no run of this variant at this size"
 
 
+def test_a_seed_missing_a_size_is_named_and_left_out_of_the_fit():
+    reports = size_reports({"s": dict(a=0.01), "m": dict(a=0.03), "l": dict(a=0.05)}, seeds={"l": (1, 2)})
+    fit = ladder.across_sizes(LADDER, reports, "lower")["variants"]["a"]["fit"]
+    assert fit["seeds"] == ["1", "2"] and fit["left_out"] == {"3": ["l"]} and fit["df"] == 1
+    assert "left out, missing a size: seed 3 (l)" in render.left_out_text(fit)
+    reports = size_reports({"s": dict(a=0.01), "m": dict(a=0.03), "l": dict(a=0.05)}, seeds={"m": (1, 2), "l": (2, 3)})
+    entry = ladder.across_sizes(LADDER, reports, "lower")["variants"]["a"]
+    assert entry["trend"] == "incomplete" and entry["fit"] is None
+    assert entry["why"].startswith("1 seed(s) with a paired difference at every size") and "seed 1 lacks l" in entry["why"]
+
+
+def per_seed_effects(params, diffs):
+    """ladder.fit_trend's input from an array of paired differences (sizes, seeds)."""
+    return [dict(params=n, size=f"s{i}", differences={str(s + 1): float(d) for s, d in enumerate(row)})
+            for i, (n, row) in enumerate(zip(params, diffs))]
+
+
 def test_the_trend_fit_keeps_its_level_under_the_null_and_finds_a_real_slope():
-    """3 sizes x 3 seeds with unequal noise: with no slope, the interval at 95% excludes 0 in at most
-    5% of ladders (t on the 7 degrees of freedom of the paired differences, with weights estimated from
-    the same seeds, does so in 6.5%); a slope of 0.03 per e-fold is found in at least 80%."""
+    """3 sizes x 3 seeds with unequal noise, through the report's own fit: with no slope, the interval
+    at 95% excludes 0 in at most 5% of ladders (within Monte Carlo error); a slope of 0.03 per e-fold
+    is found in at least 80%."""
     rng = np.random.default_rng(0)
-    params, sds = [2e5, 8e5, 3.2e6], [0.01, 0.02, 0.015]
+    params, sds = [2e5, 8e5, 3.2e6], np.array([0.01, 0.02, 0.015])
 
     def rejects(slope):
-        diffs = [slope * math.log(n / params[0]) + sd * rng.standard_normal(3) for n, sd in zip(params, sds)]
-        effects = [dict(params=n, diff=float(d.mean()), se=float(d.std(ddof=1) / math.sqrt(3)), n=3)
-                   for n, d in zip(params, diffs)]
-        lo, hi = ladder.fit_trend(effects, 0.05)["slope_interval"]
+        diffs = slope * np.log(np.array(params) / params[0])[:, None] + sds[:, None] * rng.standard_normal((3, 3))
+        lo, hi = ladder.fit_trend(per_seed_effects(params, diffs), 0.05)["slope_interval"]
         return not lo <= 0 <= hi
 
-    null = np.mean([rejects(0.0) for _ in range(1000)])
-    assert null <= 0.05
+    draws = 1000
+    assert np.mean([rejects(0.0) for _ in range(draws)]) <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / draws)
     assert np.mean([rejects(0.03) for _ in range(300)]) >= 0.8
+
+
+def independent_weighted_fit_rejects(x, diffs, level):
+    """The fit this ladder used before (for comparison only): weighted least squares of the per-size
+    mean differences on ln N, weights 1/se^2 from each size's own seeds, the sizes taken as
+    independent, the slope's se widened by max(1, chi^2/df) (Knapp-Hartung), Student t with seeds - 1
+    df. diffs: (draws, sizes, seeds). Returns whether each ladder rejects a flat truth."""
+    from scipy import stats
+    n = diffs.shape[2]
+    means, w = diffs.mean(axis=2), n / diffs.var(axis=2, ddof=1)
+    xbar = (w * x).sum(axis=1) / w.sum(axis=1)
+    ybar = (w * means).sum(axis=1) / w.sum(axis=1)
+    sxx = (w * (x - xbar[:, None]) ** 2).sum(axis=1)
+    slope = (w * (x - xbar[:, None]) * (means - ybar[:, None])).sum(axis=1) / sxx
+    chi2 = (w * (means - ybar[:, None] - slope[:, None] * (x - xbar[:, None])) ** 2).sum(axis=1)
+    se = np.sqrt(np.maximum(1.0, chi2 / (len(x) - 2)) / sxx)
+    return 2 * stats.t.sf(np.abs(slope) / se, n - 1) < level
+
+
+def test_the_per_seed_fit_keeps_its_level_when_sizes_are_correlated_within_a_seed():
+    """Every size shares each seed's data order, so a seed's differences at the sizes are correlated.
+    No true slope, the shipped ladder's four sizes, 4000 simulated ladders per case, level 5%:
+    - a seed effect shared by all sizes (correlation 0.8 between every two sizes, the sizes' sds as
+      unequal as the shipped report's): it cancels from every seed's slope, and the per-seed t keeps
+      its level;
+    - a seed whose difference drifts with N (a slope of its own per seed, sd 0.004 per e-fold, around
+      the true 0, on a shared seed effect of sd 0.002): the per-seed t keeps its level, at 3 and at 5
+      seeds, while the weighted fit that took sizes as independent rejects the flat truth too often
+      (its per-size ses do not carry the drift that all sizes of a seed share), which is why the
+      ladder fits per seed. (Under the shared effect alone that old fit was conservative.)"""
+    x = np.log([27648, 76800, 196608, 442368])
+    level, draws = 0.05, 4000
+    allowed = level + 3 * math.sqrt(level * (1 - level) / draws)  # the level within Monte Carlo error
+    rng = np.random.default_rng(7)
+    shared = 0.8 + 0.2 * np.eye(4)  # correlation 0.8 between every two sizes
+    sds = np.array([0.006, 0.003, 0.004, 0.001])
+    diffs = sds[None, :, None] * np.einsum("ij,djs->dis", np.linalg.cholesky(shared), rng.standard_normal((draws, 4, 3)))
+    assert ladder_power.slope_rejects(x, diffs, level)[1].mean() <= allowed
+    for seeds in (3, 5):
+        drift = 0.004 * rng.standard_normal((draws, 1, seeds)) * (x - x.mean())[None, :, None]
+        diffs = drift + 0.002 * rng.standard_normal((draws, 1, seeds)) + 0.0005 * rng.standard_normal((draws, 4, seeds))
+        assert ladder_power.slope_rejects(x, diffs, level)[1].mean() <= allowed
+        assert independent_weighted_fit_rejects(x, diffs, level).mean() > allowed
+
+
+def test_the_trend_is_withheld_while_the_learning_rate_check_or_a_forked_verdict_fails():
+    """A clear growth (the one above) is stated only when the learning-rate check supports the rule's
+    rate at both checked ends (s and l) and every size's forked verdicts stand."""
+    per_size = {"s": dict(grows=0.01), "m": dict(grows=0.03), "l": dict(grows=0.05)}
+    three = {"0.5": 2.1, "1": 2.0, "2": 2.05}
+    holds = lambda s, l, values=three: dict(factors=[1.0, 0.5, 2.0], sizes={"s": dict(holds=s, values=three),
+                                                                          "l": dict(holds=l, values=values)})
+    assert across(per_size, holds("yes", "yes"))["grows"]["trend"] == "grows"
+    for checked, why in ((holds("yes", "no: 2x is better by 0.036"), "l: no: 2x is better by 0.036"),
+                         (holds("yes", "-", {"0.5": 2.1, "2": 2.05}), "l: no finished 1x run"),
+                         (holds("yes", "yes", {"1": 2.0}), "l: 1 of 3 factors finished"),  # a lone 1x is best by default
+                         (dict(factors=[1.0, 0.5, 2.0], sizes={"s": dict(holds="yes", values=three)}), "l: not run")):
+        entry = across(per_size, checked)["grows"]
+        assert entry["trend"] == "withheld" and entry["fit"] is not None  # the numbers kept, the statement not made
+        assert entry["why"] == f"the learning-rate check does not support the rule's rate ({why})"
+    reports = size_reports(per_size)
+    reports["m"]["does_not_stand"] = {"grows": ["loss jump at the fork +0.066 beyond the margin ±0.01 (a design problem)"]}
+    entry = ladder.across_sizes(LADDER, reports, "lower", holds("yes", "no: 2x is better by 0.08"))["variants"]["grows"]
+    assert entry["trend"] == "withheld" and entry["why"] == (
+        "the learning-rate check does not support the rule's rate (l: no: 2x is better by 0.08); the forked verdicts "
+        "at m (loss jump at the fork +0.066 beyond the margin ±0.01 (a design problem)) do not stand")
+    across_ = ladder.across_sizes(LADDER, reports, "lower", holds("yes", "yes"))
+    assert across_["variants"]["grows"]["why"].startswith("the forked verdicts at m (")
+    text = render.ladder_markdown(dict(suite="toy", metric="val_loss", goal="lower", baseline="base", allowed=[],
+                                       per_size={}, across_sizes=across_), None)
+    assert "| grows | **withheld** | - | - | - | - | - | - |" in text  # no slope to read a trend into
+    assert "- **grows**: withheld: the forked verdicts at m (" in text and "Extrapolated" not in text
 
 
 def ladder_suite(tmp_path, data_dir, variants, seeds=(1, 2), rules="tokens=('params', 1.0), "

@@ -212,33 +212,39 @@ def test_the_vectorized_slope_test_is_the_reports_fit():
     from ablation import ladder, ladder_power
     rng = np.random.default_rng(5)
     x = np.log([27648, 76800, 196608, 442368])
-    for _ in range(5):
-        means, ses = rng.normal(0, 0.01, 4), rng.uniform(0.001, 0.01, 4)
-        effects = [dict(params=float(np.exp(a)), diff=float(m), se=float(s), n=3) for a, m, s in zip(x, means, ses)]
+    outcomes = set()
+    for _ in range(10):
+        diffs = rng.uniform(0, 0.01) * x[:, None] + rng.normal(0, 0.01, 3) + rng.normal(0, 0.002, (4, 3))
+        effects = [dict(params=float(np.exp(a)), size=f"s{i}", differences={str(s): float(d) for s, d in enumerate(row, 1)})
+                   for i, (a, row) in enumerate(zip(x, diffs))]
         fit = ladder.fit_trend(effects, 0.025)
-        slope, rejected = ladder_power.slope_rejects(x, means[None], ses[None], 3, 0.025)
+        slope, rejected = ladder_power.slope_rejects(x, diffs[None], 0.025)
         assert slope[0] == pytest.approx(fit["slope"], rel=1e-9)
         assert bool(rejected[0]) == (fit["p"] < 0.025)
+        outcomes.add(bool(rejected[0]))
+    assert outcomes == {True, False}
 
 
 def test_the_shipped_ladder_keeps_its_level_and_has_the_power_its_plan_claims():
-    """On a flat truth the trend test rejects at most at its level; at the slope --plan prints, in 80%
-    of fresh simulated ladders (other random numbers than the plan's); and that slope meets the issue's
-    target of 0.01 nats per e-fold of N."""
+    """On a flat truth the trend test rejects at its level (within Monte Carlo error: the per-seed t is
+    exact for normal differences); at the slope --plan prints, in 80% of fresh simulated ladders (other
+    random numbers than the plan's); and that slope meets the issue's target of 0.01 nats per e-fold of N."""
     from ablation import ladder_power
     x, n, level, sd = shipped_ladder()
     assert np.ptp(x) >= 2.5 and len(x) >= 4
-    sds = [sd] * len(x)
-    assert ladder_power.simulate(x, sds, n, level, 0.0, draws=20000, seed=11) <= level
-    found = ladder_power.detectable_slope(x, sds, n, level)
+    draws = 20000
+    assert ladder_power.simulate(x, sd, n, level, 0.0, draws, seed=11) <= level + 3 * np.sqrt(level * (1 - level) / draws)
+    found = ladder_power.detectable_slope(x, sd, n, level)
     assert found <= 0.01
-    assert ladder_power.simulate(x, sds, n, level, found, draws=20000, seed=12) == pytest.approx(0.8, abs=0.02)
+    assert ladder_power.simulate(x, sd, n, level, found, draws, seed=12) == pytest.approx(0.8, abs=0.02)
 
 
 def test_extrapolation_beyond_one_ladder_width_is_an_unsupported_line_without_interval():
     from ablation import ladder
     x, n, level, sd = shipped_ladder()
-    effects = [dict(params=float(np.exp(a)), diff=0.001 * i, se=0.002, n=3) for i, a in enumerate(x)]
+    effects = [dict(params=float(np.exp(a)), size=f"s{i}", differences={"1": 0.001 * i, "2": 0.0012 * i + 0.002,
+                                                                        "3": 0.0007 * i - 0.002})
+               for i, a in enumerate(x)]
     near = ladder.fit_trend(effects, level, target_params=float(np.exp(x.max() + 0.9 * np.ptp(x))))["extrapolated"]
     assert near["supported"] and near["interval"][0] < near["effect"] < near["interval"][1]
     far = ladder.fit_trend(effects, level, target_params=84934656.0)["extrapolated"]  # GPT-2 124M
