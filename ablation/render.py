@@ -94,10 +94,9 @@ def about_lines(report):
     size = f"{a['parameters'] / 1e6:.3g}M parameters" if a.get("parameters") else "parameters not recorded"
     shape = f"{a['n_layer']} layers x {a['n_embd']} wide, {a['n_head']} heads" if a.get("n_layer") else ""
     rate = f"learning rate {fmt(a.get('learning_rate'))} (min_lr {fmt(a.get('min_lr'))})"
-    return [f"About: a {a.get('model_type') or 'gpt'} model of {size} ({shape}, context {a.get('block_size')}, "
+    return [f"About: a `{a.get('model_type') or 'gpt'}` model of {size} ({shape}, context {a.get('block_size')}, "
             f"vocabulary {a.get('vocab_size')}) on `{a.get('dataset')}`, {a.get('max_iters')} steps, compared at "
-            f"{thousands(a.get('tokens'))} training tokens, {design_label(report)}; {rate}, {tuning_text(report)}.",
-            f"How far it carries: {carry_text(report)}"]
+            f"{thousands(a.get('tokens'))} training tokens, {design_label(report)}; {rate}, {tuning_text(report)}.", ""]
 
 
 def carry_text(report):

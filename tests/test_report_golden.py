@@ -36,6 +36,28 @@ def test_report_py_rebuilds_the_committed_report(suite, tmp_path):
             assert rebuilt[name] == f.read(), f"{suite}/{name} changed: if intended, re-pin (see this file's docstring)"
 
 
+def plain_word(verdict):
+    """What a headline sentence says in bold for a table verdict (an independent reading, not render's code)."""
+    if verdict.startswith(("better", "worse")):
+        return verdict.split(",")[0]
+    return {"equivalent": "equivalent", "inconclusive": "cannot be told from the baseline"}.get(verdict, "no answer")
+
+
+@pytest.mark.parametrize("suite", SUITES)
+def test_the_headline_the_table_and_the_why_lines_give_each_variant_the_same_answer(suite, tmp_path):
+    import re
+    text = rebuilt_report(suite, str(tmp_path))["report.md"]
+    head = text.split("## ")[0]
+    table = {m[0]: m[1] for m in re.findall(r"^\| (\S+) \| \*\*([^*]+)\*\*", text, re.M)}
+    why = {m[0]: m[1] for m in re.findall(r"^- \*\*(\S+)\*\* \([^)]*\): ([^:]+):", text.split("## Why each verdict")[1], re.M)}
+    said = {m[0]: m[1] for m in re.findall(r"^- \*\*(\S+)\*\*, [^:]+: (?:is |has )?\*\*([^*]+)\*\*", head, re.M)}
+    variants = [v for v in table if table[v] != "baseline"]
+    assert variants and set(said) == set(variants) == set(why)
+    for v in variants:
+        assert why[v] == table[v] and said[v] == plain_word(table[v]), (v, said[v], table[v], why[v])
+    assert "How far it carries:" in head and ("**untuned**" in head or "tuned" in head)
+
+
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
         sys.exit("usage: python tests/test_report_golden.py --write   (re-pins the committed reports)")
