@@ -683,14 +683,20 @@ def add_evidence(report, suite, runs):
 def judge_compute_matched(report):
     """The equal-FLOPs view is a family of its own: Holm over its k comparisons at the report's alpha,
     each interval at its Holm step's level, as in the main table."""
-    matched = [v["compute_matched"] for n, v in report["variants"].items() if v.get("compute_matched")]
-    tests = [stats.paired_test(m["differences"]) if m["differences"] and not m["missing"] else None for m in matched]
-    for m, test, decision in zip(matched, tests, stats.judge(tests, report["alpha"], report["goal"],
-                                                             report["min_effect"])):
+    compared = [v for n, v in report["variants"].items() if v.get("compute_matched")]
+    matched = [v["compute_matched"] for v in compared]
+    # a pair the main table cannot judge (not comparable, incomplete) gets no verdict here either
+    unjudged = [v.get("verdict") in ("not comparable", "incomplete") for v in compared]
+    tests = [stats.paired_test(m["differences"]) if m["differences"] and not m["missing"] and not skip else None
+             for m, skip in zip(matched, unjudged)]
+    for v, m, skip, test, decision in zip(compared, matched, unjudged, tests,
+                                          stats.judge(tests, report["alpha"], report["goal"], report["min_effect"])):
         blocked = dict(verdict="not evaluated", interval=None, p_holm=None,
                        why=f"no evaluation within {m['tolerance']:.0%} of the baseline's FLOPs in "
                            f"{', '.join(m['missing'])}: no verdict (nothing is interpolated between evaluations)"
                        if m["missing"] else "no paired seed reached the baseline's FLOPs")
+        if skip:
+            blocked.update(verdict=v["verdict"], why=f"the main table finds this pair {v['verdict']} ({v['why']})")
         m.update(diff_mean=test["mean"] if test else None, p_value=test["p"] if test else None,
                  **(decision or blocked))
 

@@ -716,7 +716,7 @@ def verdict_cell(report, name, v):
 
 def why_line(report, name, v):
     if name == report["baseline"]:
-        return f"- **{name}**: {v['verdict']}: {v['why']}."
+        return f"- **{name}** ({design_label(report)}): {v['verdict']}: {v['why']}."
     a = answer_of(report, name)
     line = f"- **{name}** ({a['design']}): {a['verdict']}: {a['why']}."
     if a.get("replaces"):

@@ -184,6 +184,26 @@ def test_compute_matched_view_reads_each_seed_at_the_baselines_flops(tmp_path):
     assert m["missing"] == [f"seed{s} (closest evaluation at 5,000 tokens)" for s in (1, 2, 3)]
 
 
+def test_a_pair_the_main_table_cannot_compare_gets_no_equal_flops_verdict_either(tmp_path):
+    """Every section judges the same comparability: the equal-FLOPs family of a confounded pair says
+    'not comparable', as the main table does, instead of a verdict from the same runs."""
+    base = lambda s: (lambda t: 3.0 - t / 10000 + 0.01 * s)
+    dear = lambda s: (lambda t: 2.90 - t / 10000 + 0.01 * s + 0.001 * s)
+    runs = {}
+    for s in (1, 2, 3):
+        runs[("base", s)] = fake_run(tmp_path / f"b{s}", base(s), [100.0] * 5)
+        runs[("dear", s)] = fake_run(tmp_path / f"d{s}", dear(s), [100.0] * 5, flops_per_token=1250)
+    report = dict(metric="val_loss", goal="lower", baseline="base", hellaswag_tokens=None, level=0.05, alpha=0.05,
+                  min_effect=None, compared_at_tokens=5000, variants={"base": {}, "dear": dict(
+                      verdict="not comparable", why="undeclared differences: n_head = 4 vs baseline 2")})
+    for run in runs.values():
+        run["status"] = "finished"
+    compare.add_evidence(report, dict(variants={"base": [1, 2, 3], "dear": [1, 2, 3]}), runs)
+    m = report["variants"]["dear"]["compute_matched"]
+    assert len(m["differences"]) == 3 and m["verdict"] == "not comparable" and m["p_holm"] is None
+    assert "n_head" in m["why"]
+
+
 def forked(run, at_tokens, trunk_time, keep):
     """A fake run made a branch: a fork event at `at_tokens` (its trunk's train time), and of its
     evaluations only the fork's, `keep` and the end."""
