@@ -140,7 +140,8 @@ def header_lines(report):
 def markdown(report, plots):
     head = header_lines(report)
     lines = head[:1] + headline(report) + head[1:] + [
-        "", "Verdicts (the answer that stands; where a forked verdict does not, the from-scratch one in its place):", "",
+        "", f"Verdicts ({design_label(report)}):" + (" the answer that stands (where a forked verdict does not, the "
+                                                  "from-scratch one in its place)" if report.get("answers") else ""), "",
         "| variant | verdict | seeds | mean | sd | diff vs baseline | interval (confidence) | p | p (Holm) |",
         "|" + "---|" * 9]
     for name, v in report["variants"].items():
@@ -700,7 +701,7 @@ def headline(report):
         return []
     a = report.get("about") or {}
     recipe = (f"at learning rate {fmt(a.get('learning_rate'))} ({'tuned' if report.get('tuning') or a.get('lr_tuning') else '**untuned**'})"
-              if a else "")
+              if a.get("learning_rate") is not None else "")
     return ["", f"**What this suite found** {recipe} (Holm over {report['comparisons']} at family-wise alpha "
                 f"{report['alpha']:.3g}; ±{fmt(report.get('min_effect'))} is the smallest effect that matters):", "",
             *[sentence(report, n) for n in names], "", f"How far it carries: {carry_text(report)}." if a else ""]
