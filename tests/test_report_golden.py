@@ -52,7 +52,7 @@ def test_the_headline_the_table_and_the_why_lines_give_each_variant_the_same_ans
     why = {m[0]: m[1] for m in re.findall(r"^- \*\*(\S+)\*\* \([^)]*\): ([^:]+):", text.split("## Why each verdict")[1], re.M)}
     said = {m[0]: m[1] for m in re.findall(r"^- \*\*(\S+)\*\*, [^:]+: (?:is |has )?\*\*([^*]+)\*\*", head, re.M)}
     variants = [v for v in table if table[v] != "baseline"]
-    assert variants and set(said) == set(variants) == set(why)
+    assert variants and set(said) == set(variants) <= set(why)
     for v in variants:
         assert why[v] == table[v] and said[v] == plain_word(table[v]), (v, said[v], table[v], why[v])
     assert "How far it carries:" in head and ("**untuned**" in head or "tuned" in head)
