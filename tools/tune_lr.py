@@ -217,6 +217,7 @@ def main(argv):
     namespace = {"__file__": os.path.abspath(path)}
     try:
         exec(compile(open(path).read(), path, "exec"), namespace)
+        namespace.pop("tuning", None)  # the suite's own tuning is what this writes, not an input
         suite = suites.read_suite(namespace, os.path.splitext(os.path.basename(path))[0],
                                   os.path.dirname(os.path.abspath(path)), runtime.DEFAULTS)
     except (OSError, SyntaxError) as e:
