@@ -217,7 +217,7 @@ def plan_runs(spec):
             raise configurator.ConfigError(f"{sorted(clash)} are both swept and fixed: drop the fixed value")
         name = suite_run_name(point) if suite else run_name(point)
         if name in names:
-            raise configurator.ConfigError(f"the grid holds the run {name!r} twice")
+            raise configurator.ConfigError(planned_twice(name, suite))
         names.add(name)
         out_dir = os.path.join(spec["sweep_dir"], name)
         configs = point.get("config", [])
@@ -241,6 +241,16 @@ def plan_runs(spec):
     if suite and suite["fork_at"]:
         runs = fork_plan(suite, runs, resolved, spec["sweep_dir"])
     return runs + scratch + checks
+
+
+def planned_twice(name, suite):
+    """The one line for a run name planned twice: in a suite, a variant named like a run the sweep makes
+    itself (a fork's trunk would wait for itself: the sweep would loop forever)."""
+    if not suite:
+        return f"the grid holds the run {name!r} twice"
+    return (f"the run {name!r} would be planned twice: a variant may not take a name the sweep gives its own runs "
+            f"(trunk-seed<s>: a fork's trunk, scratch-<variant>-seed<s>: a bridge run, lrcheck-x<f>-seed<s>): "
+            f"rename the variant")
 
 
 def equal_flops_evals(suite, runs, resolved):
@@ -290,6 +300,8 @@ def fork_plan(suite, runs, resolved, sweep_dir):
             raise configurator.ConfigError(f"fork_at={fork_at}{where} is not before the runs' last iteration "
                                            f"({runtime.last_iter(cfg)}): fork earlier")
         trunk = name[:-len(f"{point['variant']}-seed{point['seed']}")] + f"trunk-seed{point['seed']}"
+        if any(trunk == other for other, _, _ in runs):
+            raise configurator.ConfigError(planned_twice(trunk, suite))
         out_dir = os.path.join(sweep_dir, trunk)
         trunk_argv = [a for a in argv if not a.startswith(("--out_dir=", "--wandb_run_name="))] + [
             f"--max_iters={fork_at}", "--max_tokens=0", f"--lr_decay_iters={runtime.decay_iters(cfg)}",

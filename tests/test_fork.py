@@ -7,6 +7,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -24,6 +26,7 @@ from test_ablation import LR, suite_args, write_suite
 from test_sweep import Finished, in_process
 from test_train import load_ckpt, tiny_args
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RA = ("--model_type=ra", "--dropout=0.1")  # dropout: the trunk's RNG state must carry into the branch
 
 
@@ -420,3 +423,22 @@ def test_a_stale_trunk_after_a_recipe_change_is_named_at_plan_time(data_dir, tmp
         sweep.main([*suite_args(data_dir, path), "--weight_decay=0.2"], launch=scripted_runs(calls, lambda n: ""))
     assert len(calls) == 3
     assert "is missing (deleted?): run the same command again to retrain it" in sweep.trunk_problem(str(tmp_path / "x"))
+
+
+# ----------------------------------------------------------------------------- issue 50: round five
+
+def test_a_variant_named_like_a_trunk_is_refused_at_plan_time_not_looped_on(data_dir, tmp_path):
+    """Issue 50: a variant named `trunk` makes `trunk-seed1`, its seed's trunk's own name: the branch
+    waited for itself and the sweep looped forever, starting nothing."""
+    variants = {"base": {"model_type": "ra", **LR}, "trunk": {"model_type": "ra", "ra_pattern": "learned", **LR}}
+    path, suite_dir = write_suite(tmp_path, variants, ["ra_pattern"], seeds=(1,))
+    with open(path, "a") as f:
+        f.write("fork_at = 6\n")
+    proc = subprocess.run([sys.executable, "sweep.py", *suite_args(data_dir, path)], cwd=REPO,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert [line for line in proc.stderr.splitlines() if line.strip()] == [
+        "error: the run 'trunk-seed1' would be planned twice: a variant may not take a name the sweep gives its own "
+        "runs (trunk-seed<s>: a fork's trunk, scratch-<variant>-seed<s>: a bridge run, lrcheck-x<f>-seed<s>): rename "
+        "the variant"]
+    assert not os.path.exists(suite_dir)
