@@ -11,7 +11,7 @@ import pytest
 
 import configurator
 import runtime
-from ablation import compare, ladder
+from ablation import compare, ladder, render
 from slurm import jobs as slurm_jobs
 import sweep
 from test_slurm import cluster, jobs, wait_for  # noqa: F401 (fixtures)
@@ -262,3 +262,36 @@ def test_a_ladder_on_slurm_runs_every_size_in_one_array_and_reports_across_sizes
     effects = json.load(open(suite_dir / "report.json"))["across_sizes"]["variants"]["ra"]["effects"]
     assert [(e["size"], e["n"]) for e in effects] == [("s", 2), ("m", 2), ("l", 2)]
     assert json.load(open(suite_dir / "l" / "ra-seed2" / "config.json"))["max_iters"] == 32
+
+
+def write_lr_check_run(suite_dir, size, factor, outcome):
+    """<size>/lrcheck-x<factor>-seed1 as a run left it: 'finished' at a val loss, 'diverged', or 'killed'
+    (its start only: kill -9, the OOM killer)."""
+    out = os.path.join(suite_dir, size, f"lrcheck-x{factor:g}-seed1")
+    os.makedirs(out)
+    events = [dict(event="checklist", time=0.0)]
+    if outcome == "diverged":
+        events.append(dict(event="diverged", time=1.0, iter=3))
+    elif outcome != "killed":
+        events += [dict(event="eval", iter=8, tokens=1024, val_loss=outcome),
+                   dict(event="end", time=1.0, iter=8, tokens=1024, stop_reason="max_iters")]
+    with open(os.path.join(out, "log.jsonl"), "w") as f:
+        f.writelines(json.dumps(e) + "\n" for e in events)
+
+
+def test_the_lr_check_needs_every_factor_and_names_a_diverged_run(tmp_path):
+    """Issue 50: with the 2x run killed (or never run) the check said "rule holds: yes" from the 1x run
+    alone; a diverged run was shown as "-" as if it had never run."""
+    declared = dict(metric="val_loss", min_effect=0.01, ladder=dict(sizes=SHAPES, lr_check=[0.5, 2.0]))
+    write_lr_check_run(tmp_path, "s", 1.0, 2.0)
+    write_lr_check_run(tmp_path, "s", 0.5, 2.1)
+    write_lr_check_run(tmp_path, "s", 2.0, "killed")
+    write_lr_check_run(tmp_path, "l", 1.0, 2.0)
+    write_lr_check_run(tmp_path, "l", 0.5, 2.05)
+    write_lr_check_run(tmp_path, "l", 2.0, "diverged")
+    checked = ladder.lr_check(str(tmp_path), declared)
+    assert checked["sizes"]["s"]["holds"] == "incomplete: 2x not finished"
+    assert checked["sizes"]["l"] == dict(values={"0.5": 2.05, "1": 2.0, "2": "diverged"}, best="1x", holds="yes")
+    rows = render.lr_check_lines(dict(lr_check=checked))
+    assert "| s | 2 | 2.1 | - | 1x | incomplete: 2x not finished |" in rows
+    assert "| l | 2 | 2.05 | diverged | 1x | yes |" in rows
