@@ -117,12 +117,26 @@ def test_the_forked_design_calls_no_more_than_alpha_on_its_real_true_null():
 
 
 def test_calibration_needs_one_comparison_with_more_seeds_than_a_pilot(null_suite, tmp_path, capsys):
-    calibration.main([null_suite, "--pilot_seeds=3", f"--out={tmp_path}"])
+    calibration.main([null_suite, "--pilot_seeds=3", f"--out={tmp_path}", "--null_keys=ra_pattern,ra_mode"])
     out = capsys.readouterr().out
     assert "True null `swap_all` against the baseline, 4 paired seeds" in out and "of 4 called better or worse" in out
     assert os.path.getsize(tmp_path / "qq.png") > 1000
     with pytest.raises(configurator.ConfigError, match="more paired seeds than --pilot_seeds=4"):
-        calibration.main([null_suite, "--pilot_seeds=4", f"--out={tmp_path}"])
+        calibration.main([null_suite, "--pilot_seeds=4", f"--out={tmp_path}", "--null_keys=ra_pattern,ra_mode"])
+
+
+def test_calibration_refuses_a_suite_whose_variants_are_real(null_suite, tmp_path, capsys):
+    """Issue 50: on the RA suite, whose variants are real, the tool printed "True null `late` ..." and
+    false-positive rates. Only the seed and the batch order (data_order) may differ, unless the user names
+    the keys of a difference that is a null in distribution (swap_all: a relabelling of W_q and W_k)."""
+    with pytest.raises(configurator.ConfigError) as refused:
+        calibration.main([null_suite, f"--out={tmp_path}"])
+    assert str(refused.value) == (
+        f"{null_suite}: swap_all differs from the baseline in ra_mode='swap' (baseline 'mix'), ra_pattern='all' "
+        f"(baseline 'none'), not only in batch order (data_order) or seed, so it is no true null: calibrate a "
+        f"true-null suite (suites/calibration_*.py), or, if that difference is a null in distribution (swap_all's "
+        f"relabelling), pass --null_keys=ra_mode,ra_pattern")
+    assert capsys.readouterr().out == "" and not os.path.exists(tmp_path / "qq.png")
 
 
 def test_the_bench_never_removes_a_directory_it_did_not_create(tmp_path, monkeypatch):
