@@ -46,7 +46,6 @@ A forked suite (fork_at) may declare `bridge_seeds`: every variant also from scr
 `scratch-<variant>-seed<seed>`, apart from the branches (ablation/bridge.py); a ladder may declare
 `lr_check`: the baseline at multiples of the rule's learning rate at its ends as `<size>/lrcheck-x<f>-seed<s>`.
 """
-import ast
 import csv
 import ctypes
 import functools
@@ -111,8 +110,8 @@ def parse_args(argv):
                 options[key] = configurator.check_type(key, configurator.parse_value(raw), OPTIONS[key], arg)
             else:
                 spec["overrides"][key] = configurator.parse_value(raw)
-        elif is_sweep_file(arg):
-            read_sweep_file(arg, spec)
+        elif (namespace := sweep_file_keys(arg)) is not None:
+            read_sweep_file(arg, namespace, spec)
         else:
             spec["configs"].append(arg)
     if options["launcher"] not in ("local", "slurm"):
@@ -138,20 +137,15 @@ def parse_args(argv):
     return spec, options
 
 
-def is_sweep_file(path):
-    """A file that assigns `grid` (a sweep) or `variants` (a suite) at top level; any other is a
-    train config."""
-    try:
-        body = ast.parse(open(path).read()).body
-    except (OSError, SyntaxError):
-        return False
-    return any(isinstance(node, ast.Assign) and any(getattr(t, "id", None) in ("grid", "variants")
-                                                    for t in node.targets) for node in body)
+def sweep_file_keys(path):
+    """The top-level names of a sweep file (it sets `grid`) or a suite file (`variants`), even those set
+    through exec; None for a train config. The file runs as a config file does: a syntax error or a
+    failing line is one line naming file:line, never "no grid"."""
+    namespace = configurator.read_config_file(path)
+    return namespace if {"grid", "variants"} & set(namespace) else None
 
 
-def read_sweep_file(path, spec):
-    namespace = {"__file__": os.path.abspath(path)}
-    exec(compile(open(path).read(), path, "exec"), namespace)
+def read_sweep_file(path, namespace, spec):
     stem = os.path.splitext(os.path.basename(path))[0]
     if "variants" in namespace:
         spec["suite"] = suites.read_suite(namespace, stem, os.path.dirname(os.path.abspath(path)), runtime.DEFAULTS)  # base too: relative to it

@@ -4,6 +4,7 @@ record of runs added and looks taken (suite_record.jsonl), its runs read back, a
 sweep.py reads and freezes suites here; report.py and sweep.py build a suite's report here. The
 numbers come from compare.py (and ablation/ladder.py across sizes), the words and plots from render.py.
 """
+import difflib
 import json
 import os
 import re
@@ -14,6 +15,8 @@ from ablation import bridge, compare, ladder, render, stats
 from configurator import ConfigError
 
 SUITE_KEYS = ("variants", "baseline", "seeds", "metric", "allowed")
+SUITE_OPTIONS = ("nproc", "heatmap", "alpha", "min_effect", "looks", "ladder", "fork_at", "bridge_seeds")
+FILE_KEYS = ("base", "overrides", "suite_dir", "sweep_dir", "slurm")  # what sweep.py reads from a suite file besides the suite
 
 
 SUITE_RECORD = "suite_record.jsonl"  # beside suite.json: runs added after it, and every report (a look)
@@ -27,6 +30,12 @@ def read_suite(namespace, name, here, known_keys):
     config files are relative to the suite file's directory; known_keys: the keys a variant may set
     (train.py's)."""
     err = ConfigError
+    known = (*SUITE_KEYS, *SUITE_OPTIONS, *FILE_KEYS)
+    for key in namespace:  # a suite file's helpers (measure = ...) are fine; a misspelled key would be ignored
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+        if close and key not in known:
+            raise err(f"suite {name!r} sets {key!r}, which is no suite key: did you mean {close[0]!r}? (a suite "
+                      f"sets {', '.join(known)})")
     missing = [k for k in SUITE_KEYS if k not in namespace]
     if missing:
         raise err(f"suite {name!r} does not set {missing}: a suite declares {SUITE_KEYS}")
@@ -93,8 +102,8 @@ def check_bridge_seeds(seeds, fork_at, sizes):
     if sizes:
         raise ConfigError("bridge_seeds on a ladder: not supported; bridge the reference size as a suite of its own")
     if not (isinstance(seeds, list) and len(seeds) >= 2 and len(set(seeds)) == len(seeds)
-            and all(isinstance(s, int) for s in seeds)):
-        raise ConfigError(f"bridge_seeds={seeds!r}: a list of at least 2 distinct integers (each trains every "
+            and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
+        raise ConfigError(f"bridge_seeds={seeds!r}: a list of at least 2 distinct integers >= 0 (each trains every "
                           f"variant from scratch; the ratio's interval needs a spread)")
     return list(seeds)
 

@@ -436,3 +436,37 @@ def test_status_names_a_local_sweeps_waiting_runs_queued_and_a_read_only_suite_i
     with pytest.raises(rundir.RunDirError, match="no space left on device while writing .*report.md; the report is "
                                                  "incomplete"):
         report.main([os.path.join(suite_dir, "base-seed1"), os.path.join(suite_dir, "other-seed1")])
+
+
+# ----------------------------------------------------------------------------- issue 50: suite files as written
+
+SUITE = ("variants = {'base': {'learning_rate': 1e-2}, 'lr': {'learning_rate': 3e-3}}\nbaseline = 'base'\nseeds = [1, 2]\n"
+         "metric = 'val_loss'\nallowed = ['learning_rate']\n")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("variants = {'base': {}\n", r"suite_file.py:1: syntax error \("),
+    (SUITE + "min_effect = 0.01 / undefined_name\n", "suite_file.py:6: NameError: name 'undefined_name' is not defined"),
+    (SUITE + "min_effect = 1 / 0\n", "suite_file.py:6: ZeroDivisionError: division by zero"),
+    (SUITE + "fork_at = 2\nbridge_seed = [1, 2]\n", "suite 'suite_file' sets 'bridge_seed', which is no suite key: did "
+                                                   "you mean 'bridge_seeds'\\?"),
+    (SUITE + "fork_at = 2\nbridge_seeds = [True, 2]\n", r"^bridge_seeds=\[True, 2\]: a list of at least 2 distinct "
+                                                        r"integers >= 0"),
+], ids=["syntax error", "NameError", "ZeroDivisionError", "misspelled key", "boolean bridge seed"])
+def test_a_broken_suite_file_is_one_line_naming_what_to_fix(data_dir, tmp_path, text, message):
+    """Issue 50: a syntax error gave "no grid", a failing line a raw traceback, `bridge_seed` was ignored
+    (the suite ran without its bridge), bridge_seeds=[True, 2] was reported as an error in `seed`."""
+    path = tmp_path / "suite_file.py"
+    path.write_text(text)
+    with pytest.raises(configurator.ConfigError, match=message) as refused:
+        sweep.main([str(path), *toy_args(data_dir), "--dry_run=True"])
+    assert "\n" not in str(refused.value)
+
+
+def test_a_suite_whose_variants_are_set_through_exec_is_a_suite(data_dir, tmp_path):
+    """Issue 50: `variants` set only through exec (a suite built on another) gave "no grid"."""
+    (tmp_path / "common.py").write_text(SUITE)
+    path = tmp_path / "suite_exec.py"
+    path.write_text("import os\nexec(open(os.path.join(os.path.dirname(__file__), 'common.py')).read())\n")
+    runs = sweep.main([str(path), *toy_args(data_dir), "--dry_run=True"])
+    assert [name for name, _, _ in runs] == ["base-seed1", "base-seed2", "lr-seed1", "lr-seed2"]
