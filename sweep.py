@@ -647,6 +647,8 @@ def parse_budget(text):
     if not found.group(2):
         raise configurator.ConfigError(f"--budget={text!r} has no unit: write {text}s, {text}m or {text}h")
     seconds = float(found.group(1)) * {"s": 1, "m": 60, "h": 3600}[found.group(2)]
+    if not math.isfinite(seconds):  # 320 nines: a float's infinity, whose seed count would be NaN
+        raise configurator.ConfigError(f"--budget={text[:12]}...: too large to be a time; write one such as 30m or 2h")
     if seconds <= 0:
         raise configurator.ConfigError(f"--budget={text!r}: a budget must be longer than 0")
     return seconds

@@ -442,3 +442,14 @@ def test_a_variant_named_like_a_trunk_is_refused_at_plan_time_not_looped_on(data
         "runs (trunk-seed<s>: a fork's trunk, scratch-<variant>-seed<s>: a bridge run, lrcheck-x<f>-seed<s>): rename "
         "the variant"]
     assert not os.path.exists(suite_dir)
+
+
+def test_a_preserving_start_no_variant_has_is_refused_before_any_trunk_trains(data_dir, tmp_path):
+    """Issue 50: fork_start='preserve' on RA learn (its gate logit has no preserving start) was refused
+    only after the trunk and the baseline branch had trained."""
+    path, suite_dir = fork_suite(tmp_path, seeds=(1,))
+    calls = []
+    with pytest.raises(configurator.ConfigError, match="^fork_at: learned-seed1: fork_start='preserve': no "
+                                                       "function-preserving start is known for .*ra_gate_logit") as e:
+        sweep.main([*suite_args(data_dir, path), "--fork_start=preserve"], launch=in_process(calls))
+    assert "\n" not in str(e.value) and calls == [] and not os.path.exists(suite_dir)

@@ -470,3 +470,12 @@ def test_a_suite_whose_variants_are_set_through_exec_is_a_suite(data_dir, tmp_pa
     path.write_text("import os\nexec(open(os.path.join(os.path.dirname(__file__), 'common.py')).read())\n")
     runs = sweep.main([str(path), *toy_args(data_dir), "--dry_run=True"])
     assert [name for name, _, _ in runs] == ["base-seed1", "base-seed2", "lr-seed1", "lr-seed2"]
+
+
+def test_a_budget_of_320_nines_is_one_line(data_dir, tmp_path):
+    """Issue 50: --budget of 320 nines (a float's infinity) ended in a NaN traceback."""
+    path = tmp_path / "suite_file.py"
+    path.write_text(SUITE)
+    with pytest.raises(configurator.ConfigError, match=r"^--budget=999999999999\.\.\.: too large to be a time; write "
+                                                       r"one such as 30m or 2h$"):
+        sweep.main([str(path), *toy_args(data_dir), "--plan=True", f"--budget={'9' * 320}s"])
