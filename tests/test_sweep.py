@@ -479,3 +479,21 @@ def test_a_budget_of_320_nines_is_one_line(data_dir, tmp_path):
     with pytest.raises(configurator.ConfigError, match=r"^--budget=999999999999\.\.\.: too large to be a time; write "
                                                        r"one such as 30m or 2h$"):
         sweep.main([str(path), *toy_args(data_dir), "--plan=True", f"--budget={'9' * 320}s"])
+
+
+def test_a_report_never_overwrites_another_suites_report(data_dir, tmp_path):
+    """Issue 50: report.py --out=<another suite's directory> silently overwrote that suite's report."""
+    import report
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, first_dir = write_growing_suite(tmp_path / "a", [1, 2])
+    second, second_dir = write_growing_suite(tmp_path / "b", [1, 2])
+    for path in (first, second):
+        sweep.main([path, *toy_args(data_dir)], launch=written_runs([]))
+    kept = open(os.path.join(second_dir, "report.md")).read()
+    for dirs in ([first_dir], [os.path.join(first_dir, "base-seed1"), os.path.join(first_dir, "other-seed1")]):
+        with pytest.raises(configurator.ConfigError, match=f"^--out={second_dir} is another suite's directory: "
+                                                           f"writing there would overwrite its report; choose a new --out$"):
+            report.main([*dirs, f"--out={second_dir}"])
+    assert open(os.path.join(second_dir, "report.md")).read() == kept
+    report.main([first_dir, f"--out={first_dir}"])  # its own directory: rebuilt in place
