@@ -16,7 +16,8 @@ module puts the forked effect beside the from-scratch one:
 - whether the signs agree, and the bridge's status: "confirms" (the ratio's interval is bounded and
   lies above 0: the forked effect points where the from-scratch one does), "disagrees" (the
   estimates have opposite signs), "unbounded" (the from-scratch effect cannot be told from 0, so no
-  ratio can be bounded), "cannot bound away from 0" (same signs, but the interval reaches 0 or below).
+  ratio can be bounded), "cannot bound away from 0" (same signs, but the interval reaches 0 or below),
+  "incomplete" (a forked or from-scratch run of the variant or of the baseline did not finish: named).
 Anything but "confirms" means the forked verdict does not stand as an answer to "does it help?".
 
 The loss jump: each branch's first evaluation (at the fork point) minus its seed's baseline branch's.
@@ -27,6 +28,7 @@ beyond the suite's min_effect is named as a design problem, not an effect.
 Numbers only (report.json); ablation/render.py words them.
 """
 import math
+import os
 
 import numpy as np
 
@@ -99,8 +101,19 @@ def bridge(report, scratch):
         entry = ratio(v.get("differences") or [], (s or {}).get("differences") or [], report["level"])
         entry.update(forked_verdict=v.get("verdict"), scratch_verdict=(s or {}).get("verdict", "no runs"),
                      scratch_interval=(s or {}).get("interval"))
+        unfinished = unfinished_runs(v, report["variants"].get(report["baseline"]), s,
+                                     scratch["variants"].get(scratch.get("baseline")))
+        if unfinished:  # the seeds that finished may disagree in sign where all of them would not
+            entry.update(status="incomplete", why=f"not finished: {', '.join(unfinished)}")
         out[name] = entry
     return out
+
+
+def unfinished_runs(*entries):
+    """'scratch-gated-seed2 diverged', ...: the runs of these compare entries (a variant's forked or
+    from-scratch runs, or their baselines') that did not finish, by directory."""
+    return [f"{os.path.basename(os.path.normpath(r['out_dir']))} {r['status']}" for e in entries
+            for r in (e or {}).get("runs", {}).values() if r["status"] != "finished"]
 
 
 def fork_jumps(report, runs):
