@@ -25,6 +25,19 @@ SUITE_RECORD = "suite_record.jsonl"  # beside suite.json: runs added after it, a
 LAUNCHES = "launches.jsonl"  # sweep.py's local launcher: each process of a run, start to exit (wall seconds)
 
 
+def launched_seconds(path):
+    """{run name: wall seconds} from a launches.jsonl, each run's processes summed (start-up included,
+    which a run's own log cannot see); a torn line is skipped."""
+    seconds = {}
+    for line in open(path).read().splitlines() if os.path.exists(path) else []:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        seconds[entry["run"]] = seconds.get(entry["run"], 0.0) + entry["end"] - entry["start"]
+    return seconds
+
+
 def read_suite(namespace, name, here, known_keys):
     """A suite's declaration, checked: each mistake is one line that says what to write. A variant's
     config files are relative to the suite file's directory; known_keys: the keys a variant may set

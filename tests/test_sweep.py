@@ -497,3 +497,18 @@ def test_a_report_never_overwrites_another_suites_report(data_dir, tmp_path):
             report.main([*dirs, f"--out={second_dir}"])
     assert open(os.path.join(second_dir, "report.md")).read() == kept
     report.main([first_dir, f"--out={first_dir}"])  # its own directory: rebuilt in place
+
+
+def test_status_counts_a_runs_start_up_in_the_time_left(data_dir, tmp_path, capsys):
+    """Issue 50: --status said "about 3 s left" for runs of about 25 s: a run's log starts at its
+    checklist, after the imports and the model build that are most of a short run."""
+    path, suite_dir = write_growing_suite(tmp_path, [1, 2])
+    sweep.main([path, *toy_args(data_dir)], launch=written_runs([]))
+    with open(os.path.join(suite_dir, suites.LAUNCHES), "w") as f:  # each process as the launcher timed it
+        f.writelines(json.dumps(dict(run=name, start=100.0, end=125.0, exit=0)) + "\n"
+                     for name in ("base-seed1", "base-seed2", "other-seed1", "other-seed2"))
+    capsys.readouterr()
+    sweep.main([path, *toy_args(data_dir), "--seeds=1,2,3", "--status=True"])
+    out = capsys.readouterr().out
+    assert "4/6 runs done, 0 running, 0 queued, 2 stopped" in out
+    assert "; about 50 s left (mean of 4 finished runs, 1 at a time)" in out
