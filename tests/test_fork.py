@@ -453,3 +453,11 @@ def test_a_preserving_start_no_variant_has_is_refused_before_any_trunk_trains(da
                                                        "function-preserving start is known for .*ra_gate_logit") as e:
         sweep.main([*suite_args(data_dir, path), "--fork_start=preserve"], launch=in_process(calls))
     assert "\n" not in str(e.value) and calls == [] and not os.path.exists(suite_dir)
+
+
+def test_the_pairing_of_a_true_null_on_data_order_holds():
+    """Issue 50: every pairing line of the forked true null (allowed = ['data_order']) said "different data
+    order", the very difference the suite declares; an undeclared one is still named."""
+    run = lambda order: dict(info=dict(facts=dict(data_order=order, init_weights={"w": ["(4,)", "x"]})))
+    assert compare.pairing(run("order1"), run("order0"), ["data_order"]) == []
+    assert compare.pairing(run("order1"), run("order0"), []) == ["different data order"]
