@@ -261,9 +261,13 @@ def equal_flops_evals(suite, runs, resolved):
         cfg, ref = resolved[name], base[(point.get("size"), point["seed"])]
         own, theirs, tpi = per_token(cfg), per_token(ref), cfg["tokens_per_iter"]
         if own != theirs and not cfg["max_time"]:  # a time budget ends runs where nobody can plan for
-            at = round(compare.equal_flops_tokens(runtime.last_iter(ref) * tpi, (suite["fork_at"] or 0) * tpi,
-                                                  theirs, own) / tpi)
-            if (suite["fork_at"] or 0) < at < runtime.last_iter(cfg):  # at the end: the final evaluation
+            budget = runtime.last_iter(ref) * tpi
+            matched = compare.equal_flops_tokens(budget, (suite["fork_at"] or 0) * tpi, theirs, own)
+            at = round(matched / tpi)
+            # the report reads an evaluation only within MATCHED_TOLERANCE of the budget's FLOPs: in a short
+            # budget the nearest iteration can miss it, and an evaluation there would be read by nobody
+            readable = own * abs(at * tpi - matched) <= compare.MATCHED_TOLERANCE * theirs * budget
+            if (suite["fork_at"] or 0) < at < runtime.last_iter(cfg) and readable:  # at the end: the final evaluation
                 argv = [*argv, f"--eval_at={[at]!r}"]
                 resolved[name] = dict(cfg, eval_at=[at])
         out.append((name, point, argv))
