@@ -215,6 +215,8 @@ def compare(suite, runs):
     _, _, goal = check_metric(metric)
     for run in runs.values():
         run["status"] = rundir.run_status(run["events"])
+        if run.get("not_started"):  # a branch whose trunk diverged: named, not merely "not run"
+            run["status"] += f" ({run['not_started']})"
     finished = [r for r in runs.values() if r["status"] == "finished"]
     tokens = common_tokens(finished, metric)
     non_finite = []

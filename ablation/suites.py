@@ -243,7 +243,17 @@ def load_suite_dir(suite_dir):
     for run_name, (variant, seed) in suite_runs(declared, suite["record"]).items():
         suite["variants"].setdefault(variant, []).append(seed)
         runs[(variant, seed)] = rundir.read_run(os.path.join(suite_dir, run_name))
+        if declared.get("fork_at") and not runs[(variant, seed)]["events"]:
+            runs[(variant, seed)]["not_started"] = trunk_problem(suite_dir, seed)
     return suite, runs
+
+
+def trunk_problem(suite_dir, seed):
+    """Why a branch of a forked suite never started, from its seed's trunk ('its trunk trunk-seed1
+    diverged'), or None when the trunk finished or has not run yet (the branch is simply not run)."""
+    trunk = f"trunk-seed{seed}"
+    state = rundir.run_status(rundir.read_events(os.path.join(suite_dir, trunk)))
+    return f"its trunk {trunk} {state}" if state in ("diverged", "failed", "preempted") else None
 
 
 def read_bridge_runs(suite_dir):

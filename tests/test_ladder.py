@@ -295,3 +295,35 @@ def test_the_lr_check_needs_every_factor_and_names_a_diverged_run(tmp_path):
     rows = render.lr_check_lines(dict(lr_check=checked))
     assert "| s | 2 | 2.1 | - | 1x | incomplete: 2x not finished |" in rows
     assert "| l | 2 | 2.05 | diverged | 1x | yes |" in rows
+
+
+class Diverged:
+    returncode = 1
+
+    def poll(self):
+        return 1
+
+
+def test_a_ladder_names_the_branches_of_a_diverged_trunk(data_dir, tmp_path):
+    """Issue 50: the branches a diverged trunk never started were shown as "not run", as if nobody had
+    tried them."""
+    argv = ladder_suite(tmp_path, data_dir, {"base": {}, "ra": {"ra_pattern": "all"}})
+    with open(argv[0], "a") as f:
+        f.write("fork_at = 4\n")
+    finished = synthetic_launcher([], lambda cfg: 0.0)
+
+    def launch(run_argv, slot, log_path):
+        cfg = configurator.apply_config(runtime.DEFAULTS, run_argv)
+        if not cfg["out_dir"].endswith(os.path.join("s", "trunk-seed1")):
+            return finished(run_argv, slot, log_path)
+        with open(os.path.join(cfg["out_dir"], "log.jsonl"), "w") as f:
+            f.writelines(json.dumps(e) + "\n" for e in (dict(event="checklist", time=0.0),
+                                                         dict(event="diverged", time=1.0, iter=1)))
+        return Diverged()
+    with pytest.raises(RuntimeError, match="3 runs failed: s/trunk-seed1, s/base-seed1, s/ra-seed1"):
+        sweep.main(argv, launch=launch)
+    report = json.load(open(tmp_path / "out-ladder" / "s" / "report.json"))
+    assert report["variants"]["ra"]["runs"]["seed1"]["status"] == "not run (its trunk trunk-seed1 diverged)"
+    assert report["variants"]["ra"]["verdict"] == "incomplete"
+    assert "seed 1 not run (its trunk trunk-seed1 diverged)" in report["variants"]["ra"]["why"]
+    assert report["variants"]["ra"]["runs"]["seed2"]["status"] == "finished"
