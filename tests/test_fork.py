@@ -467,14 +467,18 @@ def test_an_equal_flops_evaluation_is_scheduled_only_where_the_report_reads_it(d
     """Issue 50: in a short budget the nearest iteration to the equal-FLOPs point lies more than 1% of
     the budget's FLOPs from it: the sweep scheduled an evaluation there that its own report cannot read."""
     def planned(max_iters, fork_at):
-        path, _ = fork_suite(tmp_path / f"i{max_iters}", seeds=(1,), fork_at=fork_at)
+        variants = {"base": {"model_type": "ra", **LR}, "gated": {"model_type": "ra", "attn_gate": True, **LR}}
+        path, _ = write_suite(tmp_path, variants, ["attn_gate"], seeds=(1,), name=f"gated{max_iters}")
+        with open(path, "a") as f:
+            f.write(f"fork_at = {fork_at}\n")
         argv = [a for a in suite_args(data_dir, path) if not a.startswith(("--max_iters=", "--lr_decay_iters="))]
-        spec, _ = sweep.parse_args([*argv, f"--max_iters={max_iters}", f"--lr_decay_iters={max_iters}"])
+        spec, _ = sweep.parse_args([*argv, f"--max_iters={max_iters}", f"--lr_decay_iters={max_iters}",
+                                    "--fork_start=preserve"])
         cfgs = {name: sweep.resolve(run_argv, 1) for name, _, run_argv in sweep.plan_runs(spec)}
-        base, own = (runtime.flops_per_token(cfgs[n]) for n in ("base-seed1", "learned-seed1"))
+        base, own = (runtime.flops_per_token(cfgs[n]) for n in ("base-seed1", "gated-seed1"))
         budget = base * max_iters * cfgs["base-seed1"]["tokens_per_iter"]
         spent = lambda it: (base * fork_at + own * (it - fork_at)) * cfgs["base-seed1"]["tokens_per_iter"]
-        return cfgs["learned-seed1"]["eval_at"], spent, budget
+        return cfgs["gated-seed1"]["eval_at"], spent, budget
     eval_at, spent, budget = planned(16, 6)  # 6 + 10 / 1.07 = 15.3: iteration 15 spends 2% less
     assert eval_at == [] and abs(spent(15) - budget) > compare.MATCHED_TOLERANCE * budget
     eval_at, spent, budget = planned(160, 60)

@@ -307,9 +307,10 @@ class Diverged:
 def test_a_ladder_names_the_branches_of_a_diverged_trunk(data_dir, tmp_path):
     """Issue 50: the branches a diverged trunk never started were shown as "not run", as if nobody had
     tried them."""
-    argv = ladder_suite(tmp_path, data_dir, {"base": {}, "ra": {"ra_pattern": "all"}})
-    with open(argv[0], "a") as f:
-        f.write("fork_at = 4\n")
+    argv = ladder_suite(tmp_path, data_dir, {"base": {}, "gated": {"attn_gate": True}})
+    text = open(argv[0]).read().replace("allowed = ['ra_pattern']", "allowed = ['attn_gate']")
+    open(argv[0], "w").write(text + "fork_at = 4\n")
+    argv.append("--fork_start=preserve")  # the gate's preserving start: the branch starts as its trunk computes
     finished = synthetic_launcher([], lambda cfg: 0.0)
 
     def launch(run_argv, slot, log_path):
@@ -320,10 +321,10 @@ def test_a_ladder_names_the_branches_of_a_diverged_trunk(data_dir, tmp_path):
             f.writelines(json.dumps(e) + "\n" for e in (dict(event="checklist", time=0.0),
                                                          dict(event="diverged", time=1.0, iter=1)))
         return Diverged()
-    with pytest.raises(RuntimeError, match="3 runs failed: s/trunk-seed1, s/base-seed1, s/ra-seed1"):
+    with pytest.raises(RuntimeError, match="3 runs failed: s/trunk-seed1, s/base-seed1, s/gated-seed1"):
         sweep.main(argv, launch=launch)
     report = json.load(open(tmp_path / "out-ladder" / "s" / "report.json"))
-    assert report["variants"]["ra"]["runs"]["seed1"]["status"] == "not run (its trunk trunk-seed1 diverged)"
-    assert report["variants"]["ra"]["verdict"] == "incomplete"
-    assert "seed 1 not run (its trunk trunk-seed1 diverged)" in report["variants"]["ra"]["why"]
-    assert report["variants"]["ra"]["runs"]["seed2"]["status"] == "finished"
+    assert report["variants"]["gated"]["runs"]["seed1"]["status"] == "not run (its trunk trunk-seed1 diverged)"
+    assert report["variants"]["gated"]["verdict"] == "incomplete"
+    assert "seed 1 not run (its trunk trunk-seed1 diverged)" in report["variants"]["gated"]["why"]
+    assert report["variants"]["gated"]["runs"]["seed2"]["status"] == "finished"
