@@ -442,6 +442,12 @@ def test_a_variant_named_like_a_trunk_is_refused_at_plan_time_not_looped_on(data
         "runs (trunk-seed<s>: a fork's trunk, scratch-<variant>-seed<s>: a bridge run, lrcheck-x<f>-seed<s>): rename "
         "the variant"]
     assert not os.path.exists(suite_dir)
+    variants = {"base": {"model_type": "ra", **LR}, "scratch-base": {"model_type": "ra", "ra_pattern": "learned", **LR}}
+    path, _ = write_suite(tmp_path, variants, ["ra_pattern"], seeds=(1,), name="bridged")
+    with open(path, "a") as f:  # the bridge's own run of base, seed 1, is scratch-base-seed1 too
+        f.write("fork_at = 6\nbridge_seeds = [1, 2]\n")
+    with pytest.raises(configurator.ConfigError, match="^the run 'scratch-base-seed1' would be planned twice"):
+        sweep.main([*suite_args(data_dir, path), "--dry_run=True"])
 
 
 def test_a_preserving_start_no_variant_has_is_refused_before_any_trunk_trains(data_dir, tmp_path):
