@@ -112,12 +112,18 @@ def check_tensors(trunk, model, where):
 
 
 def check_models_fork(branch_cfg, trunk_cfg, where):
-    """Before any run (sweep.py's fork plan): the branch's model takes the trunk's tensors, with both
-    models built on the meta device (shapes only: no memory, no weights, no time)."""
+    """Before any run (sweep.py's fork plan): the branch's model takes the trunk's tensors and, with
+    fork_start='preserve', has a preserving start for each new parameter; both models are built on the
+    meta device (shapes only: no memory, no weights, no time)."""
     import torch
     with torch.device("meta"):
         trunk, branch = runtime.build_model(trunk_cfg), runtime.build_model(branch_cfg)
     check_tensors({n: t.shape for n, t in trunk.state_dict().items()}, branch, where)
+    if branch_cfg["fork_start"] == "preserve":
+        try:
+            preserve_start(branch)
+        except configurator.ConfigError as e:
+            raise configurator.ConfigError(f"{where}: {e}") from None
 
 
 def starts_as_trunk(branch_cfg, trunk_cfg):
@@ -136,10 +142,7 @@ def starts_as_trunk(branch_cfg, trunk_cfg):
     branch = runtime.build_model(on_cpu(branch_cfg)).eval()
     load_weights(dict(model=trunk.state_dict(), config=trunk_cfg), branch)
     if branch_cfg.get("fork_start") == "preserve":
-        try:
-            preserve_start(branch)
-        except configurator.ConfigError as e:
-            return str(e).removeprefix("fork_start='preserve': ")
+        preserve_start(branch)  # one it does not have is refused with the tensors (check_models_fork)
     tokens = torch.randint(0, trunk_cfg["vocab_size"], (2, min(trunk_cfg["block_size"], 32)),
                            generator=torch.Generator().manual_seed(0))
     with torch.no_grad():

@@ -51,12 +51,22 @@ def main(argv):
         raise configurator.ConfigError("give a suite directory or run directories (python report.py --help)")
     if options["out"]:
         rundir.check_output_dir(options["out"])
+        check_not_another_suite(options["out"], dirs)
     try:
         return build(options, dirs)
     except OSError as e:  # a full disk, a read-only suite directory or --out
         where = e.filename or options["out"] or dirs[0]
         raise rundir.RunDirError(rundir.describe_write_error(e, where, "the report is incomplete: free space, or "
                                                              "write it elsewhere with --out=DIR")) from None
+
+
+def check_not_another_suite(out, dirs):
+    """--out may be the reported suite's own directory, never another suite's: its report would be
+    overwritten by this one."""
+    own = [os.path.realpath(d) for d in dirs]
+    if os.path.exists(os.path.join(out, "suite.json")) and own != [os.path.realpath(out)]:
+        raise configurator.ConfigError(f"--out={out} is another suite's directory: writing there would overwrite its "
+                                       f"report; choose a new --out")
 
 
 def build(options, dirs):

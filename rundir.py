@@ -62,7 +62,7 @@ def out_dir_lock(out_dir, holder="run"):
 
 # ----------------------------------------------------------------------------- directories a tool owns
 
-OWNER_FILE = ".created_by"  # written by fresh_tool_dir into a directory it creates: the tool may empty it later
+TOOL_MANIFEST = ".written_by.json"  # {"tool", "files"}: what a tool wrote in its --out, the only files it may remove
 
 
 def check_output_dir(path, option="--out"):
@@ -73,25 +73,58 @@ def check_output_dir(path, option="--out"):
         raise RunDirError(f"{option}={path} is a file: name a directory")
 
 
-def fresh_tool_dir(path, tool):
-    """An empty directory for `tool`'s output. One this tool created earlier (it holds OWNER_FILE
-    naming the tool) is emptied; any other existing directory is refused, so no tool ever removes a
-    directory, nor the files in it, that it did not create (--out=. would be the checkout)."""
-    import shutil
+@contextlib.contextmanager
+def tool_output_dir(path, tool):
+    """A directory for `tool`'s output, listed in its manifest when the block ends (however it ends).
+    An existing directory must hold the manifest this tool wrote, and only the files it lists go (then
+    the directories they leave empty): a copied directory keeps the notes added to it, and any other
+    existing directory (--out=. would be the checkout) is refused with nothing deleted. No tool ever
+    removes a directory because a marker file says it may."""
     check_output_dir(path)
     if os.path.isdir(path):
-        marker = os.path.join(path, OWNER_FILE)
-        owner = open(marker).read().strip() if os.path.isfile(marker) else None
-        if owner != tool:
-            raise RunDirError(f"--out={path} exists and was not created by {tool}: nothing was deleted; choose a "
-                              f"new --out (the tool empties only a directory it created)")
-        shutil.rmtree(path)
+        remove_listed_files(path, tool)
+    else:
+        try:
+            os.makedirs(path)
+        except OSError as e:
+            raise RunDirError(f"cannot create {path} ({e.strerror}): choose a writable --out") from None
+    kept = files_under(path)  # the user's: never listed as the tool's
     try:
-        os.makedirs(path)
-        with open(os.path.join(path, OWNER_FILE), "w") as f:
-            f.write(tool + "\n")
-    except OSError as e:
-        raise RunDirError(f"cannot create {path} ({e.strerror}): choose a writable --out") from None
+        yield
+    finally:
+        with atomic_write(os.path.join(path, TOOL_MANIFEST), "w") as f:
+            json.dump(dict(tool=tool, files=sorted(files_under(path) - kept - {TOOL_MANIFEST})), f, indent=1)
+
+
+def files_under(path):
+    """Every file below path, relative to it (symbolic links to directories are not followed)."""
+    return {os.path.relpath(os.path.join(d, name), path) for d, _, names in os.walk(path) for name in names}
+
+
+def remove_listed_files(path, tool):
+    """Remove the files tool's manifest in path lists, each only inside path, then the directories
+    they leave empty; refused in one line, with nothing deleted, when path holds no manifest of tool's."""
+    try:
+        with open(os.path.join(path, TOOL_MANIFEST), encoding="utf-8") as f:
+            listed = json.load(f)
+    except (OSError, ValueError):
+        listed = None
+    if not isinstance(listed, dict) or listed.get("tool") != tool or not isinstance(listed.get("files"), list):
+        raise RunDirError(f"--out={path} exists and holds no list of files written by {tool}: nothing was deleted; "
+                          f"choose a new --out (the tool removes only the files it listed as its own)")
+    root = os.path.realpath(path)
+    emptied = set()
+    for name in listed["files"]:
+        folder = os.path.realpath(os.path.join(root, os.path.dirname(str(name))))
+        target = os.path.join(folder, os.path.basename(str(name)))
+        if os.path.commonpath([root, folder]) == root and (os.path.isfile(target) or os.path.islink(target)):
+            os.remove(target)  # a listed path that leads out of the directory is never followed
+            while folder != root:
+                emptied.add(folder)
+                folder = os.path.dirname(folder)
+    for folder in sorted(emptied, key=len, reverse=True):  # the deepest first
+        if not os.listdir(folder):
+            os.rmdir(folder)
 
 
 # ----------------------------------------------------------------------------- checkpoints

@@ -220,9 +220,10 @@ def eval_windows_fingerprint(cfg, dataset, counts):
 
 
 def data_changes_since_start(cfg, data_dir, counts):
-    """On resume: the dataset and evaluation-window fingerprints this run recorded when it started,
-    against today's. A change is refused in one line (training and evaluation would silently move to
-    other data), unless allow_data_change=True: the change is then returned for the run record."""
+    """On resume: the dataset, evaluation-window and data-order fingerprints this run recorded when it
+    started, against today's. A change is refused in one line (training and evaluation would silently
+    move to other data or another batch order), unless allow_data_change=True: the change is then
+    returned for the run record."""
     path = os.path.join(cfg["out_dir"], "run_info.json")
     try:
         with open(path) as f:
@@ -231,13 +232,40 @@ def data_changes_since_start(cfg, data_dir, counts):
         return None  # a run from before run records: nothing to compare against
     now = dict(dataset_fingerprint=dataset_fingerprint(data_dir))
     now["eval_windows"] = eval_windows_fingerprint(cfg, now["dataset_fingerprint"], counts)
+    now["data_order"] = data_order_fingerprint(cfg, counts)  # the steps after the resume draw from it
     changed = {k: [recorded[k], v] for k, v in now.items() if recorded.get(k) and recorded[k] != v}
+    if set(changed) == {"data_order"} and not cfg["allow_data_change"]:
+        raise configurator.ConfigError(
+            f"{cfg['out_dir']} started on another batch order than this resume would draw (the data order recorded "
+            f"in {path} differs{order_keys_changed(cfg)}): resume with the keys it started with, start a new out_dir, "
+            f"or pass --allow_data_change=True (the run record then says so)")
     if changed and not cfg["allow_data_change"]:
         what = " and ".join(k.replace("_", " ") for k in changed)
         raise configurator.ConfigError(
             f"{data_dir} is not the data this run started on ({what} changed since {path} was written): resume on "
             f"the original data, start a new out_dir, or pass --allow_data_change=True (the run record then says so)")
     return changed or None
+
+
+ORDER_KEYS = ("data_order", "data_seed", "seed", "batch_size", "gradient_accumulation_steps")  # what draws the batches
+
+
+def order_keys_changed(cfg):
+    """': data_order=0 there, 1 now' for the batch-order keys this resume changes against the run's
+    config.json ('' when none is found there)."""
+    try:
+        with open(os.path.join(cfg["out_dir"], "config.json")) as f:
+            started = json.load(f)
+    except (OSError, ValueError):
+        return ""
+    changed = [f"{k}={started[k]!r} there, {cfg[k]!r} now" for k in ORDER_KEYS if k in started and started[k] != cfg[k]]
+    return ": " + ", ".join(changed) if changed else ""
+
+
+def data_order_fingerprint(cfg, counts):
+    """The training batches of the first DATA_ORDER_ITERS steps: recorded when a run starts, checked on resume."""
+    return offsets_digest([tokendata.train_offsets(cfg, counts["train"], it, micro)
+                           for it in range(DATA_ORDER_ITERS) for micro in range(cfg["gradient_accumulation_steps"])])
 
 
 def run_facts(cfg, layout, model, optimizer, data_dir, counts, dtype):
@@ -249,14 +277,11 @@ def run_facts(cfg, layout, model, optimizer, data_dir, counts, dtype):
         weights = model.full_state_dict(weights)
     if not layout.master:  # the others took part in the gathers; the master alone hashes and records
         return None
-    accum = cfg["gradient_accumulation_steps"]
-    order = [tokendata.train_offsets(cfg, counts["train"], it, micro)
-             for it in range(DATA_ORDER_ITERS) for micro in range(accum)]
     meta = tokendata.read_meta(data_dir)
     dataset = dataset_fingerprint(data_dir)
     return dict(dataset_fingerprint=dataset, tokenizer=meta.get("tokenizer"),
                 eval_windows=eval_windows_fingerprint(cfg, dataset, counts),
-                data_order=offsets_digest(order), init_weights=weights_digests(weights),
+                data_order=data_order_fingerprint(cfg, counts), init_weights=weights_digests(weights),
                 model_class=type(model).__name__, optimizer=type(optimizer).__name__, dtype=dtype,
                 device_type=layout.device.split(":")[0], torch_version=torch.__version__,
                 world_size=layout.world_size, tokens_per_iter=cfg["tokens_per_iter"],

@@ -46,7 +46,6 @@ A forked suite (fork_at) may declare `bridge_seeds`: every variant also from scr
 `scratch-<variant>-seed<seed>`, apart from the branches (ablation/bridge.py); a ladder may declare
 `lr_check`: the baseline at multiples of the rule's learning rate at its ends as `<size>/lrcheck-x<f>-seed<s>`.
 """
-import ast
 import csv
 import ctypes
 import functools
@@ -111,8 +110,8 @@ def parse_args(argv):
                 options[key] = configurator.check_type(key, configurator.parse_value(raw), OPTIONS[key], arg)
             else:
                 spec["overrides"][key] = configurator.parse_value(raw)
-        elif is_sweep_file(arg):
-            read_sweep_file(arg, spec)
+        elif (namespace := sweep_file_keys(arg)) is not None:
+            read_sweep_file(arg, namespace, spec)
         else:
             spec["configs"].append(arg)
     if options["launcher"] not in ("local", "slurm"):
@@ -138,20 +137,15 @@ def parse_args(argv):
     return spec, options
 
 
-def is_sweep_file(path):
-    """A file that assigns `grid` (a sweep) or `variants` (a suite) at top level; any other is a
-    train config."""
-    try:
-        body = ast.parse(open(path).read()).body
-    except (OSError, SyntaxError):
-        return False
-    return any(isinstance(node, ast.Assign) and any(getattr(t, "id", None) in ("grid", "variants")
-                                                    for t in node.targets) for node in body)
+def sweep_file_keys(path):
+    """The top-level names of a sweep file (it sets `grid`) or a suite file (`variants`), even those set
+    through exec; None for a train config. The file runs as a config file does: a syntax error or a
+    failing line is one line naming file:line, never "no grid"."""
+    namespace = configurator.read_config_file(path)
+    return namespace if {"grid", "variants"} & set(namespace) else None
 
 
-def read_sweep_file(path, spec):
-    namespace = {"__file__": os.path.abspath(path)}
-    exec(compile(open(path).read(), path, "exec"), namespace)
+def read_sweep_file(path, namespace, spec):
     stem = os.path.splitext(os.path.basename(path))[0]
     if "variants" in namespace:
         spec["suite"] = suites.read_suite(namespace, stem, os.path.dirname(os.path.abspath(path)), runtime.DEFAULTS)  # base too: relative to it
@@ -217,7 +211,7 @@ def plan_runs(spec):
             raise configurator.ConfigError(f"{sorted(clash)} are both swept and fixed: drop the fixed value")
         name = suite_run_name(point) if suite else run_name(point)
         if name in names:
-            raise configurator.ConfigError(f"the grid holds the run {name!r} twice")
+            raise configurator.ConfigError(planned_twice(name, suite))
         names.add(name)
         out_dir = os.path.join(spec["sweep_dir"], name)
         configs = point.get("config", [])
@@ -244,6 +238,16 @@ def plan_runs(spec):
     return runs + scratch + checks
 
 
+def planned_twice(name, suite):
+    """The one line for a run name planned twice: in a suite, a variant named like a run the sweep makes
+    itself (a fork's trunk would wait for itself: the sweep would loop forever)."""
+    if not suite:
+        return f"the grid holds the run {name!r} twice"
+    return (f"the run {name!r} would be planned twice: a variant may not take a name the sweep gives its own runs "
+            f"(trunk-seed<s>: a fork's trunk, scratch-<variant>-seed<s>: a bridge run, lrcheck-x<f>-seed<s>): "
+            f"rename the variant")
+
+
 def equal_flops_evals(suite, runs, resolved):
     """Each variant that costs other model FLOPs per token than the baseline also evaluates at its
     equal-FLOPs point (eval_at): the iteration where it has spent the baseline's FLOPs of the whole
@@ -258,9 +262,13 @@ def equal_flops_evals(suite, runs, resolved):
         cfg, ref = resolved[name], base[(point.get("size"), point["seed"])]
         own, theirs, tpi = per_token(cfg), per_token(ref), cfg["tokens_per_iter"]
         if own != theirs and not cfg["max_time"]:  # a time budget ends runs where nobody can plan for
-            at = round(compare.equal_flops_tokens(runtime.last_iter(ref) * tpi, (suite["fork_at"] or 0) * tpi,
-                                                  theirs, own) / tpi)
-            if (suite["fork_at"] or 0) < at < runtime.last_iter(cfg):  # at the end: the final evaluation
+            budget = runtime.last_iter(ref) * tpi
+            matched = compare.equal_flops_tokens(budget, (suite["fork_at"] or 0) * tpi, theirs, own)
+            at = round(matched / tpi)
+            # the report reads an evaluation only within MATCHED_TOLERANCE of the budget's FLOPs: in a short
+            # budget the nearest iteration can miss it, and an evaluation there would be read by nobody
+            readable = own * abs(at * tpi - matched) <= compare.MATCHED_TOLERANCE * theirs * budget
+            if (suite["fork_at"] or 0) < at < runtime.last_iter(cfg) and readable:  # at the end: the final evaluation
                 argv = [*argv, f"--eval_at={[at]!r}"]
                 resolved[name] = dict(cfg, eval_at=[at])
         out.append((name, point, argv))
@@ -291,6 +299,8 @@ def fork_plan(suite, runs, resolved, sweep_dir):
             raise configurator.ConfigError(f"fork_at={fork_at}{where} is not before the runs' last iteration "
                                            f"({runtime.last_iter(cfg)}): fork earlier")
         trunk = name[:-len(f"{point['variant']}-seed{point['seed']}")] + f"trunk-seed{point['seed']}"
+        if any(trunk == other for other, _, _ in runs):
+            raise configurator.ConfigError(planned_twice(trunk, suite))
         out_dir = os.path.join(sweep_dir, trunk)
         trunk_argv = [a for a in argv if not a.startswith(("--out_dir=", "--wandb_run_name="))] + [
             f"--max_iters={fork_at}", "--max_tokens=0", f"--lr_decay_iters={runtime.decay_iters(cfg)}",
@@ -662,6 +672,8 @@ def parse_budget(text):
     if not found.group(2):
         raise configurator.ConfigError(f"--budget={text!r} has no unit: write {text}s, {text}m or {text}h")
     seconds = float(found.group(1)) * {"s": 1, "m": 60, "h": 3600}[found.group(2)]
+    if not math.isfinite(seconds):  # 320 nines: a float's infinity, whose seed count would be NaN
+        raise configurator.ConfigError(f"--budget={text[:12]}...: too large to be a time; write one such as 30m or 2h")
     if seconds <= 0:
         raise configurator.ConfigError(f"--budget={text!r}: a budget must be longer than 0")
     return seconds

@@ -20,7 +20,8 @@ module puts the forked effect beside the from-scratch one:
   "underpowered" (a side cannot be told from 0: the bridge then says the effect it could have
   seen, 80% power at its level, from that side's sd and seeds). Two effects indistinguishable from 0
   never "conflict". The ratio's Fieller interval uses a Welch-type (Satterthwaite) df, since the two
-  sides have their own variances and seed counts.
+  sides have their own variances and seed counts. "incomplete": a forked or from-scratch run of the
+  variant or of the baseline did not finish (named).
 Anything but "confirmed" or "negligible in both" means the forked verdict does not stand as an answer to
 "does it help?"; the report then puts the from-scratch verdict in its place (compare.answers).
 
@@ -32,6 +33,7 @@ beyond the suite's min_effect is named as a design problem, not an effect.
 Numbers only (report.json); ablation/render.py words them.
 """
 import math
+import os
 
 import numpy as np
 
@@ -142,8 +144,19 @@ def bridge(report, scratch):
                                                                       v.get("differences") or [])),
                      scratch_per_seed=dict(zip(map(str, (s or {}).get("paired_seeds") or []),
                                                (s or {}).get("differences") or [])))
+        unfinished = unfinished_runs(v, report["variants"].get(report["baseline"]), s,
+                                     scratch["variants"].get(scratch.get("baseline")))
+        if unfinished:  # the seeds that finished may disagree in sign where all of them would not
+            entry.update(status="incomplete", why=f"not finished: {', '.join(unfinished)}")
         out[name] = entry
     return out
+
+
+def unfinished_runs(*entries):
+    """'scratch-gated-seed2 diverged', ...: the runs of these compare entries (a variant's forked or
+    from-scratch runs, or their baselines') that did not finish, by directory."""
+    return [f"{os.path.basename(os.path.normpath(r['out_dir']))} {r['status']}" for e in entries
+            for r in (e or {}).get("runs", {}).values() if r["status"] != "finished"]
 
 
 def fork_jumps(report, runs):

@@ -53,7 +53,7 @@ MEASUREMENT_FACTS = ("dataset_fingerprint", "tokenizer", "eval_windows")
 WINDOW_SHAPE_KEYS = ("batch_size", "block_size")
 PAIRED_FACTS = ("data_order", "init_weights")  # compared between runs of the same seed
 DATA_ORDER_CAUSES = ("dataset", "data_dir", "batch_size", "block_size", "gradient_accumulation_steps",
-                     "tokens_per_iter")
+                     "tokens_per_iter", "data_order", "data_seed")  # data_order allowed: a true null on batch order
 UNITS = {"val_loss": "nats per token", "train_loss": "nats per token", "val_ppl": "perplexity, exp(nats per token)",
          "hellaswag_acc": "fraction right", "hellaswag_acc_norm": "fraction right"}
 CHANCE = {"hellaswag_acc": 0.25, "hellaswag_acc_norm": 0.25}
@@ -215,6 +215,8 @@ def compare(suite, runs):
     _, _, goal = check_metric(metric)
     for run in runs.values():
         run["status"] = rundir.run_status(run["events"])
+        if run.get("not_started"):  # a branch whose trunk diverged: named, not merely "not run"
+            run["status"] += f" ({run['not_started']})"
     finished = [r for r in runs.values() if r["status"] == "finished"]
     tokens = common_tokens(finished, metric)
     non_finite = []

@@ -359,29 +359,39 @@ def plan_lines(ladder, n_seeds, k):
 
 def lr_check(suite_dir, declared):
     """The ladder's learning-rate checks (sweep.py lr_check_points) as found in suite_dir: per checked size
-    the metric of each factor's run at its last evaluation, the best factor, and whether the rule's 1x
-    holds (not beaten by more than min_effect, or at all without one). None without checks."""
+    the metric of each factor's run at its last evaluation ("diverged" for one that did), the best factor,
+    and whether the rule's 1x holds (not beaten by more than min_effect, or at all without one; "incomplete"
+    while a factor has not finished). None without checks."""
     factors = (declared.get("ladder") or {}).get("lr_check")
     if not factors:
         return None
     event, field, goal = compare.METRICS[declared["metric"]]
     margin = declared.get("min_effect") or 0.0
     sizes = {}
+    sign = 1 if goal == "lower" else -1
     for size in declared["ladder"]["sizes"]:
         values = {}
         for path in sorted(glob.glob(os.path.join(suite_dir, size, "lrcheck-x*-seed*"))):
             events = rundir.read_events(path)
             evals = [e[field] for e in events if e["event"] == event and field in e]
+            factor = re.match(r"lrcheck-x([\d.e+-]+)-seed", os.path.basename(path)).group(1)
             if rundir.run_status(events) == "finished" and evals:
-                values[re.match(r"lrcheck-x([\d.e+-]+)-seed", os.path.basename(path)).group(1)] = evals[-1]
+                values[factor] = evals[-1]
+            elif rundir.run_status(events) == "diverged":  # an outcome: that rate is too high to train
+                values[factor] = "diverged"
         if not values:
             continue
-        sign = 1 if goal == "lower" else -1
-        best = min(values, key=lambda f: sign * values[f])
-        one = values.get("1")
-        holds = "-" if one is None else "yes" if sign * (one - values[best]) <= margin else (
-            f"no: {best}x is better by {abs(one - values[best]):.3g}")
-        sizes[size] = dict(values=values, best=f"{best}x", holds=holds)
+        trained = {f: v for f, v in values.items() if v != "diverged"}
+        best = min(trained, key=lambda f: sign * trained[f], default=None)
+        missing = [f"{f:g}x" for f in [1.0, *factors] if f"{f:g}" not in values]
+        if missing:  # the rule holds only against the factors that ran: a lone 1x holds against nothing
+            holds = f"incomplete: {', '.join(missing)} not finished"
+        elif values["1"] == "diverged":
+            holds = "no: 1x diverged"
+        else:
+            holds = "yes" if sign * (values["1"] - trained[best]) <= margin else (
+                f"no: {best}x is better by {abs(values['1'] - trained[best]):.3g}")
+        sizes[size] = dict(values=values, best=f"{best}x" if best else None, holds=holds)
     return dict(factors=[1.0, *factors], sizes=sizes, margin=margin)
 
 

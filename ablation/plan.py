@@ -2,7 +2,6 @@
 the paired-difference sd, the wall time a seed costs, and the seeds and minutes that min_effect or a
 wall-clock budget come to.
 """
-import json
 import os
 
 import numpy as np
@@ -134,11 +133,9 @@ def seed_cost(pilot_dir, runs, n_variants):
     here = os.path.normpath(pilot_dir)  # a ladder's size: its runs are '<size>/<run>' in the ladder's launch log
     for path, prefix in ((os.path.join(here, suites.LAUNCHES), ""),
                          (os.path.join(os.path.dirname(here), suites.LAUNCHES), os.path.basename(here) + "/")):
-        for line in open(path).read().splitlines() if os.path.exists(path) else []:
-            entry = json.loads(line)
-            if entry["run"].startswith(prefix) and (prefix or "/" not in entry["run"]):
-                run = entry["run"][len(prefix):]
-                launched[run] = launched.get(run, 0.0) + entry["end"] - entry["start"]
+        for run, seconds in suites.launched_seconds(path).items():
+            if run.startswith(prefix) and (prefix or "/" not in run):
+                launched[run[len(prefix):]] = launched.get(run[len(prefix):], 0.0) + seconds
 
     def wall(name, events):
         return launched[name] if name in launched else events[-1]["time"] - events[0]["time"]

@@ -4,6 +4,7 @@ record of runs added and looks taken (suite_record.jsonl), its runs read back, a
 sweep.py reads and freezes suites here; report.py and sweep.py build a suite's report here. The
 numbers come from compare.py (and ablation/ladder.py across sizes), the words and plots from render.py.
 """
+import difflib
 import json
 import math
 import os
@@ -15,6 +16,9 @@ from ablation import bridge, compare, ladder, render, stats
 from configurator import ConfigError
 
 SUITE_KEYS = ("variants", "baseline", "seeds", "metric", "allowed")
+SUITE_OPTIONS = ("nproc", "heatmap", "alpha", "min_effect", "looks", "ladder", "fork_at", "bridge_seeds",
+                 "fork_cold_starts", "tuning")
+FILE_KEYS = ("base", "overrides", "suite_dir", "sweep_dir", "slurm")  # what sweep.py reads from a suite file besides the suite
 
 
 SUITE_RECORD = "suite_record.jsonl"  # beside suite.json: runs added after it, and every report (a look)
@@ -23,11 +27,30 @@ SUITE_RECORD = "suite_record.jsonl"  # beside suite.json: runs added after it, a
 LAUNCHES = "launches.jsonl"  # sweep.py's local launcher: each process of a run, start to exit (wall seconds)
 
 
+def launched_seconds(path):
+    """{run name: wall seconds} from a launches.jsonl, each run's processes summed (start-up included,
+    which a run's own log cannot see); a torn line is skipped."""
+    seconds = {}
+    for line in open(path).read().splitlines() if os.path.exists(path) else []:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        seconds[entry["run"]] = seconds.get(entry["run"], 0.0) + entry["end"] - entry["start"]
+    return seconds
+
+
 def read_suite(namespace, name, here, known_keys):
     """A suite's declaration, checked: each mistake is one line that says what to write. A variant's
     config files are relative to the suite file's directory; known_keys: the keys a variant may set
     (train.py's)."""
     err = ConfigError
+    known = (*SUITE_KEYS, *SUITE_OPTIONS, *FILE_KEYS)
+    for key in namespace:  # a suite file's helpers (measure = ...) are fine; a misspelled key would be ignored
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+        if close and key not in known:
+            raise err(f"suite {name!r} sets {key!r}, which is no suite key: did you mean {close[0]!r}? (a suite "
+                      f"sets {', '.join(known)})")
     missing = [k for k in SUITE_KEYS if k not in namespace]
     if missing:
         raise err(f"suite {name!r} does not set {missing}: a suite declares {SUITE_KEYS}")
@@ -147,8 +170,8 @@ def check_bridge_seeds(seeds, fork_at, sizes):
     if sizes:
         raise ConfigError("bridge_seeds on a ladder: not supported; bridge the reference size as a suite of its own")
     if not (isinstance(seeds, list) and len(seeds) >= 2 and len(set(seeds)) == len(seeds)
-            and all(isinstance(s, int) for s in seeds)):
-        raise ConfigError(f"bridge_seeds={seeds!r}: a list of at least 2 distinct integers (each trains every "
+            and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
+        raise ConfigError(f"bridge_seeds={seeds!r}: a list of at least 2 distinct integers >= 0 (each trains every "
                           f"variant from scratch; the ratio's interval needs a spread)")
     return list(seeds)
 
@@ -276,7 +299,17 @@ def load_suite_dir(suite_dir):
     for run_name, (variant, seed) in suite_runs(declared, suite["record"]).items():
         suite["variants"].setdefault(variant, []).append(seed)
         runs[(variant, seed)] = rundir.read_run(os.path.join(suite_dir, run_name))
+        if declared.get("fork_at") and not runs[(variant, seed)]["events"]:
+            runs[(variant, seed)]["not_started"] = trunk_problem(suite_dir, seed)
     return suite, runs
+
+
+def trunk_problem(suite_dir, seed):
+    """Why a branch of a forked suite never started, from its seed's trunk ('its trunk trunk-seed1
+    diverged'), or None when the trunk finished or has not run yet (the branch is simply not run)."""
+    trunk = f"trunk-seed{seed}"
+    state = rundir.run_status(rundir.read_events(os.path.join(suite_dir, trunk)))
+    return f"its trunk {trunk} {state}" if state in ("diverged", "failed", "preempted") else None
 
 
 def read_bridge_runs(suite_dir):

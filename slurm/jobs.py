@@ -23,6 +23,7 @@ import time
 import configurator
 import rundir
 import runtime
+from ablation import suites
 
 RECORD = "slurm.json"  # in a run directory: its latest job id, log and script
 QUEUED = {"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
@@ -224,7 +225,12 @@ def progress_line(out_dirs, running, queued, parallel):
     line = f"{len(finished)}/{len(out_dirs)} runs done, {running} running, {queued} queued"
     if stopped:
         line += f", {stopped} stopped (failed, preempted or not run: submit again to resume them)"
-    durations = [run_duration(events) for events in finished]
+    # a local sweep's launch log times each process whole; a log alone misses the start-up before its
+    # checklist, most of a short run (25 s runs were said to have 3 s left)
+    where = os.path.commonpath(out_dirs) if len(out_dirs) > 1 else ""
+    launched = suites.launched_seconds(os.path.join(where, suites.LAUNCHES)) if where else {}
+    durations = [launched.get(os.path.relpath(d, where), run_duration(events)) for d, events in logs.items()
+                 if rundir.run_status(events) in DONE]
     if durations and len(finished) < len(out_dirs):
         left = sum(durations) / len(durations) * (len(out_dirs) - len(finished)) / max(1, parallel)
         line += f"; about {duration_text(left)} left"

@@ -68,7 +68,7 @@ def resolve_sweep(args):
 
 def resolve(key):
     args = REPLACED.get(key, key.split(" "))
-    return resolve_sweep(args) if sweep.is_sweep_file(os.path.join(REPO, args[0])) else resolve_config(args)
+    return resolve_sweep(args) if sweep.sweep_file_keys(os.path.join(REPO, args[0])) is not None else resolve_config(args)
 
 
 def shipped():

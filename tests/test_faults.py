@@ -579,6 +579,24 @@ def test_resume_on_a_re_prepared_dataset_is_refused_unless_allowed_and_then_reco
     assert info["facts"]["dataset_fingerprint"] == info["resumes"][-1]["data_changed"]["dataset_fingerprint"][0]
 
 
+def test_resume_on_another_data_order_is_refused_unless_allowed_and_then_recorded(data_dir, tmp_path):
+    """Issue 50: a resume with another data_order was accepted in silence: the steps after it drew
+    another batch order while config.json claimed the new order for the whole run."""
+    out = str(tmp_path / "run")
+    train.main(tiny_args(data_dir, out, "--max_iters=4"))
+    resume = tiny_args(data_dir, out, "--init_from=resume", "--data_order=1")
+    proc = subprocess.run([sys.executable, "train.py", *resume], cwd=REPO, env=ENV, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1 and error_lines(proc.stderr) == [
+        f"error: {out} started on another batch order than this resume would draw (the data order recorded in "
+        f"{out}/run_info.json differs: data_order=0 there, 1 now): resume with the keys it started with, start a new "
+        f"out_dir, or pass --allow_data_change=True (the run record then says so)"]
+    assert load_ckpt(out)["iter_num"] == 4 and json.load(open(os.path.join(out, "config.json")))["data_order"] == 0
+    train.main([*resume, "--allow_data_change=True"])
+    info = json.load(open(os.path.join(out, "run_info.json")))
+    assert set(info["resumes"][-1]["data_changed"]) == {"data_order"}
+
+
 def test_a_run_whose_latest_attempt_died_after_a_preemption_is_failed_not_preempted():
     """kill -9 of a requeued run's train.py (or an OOM kill) leaves the earlier attempt's `end`
     record as the log's last `end`: the run was shown as "preempted", forever."""

@@ -7,6 +7,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -24,6 +26,7 @@ from test_ablation import LR, suite_args, write_suite
 from test_sweep import Finished, in_process
 from test_train import load_ckpt, tiny_args
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RA = ("--model_type=ra", "--dropout=0.1")  # dropout: the trunk's RNG state must carry into the branch
 
 
@@ -135,7 +138,7 @@ def fork_suite(tmp_path, name="suite_fork", seeds=(1, 2), fork_at=6):
     os.makedirs(tmp_path, exist_ok=True)
     path, suite_dir = write_suite(tmp_path, variants, ["ra_pattern"], seeds=seeds, name=name)
     with open(path, "a") as f:
-        f.write(f"fork_at = {fork_at}\n")
+        f.write(f"fork_at = {fork_at}\nfork_cold_starts = ['learned']\n")
     return path, suite_dir
 
 
@@ -420,3 +423,69 @@ def test_a_stale_trunk_after_a_recipe_change_is_named_at_plan_time(data_dir, tmp
         sweep.main([*suite_args(data_dir, path), "--weight_decay=0.2"], launch=scripted_runs(calls, lambda n: ""))
     assert len(calls) == 3
     assert "is missing (deleted?): run the same command again to retrain it" in sweep.trunk_problem(str(tmp_path / "x"))
+
+
+# ----------------------------------------------------------------------------- issue 50: round five
+
+def test_a_variant_named_like_a_trunk_is_refused_at_plan_time_not_looped_on(data_dir, tmp_path):
+    """Issue 50: a variant named `trunk` makes `trunk-seed1`, its seed's trunk's own name: the branch
+    waited for itself and the sweep looped forever, starting nothing."""
+    variants = {"base": {"model_type": "ra", **LR}, "trunk": {"model_type": "ra", "ra_pattern": "learned", **LR}}
+    path, suite_dir = write_suite(tmp_path, variants, ["ra_pattern"], seeds=(1,))
+    with open(path, "a") as f:
+        f.write("fork_at = 6\n")
+    proc = subprocess.run([sys.executable, "sweep.py", *suite_args(data_dir, path)], cwd=REPO,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert [line for line in proc.stderr.splitlines() if line.strip()] == [
+        "error: the run 'trunk-seed1' would be planned twice: a variant may not take a name the sweep gives its own "
+        "runs (trunk-seed<s>: a fork's trunk, scratch-<variant>-seed<s>: a bridge run, lrcheck-x<f>-seed<s>): rename "
+        "the variant"]
+    assert not os.path.exists(suite_dir)
+    variants = {"base": {"model_type": "ra", **LR}, "scratch-base": {"model_type": "ra", "ra_pattern": "learned", **LR}}
+    path, _ = write_suite(tmp_path, variants, ["ra_pattern"], seeds=(1,), name="bridged")
+    with open(path, "a") as f:  # the bridge's own run of base, seed 1, is scratch-base-seed1 too
+        f.write("fork_at = 6\nbridge_seeds = [1, 2]\n")
+    with pytest.raises(configurator.ConfigError, match="^the run 'scratch-base-seed1' would be planned twice"):
+        sweep.main([*suite_args(data_dir, path), "--dry_run=True"])
+
+
+def test_a_preserving_start_no_variant_has_is_refused_before_any_trunk_trains(data_dir, tmp_path):
+    """Issue 50: fork_start='preserve' on RA learn (its gate logit has no preserving start) was refused
+    only after the trunk and the baseline branch had trained."""
+    path, suite_dir = fork_suite(tmp_path, seeds=(1,))
+    calls = []
+    with pytest.raises(configurator.ConfigError, match="^fork_at: learned-seed1: fork_start='preserve': no "
+                                                       "function-preserving start is known for .*ra_gate_logit") as e:
+        sweep.main([*suite_args(data_dir, path), "--fork_start=preserve"], launch=in_process(calls))
+    assert "\n" not in str(e.value) and calls == [] and not os.path.exists(suite_dir)
+
+
+def test_the_pairing_of_a_true_null_on_data_order_holds():
+    """Issue 50: every pairing line of the forked true null (allowed = ['data_order']) said "different data
+    order", the very difference the suite declares; an undeclared one is still named."""
+    run = lambda order: dict(info=dict(facts=dict(data_order=order, init_weights={"w": ["(4,)", "x"]})))
+    assert compare.pairing(run("order1"), run("order0"), ["data_order"]) == []
+    assert compare.pairing(run("order1"), run("order0"), []) == ["different data order"]
+
+
+def test_an_equal_flops_evaluation_is_scheduled_only_where_the_report_reads_it(data_dir, tmp_path):
+    """Issue 50: in a short budget the nearest iteration to the equal-FLOPs point lies more than 1% of
+    the budget's FLOPs from it: the sweep scheduled an evaluation there that its own report cannot read."""
+    def planned(max_iters, fork_at):
+        variants = {"base": {"model_type": "ra", **LR}, "gated": {"model_type": "ra", "attn_gate": True, **LR}}
+        path, _ = write_suite(tmp_path, variants, ["attn_gate"], seeds=(1,), name=f"gated{max_iters}")
+        with open(path, "a") as f:
+            f.write(f"fork_at = {fork_at}\n")
+        argv = [a for a in suite_args(data_dir, path) if not a.startswith(("--max_iters=", "--lr_decay_iters="))]
+        spec, _ = sweep.parse_args([*argv, f"--max_iters={max_iters}", f"--lr_decay_iters={max_iters}",
+                                    "--fork_start=preserve"])
+        cfgs = {name: sweep.resolve(run_argv, 1) for name, _, run_argv in sweep.plan_runs(spec)}
+        base, own = (runtime.flops_per_token(cfgs[n]) for n in ("base-seed1", "gated-seed1"))
+        budget = base * max_iters * cfgs["base-seed1"]["tokens_per_iter"]
+        spent = lambda it: (base * fork_at + own * (it - fork_at)) * cfgs["base-seed1"]["tokens_per_iter"]
+        return cfgs["gated-seed1"]["eval_at"], spent, budget
+    eval_at, spent, budget = planned(16, 6)  # 6 + 10 / 1.07 = 15.3: iteration 15 spends 2% less
+    assert eval_at == [] and abs(spent(15) - budget) > compare.MATCHED_TOLERANCE * budget
+    eval_at, spent, budget = planned(160, 60)
+    assert len(eval_at) == 1 and abs(spent(eval_at[0]) - budget) <= compare.MATCHED_TOLERANCE * budget

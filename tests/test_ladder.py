@@ -357,3 +357,69 @@ def test_a_ladder_on_slurm_runs_every_size_in_one_array_and_reports_across_sizes
     effects = json.load(open(suite_dir / "report.json"))["across_sizes"]["variants"]["ra"]["effects"]
     assert [(e["size"], e["n"]) for e in effects] == [("s", 2), ("m", 2), ("l", 2)]
     assert json.load(open(suite_dir / "l" / "ra-seed2" / "config.json"))["max_iters"] == 32
+
+
+def write_lr_check_run(suite_dir, size, factor, outcome):
+    """<size>/lrcheck-x<factor>-seed1 as a run left it: 'finished' at a val loss, 'diverged', or 'killed'
+    (its start only: kill -9, the OOM killer)."""
+    out = os.path.join(suite_dir, size, f"lrcheck-x{factor:g}-seed1")
+    os.makedirs(out)
+    events = [dict(event="checklist", time=0.0)]
+    if outcome == "diverged":
+        events.append(dict(event="diverged", time=1.0, iter=3))
+    elif outcome != "killed":
+        events += [dict(event="eval", iter=8, tokens=1024, val_loss=outcome),
+                   dict(event="end", time=1.0, iter=8, tokens=1024, stop_reason="max_iters")]
+    with open(os.path.join(out, "log.jsonl"), "w") as f:
+        f.writelines(json.dumps(e) + "\n" for e in events)
+
+
+def test_the_lr_check_needs_every_factor_and_names_a_diverged_run(tmp_path):
+    """Issue 50: with the 2x run killed (or never run) the check said "rule holds: yes" from the 1x run
+    alone; a diverged run was shown as "-" as if it had never run."""
+    declared = dict(metric="val_loss", min_effect=0.01, ladder=dict(sizes=SHAPES, lr_check=[0.5, 2.0]))
+    write_lr_check_run(tmp_path, "s", 1.0, 2.0)
+    write_lr_check_run(tmp_path, "s", 0.5, 2.1)
+    write_lr_check_run(tmp_path, "s", 2.0, "killed")
+    write_lr_check_run(tmp_path, "l", 1.0, 2.0)
+    write_lr_check_run(tmp_path, "l", 0.5, 2.05)
+    write_lr_check_run(tmp_path, "l", 2.0, "diverged")
+    checked = ladder.lr_check(str(tmp_path), declared)
+    assert checked["sizes"]["s"]["holds"] == "incomplete: 2x not finished"
+    assert checked["sizes"]["l"] == dict(values={"0.5": 2.05, "1": 2.0, "2": "diverged"}, best="1x", holds="yes")
+    rows = render.lr_check_lines(dict(lr_check=checked))
+    assert "| s | 2 | 2.1 | - | 1x | incomplete: 2x not finished |" in rows
+    assert "| l | 2 | 2.05 | diverged | 1x | yes |" in rows
+
+
+class Diverged:
+    returncode = 1
+
+    def poll(self):
+        return 1
+
+
+def test_a_ladder_names_the_branches_of_a_diverged_trunk(data_dir, tmp_path):
+    """Issue 50: the branches a diverged trunk never started were shown as "not run", as if nobody had
+    tried them."""
+    argv = ladder_suite(tmp_path, data_dir, {"base": {}, "gated": {"attn_gate": True}})
+    text = open(argv[0]).read().replace("allowed = ['ra_pattern']", "allowed = ['attn_gate']")
+    open(argv[0], "w").write(text + "fork_at = 4\n")
+    argv.append("--fork_start=preserve")  # the gate's preserving start: the branch starts as its trunk computes
+    finished = synthetic_launcher([], lambda cfg: 0.0)
+
+    def launch(run_argv, slot, log_path):
+        cfg = configurator.apply_config(runtime.DEFAULTS, run_argv)
+        if not cfg["out_dir"].endswith(os.path.join("s", "trunk-seed1")):
+            return finished(run_argv, slot, log_path)
+        with open(os.path.join(cfg["out_dir"], "log.jsonl"), "w") as f:
+            f.writelines(json.dumps(e) + "\n" for e in (dict(event="checklist", time=0.0),
+                                                         dict(event="diverged", time=1.0, iter=1)))
+        return Diverged()
+    with pytest.raises(RuntimeError, match="3 runs failed: s/trunk-seed1, s/base-seed1, s/gated-seed1"):
+        sweep.main(argv, launch=launch)
+    report = json.load(open(tmp_path / "out-ladder" / "s" / "report.json"))
+    assert report["variants"]["gated"]["runs"]["seed1"]["status"] == "not run (its trunk trunk-seed1 diverged)"
+    assert report["variants"]["gated"]["verdict"] == "incomplete"
+    assert "seed 1 not run (its trunk trunk-seed1 diverged)" in report["variants"]["gated"]["why"]
+    assert report["variants"]["gated"]["runs"]["seed2"]["status"] == "finished"

@@ -4,6 +4,7 @@ calibration's numbers on differences whose truth is known."""
 import json
 import math
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -117,12 +118,26 @@ def test_the_forked_design_calls_no_more_than_alpha_on_its_real_true_null():
 
 
 def test_calibration_needs_one_comparison_with_more_seeds_than_a_pilot(null_suite, tmp_path, capsys):
-    calibration.main([null_suite, "--pilot_seeds=3", f"--out={tmp_path}"])
+    calibration.main([null_suite, "--pilot_seeds=3", f"--out={tmp_path}", "--null_keys=ra_pattern,ra_mode"])
     out = capsys.readouterr().out
     assert "True null `swap_all` against the baseline, 4 paired seeds" in out and "of 4 called better or worse" in out
     assert os.path.getsize(tmp_path / "qq.png") > 1000
     with pytest.raises(configurator.ConfigError, match="more paired seeds than --pilot_seeds=4"):
-        calibration.main([null_suite, "--pilot_seeds=4", f"--out={tmp_path}"])
+        calibration.main([null_suite, "--pilot_seeds=4", f"--out={tmp_path}", "--null_keys=ra_pattern,ra_mode"])
+
+
+def test_calibration_refuses_a_suite_whose_variants_are_real(null_suite, tmp_path, capsys):
+    """Issue 50: on the RA suite, whose variants are real, the tool printed "True null `late` ..." and
+    false-positive rates. Only the seed and the batch order (data_order) may differ, unless the user names
+    the keys of a difference that is a null in distribution (swap_all: a relabelling of W_q and W_k)."""
+    with pytest.raises(configurator.ConfigError) as refused:
+        calibration.main([null_suite, f"--out={tmp_path}"])
+    assert str(refused.value) == (
+        f"{null_suite}: swap_all differs from the baseline in ra_mode='swap' (baseline 'mix'), ra_pattern='all' "
+        f"(baseline 'none'), not only in batch order (data_order) or seed, so it is no true null: calibrate a "
+        f"true-null suite (suites/calibration_*.py), or, if that difference is a null in distribution (swap_all's "
+        f"relabelling), pass --null_keys=ra_mode,ra_pattern")
+    assert capsys.readouterr().out == "" and not os.path.exists(tmp_path / "qq.png")
 
 
 def test_the_bench_never_removes_a_directory_it_did_not_create(tmp_path, monkeypatch):
@@ -132,20 +147,55 @@ def test_the_bench_never_removes_a_directory_it_did_not_create(tmp_path, monkeyp
     with pytest.raises(configurator.ConfigError, match="--seeds='abc': distinct integers"):
         bench_suite_designs.main([f"--out={mine}", "--seeds=abc"])
     for out in (str(mine), "."):
-        with pytest.raises(rundir.RunDirError, match="exists and was not created by bench_suite_designs.py: nothing "
-                                                     "was deleted"):
+        with pytest.raises(rundir.RunDirError, match="exists and holds no list of files written by "
+                                                     "bench_suite_designs.py: nothing was deleted"):
             bench_suite_designs.main([f"--out={out}", "--seeds=1"])
     assert (mine / "notes.txt").read_text() == "the user's own file"
     with pytest.raises(rundir.RunDirError, match="--out is empty"):
         bench_suite_designs.main(["--out="])
     with pytest.raises(rundir.RunDirError, match="is a file"):
         bench_suite_designs.main([f"--out={mine / 'notes.txt'}"])
-    monkeypatch.setattr(bench_suite_designs, "run_design", lambda *a: (60.0, 3))
+    monkeypatch.setattr(bench_suite_designs, "run_design", fake_design)
     own = tmp_path / "bench"
     bench_suite_designs.main([f"--out={own}", "--seeds=1"])
-    (own / "old.txt").write_text("an earlier bench's")
-    bench_suite_designs.main([f"--out={own}", "--seeds=1"])  # its own directory: emptied and written again
-    assert not (own / "old.txt").exists() and (own / "bench_suite.json").exists()
+    (own / "ra_shakespeare" / "baseline-seed1" / "log.jsonl").write_text("an earlier bench's run")
+    bench_suite_designs.main([f"--out={own}", "--seeds=1"])  # its own directory: its files replaced
+    assert (own / "ra_shakespeare" / "baseline-seed1" / "log.jsonl").read_text() == "this bench's run"
+
+
+def fake_design(suite, extra, seeds, sweep_dir):
+    """Instead of a timed sweep: one run's log in the design's suite directory."""
+    os.makedirs(os.path.join(sweep_dir, "baseline-seed1"))
+    with open(os.path.join(sweep_dir, "baseline-seed1", "log.jsonl"), "w") as f:
+        f.write("this bench's run")
+    return 60.0, 1
+
+
+def test_the_bench_removes_only_the_files_it_listed_even_in_a_copy_or_through_a_link(tmp_path, monkeypatch):
+    """Issue 50: a copied bench directory (its marker inside) with the user's notes added was removed
+    whole; --out as a symbolic link to a bench directory was a traceback."""
+    monkeypatch.setattr(bench_suite_designs, "run_design", fake_design)
+    bench, copy, link = tmp_path / "bench", tmp_path / "copy", tmp_path / "link"
+    bench_suite_designs.main([f"--out={bench}", "--seeds=1"])
+    shutil.copytree(bench, copy)
+    (copy / "notes.md").write_text("the user's notes")
+    (copy / "ra_shakespeare" / "my_plot.png").write_text("the user's plot")
+    link.symlink_to(copy)
+    for out in (copy, link):
+        bench_suite_designs.main([f"--out={out}", "--seeds=1"])
+        assert (copy / "notes.md").read_text() == "the user's notes"
+        assert (copy / "ra_shakespeare" / "my_plot.png").read_text() == "the user's plot"
+        assert (copy / "bench_suite.json").exists() and link.is_symlink()
+    listed = json.load(open(copy / rundir.TOOL_MANIFEST))["files"]
+    assert "notes.md" not in listed and "ra_shakespeare/my_plot.png" not in listed
+    # a manifest that names files outside its directory never reaches them
+    (tmp_path / "outside.txt").write_text("kept")
+    with open(copy / rundir.TOOL_MANIFEST, "w") as f:
+        json.dump(dict(tool="bench_suite_designs.py", files=["../outside.txt", "../copy/../outside.txt"]), f)
+    shutil.rmtree(copy / "ra_shakespeare")
+    shutil.rmtree(copy / "ra_shakespeare_scratch")
+    bench_suite_designs.main([f"--out={copy}", "--seeds=1"])
+    assert (tmp_path / "outside.txt").read_text() == "kept"
 
 
 def test_the_noise_tools_name_what_is_not_a_suite_and_refuse_nonsense_options(null_suite, tmp_path):

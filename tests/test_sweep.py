@@ -436,3 +436,79 @@ def test_status_names_a_local_sweeps_waiting_runs_queued_and_a_read_only_suite_i
     with pytest.raises(rundir.RunDirError, match="no space left on device while writing .*report.md; the report is "
                                                  "incomplete"):
         report.main([os.path.join(suite_dir, "base-seed1"), os.path.join(suite_dir, "other-seed1")])
+
+
+# ----------------------------------------------------------------------------- issue 50: suite files as written
+
+SUITE = ("variants = {'base': {'learning_rate': 1e-2}, 'lr': {'learning_rate': 3e-3}}\nbaseline = 'base'\nseeds = [1, 2]\n"
+         "metric = 'val_loss'\nallowed = ['learning_rate']\n")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("variants = {'base': {}\n", r"suite_file.py:1: syntax error \("),
+    (SUITE + "min_effect = 0.01 / undefined_name\n", "suite_file.py:6: NameError: name 'undefined_name' is not defined"),
+    (SUITE + "min_effect = 1 / 0\n", "suite_file.py:6: ZeroDivisionError: division by zero"),
+    (SUITE + "fork_at = 2\nbridge_seed = [1, 2]\n", "suite 'suite_file' sets 'bridge_seed', which is no suite key: did "
+                                                   "you mean 'bridge_seeds'\\?"),
+    (SUITE + "fork_at = 2\nbridge_seeds = [True, 2]\n", r"^bridge_seeds=\[True, 2\]: a list of at least 2 distinct "
+                                                        r"integers >= 0"),
+], ids=["syntax error", "NameError", "ZeroDivisionError", "misspelled key", "boolean bridge seed"])
+def test_a_broken_suite_file_is_one_line_naming_what_to_fix(data_dir, tmp_path, text, message):
+    """Issue 50: a syntax error gave "no grid", a failing line a raw traceback, `bridge_seed` was ignored
+    (the suite ran without its bridge), bridge_seeds=[True, 2] was reported as an error in `seed`."""
+    path = tmp_path / "suite_file.py"
+    path.write_text(text)
+    with pytest.raises(configurator.ConfigError, match=message) as refused:
+        sweep.main([str(path), *toy_args(data_dir), "--dry_run=True"])
+    assert "\n" not in str(refused.value)
+
+
+def test_a_suite_whose_variants_are_set_through_exec_is_a_suite(data_dir, tmp_path):
+    """Issue 50: `variants` set only through exec (a suite built on another) gave "no grid"."""
+    (tmp_path / "common.py").write_text(SUITE)
+    path = tmp_path / "suite_exec.py"
+    path.write_text("import os\nexec(open(os.path.join(os.path.dirname(__file__), 'common.py')).read())\n")
+    runs = sweep.main([str(path), *toy_args(data_dir), "--dry_run=True"])
+    assert [name for name, _, _ in runs] == ["base-seed1", "base-seed2", "lr-seed1", "lr-seed2"]
+
+
+def test_a_budget_of_320_nines_is_one_line(data_dir, tmp_path):
+    """Issue 50: --budget of 320 nines (a float's infinity) ended in a NaN traceback."""
+    path = tmp_path / "suite_file.py"
+    path.write_text(SUITE)
+    with pytest.raises(configurator.ConfigError, match=r"^--budget=999999999999\.\.\.: too large to be a time; write "
+                                                       r"one such as 30m or 2h$"):
+        sweep.main([str(path), *toy_args(data_dir), "--plan=True", f"--budget={'9' * 320}s"])
+
+
+def test_a_report_never_overwrites_another_suites_report(data_dir, tmp_path):
+    """Issue 50: report.py --out=<another suite's directory> silently overwrote that suite's report."""
+    import report
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, first_dir = write_growing_suite(tmp_path / "a", [1, 2])
+    second, second_dir = write_growing_suite(tmp_path / "b", [1, 2])
+    for path in (first, second):
+        sweep.main([path, *toy_args(data_dir)], launch=written_runs([]))
+    kept = open(os.path.join(second_dir, "report.md")).read()
+    for dirs in ([first_dir], [os.path.join(first_dir, "base-seed1"), os.path.join(first_dir, "other-seed1")]):
+        with pytest.raises(configurator.ConfigError, match=f"^--out={second_dir} is another suite's directory: "
+                                                           f"writing there would overwrite its report; choose a new --out$"):
+            report.main([*dirs, f"--out={second_dir}"])
+    assert open(os.path.join(second_dir, "report.md")).read() == kept
+    report.main([first_dir, f"--out={first_dir}"])  # its own directory: rebuilt in place
+
+
+def test_status_counts_a_runs_start_up_in_the_time_left(data_dir, tmp_path, capsys):
+    """Issue 50: --status said "about 3 s left" for runs of about 25 s: a run's log starts at its
+    checklist, after the imports and the model build that are most of a short run."""
+    path, suite_dir = write_growing_suite(tmp_path, [1, 2])
+    sweep.main([path, *toy_args(data_dir)], launch=written_runs([]))
+    with open(os.path.join(suite_dir, suites.LAUNCHES), "w") as f:  # each process as the launcher timed it
+        f.writelines(json.dumps(dict(run=name, start=100.0, end=125.0, exit=0)) + "\n"
+                     for name in ("base-seed1", "base-seed2", "other-seed1", "other-seed2"))
+    capsys.readouterr()
+    sweep.main([path, *toy_args(data_dir), "--seeds=1,2,3", "--status=True"])
+    out = capsys.readouterr().out
+    assert "4/6 runs done, 0 running, 0 queued, 2 stopped" in out
+    assert "; about 50 s left (mean of 4 finished runs, 1 at a time)" in out

@@ -158,6 +158,31 @@ def test_a_variant_without_a_function_preserving_start_is_refused_a_fork_at_plan
     assert any(p.get("after") for _, p, _ in sweep.plan_runs(sweep.parse_args([str(tmp_path / "s.py"), *args])[0]))
 
 
+def test_a_bridge_with_an_unfinished_forked_run_or_a_diverged_scratch_run_is_incomplete_and_names_it():
+    """Issue 50: with a forked run incomplete the bridge said "disagrees (opposite signs)" from 2 of 3
+    seeds; a diverged bridge run was never named."""
+    runs = lambda prefix, statuses: {f"seed{s}": dict(status=status, out_dir=f"suite/{prefix}-seed{s}/")
+                                     for s, status in enumerate(statuses, 1)}
+    forked = dict(baseline="base", level=0.025, variants=dict(
+        base=dict(verdict="baseline", runs=runs("base", ["finished"] * 3)),
+        gated=dict(differences=noisy(0.004, 0.002, 2, 1), verdict="incomplete",
+                   runs=runs("gated", ["finished", "finished", "failed"]))))
+    scratch = dict(baseline="base", variants=dict(
+        base=dict(verdict="baseline", runs=runs("scratch-base", ["finished"] * 3)),
+        gated=dict(differences=noisy(-0.02, 0.003, 2, 2), verdict="incomplete",
+                   runs=runs("scratch-gated", ["finished", "diverged", "finished"]))))
+    out = bridge.bridge(forked, scratch)["gated"]
+    assert out["status"] == "incomplete" and out["signs_agree"] is False
+    assert out["why"] == "not finished: gated-seed3 failed, scratch-gated-seed2 diverged"
+    from ablation import render
+    report = dict(forked, bridge=dict(seeds=[1, 2, 3], design="from scratch", compared_at_tokens=100,
+                                      variants={"gated": out}))
+    why = render.bridge_why(report, "gated")
+    assert "incomplete" in why and "not finished: gated-seed3 failed, scratch-gated-seed2 diverged" in why
+    [row] = [line for line in render.transfer_lines(report) if line.startswith("| gated | ")]
+    assert "incomplete" in row
+
+
 def test_a_forked_suite_with_bridge_seeds_runs_them_from_scratch_and_reports_jump_and_bridge(data_dir, tmp_path):
     import json
     import sweep

@@ -24,13 +24,16 @@ import rundir  # noqa: E402
 
 OPTIONS = dict(
     seeds="1,2",  # the seeds each design runs
-    out="out-bench-suite",  # where the two suite directories and bench_suite.json go (a new directory, or one this tool made: emptied first)
+    out="out-bench-suite",  # where the two suite directories and bench_suite.json go (a new directory, or one this tool wrote: its files removed first)
 )
 DESIGNS = (("from scratch (today: --cpu_runs=2)", "suites/ra_shakespeare_scratch.py", ["--cpu_runs=2"]),
            ("warmup-and-fork (recommended)", "suites/ra_shakespeare.py", []))
 
 
 def run_design(suite, extra, seeds, sweep_dir):
+    if os.path.exists(sweep_dir):  # left by a bench killed mid-way: its finished runs would be skipped, not timed
+        raise rundir.RunDirError(f"{sweep_dir} exists but is not among the files this tool listed as its own (a "
+                                 f"bench killed mid-way?): nothing was deleted; move it away or choose a new --out")
     started = time.perf_counter()
     done = subprocess.run([sys.executable, os.path.join(REPO, "sweep.py"), os.path.join(REPO, suite),
                            f"--seeds={seeds}", f"--sweep_dir={sweep_dir}", *extra], cwd=REPO,
@@ -49,13 +52,18 @@ def main(argv):
     if not all(s.isdigit() for s in seeds) or len(set(seeds)) != len(seeds):
         raise configurator.ConfigError(f"--seeds={options['seeds']!r}: distinct integers >= 0, comma-separated")
     n = len(seeds)
-    rundir.fresh_tool_dir(options["out"], "bench_suite_designs.py")  # validated first: nothing is deleted before
-    rows = []
-    for label, suite, extra in DESIGNS:
-        sweep_dir = os.path.abspath(os.path.join(options["out"], os.path.splitext(os.path.basename(suite))[0]))
-        wall, runs = run_design(suite, extra, options["seeds"], sweep_dir)
-        rows.append(dict(design=label, suite=suite, seeds=n, runs=runs, wall_s=wall, s_per_seed=wall / n,
-                         seeds_per_hour=3600 * n / wall))
+    with rundir.tool_output_dir(options["out"], "bench_suite_designs.py"):  # options validated first
+        rows = []
+        for label, suite, extra in DESIGNS:
+            sweep_dir = os.path.abspath(os.path.join(options["out"], os.path.splitext(os.path.basename(suite))[0]))
+            wall, runs = run_design(suite, extra, options["seeds"], sweep_dir)
+            rows.append(dict(design=label, suite=suite, seeds=n, runs=runs, wall_s=wall, s_per_seed=wall / n,
+                             seeds_per_hour=3600 * n / wall))
+        write_table(rows, options)
+    return 0
+
+
+def write_table(rows, options):
     base = rows[0]["seeds_per_hour"]
     print(f"{os.cpu_count()} cores, seeds {options['seeds']}")
     print(f"{'design':<36} {'runs':>4} {'wall s':>8} {'s/seed':>8} {'seeds/h':>8} {'x today':>8}")
@@ -64,7 +72,6 @@ def main(argv):
               f"{r['seeds_per_hour']:>8.1f} {r['seeds_per_hour'] / base:>8.2f}")
     with open(os.path.join(options["out"], "bench_suite.json"), "w") as f:
         json.dump(dict(cores=os.cpu_count(), rows=rows), f, indent=1)
-    return 0
 
 
 if __name__ == "__main__":

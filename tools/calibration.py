@@ -1,8 +1,8 @@
 """Calibration of the verdicts on real runs: a finished true-null suite (suites/calibration_shakespeare.py,
 from scratch, one null; suites/calibration_forked_shakespeare.py, forked, a family of four nulls).
 
-    python tools/calibration.py out-suite-calibration_shakespeare            # markdown on stdout, qq.png beside it
-    python tools/calibration.py out-suite-calibration_shakespeare --pilot_seeds=3 --out=docs/img
+    python tools/calibration.py out-suite-calibration_shakespeare --null_keys=ra_pattern,ra_mode   # qq.png beside it
+    python tools/calibration.py out-suite-calibration_shakespeare --null_keys=ra_pattern,ra_mode --out=docs/img
     python tools/calibration.py out-suite-calibration_forked_shakespeare --pilot_seeds=8   # sub-suites of 8 seeds
 
 A true null (a variant equal to the baseline in distribution, not run for run) with many seeds
@@ -12,6 +12,9 @@ predicts the sd the whole suite finds (the planner plans with the pilot's 80% up
 that bound should cover the observed sd about 80% of the time), and how often the report's own
 verdict engine calls a sub-suite of pilot_seeds seeds better or worse (at most alpha).
 Every sub-suite of that size is evaluated (random ones when there are more than max_subsets).
+A suite whose variants differ from the baseline in anything but the seed and the batch order (data_order)
+is refused: its real effects would count as false positives. A difference known to be a null in
+distribution (swap_all, a relabelling of W_q and W_k) is named with --null_keys.
 
 The calibration states its own uncertainty. Sub-suites of one suite share seeds, so their verdicts
 are not independent trials and a binomial interval over them is several times too narrow: the
@@ -46,7 +49,9 @@ OPTIONS = dict(
     max_subsets=20000,  # more sub-suites than this: a random sample of them (seeded)
     null_draws=400,  # simulated normal-null suites that give the range of the rate over overlapping sub-suites
     out="",  # where qq.png goes ('' = the suite directory)
+    null_keys="",  # 'ra_pattern,ra_mode': keys whose difference is a null in distribution (swap_all: a relabelling)
 )
+NULL_KEYS = ("data_order",)  # besides the seed: another batch order of the same data is a true null by construction
 
 
 def subsets(n, size, limit):
@@ -228,8 +233,22 @@ def markdown(c, name, variant, plot):
         f"{c['n']} seeds cannot pin the false-positive rate more finely."])
 
 
+def real_differences(runs, baseline, vouched):
+    """{variant: {key: (value, baseline value)}} of the configs that differ from the baseline's (same seed)
+    in more than the seed, the batch order (data_order) and the vouched keys: a variant that is no true null."""
+    found = {}
+    for (variant, seed), run in runs.items():
+        base = runs.get((baseline, seed))
+        if variant == baseline or base is None or run["config"] is None or base["config"] is None:
+            continue
+        diffs = compare.config_differences(run["config"], base["config"], [*NULL_KEYS, *vouched])
+        if diffs:
+            found.setdefault(variant, {}).update(diffs)
+    return found
+
+
 def main(argv):
-    options, dirs = configurator.options_and_paths(argv, OPTIONS)
+    options, dirs = configurator.options_and_paths(argv, OPTIONS, text_keys=("null_keys",))
     if len(dirs) != 1:
         raise configurator.ConfigError("give one finished true-null suite directory (python tools/calibration.py --help)")
     if options["pilot_seeds"] < 2:
@@ -249,6 +268,17 @@ def main(argv):
         suite, runs = suites.load_suite_dir(dirs[0])
     except (ValueError, FileNotFoundError) as e:
         raise configurator.ConfigError(str(e)) from None
+    vouched = [k.strip() for k in options["null_keys"].split(",") if k.strip()]
+    real = real_differences(runs, suite["baseline"], vouched)
+    if real:  # its real effect would be counted as false positives
+        variant, diffs = next(iter(real.items()))
+        keys = sorted({k for d in real.values() for k in d})
+        raise configurator.ConfigError(
+            f"{dirs[0]}: {variant} differs from the baseline in "
+            f"{', '.join(f'{k}={a!r} (baseline {b!r})' for k, (a, b) in diffs.items())}, not only in batch order "
+            f"(data_order) or seed, so it is no true null: calibrate a true-null suite (suites/calibration_*.py), or, "
+            f"if that difference is a null in distribution (swap_all's relabelling), pass "
+            f"--null_keys={','.join(vouched + keys)}")
     report = compare.compare(dict(suite, looks=None), runs)
     nulls = [n for n in report["variants"] if n != report["baseline"]]
     diffs = {v: report["variants"][v].get("differences") or [] for v in nulls}
