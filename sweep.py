@@ -229,7 +229,9 @@ def plan_runs(spec):
     runs = [r for r in runs if not r[1].get("bridge") and "lr_check" not in r[1]]
     if suite:
         check_confounds(suite, runs, resolved, spec)
-        suites.check_tuning(suite.get("tuning"), next(resolved[n] for n, p, _ in runs if p["variant"] == suite["baseline"]))
+        reference = (suite["ladder"] or {}).get("reference")  # a ladder tunes its reference size; the rule scales the rest
+        suites.check_tuning(suite.get("tuning"), next(resolved[n] for n, p, _ in runs if p["variant"] == suite["baseline"]
+                                                      and p.get("size") == reference))
         if scratch:
             check_confounds(suite, scratch, resolved, spec)
         runs = equal_flops_evals(suite, runs, resolved)
