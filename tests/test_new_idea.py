@@ -1,4 +1,5 @@
-"""A new idea through the registry alone (docs/new-idea.md): a toy idea (a learned per-head score
+"""A new idea (docs/new-idea.md). QK-norm, the page's worked example: off it is the baseline, on it keeps
+the baseline's initial weights and computes its formula. And through the registry alone: a toy idea (a learned per-head score
 temperature, 1 at the start) is its class, one ra_model.IDEAS entry, its key as a config field and a
 runtime.DEFAULTS key. It starts as the baseline bit for bit and changes the forward once it moves;
 sweep.py plans it, runs it as a forked suite (its new parameter declared through the registry) and
@@ -12,11 +13,33 @@ import torch.nn as nn
 
 import configurator
 import ra_model
+from model import GPT, GPTConfig
 import report
 import runtime
 import sweep
 from ra_model import RAConfig, RAGPT, Idea
 from test_sweep import in_process, toy_args
+
+
+TINY = dict(block_size=16, vocab_size=64, n_layer=2, n_head=2, n_embd=16)
+
+
+def test_qk_norm_starts_from_the_baseline_weights_and_normalizes_each_heads_q_and_k():
+    torch.manual_seed(0)
+    base = GPT(GPTConfig(**TINY))
+    torch.manual_seed(0)
+    model = RAGPT(RAConfig(**TINY, qk_norm=True)).double()
+    assert model.state_dict().keys() == base.state_dict().keys()  # no new parameter
+    assert all(torch.equal(model.state_dict()[n].double(), t.double()) for n, t in base.state_dict().items())
+    idx = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
+    assert not torch.allclose(model(idx)[0].float(), base(idx)[0])  # the idea changes the forward
+    attn, x = model.transformer.h[0].attn, torch.randn(2, 16, 16, dtype=torch.float64)
+    q, k, v = (t.view(2, 16, 2, 8).transpose(1, 2) for t in attn.c_attn(x).split(16, dim=2))
+    unit = lambda t: t / t.pow(2).mean(-1, keepdim=True).add(torch.finfo(t.dtype).eps).sqrt()
+    scores = (unit(q) @ unit(k).transpose(-2, -1) / 8 ** 0.5).masked_fill(torch.ones(16, 16).triu(1).bool(),
+                                                                          float("-inf"))
+    heads = (scores.softmax(-1) @ v).transpose(1, 2).reshape(2, 16, 16)
+    torch.testing.assert_close(attn(x), attn.c_proj(heads), atol=1e-10, rtol=0)
 
 
 class ScoreTemperature:
@@ -57,7 +80,7 @@ def register(monkeypatch):
 
 def toy_model(seed=0, **keys):
     torch.manual_seed(seed)
-    return RAGPT(ToyConfig(block_size=16, vocab_size=64, n_layer=2, n_head=2, n_embd=16, **keys))
+    return RAGPT(ToyConfig(**TINY, **keys))
 
 
 def test_the_toy_idea_starts_as_the_baseline_and_changes_the_forward_once_it_moves(register):
