@@ -1,4 +1,5 @@
-"""Reciprocal attention (RA) and multi-head latent attention (MLA), built from model.py's pieces.
+"""Reciprocal attention (RA), multi-head latent attention (MLA), gated attention and QK-norm, built from
+model.py's pieces.
 
 Standard causal attention lets token i weigh v_j (j <= i) by softmax_j(S_ij), S_ij = q_i.k_j.
 Reciprocal attention uses the transposed scores S^T_ij = k_i.q_j over the same causal set j <= i,
@@ -29,6 +30,11 @@ sigmoid(W_g x + b_g) before the output projection, x being the attention's input
 after ln_1), so a head can switch itself off per token (see GatedOutput). It adds n_embd^2 (+ n_embd)
 parameters per layer; the other weights keep the baseline's initial values.
 
+QK-norm (`qk_norm=True`, every layer): each head's q and k RMS-normalized before the scores (QKNorm),
+the worked example of docs/new-idea.md.
+
+Each idea is registered in IDEAS (its keys, its layers, its attention class, its parameters, what a
+fork and the export must know); RAGPT builds every layer's attention from the ideas that layer runs.
 An RA model with ra_pattern='none' is exactly model.GPT: same modules, same initial weights for
 the same seed; RA-only parameters (alpha, gate logits) are filled deterministically, so they
 draw nothing from the random stream that initializes the shared weights.
