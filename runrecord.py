@@ -92,7 +92,8 @@ def git_state(repo_dir):
         return None, ""
     if head.returncode != 0:
         return None, ""
-    untracked = [p for p in git("ls-files", "--others", "--exclude-standard", "-z").stdout.split("\0") if p.endswith(".py")]
+    untracked = [p for p in git("ls-files", "--others", "--exclude-standard", "-z").stdout.split("\0")
+                 if p.endswith(".py")]
     new_files = [git("diff", "--no-index", "--binary", "/dev/null", p).stdout for p in sorted(untracked)]
     return head.stdout.strip(), git("diff", "HEAD", "--binary").stdout + "".join(new_files)
 

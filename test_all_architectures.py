@@ -20,7 +20,8 @@ tp_size 2 on 4 ranks: 2 data-parallel replicas of 2 real tensor-parallel ranks, 
 the slice of the unsharded model's that its tensor-parallel position holds).
 
 A new architecture is one entry in ARCHITECTURES (and, for a new model family, one build function
-in BUILDERS); every idea registered in ra_model.IDEAS is checked alone from its example keys. Exit code 1 when any architecture fails. tests/test_model.py runs this script.
+in BUILDERS); every idea registered in ra_model.IDEAS is checked alone from its example keys. Exit
+code 1 when any architecture fails. tests/test_model.py runs this script.
 """
 import itertools
 import json

@@ -1,11 +1,11 @@
-"""A new idea (docs/new-idea.md). QK-norm, the page's worked example: off it is the baseline, on it keeps
-the baseline's initial weights and computes its formula. And through the registry alone: a toy idea (a learned per-head score
-temperature, 1 at the start) is its class, one ra_model.IDEAS entry, its key as a config field and a
-runtime.DEFAULTS key. It starts as the baseline bit for bit and changes the forward once it moves;
-sweep.py plans it, runs it as a forked suite (its new parameter declared through the registry) and
-report.py reports it. Removing any one of its registrations is refused in one line."""
+"""A new idea (docs/new-idea.md). QK-norm, the page's worked example: off it is the baseline, on it
+keeps the baseline's initial weights and computes its formula. And through the registry alone: a toy
+idea (a learned per-head score temperature, 1 at the start) is its class, one ra_model.IDEAS entry,
+its key as a config field and a runtime.DEFAULTS key. It starts as the baseline bit for bit and
+changes the forward once it moves; sweep.py plans it, runs it as a forked suite (its new parameter
+declared through the registry) and report.py reports it. Removing any one of its registrations is
+refused in one line."""
 import dataclasses
-import os
 
 import pytest
 import torch
@@ -13,10 +13,10 @@ import torch.nn as nn
 
 import configurator
 import ra_model
-from model import GPT, GPTConfig
 import report
 import runtime
 import sweep
+from model import GPT, GPTConfig
 from ra_model import RAConfig, RAGPT, Idea
 from test_sweep import in_process, toy_args
 
@@ -103,7 +103,8 @@ def write_suite(tmp_path, **extra):
     path = tmp_path / "toy_suite.py"
     path.write_text(f"variants = {{'baseline': {{}}, 'toy': {{'toy_temp': True}}}}\nbaseline = 'baseline'\n"
                     f"seeds = [1, 2]\nmetric = 'val_loss'\nmin_effect = 0.01\nallowed = ['toy_temp']\nfork_at = 2\n"
-                    f"overrides = {{'model_type': 'ra', 'learning_rate': 1e-2, 'batch_size': 4}}\nsuite_dir = {str(tmp_path / 'out-toy')!r}\n")
+                    f"overrides = {{'model_type': 'ra', 'learning_rate': 1e-2, 'batch_size': 4}}\n"
+                    f"suite_dir = {str(tmp_path / 'out-toy')!r}\n")
     return str(path), str(tmp_path / "out-toy")
 
 

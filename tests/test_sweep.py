@@ -445,7 +445,7 @@ def test_status_names_a_local_sweeps_waiting_runs_queued_and_a_read_only_suite_i
 
 def write_gate_suite(tmp_path, name, extra=""):
     path = tmp_path / f"{name}.py"
-    path.write_text(f"variants = {{'base': {{'model_type': 'ra'}}, 'gated': {{'model_type': 'ra', 'attn_gate': True}}}}\n"
+    path.write_text("variants = {'base': {'model_type': 'ra'}, 'gated': {'model_type': 'ra', 'attn_gate': True}}\n"
                     f"baseline = 'base'\nseeds = [1, 2, 3]\nmetric = 'val_loss'\nmin_effect = 0.01\n"
                     f"allowed = ['attn_gate']\noverrides = {{'learning_rate': 1e-2, 'batch_size': 4}}\n"
                     f"suite_dir = {str(tmp_path / ('out-' + name))!r}\n{extra}")
