@@ -32,6 +32,7 @@ import runrecord
 import sharding
 import tokendata
 from model import GPT, GPTConfig, model_config_fields
+from ra_model import IDEAS
 from reduced_sync_model import layer_types
 from runtime import build_model, model_config
 
@@ -73,9 +74,8 @@ def not_gpt2_reason(cfg):
     """Why the run's model does not compute GPT-2's function (what GPT2LMHeadModel computes), or None."""
     model_type = cfg.get("model_type", "gpt")
     config = model_config(cfg)
-    if model_type == "ra":
-        ideas = [name for name, on in (("reciprocal attention", config.reciprocal_layers()), ("MLA", config.mla),
-                                       ("gated attention", config.attn_gate)) if on]
+    if model_type == "ra":  # each idea declares whether it keeps GPT-2's function (ra_model.IDEAS)
+        ideas = [name for name, idea in IDEAS.items() if idea.layers(config) and not idea.gpt2_function]
         if ideas:
             return f"model_type='ra' with {' and '.join(ideas)}"
     if model_type == "reduced_sync" and set(layer_types(config)) != {"tp"}:

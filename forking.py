@@ -113,11 +113,9 @@ def check_tensors(trunk, model, where):
 
 def check_models_fork(branch_cfg, trunk_cfg, where):
     """Before any run (sweep.py's fork plan): the branch's model takes the trunk's tensors and, with
-    fork_start='preserve', has a preserving start for each new parameter; both models are built on the
-    meta device (shapes only: no memory, no weights, no time)."""
-    import torch
-    with torch.device("meta"):
-        trunk, branch = runtime.build_model(trunk_cfg), runtime.build_model(branch_cfg)
+    fork_start='preserve', has a preserving start for each new parameter; both models on the meta
+    device (shapes only: no memory, no weights, no time)."""
+    trunk, branch = runtime.meta_model(trunk_cfg), runtime.meta_model(branch_cfg)
     check_tensors({n: t.shape for n, t in trunk.state_dict().items()}, branch, where)
     if branch_cfg["fork_start"] == "preserve":
         try:

@@ -189,6 +189,8 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         if config.tie_weights:
             self.lm_head.weight = self.transformer.wte.weight
+        if self.lm_head.weight.is_meta:
+            return  # shapes only (runtime.meta_model): drawing on the meta device costs ms per weight for nothing
         self.apply(self._init_weights)
         # GPT-2 scales the residual projections by 1/sqrt(2 * n_layer): two per block.
         for name, p in self.named_parameters():

@@ -1,4 +1,5 @@
-"""Reciprocal attention (RA) and multi-head latent attention (MLA), built from model.py's pieces.
+"""Reciprocal attention (RA), multi-head latent attention (MLA), gated attention and QK-norm, built from
+model.py's pieces.
 
 Standard causal attention lets token i weigh v_j (j <= i) by softmax_j(S_ij), S_ij = q_i.k_j.
 Reciprocal attention uses the transposed scores S^T_ij = k_i.q_j over the same causal set j <= i,
@@ -29,6 +30,11 @@ sigmoid(W_g x + b_g) before the output projection, x being the attention's input
 after ln_1), so a head can switch itself off per token (see GatedOutput). It adds n_embd^2 (+ n_embd)
 parameters per layer; the other weights keep the baseline's initial values.
 
+QK-norm (`qk_norm=True`, every layer): each head's q and k RMS-normalized before the scores (QKNorm),
+the worked example of docs/new-idea.md.
+
+Each idea is registered in IDEAS (its keys, its layers, its attention class, its parameters, what a
+fork and the export must know); RAGPT builds every layer's attention from the ideas that layer runs.
 An RA model with ra_pattern='none' is exactly model.GPT: same modules, same initial weights for
 the same seed; RA-only parameters (alpha, gate logits) are filled deterministically, so they
 draw nothing from the random stream that initializes the shared weights.
@@ -68,11 +74,13 @@ class RAConfig(GPTConfig):
     mla_per_head_q_latent: bool = True
     mla_per_head_v_up: bool = True
     attn_gate: bool = False  # a sigmoid gate on each head's output, from the block input (GatedOutput)
+    qk_norm: bool = False  # each head's q and k RMS-normalized before the scores (QKNorm)
 
     attn_impls = ("sdpa", "manual", "triton")  # triton: the fused kernels of kernels/ra_attention.py
 
     def __post_init__(self):
         super().__post_init__()
+        check_ideas(type(self))
         check_ra_config(self)
 
     def reciprocal_layers(self):
@@ -308,14 +316,14 @@ class ReciprocalMixing:
 
 
 class GatedOutput:
-    """Mixin for an attention module with heads_output, c_proj and resid_dropout: gated attention.
-    y = heads_output(x) * sigmoid(c_gate(x)), elementwise and so per head and channel, then c_proj.
-    The gate reads the same x as the queries; sigmoid keeps it in (0, 1), a sparse, input-dependent
-    scaling that the paper credits for removing attention sinks and loss spikes."""
+    """Attention mixin (the idea 'gated attention', attn_gate): y = heads_output(x) * sigmoid(c_gate(x)),
+    elementwise and so per head and channel, then c_proj. The gate reads the same x as the queries;
+    sigmoid keeps it in (0, 1), a sparse, input-dependent scaling that the paper credits for removing
+    attention sinks and loss spikes."""
 
-    def setup_gate(self, config):
-        if config.attn_gate:
-            self.c_gate = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+    def __init__(self, config, mode=None):
+        super().__init__(config, mode)
+        self.c_gate = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
 
     @torch.no_grad()
     def preserve_fork_start(self):
@@ -328,8 +336,6 @@ class GatedOutput:
         gradients up to Adam's eps (gradient and moments scale alike). RA's mixing needs no start:
         a fixed alpha is the variant itself, and a learned one is refused (its gate logit cannot
         reach p = 0 at a finite value)."""
-        if not hasattr(self, "c_gate"):
-            return [], None
         self.c_gate.weight.zero_()
         names = ["c_gate.weight"]
         if self.c_gate.bias is not None:
@@ -340,23 +346,20 @@ class GatedOutput:
                        "c_proj's relative step size halved")
 
     def forward(self, x):
-        y = self.heads_output(x)
-        if hasattr(self, "c_gate"):
-            y = y * torch.sigmoid(self.c_gate(x))
-        return self.resid_dropout(self.c_proj(y))
+        return self.resid_dropout(self.c_proj(self.heads_output(x) * torch.sigmoid(self.c_gate(x))))
 
 
-class RAAttention(GatedOutput, ReciprocalMixing, CausalSelfAttention):
-    """model.CausalSelfAttention (same projections, same init) with a reciprocal mixing step
-    (mode None: standard attention) and the optional output gate."""
+class RAAttention(ReciprocalMixing, CausalSelfAttention):
+    """model.CausalSelfAttention (same projections, same init) with the reciprocal mixing step
+    (mode None: standard attention): the attention every RA-model layer with an idea builds on,
+    unless an idea replaces the projections (MLA)."""
 
-    def __init__(self, config, mode):
+    def __init__(self, config, mode=None):
         super().__init__(config)
         self.setup_reciprocal(config, mode)
-        self.setup_gate(config)
 
 
-class MLAttention(GatedOutput, ReciprocalMixing, nn.Module):
+class MLAttention(ReciprocalMixing, nn.Module):
     """Multi-head latent attention: K and V from one shared latent c = c_kv(x)."""
 
     def __init__(self, config, mode=None):
@@ -374,7 +377,9 @@ class MLAttention(GatedOutput, ReciprocalMixing, nn.Module):
         self.c_proj = nn.Linear(C, C, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.setup_reciprocal(config, mode)
-        self.setup_gate(config)
+
+    def forward(self, x):
+        return self.resid_dropout(self.c_proj(self.heads_output(x)))
 
     def heads(self, x, size):
         B, T, _ = x.shape
@@ -403,41 +408,131 @@ def mla_attention_params(config):
     return n + L * v_out + b * v_out
 
 
+class QKNorm:
+    """Attention mixin (the idea 'QK-norm', qk_norm): each head's queries and keys RMS-normalized over
+    the head dimension before the scores (and before any reciprocal term), so a score is sqrt(d) times
+    a cosine: bounded whatever the projections' scale. No learned gain: it adds no parameter, and the
+    weights start as the baseline's."""
+
+    def attend(self, q, k, v):
+        return super().attend(F.rms_norm(q, (q.size(-1),)), F.rms_norm(k, (k.size(-1),)), v)
+
+
+# ----------------------------------------------------------------------------- the ideas
+
+@dataclass(frozen=True)
+class Idea:
+    """Everything the workbench must know of one idea of model_type='ra' (see IDEAS)."""
+    keys: tuple  # the RAConfig keys it owns (each also a key of runtime.DEFAULTS); the first switches it on
+    layers: object  # layers(config): the indices of the layers that run it (none when it is off)
+    attention: type  # composed into those layers' attention: a mixin that overrides forward, heads_output or
+    # attend and calls super(), or an nn.Module with its own projections (MLA) in place of RAAttention
+    layer_params: object  # layer_params(config): parameters it adds to one such layer (negative: removes)
+    new_parameters: tuple  # names of its parameters a baseline trunk lacks: a fork keeps them at their init
+    gpt2_function: bool  # whether a model running it still computes GPT-2's function (Hugging Face export)
+    example: dict  # keys that switch it on in a tiny model: test_all_architectures smoke-checks it
+    score_streams: object = None  # score_streams(cfg): T x T softmax weights per layer under attn_impl='manual'
+    # (sharding.memory_estimate); None: one, as the baseline
+
+
+def all_layers_if(key):
+    return lambda config: range(config.n_layer) if getattr(config, key) else range(0)
+
+
+def reciprocal_params(config):
+    """RA's learned alphas (mix) or gate logit (gate) in one reciprocal layer."""
+    mode = config.reciprocal_mode()
+    if mode == "mix" and config.ra_alpha_learn != "none":
+        return config.n_head if config.ra_alpha_learn == "head" else 1
+    return int(mode == "gate")
+
+
+# name -> Idea: block construction (RAGPT.make_block), the parameter formula (blocks_params), fork rules
+# (fork_new_parameters), Hugging Face export (export_checkpoint.not_gpt2_reason), the memory estimate
+# (sharding.attention_weights), the keys' model type (runtime.check_model_keys_apply) and the smoke check
+# (test_all_architectures.py) read it. A new idea is its class, one entry here, its keys as RAConfig fields
+# and runtime.DEFAULTS keys, and a config file (docs/new-idea.md); check_ideas refuses a key no idea owns.
+IDEAS = {
+    "reciprocal attention": Idea(
+        keys=("ra_pattern", "ra_layers", "ra_mode", "ra_alpha", "ra_alpha_learn", "ra_gate_init", "ra_window"),
+        layers=lambda config: config.reciprocal_layers(), attention=ReciprocalMixing, layer_params=reciprocal_params,
+        new_parameters=("ra_alpha", "ra_gate_logit"), gpt2_function=False,
+        example=dict(ra_pattern="alternate", ra_mode="gate"),
+        score_streams=lambda cfg: 2 if cfg["ra_pattern"] != "none" and (cfg["ra_mode"] == "gate"
+                                                                        or cfg["ra_pattern"] == "learned") else 1),
+    "MLA": Idea(
+        keys=("mla", "mla_latent_dim", "mla_per_head_q_latent", "mla_per_head_v_up"), layers=all_layers_if("mla"),
+        attention=MLAttention, layer_params=lambda config: mla_attention_params(config) - attention_params(config),
+        new_parameters=(), gpt2_function=False, example=dict(mla=True, mla_latent_dim=8)),
+    "gated attention": Idea(
+        keys=("attn_gate",), layers=all_layers_if("attn_gate"), attention=GatedOutput,
+        layer_params=lambda config: config.n_embd * config.n_embd + int(config.bias) * config.n_embd,
+        new_parameters=("c_gate",), gpt2_function=False, example=dict(attn_gate=True)),
+    "QK-norm": Idea(
+        keys=("qk_norm",), layers=all_layers_if("qk_norm"), attention=QKNorm, layer_params=lambda config: 0,
+        new_parameters=(), gpt2_function=False, example=dict(qk_norm=True)),
+}
+
+
+def check_ideas(config_cls):
+    """Every key of the RA model's config (beyond GPTConfig's) is owned by exactly one idea in IDEAS
+    and every idea's key is a field: a key no idea reads would build the baseline under a variant's name."""
+    own = [f.name for f in fields(config_cls) if f.name not in {g.name for g in fields(GPTConfig)}]
+    owners = {key: [name for name, idea in IDEAS.items() if key in idea.keys] for key in own}
+    for key, names in owners.items():
+        if len(names) != 1:
+            raise ConfigError(f"{config_cls.__name__}.{key} is owned by {len(names)} ideas in ra_model.IDEAS "
+                              f"({', '.join(names) or 'none'}): register the idea that reads it, once")
+    for name, idea in IDEAS.items():
+        stray = [key for key in idea.keys if key not in owners]
+        if stray:
+            raise ConfigError(f"idea {name!r} in ra_model.IDEAS owns {stray}, which {config_cls.__name__} lacks: "
+                              f"add the field (and its runtime.DEFAULTS key)")
+
+
+_composed = {}  # (mixins, base) -> the attention class of a layer running those ideas
+
+
+def attention_class(ideas):
+    """The attention of a layer running `ideas` (in IDEAS order): their mixins over RAAttention, or over
+    the one idea's module that brings its own projections (MLA)."""
+    modules = [idea.attention for idea in ideas if issubclass(idea.attention, nn.Module)]
+    if len(modules) > 1:
+        raise ConfigError(f"{' and '.join(m.__name__ for m in modules)} both replace the attention's projections: "
+                          f"switch one of them off")
+    base = modules[0] if modules else RAAttention
+    mixins = tuple(idea.attention for idea in ideas if not issubclass(base, idea.attention))
+    if (mixins, base) not in _composed:
+        _composed[(mixins, base)] = type("".join(m.__name__ for m in (*mixins, base)), (*mixins, base), {}) \
+            if mixins else base
+    return _composed[(mixins, base)]
+
+
 # ----------------------------------------------------------------------------- the model
 
 class RAGPT(GPT):
     def __init__(self, config):
         rng = torch.get_rng_state()
         super().__init__(config)
-        if config.mla or config.attn_gate:
+        if any(idea.layers(config) for idea in IDEAS.values()) and not self.lm_head.weight.is_meta:
             self.copy_baseline_init(config, rng)
 
     def make_block(self, layer_idx):
-        mode = self.config.layer_mode(layer_idx)
-        if self.config.mla:
-            return Block(self.config, attn=MLAttention(self.config, mode))
-        if mode is None and not self.config.attn_gate:
+        ideas = [idea for idea in IDEAS.values() if layer_idx in idea.layers(self.config)]
+        if not ideas:
             return Block(self.config)
-        return Block(self.config, attn=RAAttention(self.config, mode))
+        return Block(self.config, attn=attention_class(ideas)(self.config, self.config.layer_mode(layer_idx)))
 
     @classmethod
     def blocks_params(cls, config):
-        """make_block's layers by formula: the attention of each layer kind, plus its RA and gate parameters."""
-        C, b = config.n_embd, int(config.bias)
-
-        def layer(mode):
-            n = block_params(config) + (mla_attention_params(config) if config.mla else attention_params(config))
-            if mode == "mix" and config.ra_alpha_learn != "none":
-                n += config.n_head if config.ra_alpha_learn == "head" else 1  # ra_alpha
-            n += int(mode == "gate")  # ra_gate_logit
-            return n + (C * C + b * C if config.attn_gate else 0)  # c_gate
-
-        reciprocal = len(config.reciprocal_layers())
-        return (config.n_layer - reciprocal) * layer(None) + reciprocal * layer(config.reciprocal_mode())
+        """make_block's layers by formula: the baseline's, plus what each idea adds to the layers running it."""
+        return super().blocks_params(config) + sum(len(idea.layers(config)) * idea.layer_params(config)
+                                                    for idea in IDEAS.values())
 
     def copy_baseline_init(self, config, rng):
-        """MLA's projections have other shapes than c_attn, and the output gate is an extra weight, so
-        they consume a different number of random draws and would shift the init of every later weight. Re-draw the baseline GPT from
+        """An idea's weights (MLA's projections have other shapes than c_attn, the output gate is an extra
+        weight) consume a different number of random draws and would shift the init of every later weight.
+        Re-draw the baseline GPT from
         the same random state and copy every weight the two models share (embeddings, norms, MLPs,
         attention c_proj): MLA and baseline then differ only in the attention projections. The
         initial weights do not depend on attn_impl, and 'triton' is RA's own: the baseline uses sdpa."""
@@ -470,8 +565,8 @@ class RAGPT(GPT):
 
     def fork_new_parameters(self):
         """What a baseline trunk lacks and a branch forked from it keeps at its own initialization
-        (forking.py): the learned alphas, the gate logits and the output gates."""
-        own = ("ra_alpha", "ra_gate_logit", "c_gate")
+        (forking.py): each idea's new_parameters (the learned alphas, the gate logits, the output gates)."""
+        own = {part for idea in IDEAS.values() for part in idea.new_parameters}
         return [n for n, _ in self.named_parameters() if any(part in own for part in n.split("."))]
 
     def metrics(self):

@@ -80,7 +80,10 @@ def dataset_fingerprint(data_dir):
 
 
 def git_state(repo_dir):
-    """(commit, diff against it) of the code, or (None, '') outside a git checkout."""
+    """(commit, diff against it) of the code, or (None, '') outside a git checkout. The diff holds the
+    tracked files' changes and every untracked Python file that git does not ignore (a new config,
+    suite or module a run reads) as a new file, so the code version a suite compares covers them and
+    `git apply` of the patch restores them."""
     def git(*args):
         return subprocess.run(["git", "-C", repo_dir, *args], capture_output=True, text=True, timeout=30)
     try:
@@ -89,7 +92,10 @@ def git_state(repo_dir):
         return None, ""
     if head.returncode != 0:
         return None, ""
-    return head.stdout.strip(), git("diff", "HEAD", "--binary").stdout
+    untracked = [p for p in git("ls-files", "--others", "--exclude-standard", "-z").stdout.split("\0")
+                 if p.endswith(".py")]
+    new_files = [git("diff", "--no-index", "--binary", "/dev/null", p).stdout for p in sorted(untracked)]
+    return head.stdout.strip(), git("diff", "HEAD", "--binary").stdout + "".join(new_files)
 
 
 def package_versions():

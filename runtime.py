@@ -6,6 +6,9 @@ The device and its precision: devices.py; the data's checks and batch windows: t
 groups and the parallel layout: parallel.py. The scripts import this module; it imports the models,
 the optimizer's checks and those modules, never a script.
 """
+import dataclasses
+import functools
+import json
 import os
 
 import configurator
@@ -16,7 +19,7 @@ import rundir
 import tokendata
 from kernels.linear_cross_entropy import check_head_loss_trains
 from model import GPT, GPTConfig, model_config_fields, unwrap_state_dict
-from ra_model import RAConfig, RAGPT
+from ra_model import IDEAS, RAConfig, RAGPT
 from reduced_sync_model import ReducedSyncConfig, ReducedSyncGPT
 
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))  # the repository: data/, config/, the scripts
@@ -75,6 +78,7 @@ DEFAULTS = dict(
     mla_per_head_q_latent=True,  # each head scores its query in the latent (else a key up-projection)
     mla_per_head_v_up=True,  # one value up-projection per head (else one shared)
     attn_gate=False,  # gated attention: sigmoid(W x) scales each head's output (arXiv 2505.06708)
+    qk_norm=False,  # QK-norm: each head's q and k RMS-normalized before the scores
     # reduced-synchronization tensor parallelism (model_type='reduced_sync'; see reduced_sync_model.py)
     block_pattern="tp",  # repeating unit of block types 'tp', 'spd', 'parallel', e.g. 'tp,spd' or 'spd,parallel,parallel'
     block_types=[],  # one block type per layer; overrides block_pattern
@@ -143,8 +147,8 @@ DEFAULTS = dict(
 # model_type -> (model class, its config dataclass). Every field of a config dataclass is a key of
 # DEFAULTS, so each model's options are set like any other key.
 MODEL_TYPES = {"gpt": (GPT, GPTConfig), "ra": (RAGPT, RAConfig), "reduced_sync": (ReducedSyncGPT, ReducedSyncConfig)}
-# The keys that switch a model type's ideas on (check_model_keys_apply).
-MODEL_SWITCHES = {"ra": ("ra_pattern", "mla", "attn_gate"),
+# The keys that switch a model type's ideas on (check_model_keys_apply): for 'ra', each idea's first key.
+MODEL_SWITCHES = {"ra": tuple(idea.keys[0] for idea in IDEAS.values()),
                   "reduced_sync": ("block_pattern", "block_types", "sync_every", "sync_layers")}
 LR_SCHEDULES = ("cosine", "constant", "wsd")
 FORK_STARTS = ("own", "preserve")  # forking.preserve_start
@@ -300,6 +304,10 @@ def model_classes(cfg):
 def model_config(cfg):
     """The model's config dataclass filled from a run config (or a checkpoint's)."""
     _, config_cls = model_classes(cfg)
+    unknown = [k for k in model_config_fields(config_cls) if k not in DEFAULTS]
+    if unknown:  # a config file could not set it, and a run would silently build its default
+        raise configurator.ConfigError(f"{config_cls.__name__} has the fields {unknown}, which are no keys of "
+                                       f"runtime.DEFAULTS: add each with its default and meaning")
     # A checkpoint written before a field existed gets its default. The dataclass checks itself
     # and raises ConfigError, like every other key's check.
     return config_cls(**{k: cfg[k] for k in model_config_fields(config_cls) if k in cfg})
@@ -364,13 +372,27 @@ def load_model(cfg, device):
     return model.to(device)
 
 
-def flops_per_token(cfg):
-    """Training FLOPs per token as the model counts them (the start-up checklist's number), from a model
-    built on the meta device: no memory, no weights, known before any run (sweep.py schedules each
-    variant's equal-FLOPs evaluation by it)."""
+def meta_model(cfg):
+    """The run's model on the meta device: shapes only, no memory, no weights. Built once per model
+    config and model type: a suite's runs share a handful of models, and initializing even a tiny one
+    on the meta device takes milliseconds per weight (the resolved-config goldens build thousands)."""
+    config = model_config(cfg)
+    return _meta_model(cfg.get("model_type", "gpt"), json.dumps(dataclasses.asdict(config), sort_keys=True))
+
+
+@functools.lru_cache(maxsize=256)
+def _meta_model(model_type, config_json):
     import torch  # the models import it anyway
+    model_cls, config_cls = MODEL_TYPES[model_type]
     with torch.device("meta"):
-        return model_classes(cfg)[0](model_config(cfg)).flops_per_token()
+        return model_cls(config_cls(**json.loads(config_json)))
+
+
+def flops_per_token(cfg):
+    """Training FLOPs per token as the model counts them (the start-up checklist's number), from the
+    model on the meta device: known before any run (sweep.py schedules each variant's equal-FLOPs
+    evaluation by it)."""
+    return meta_model(cfg).flops_per_token()
 
 
 def count_params(cfg):

@@ -36,6 +36,7 @@ from torch.distributed.tensor import DTensor
 import configurator
 import rundir
 from kernels.linear_cross_entropy import CHUNK_LOGITS
+from ra_model import IDEAS
 from reduced_sync_model import shard_tensor, unshard_tensor
 
 DATA_PARALLEL = ("ddp", "fsdp", "hsdp")
@@ -257,8 +258,8 @@ def attention_weights(cfg, tokens, device_type):
     if not (cfg["attn_impl"] == "manual" or (device_type == "cpu" and cfg["dropout"] > 0)):
         return 0, 0
     elements = tokens * cfg["block_size"] * cfg["n_head"]
-    reciprocal = cfg["model_type"] == "ra" and cfg["ra_pattern"] != "none"
-    streams = 2 if reciprocal and (cfg["ra_mode"] == "gate" or cfg["ra_pattern"] == "learned") else 1
+    ideas = IDEAS.values() if cfg["model_type"] == "ra" else ()  # each idea's streams (ra_model.IDEAS)
+    streams = max([1] + [idea.score_streams(cfg) for idea in ideas if idea.score_streams])
     kept = 0 if cfg["attn_recompute"] else streams * elements * (9 if cfg["dropout"] > 0 else 4)
     return kept, 2 * streams * elements * 4
 

@@ -500,13 +500,21 @@ class SweepInterrupted(Exception):
     exit_code = 130  # the shell's code for Ctrl-C
 
 
+def family_order(runs):
+    """The runs seed by seed: each seed's family (a fork's trunk, then every variant of that seed) before the
+    next seed's, a bridge's from-scratch runs and a ladder's learning-rate checks after the suite's own, each
+    seed by seed too; within a seed the plan's order. A suite stopped at any point then holds complete pairs
+    (a grid, without seeds, keeps its order)."""
+    return sorted(runs, key=lambda run: (bool(run[1].get("bridge")), "lr_check" in run[1], run[1].get("seed", 0)))
+
+
 def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
-    """Run the unfinished runs, one per GPU slot at a time, a fork's branches once their trunk has
-    finished; returns {name: return code}."""
+    """Run the unfinished runs, one per GPU slot at a time, seed by seed (family_order), a fork's branches
+    once their trunk has finished; returns {name: return code}."""
     todo, after = [], {name: point.get("after") for name, point, _ in runs}
     trunk_finished = lambda name: rundir.run_status(rundir.read_events(os.path.join(sweep_dir, after[name]))) \
         == "finished" if after[name] else True
-    for name, point, argv in runs:
+    for name, point, argv in family_order(runs):
         out_dir = os.path.join(sweep_dir, name)
         state = rundir.run_status(rundir.read_events(out_dir))
         if state in ("finished", "diverged"):  # a diverged run would only diverge again

@@ -20,7 +20,8 @@ tp_size 2 on 4 ranks: 2 data-parallel replicas of 2 real tensor-parallel ranks, 
 the slice of the unsharded model's that its tensor-parallel position holds).
 
 A new architecture is one entry in ARCHITECTURES (and, for a new model family, one build function
-in BUILDERS). Exit code 1 when any architecture fails. tests/test_model.py runs this script.
+in BUILDERS); every idea registered in ra_model.IDEAS is checked alone from its example keys. Exit
+code 1 when any architecture fails. tests/test_model.py runs this script.
 """
 import itertools
 import json
@@ -32,7 +33,7 @@ import time
 import torch
 
 from model import GPT, GPTConfig
-from ra_model import RAConfig, RAGPT
+from ra_model import IDEAS, RAConfig, RAGPT
 import configurator
 import devices
 import runtime
@@ -97,6 +98,8 @@ ARCHITECTURES.update({
     "gated-attn-mla": ("ra", dict(attn_gate=True, mla=True, mla_latent_dim=8)),
     "gated-attn-post-recompute": ("ra", dict(attn_gate=True, ln_placement="post", attn_recompute=True)),
 })
+# Every registered idea of the RA model (ra_model.IDEAS) alone, from its own example keys.
+ARCHITECTURES.update({"idea-" + name.lower().replace(" ", "-"): ("ra", idea.example) for name, idea in IDEAS.items()})
 
 # name -> (family, kwargs on top of TINY, data_parallel, ranks, dtype)
 FSDP_LAYOUTS = {
@@ -224,6 +227,10 @@ def check(family, kwargs, batch_size=2, seed=0):
             raise AssertionError(f"{name} got no gradient")
         if not torch.isfinite(p.grad).all():
             raise AssertionError(f"{name} has a non-finite gradient")
+    for name, idea in IDEAS.items() if family == "ra" else ():  # each idea runs where it says it does
+        for i in idea.layers(cfg):
+            if not isinstance(model.transformer.h[i].attn, idea.attention):
+                raise AssertionError(f"layer {i} does not run the idea {name!r} ({idea.attention.__name__})")
     counts = model.metrics()
     if "syncs_expected" in counts and not counts["syncs_forward"] == counts["syncs_backward"] == counts["syncs_expected"]:
         raise AssertionError(f"counted {counts['syncs_forward']} all-reduces forward, {counts['syncs_backward']} "

@@ -34,19 +34,31 @@ def seed_plan_text(suite, n_runs, pilots, budget_s=None, slots=1, own_dir=None):
 BUDGETS_S = (900, 1800, 3600, 7200)  # the budgets --plan prints without --budget
 
 
+def pilot_runs(suite, pilot_dir):
+    """(label, pilot suite, runs): the pilot's paired runs of this suite's design where it holds them. A
+    forked suite's bridge (its variants from scratch, ablation/bridge.py) pilots a suite from scratch;
+    otherwise the pilot's own runs, whose design the plan names."""
+    bridge = suites.read_bridge_runs(pilot_dir)
+    if bridge and not suite.get("fork_at"):
+        return f"{pilot_dir}'s bridge", *bridge
+    return (pilot_dir, *suites.load_suite_dir(pilot_dir))
+
+
 def pilot_plan_lines(suite, pilot_dir, budget_s, slots, own_dir=None):
     k, alpha, min_effect = len(suite["variants"]) - 1, suite["alpha"], suite["min_effect"]
     if not (pilot_dir and os.path.exists(os.path.join(pilot_dir, "suite.json"))):
         return ["no pilot: pass --pilot=SUITE_DIR (a finished suite; several, comma-separated, compare designs) "
                 "for the detectable effect, the seeds needed and the time"]
-    pilot, runs = suites.load_suite_dir(pilot_dir)
+    label, pilot, runs = pilot_runs(suite, pilot_dir)
     report = compare.compare(dict(pilot, alpha=alpha, min_effect=min_effect, record=[], looks=None), runs)
     measured = compare.difference_sds(report)
     parts = {v: measured.get(v) for v in suite["variants"] if v != suite["baseline"]}
-    lines = [f"from pilot {pilot_dir} ({report['design']}):"]
+    lines = [f"from pilot {label} ({report['design']}):"]
     plan = stats.plan_variants(parts, len(suite["seeds"]), k, alpha, min_effect)
     if plan is None:
-        return lines + ["  no variant of this suite has two paired seeds in the pilot, so no sd to plan from"]
+        return lines + [f"  no variant of this suite has two paired seeds in the pilot (its arms: "
+                        f"{', '.join(pilot['variants'])}; this suite's: {', '.join(suite['variants'])}), so no sd to "
+                        f"plan from"]
     sd = plan["sd"]
     lines.append(stats.describe_plan(plan))
     pilot_seeds = sorted({s for seeds in pilot["variants"].values() for s in seeds})
@@ -127,8 +139,8 @@ def ladder_plan_text(suite, n_runs, ladder_dir, budget_s=None, slots=1):
 def seed_cost(pilot_dir, runs, n_variants):
     """(wall seconds per seed, median run, median trunk) from a pilot's finished runs: each run's
     processes from start to exit as the local launcher timed them (else from its first logged event
-    to its last: start-up not counted), a seed as n_variants runs and, in a fork pilot, the trunk it
-    shares. None without a finished run."""
+    to its last: start-up not counted), a seed as n_variants runs and, when the runs are forked, the
+    trunk they share. None without a finished run."""
     launched = {}
     here = os.path.normpath(pilot_dir)  # a ladder's size: its runs are '<size>/<run>' in the ladder's launch log
     for path, prefix in ((os.path.join(here, suites.LAUNCHES), ""),
@@ -144,8 +156,9 @@ def seed_cost(pilot_dir, runs, n_variants):
             if rundir.run_status(r["events"]) == "finished"]
     if not done:
         return None
+    forked = any(compare.fork_point(r) is not None for r in runs.values())  # a bridge's runs have no trunk
     trunks = [wall(d, events) for d, events in ((d, rundir.read_events(os.path.join(pilot_dir, d)))
-                                                for d in os.listdir(pilot_dir) if d.startswith("trunk-seed"))
+                                                for d in os.listdir(pilot_dir) if forked and d.startswith("trunk-seed"))
               if rundir.run_status(events) == "finished"]
     run_s, trunk_s = float(np.median(done)), float(np.median(trunks)) if trunks else 0.0
     return n_variants * run_s + trunk_s, run_s, trunk_s

@@ -24,6 +24,7 @@ SCRIPTS = sorted({p for p in glob.glob("*.py", root_dir=REPO) + glob.glob("tools
 DOCUMENTS = ["README.md", *sorted(glob.glob("docs/*.md", root_dir=REPO)), *SCRIPTS]
 FOREIGN_OPTIONS = ("lm_eval_run.py",)  # hands its options to lm-eval's own command line
 RUN_KEYS_TOO = ("train.py", "sweep.py")  # a sweep passes the run's keys on to train.py
+OWN_USAGE = {"tests/test_configs.py": [["--write"]]}  # a script's whole usage, not --key=value keys
 
 
 def document_text(document):
@@ -116,6 +117,9 @@ def test_a_documented_command_runs_a_file_that_takes_its_options(document, words
     for arg in args:
         if arg.endswith(".py") and "/" in arg:  # a config or suite file
             assert os.path.exists(os.path.join(REPO, arg)), f"{document}: {arg} does not exist"
+    if script in OWN_USAGE:
+        assert args in OWN_USAGE[script], f"{document}: `{' '.join(words)}`: {script} takes {OWN_USAGE[script]}"
+        return
     if not script.endswith(".py") or os.path.basename(script) in FOREIGN_OPTIONS:
         return
     problem = check_options(script, args)

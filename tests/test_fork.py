@@ -160,9 +160,9 @@ def uninterrupted_fork_suite(data_dir, tmp_path_factory):
     return suite_dir, calls
 
 
-def test_a_fork_suite_runs_trunks_first_and_states_its_design(uninterrupted_fork_suite):
+def test_a_fork_suite_runs_seed_by_seed_each_trunk_first_and_states_its_design(uninterrupted_fork_suite):
     suite_dir, calls = uninterrupted_fork_suite
-    assert calls == ["trunk-seed1", "trunk-seed2", "base-seed1", "base-seed2", "learned-seed1", "learned-seed2"]
+    assert calls == ["trunk-seed1", "base-seed1", "learned-seed1", "trunk-seed2", "base-seed2", "learned-seed2"]
     report = json.load(open(os.path.join(suite_dir, "report.json")))
     assert report["design"].startswith("forked at step 10 from a shared baseline trunk per seed")
     assert "Design: forked at step 10" in open(os.path.join(suite_dir, "report.md")).read()

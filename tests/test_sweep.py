@@ -245,18 +245,21 @@ def test_a_report_whose_runs_are_gone_says_it_is_stale_until_rebuilt(data_dir, t
 FACTS = dict(dataset_fingerprint="d", tokenizer="t", eval_windows="w", data_order="o", init_weights={})
 
 
-def written_runs(calls):
-    """A launcher that writes a finished run directory (config, run record, log) instead of training,
-    so the sweep, its record and its report run as they do: 'other' is 0.03 worse, give or take."""
+def written_runs(calls, worse=lambda cfg: cfg["learning_rate"] > 1e-3):
+    """A launcher that writes a finished run directory (config, run record, log; a branch's fork event)
+    instead of training, so the sweep, its record and its report run as they do: a run that is `worse`
+    is 0.03 worse, give or take."""
     def launch(argv, gpu, log_path):
         cfg = configurator.apply_config(runtime.DEFAULTS, argv)
         calls.append(os.path.basename(cfg["out_dir"]))
-        value = 2.0 + 0.01 * cfg["seed"] + (0.03 + 0.004 * (-1) ** cfg["seed"] if cfg["learning_rate"] > 1e-3 else 0)
+        value = 2.0 + 0.01 * cfg["seed"] + (0.03 + 0.004 * (-1) ** cfg["seed"] if worse(cfg) else 0)
         with open(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
             json.dump(cfg, f)
         with open(os.path.join(cfg["out_dir"], "run_info.json"), "w") as f:
             json.dump(dict(facts=FACTS, resumes=[], code_versions=["x"]), f)
         with open(os.path.join(cfg["out_dir"], "log.jsonl"), "w") as f:
+            if cfg["fork_from"]:
+                f.write(json.dumps(dict(event="fork", iter=0, trunk=cfg["fork_from"])) + "\n")
             for i, v in enumerate([3.0, value]):
                 f.write(json.dumps(dict(event="eval", iter=i, tokens=1000 * i, val_loss=v)) + "\n")
             f.write(json.dumps(dict(event="end", iter=1, tokens=1000, stop_reason="max_iters")) + "\n")
@@ -285,8 +288,8 @@ def test_seeds_added_after_a_look_never_rewrite_the_declaration_and_the_report_s
     assert first["sequential"] == "one look, at 3 seeds: family-wise alpha 0.05" and first["alpha"] == 0.05
     path, _ = write_growing_suite(tmp_path, [1, 2, 3, 4, 5])
     sweep.main([path, *toy_args(data_dir)], launch=written_runs(calls))
-    assert calls == [f"{v}-seed{s}" for v in ("base", "other") for s in (1, 2, 3)] + \
-           [f"{v}-seed{s}" for v in ("base", "other") for s in (4, 5)]
+    assert calls == [f"{v}-seed{s}" for s in (1, 2, 3) for v in ("base", "other")] + \
+           [f"{v}-seed{s}" for s in (4, 5) for v in ("base", "other")]  # seed by seed: complete pairs
     assert open(os.path.join(suite_dir, "suite.json")).read() == declared
     assert json.loads(declared)["seeds"] == [1, 2, 3]
     record = [json.loads(line) for line in open(os.path.join(suite_dir, "suite_record.jsonl"))]
@@ -512,3 +515,40 @@ def test_status_counts_a_runs_start_up_in_the_time_left(data_dir, tmp_path, caps
     out = capsys.readouterr().out
     assert "4/6 runs done, 0 running, 0 queued, 2 stopped" in out
     assert "; about 50 s left (mean of 4 finished runs, 1 at a time)" in out
+
+
+# ----------------------------------------------------------------------------- seeds as pairs
+
+def write_gate_suite(tmp_path, name, extra=""):
+    path = tmp_path / f"{name}.py"
+    path.write_text("variants = {'base': {'model_type': 'ra'}, 'gated': {'model_type': 'ra', 'attn_gate': True}}\n"
+                    f"baseline = 'base'\nseeds = [1, 2, 3]\nmetric = 'val_loss'\nmin_effect = 0.01\n"
+                    f"allowed = ['attn_gate']\noverrides = {{'learning_rate': 1e-2, 'batch_size': 4}}\n"
+                    f"suite_dir = {str(tmp_path / ('out-' + name))!r}\n{extra}")
+    return str(path), str(tmp_path / f"out-{name}")
+
+
+def test_a_suite_runs_seed_by_seed_so_a_stopped_one_holds_complete_pairs(data_dir, tmp_path):
+    """Trunk, then that seed's branches, seed by seed; the bridge's from-scratch pairs after, seed by seed."""
+    path, _ = write_gate_suite(tmp_path, "forked", "fork_at = 1\nbridge_seeds = [1, 2]\nfork_cold_starts = ['gated']\n")
+    calls = []
+    sweep.main([path, *toy_args(data_dir)], launch=written_runs(calls, worse=lambda cfg: cfg["attn_gate"]))
+    assert calls == [name for s in (1, 2, 3) for name in (f"trunk-seed{s}", f"base-seed{s}", f"gated-seed{s}")] + \
+        [f"scratch-{v}-seed{s}" for s in (1, 2) for v in ("base", "gated")]
+
+
+def test_a_forked_suites_bridge_pilots_a_suite_from_scratch(data_dir, tmp_path, capsys):
+    """--plan --pilot: a suite from scratch is planned from a forked pilot's bridge (its paired runs from
+    scratch, timed without a trunk), a forked suite from the pilot's forked runs."""
+    forked, forked_dir = write_gate_suite(tmp_path, "forked", "fork_at = 1\nbridge_seeds = [1, 2, 3]\n"
+                                                              "fork_cold_starts = ['gated']\n")
+    sweep.main([forked, *toy_args(data_dir)], launch=written_runs([], worse=lambda cfg: cfg["attn_gate"]))
+    scratch, _ = write_gate_suite(tmp_path, "scratch")
+    capsys.readouterr()
+    sweep.main([scratch, *toy_args(data_dir), "--plan", f"--pilot={forked_dir}"])
+    planned = capsys.readouterr().out
+    assert f"from pilot {forked_dir}'s bridge (every run trained from scratch" in planned
+    assert "wall time per seed" in planned and "+ its trunk" not in planned
+    sweep.main([forked, *toy_args(data_dir), "--plan", f"--pilot={forked_dir}"])
+    planned = capsys.readouterr().out
+    assert f"from pilot {forked_dir} (forked at step" in planned and "+ its trunk" in planned
