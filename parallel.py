@@ -355,16 +355,17 @@ def set_rng_state(state, device):
 # ----------------------------------------------------------------------------- where checkpoints live
 
 def compile_model(model):
-    """Regional compilation (PyTorch's recipe for repeated blocks): each transformer block is compiled
-    in place, one graph that every block of the same type reuses, so a cold compile traces one block
-    instead of the whole unrolled model. The embeddings and the head stay eager: the chunked head's
-    loop is not unrolled into any graph, and the evaluation's no-grad graph is one block's, compiled
-    at the first evaluation. A model that reads its blocks' weights without calling them (reduced_sync)
-    is compiled whole."""
+    """Regional compilation (PyTorch's recipe for repeated blocks): each transformer block's forward is
+    compiled in place, one graph that every block of the same type reuses, so a cold compile traces one
+    block instead of the whole unrolled model. Only the forward: the hooks around it (FSDP's gathers,
+    the logged activation norms) run eagerly, and would otherwise give each hooked block its own graph.
+    The embeddings and the head stay eager: the chunked head's loop is unrolled into no graph, and
+    evaluation's no-grad graph is one block's, compiled at the first evaluation. A model that reads its
+    blocks' weights without calling them (reduced_sync) is compiled whole."""
     if not model.blocks_run_as_modules:
         return torch.compile(model)
     for block in model.transformer.h:
-        block.compile()
+        block.forward = torch.compile(block.forward)
     return model
 
 
