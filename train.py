@@ -130,7 +130,7 @@ class StopSignals:
     is (inside a save, the previous checkpoint stays). Before the first step there is nothing to
     save, so a signal stops start-up at once. A SIGHUP ignored at launch (nohup) stays ignored."""
 
-    def __init__(self, out_dir, distributed=False):
+    def __init__(self, out_dir, distributed):
         self.out_dir = out_dir
         self.distributed = distributed  # ranks agree on stopping where they read their steps: at log steps
         self.received = None  # the first signal's name

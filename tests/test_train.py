@@ -378,6 +378,36 @@ def test_step_time_waits_for_the_device(data_dir, tmp_path, monkeypatch):
     assert events(out, "end")[0]["train_time"] >= 0.4
 
 
+def test_the_gpu_timer_queues_events_and_waits_only_when_a_lap_is_read(monkeypatch):
+    """On a GPU each mark is a CUDA event the host queues and goes on from (no synchronize); reading a
+    lap, which train.py does at log steps, waits for its end event and gives elapsed_time in seconds."""
+    calls = []
+
+    class Event:  # torch.cuda.Event's calls, on a CPU: each records the order it was queued in
+        def __init__(self, enable_timing):
+            assert enable_timing
+            self.order = sum(kind == "record" for kind, _ in calls)
+
+        def record(self):
+            calls.append(("record", self))
+
+        def synchronize(self):
+            calls.append(("synchronize", self))
+
+        def elapsed_time(self, end):
+            return 250.0 * (end.order - self.order)  # milliseconds
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(devices, "synchronize", lambda device: calls.append(("device", device)))
+    timer, laps = devices.DeviceTimer("cuda:0"), []
+    for _ in range(3):
+        timer.start()
+        laps.append(timer.stop())
+    assert [kind for kind, _ in calls] == ["record"] * 6
+    assert [timer.seconds(lap) for lap in laps] == [0.25] * 3
+    assert calls[6:] == [("synchronize", end) for _, end in laps]
+
+
 def test_peak_memory_is_reset_per_step_and_evaluation_logged_apart(data_dir, tmp_path, monkeypatch):
     QueuedDevice(monkeypatch, seconds=0.0)
     out = str(tmp_path / "run")
