@@ -36,6 +36,10 @@ HEARTBEAT_SECONDS = 1.0
 FULL_HEAD_MARGIN = 1.25
 
 
+def gib(n_bytes):
+    return f"{n_bytes / 2**30:,.1f} GiB"
+
+
 class RankStalled(RuntimeError):
     pass
 
@@ -352,7 +356,7 @@ def set_rng_state(state, device):
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-# ----------------------------------------------------------------------------- where checkpoints live
+# ----------------------------------------------------------------------------- compiling
 
 def compile_model(model):
     """Regional compilation (PyTorch's recipe for repeated blocks): each transformer block's forward is
@@ -369,9 +373,7 @@ def compile_model(model):
     return model
 
 
-def gib(n_bytes):
-    return f"{n_bytes / 2**30:,.1f} GiB"
-
+# ----------------------------------------------------------------------------- where checkpoints live
 
 def checkpoint_path(out_dir, sharded=None):
     """out_dir's checkpoint, or None: ckpt.pt (sharded=False), the newest complete sharded one named
