@@ -344,10 +344,12 @@ def train(cfg, layout, signals, command):
                       f"val ppl {metrics['val_ppl']:.2f}", **metrics)
             step_peak_since_eval = None
             if hellaswag_examples and (iter_num % cfg["hellaswag_interval"] == 0 or stop_reason):
-                # The uncompiled model: every batch has a different length and would recompile.
+                # Eager (the compiled blocks too): every batch has a different length and would recompile.
                 devices.reset_peak_memory(device)
-                result = evaluation.evaluate_hellaswag(raw_model, hellaswag_examples, device, autocast=autocast,
-                                                      replica=(layout.dp_rank, layout.dp, layout.dp_group), items=True)
+                with torch.compiler.set_stance("force_eager"):
+                    result = evaluation.evaluate_hellaswag(raw_model, hellaswag_examples, device, autocast=autocast,
+                                                          replica=(layout.dp_rank, layout.dp, layout.dp_group),
+                                                          items=True)
                 items = result.pop("items")  # per example: what a report pairs item by item across variants
                 if layout.master:
                     evaluation.write_items(os.path.join(cfg["out_dir"], rundir.HELLASWAG_ITEMS), items,
@@ -444,7 +446,8 @@ def train(cfg, layout, signals, command):
         # Every rank generates (a TP forward all-reduces, a sharded one all-gathers: a master alone would
         # wait for peers gone to the exit barrier), from one seed: the same tokens; the master prints them.
         torch.manual_seed(cfg["seed"])
-        text = evaluation.generate_text(raw_model, SAMPLE_PROMPT, cfg["sample_tokens"], device, codec, autocast)
+        with torch.compiler.set_stance("force_eager"):  # one more token, one more length: no recompiles
+            text = evaluation.generate_text(raw_model, SAMPLE_PROMPT, cfg["sample_tokens"], device, codec, autocast)
         log.say("sample:\n" + text)
     log.close()
     return stop_reason
