@@ -111,21 +111,44 @@ def synchronize(device):
 
 
 class DeviceTimer:
-    """Seconds of device work: the device is synchronized before the clock is read, at the start and
-    at the end, so a step is timed to its last kernel rather than to the CPU's last launch (a GPU
-    runs behind the Python that queues its kernels; compiled graphs more so)."""
+    """Seconds of device work, without making the host wait. start() and stop() mark a point in the
+    device's queue: on a GPU a CUDA event (the host queues it and goes on), elsewhere the clock after
+    `synchronize` (a no-op on CPUs, whose ops finish before they return). seconds(lap) reads a lap
+    stop() returned, waiting for its last kernel: train.py reads its steps' laps only when it reads
+    their losses (at log steps), so the host runs ahead of the GPU instead of draining its queue twice
+    a step. A lap runs from the end of the work queued before start() (evaluation's is not in a step)
+    to the step's last kernel, not to the CPU's last launch (a GPU runs behind the Python that queues
+    its kernels; compiled graphs more so)."""
 
     def __init__(self, device):
         self.device = device
         self.started = None
 
-    def start(self):
+    def mark(self):
+        if self.device.startswith("cuda"):
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
         synchronize(self.device)
-        self.started = time.perf_counter()
+        return time.perf_counter()
+
+    def start(self):
+        self.started = self.mark()
+
+    def stop(self):
+        """The lap since start(), for seconds()."""
+        return self.started, self.mark()
+
+    def seconds(self, lap):
+        start, end = lap
+        if isinstance(end, torch.cuda.Event):
+            end.synchronize()  # elapsed_time needs both events completed
+            return start.elapsed_time(end) / 1000
+        return end - start
 
     def elapsed(self):
-        synchronize(self.device)
-        return time.perf_counter() - self.started
+        """Seconds since start(), waiting for the device (a benchmark's lap, read at once)."""
+        return self.seconds(self.stop())
 
 
 def device_ms(fn, repeats=15, warmup=3):

@@ -33,7 +33,8 @@ class GPTConfig:
     attn_recompute: bool = False  # recompute only the attention core in backward (see attention_core)
     tie_weights: bool = True  # lm_head shares the token embedding matrix, as in GPT-2
     # training loss of the head: 'chunked' never builds the (B, T, vocab) logits; 'full' does (the
-    # reference); 'liger' / 'cce' are CUDA kernels from optional packages (kernels/linear_cross_entropy.py)
+    # reference); 'liger' / 'cce' are CUDA kernels from optional packages (kernels/linear_cross_entropy.py);
+    # 'auto' is train.py's to settle by memory (ParallelLayout.choose_head_loss), 'chunked' until it does
     head_loss: str = "chunked"
 
     attn_impls = ("sdpa", "manual")  # what this model offers; subclasses may add (not a field)

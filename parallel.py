@@ -31,6 +31,13 @@ import sharding
 
 CHECKPOINT_FILE = "ckpt.pt"
 HEARTBEAT_SECONDS = 1.0
+# head_loss='auto' takes the full head where the run's memory estimate times this fits: the tolerance
+# the estimate is held to against the allocator's measured peaks (tests/test_sharding.py, gpu_check.py)
+FULL_HEAD_MARGIN = 1.25
+
+
+def gib(n_bytes):
+    return f"{n_bytes / 2**30:,.1f} GiB"
 
 
 class RankStalled(RuntimeError):
@@ -155,17 +162,18 @@ class ParallelLayout:
     # ------------------------------------------------------------------------- training
 
     def wrap(self, model, dtype, cfg):
-        """The model the training step calls: sharded in place (before the optimizer, which must hold
-        the sharded parameters; blocks compiled one by one), else wrapped in DDP, then compiled. In that
-        order dynamo splits the compiled graph at DDP's bucket boundaries, so each bucket's all-reduce
-        overlaps the rest of the backward; compiled first, the whole backward would run as one op and
-        every all-reduce would wait for its end."""
+        """The model the training step calls: compiled block by block where asked (compile_model), then
+        sharded in place (before the optimizer, which must hold the sharded parameters) or wrapped in DDP.
+        Each compiled block is its own graph, so DDP's hooks run between them and each bucket's all-reduce
+        overlaps the rest of the backward, as in an eager step."""
+        if cfg["compile"]:
+            model = compile_model(model)
         if self.sharded:
-            return sharding.shard_model(model, self.shard_mesh, dtype, cfg["fsdp_reduce_dtype"], cfg["compile"])
+            return sharding.shard_model(model, self.shard_mesh, dtype, cfg["fsdp_reduce_dtype"])
         if self.distributed:
             model = DDP(model, device_ids=[self.local_rank] if self.device.startswith("cuda") else None,
                         process_group=self.dp_group)
-        return torch.compile(model) if cfg["compile"] else model
+        return model
 
     def gradient_sync(self, model, last):
         """DDP would all-reduce after every backward, FSDP reduce-scatter: only the last micro-step
@@ -219,19 +227,24 @@ class ParallelLayout:
         return sharding.memory_estimate(cfg, n_params // (self.tp if self.tp_group is not None else 1),
                                         self.world_size, dtype, self.device.split(":")[0])
 
+    def available_memory(self):
+        """(bytes, where): a GPU's free memory plus what this process's allocator already holds (the
+        estimate counts those tensors; not the total: the CUDA context, created by now, and other
+        processes' memory are not ours), or this machine's RAM shared by the ranks on it."""
+        if self.device.startswith("cuda"):
+            free = torch.cuda.mem_get_info(self.device)[0] + torch.cuda.memory_reserved(self.device)
+            return free, f"the free memory of {self.device}"
+        ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // ranks_here
+        return available, "this machine's RAM" + (f" per rank ({ranks_here} ranks)" if ranks_here > 1 else "")
+
     def check_memory(self, cfg, n_params, dtype):
         """Refuse a run whose estimated peak (a training step's or an evaluation's) exceeds the device's
-        memory (a CPU's RAM shared by its ranks), before anything is allocated."""
-        if self.device.startswith("cuda"):
-            # free, not total: the CUDA context (created here) and other processes' memory are not ours
-            available, where = torch.cuda.mem_get_info(self.device)[0], f"the free memory of {self.device}"
-        else:
-            ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-            available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // ranks_here
-            where = "this machine's RAM" + (f" per rank ({ranks_here} ranks)" if ranks_here > 1 else "")
+        memory (a CPU's RAM shared by its ranks), before anything is allocated. head_loss='auto' is
+        estimated as the chunked head, the one it falls back to (choose_head_loss)."""
+        available, where = self.available_memory()
         estimate = self.memory_estimate(cfg, n_params, dtype)
         if estimate["total"] > available:
-            gib = lambda b: f"{b / 2**30:,.1f} GiB"
             evaluating = estimate["total"] > estimate["step"]
             parts = ", ".join(f"{k} {gib(estimate[k])}" for k in ("params", "grads", "optimizer", "overhead") + (
                 ("evaluation",) if evaluating else ("activations", "head")))
@@ -239,6 +252,25 @@ class ParallelLayout:
                    "shrink the model, lower batch_size or block_size, or turn on activation_checkpointing")
             raise configurator.ConfigError(f"this run needs at least {gib(estimate['total'])} per rank ({parts}) but "
                                            f"{where} is {gib(available)}: {fix}")
+
+    def choose_head_loss(self, cfg, n_params, dtype, available=None):
+        """(head_loss, why): the head a training step uses. head_loss='auto' takes the full head on a GPU
+        when the memory estimate of the run with its logits (2 x vocab_size float32 values per token)
+        fits the free memory (`available`, by default available_memory()) with FULL_HEAD_MARGIN to
+        spare: one matmul each way, where the chunked head adds each chunk's weight gradient into a
+        float32 (vocab, n_embd) buffer (2-2.5 ms of a 39 ms GPT-2 124M step on an H200). Otherwise, and on
+        CPUs (where the chunked head is no slower, docs/speed-and-memory.md), 'chunked'. Any other value is kept."""
+        if cfg["head_loss"] != "auto":
+            return cfg["head_loss"], "as set"
+        if not self.device.startswith("cuda"):
+            return "chunked", "auto: on a CPU the chunked head is no slower than the full one, and needs less memory"
+        if available is None:
+            available = self.available_memory()[0]
+        full = FULL_HEAD_MARGIN * self.memory_estimate(dict(cfg, head_loss="full"), n_params, dtype)["total"]
+        fits = full <= available
+        return ("full" if fits else "chunked"), (f"auto: the estimate with the full head's logits x {FULL_HEAD_MARGIN}, "
+                                                 f"{gib(full)}, {'fits' if fits else 'exceeds'} the {gib(available)} "
+                                                 f"free on {self.device}")
 
     # ------------------------------------------------------------------------- checkpoints
 
@@ -322,6 +354,23 @@ def set_rng_state(state, device):
     torch.set_rng_state(state["torch"])
     if "cuda" in state and device.startswith("cuda"):
         torch.cuda.set_rng_state(state["cuda"], device)
+
+
+# ----------------------------------------------------------------------------- compiling
+
+def compile_model(model):
+    """Regional compilation (PyTorch's recipe for repeated blocks): each transformer block's forward is
+    compiled in place, one graph that every block of the same type reuses, so a cold compile traces one
+    block instead of the whole unrolled model. Only the forward: the hooks around it (FSDP's gathers,
+    the logged activation norms) run eagerly, and would otherwise give each hooked block its own graph.
+    The embeddings and the head stay eager: the chunked head's loop is unrolled into no graph, and
+    evaluation's no-grad graph is one block's, compiled at the first evaluation. A model that reads its
+    blocks' weights without calling them (reduced_sync) is compiled whole."""
+    if not model.blocks_run_as_modules:
+        return torch.compile(model)
+    for block in model.transformer.h:
+        block.forward = torch.compile(block.forward)
+    return model
 
 
 # ----------------------------------------------------------------------------- where checkpoints live

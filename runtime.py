@@ -64,7 +64,7 @@ DEFAULTS = dict(
     activation_checkpointing=False,  # recompute each whole block in backward
     attn_recompute=False,  # recompute only the attention core in backward (model.attention_core)
     tie_weights=True,  # the head shares the token embedding matrix, as in GPT-2
-    head_loss="chunked",  # training loss of the head: 'chunked' (no logits), 'full', 'liger', 'cce' (CUDA packages)
+    head_loss="auto",  # training loss of the head: 'auto' (a GPU's full head where the memory estimate fits, else chunked; the checklist says which), 'chunked' (no logits), 'full', 'liger', 'cce' (CUDA packages)
     # reciprocal attention and MLA (model_type='ra'; see ra_model.py for the meaning of each)
     ra_pattern="none",  # 'none', 'early', 'late', 'all', 'alternate', 'learned', 'layers'
     ra_layers=[],  # ra_pattern='layers': the reciprocal layers' indices

@@ -91,19 +91,18 @@ def local_weights_bytes(model):
     return sum({t.data_ptr(): t.numel() * t.element_size() for t in local}.values())
 
 
-def shard_model(model, mesh, dtype, reduce_dtype, compile_blocks):
+def shard_model(model, mesh, dtype, reduce_dtype):
     """fully_shard each transformer block, then the root (embeddings, final norm, head); a model that
     reads its blocks' weights without calling them (reduced_sync) is one unit, gathered whole in
     forward and backward but with its weights, gradients and optimizer states sharded at rest. Parameters
     are all-gathered in the run's dtype (autocast's choice, so bf16 weights feed bf16 matmuls) and
     gradients reduced in reduce_dtype; the sharded master weights and optimizer states stay float32.
-    Blocks are compiled one by one: FSDP's hooks sit between them, where a whole-model graph would break."""
+    Blocks compiled beforehand (parallel.compile_model) stay compiled one by one: FSDP's hooks sit
+    between them, where a whole-model graph would break."""
     policy = MixedPrecisionPolicy(param_dtype=None if dtype == "float32" else getattr(torch, dtype),
                                   reduce_dtype=getattr(torch, reduce_dtype))
     blocks = list(model.transformer.h) if model.blocks_run_as_modules else []
     for block in blocks:
-        if compile_blocks:
-            block.compile()
         # The last block's weights are the first that backward needs: no reshard and re-gather
         # between them (the root's are kept gathered by FSDP itself). Between micro-steps of gradient
         # accumulation every unit reshards: the memory is the point of sharding.

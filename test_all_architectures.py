@@ -180,7 +180,7 @@ def check_sharded(family, kwargs, data_parallel, world, dtype, seed=0):
         group = dict(tp_group=layout.tp_group) if real and layout.tp_group is not None else {}
         models.append(BUILDERS[family](**{**TINY, **kwargs}, **group).train())
     reference, model = models
-    sharding.shard_model(model, layout.shard_mesh, dtype, "float32", compile_blocks=False)
+    sharding.shard_model(model, layout.shard_mesh, dtype, "float32")
     _, autocast = devices.precision(dtype, "cpu")
     tolerance = 1e-5 if dtype == "float32" else 5e-2
     replicas, replica, position = world // tp, rank // tp, rank % tp  # a replica's tp ranks are consecutive

@@ -109,15 +109,30 @@ def budget_reached(cfg, iter_num, tokens_seen, train_time):
     return None
 
 
+def read_steps(unread, timer, layout, signalled):
+    """[(loss, grad norm, seconds)] of the steps the host has queued since the last read, and whether a
+    stop signal reached any rank: one wait for the device and one all-reduce, which gives every rank the
+    same losses and the same clock, so all ranks agree on when to stop (a disagreement would hang the
+    next collective). The values are the ones each step would have read at once, bit for bit."""
+    seconds = [timer.seconds(lap) for _, _, lap in unread]  # waits for the last step's last kernel
+    losses = torch.stack([loss for loss, _, _ in unread])
+    shared = torch.cat([losses, torch.tensor(seconds + [float(signalled)], device=losses.device)])
+    shared = layout.all_reduce(shared, mean=True).tolist()
+    grad_norms = torch.stack([grad_norm for _, grad_norm, _ in unread]).tolist()  # equal on every rank
+    n = len(unread)
+    return list(zip(shared[:n], grad_norms, shared[n:2 * n])), shared[-1] > 0
+
+
 class StopSignals:
     """SIGTERM (what Slurm and Kubernetes send before killing a job), SIGINT (Ctrl-C) and SIGHUP (a
     closed terminal or a lost ssh session): once the loop runs, the first asks it to stop after the
-    current step and write a checkpoint; a second raises Interrupted at once, wherever the process
+    current step (under torchrun: after the next log step, where the ranks agree) and write a checkpoint; a second raises Interrupted at once, wherever the process
     is (inside a save, the previous checkpoint stays). Before the first step there is nothing to
     save, so a signal stops start-up at once. A SIGHUP ignored at launch (nohup) stays ignored."""
 
-    def __init__(self, out_dir):
+    def __init__(self, out_dir, distributed):
         self.out_dir = out_dir
+        self.distributed = distributed  # ranks agree on stopping where they read their steps: at log steps
         self.received = None  # the first signal's name
         self.training = False  # set when the loop starts: from then on a first signal is a checkpoint
         self.previous = {}
@@ -142,7 +157,8 @@ class StopSignals:
             raise Interrupted(f"{when}: stopped at once; {truth}", signum)
         self.received = name
         # os.write, not print: a handler that prints while the interrupted code prints raises "reentrant call"
-        os.write(2, f"{name} received: finishing this step, then writing a checkpoint and stopping "
+        until = " and those up to the next log step (every rank stops after the same one)" if self.distributed else ""
+        os.write(2, f"{name} received: finishing this step{until}, then writing a checkpoint and stopping "
                     f"(send it again to stop at once)\n".encode())
 
 
@@ -163,7 +179,7 @@ def main(argv):
     layout = ParallelLayout.plan(cfg, world_size).start(cfg["device"], cfg["dist_timeout"])
     try:
         with rundir.out_dir_lock(cfg["out_dir"]) if layout.master else nullcontext(), \
-                StopSignals(cfg["out_dir"]) as signals:
+                StopSignals(cfg["out_dir"], layout.distributed) as signals:
             stop_reason = train(cfg, layout, signals, command=["train.py", *argv])
     except RuntimeError as e:
         if layout.distributed:
@@ -200,9 +216,12 @@ def build_for_training(cfg, layout, dtype, checkpoint, trunk):
         forking.preserve_start(raw_model)
     if cfg["init_from"] not in ("scratch", "resume"):
         cfg.update({k: getattr(raw_model.config, k) for k in model_config_fields(GPTConfig)})
+    # head_loss='auto' settled by the memory estimate; config.json keeps what was asked, the checklist what runs
+    raw_model.config.head_loss, why = layout.choose_head_loss(cfg, runtime.count_params(cfg), dtype)
     # reduced_sync: count one tiny step's all-reduces against the schedule (before DDP's or FSDP's
     # hooks exist; it forks the RNG and clears its gradients)
-    model_report = raw_model.startup_report(layout.device) if hasattr(raw_model, "startup_report") else {}
+    model_report = dict(head_loss=f"{raw_model.config.head_loss} ({why})",
+                        **(raw_model.startup_report(layout.device) if hasattr(raw_model, "startup_report") else {}))
     model = layout.wrap(raw_model, dtype, cfg)
     optimizer = optim.build_optimizer(raw_model, cfg)
     pruner = optim.Pruner(raw_model, optimizer, cfg, runtime.last_iter(cfg)) if cfg["pruning"] != "none" else None
@@ -244,7 +263,7 @@ def log_checklist(log, cfg, layout, raw_model, counts, data_dir, dtype, extra):
     """The start-up checklist (console and log.jsonl); returns the FLOP/s peak MFU is against: on a
     CPU the matmul peak measured here for this dtype, on a GPU its data sheet's."""
     device = layout.device
-    memory = layout.memory_estimate(cfg, runtime.count_params(cfg), dtype)
+    memory = layout.memory_estimate(dict(cfg, head_loss=raw_model.config.head_loss), runtime.count_params(cfg), dtype)
     peak = devices.matmul_peak_flops(device, dtype) if device == "cpu" else peak_flops(device)
     checklist = runrecord.startup_checklist(cfg, layout, raw_model, counts, data_dir, dtype)
     checklist.update(data_parallel_replicas=layout.dp, data_parallel=layout.describe(),
@@ -293,6 +312,13 @@ def train(cfg, layout, signals, command):
     window = dict(time=0.0, iters=0, peak_mib=0.0)  # training steps since the last log line
     step_peak_since_eval = None  # MiB: the memory_ratio's numerator (a training step's, not evaluation's)
     timer = devices.DeviceTimer(device)
+    unread = []  # the steps queued since the host last read the device: (loss, grad norm, timer lap)
+
+    def fetch(it, micro):
+        offsets = train_offsets(cfg, counts["train"], it, micro * layout.dp + layout.dp_rank)
+        return get_batch(data_dir, "train", offsets, cfg["block_size"], device)
+
+    batch = fetch(iter_num, 0)
     stop_reason = budget_reached(cfg, iter_num, tokens_seen, train_time)
     signals.training = True
     while True:
@@ -318,10 +344,12 @@ def train(cfg, layout, signals, command):
                       f"val ppl {metrics['val_ppl']:.2f}", **metrics)
             step_peak_since_eval = None
             if hellaswag_examples and (iter_num % cfg["hellaswag_interval"] == 0 or stop_reason):
-                # The uncompiled model: every batch has a different length and would recompile.
+                # Eager (the compiled blocks too): every batch has a different length and would recompile.
                 devices.reset_peak_memory(device)
-                result = evaluation.evaluate_hellaswag(raw_model, hellaswag_examples, device, autocast=autocast,
-                                                      replica=(layout.dp_rank, layout.dp, layout.dp_group), items=True)
+                with torch.compiler.set_stance("force_eager"):
+                    result = evaluation.evaluate_hellaswag(raw_model, hellaswag_examples, device, autocast=autocast,
+                                                          replica=(layout.dp_rank, layout.dp, layout.dp_group),
+                                                          items=True)
                 items = result.pop("items")  # per example: what a report pairs item by item across variants
                 if layout.master:
                     evaluation.write_items(os.path.join(cfg["out_dir"], rundir.HELLASWAG_ITEMS), items,
@@ -345,11 +373,12 @@ def train(cfg, layout, signals, command):
             group["lr"] = lr
         loss_sum = torch.zeros((), device=device)
         for micro in range(grad_accum_local):
-            offsets = train_offsets(cfg, counts["train"], iter_num, micro * layout.dp + layout.dp_rank)
-            x, y = get_batch(data_dir, "train", offsets, cfg["block_size"], device)
+            x, y = batch
             with layout.gradient_sync(model, last=micro == grad_accum_local - 1):
                 with autocast:
                     _, loss = model(x, y)
+                # the next micro-batch (after the last, the next step's first), read while the device computes
+                batch = fetch(*divmod(iter_num * grad_accum_local + micro + 1, grad_accum_local))
                 loss_sum += loss.detach().float()
                 scaler.scale(loss / grad_accum_local).backward()
         if pruner is not None:
@@ -363,29 +392,31 @@ def train(cfg, layout, signals, command):
         if pruner is not None:
             pruner.step(iter_num + 1)  # re-apply the masks; recompute them on the schedule
 
-        step_seconds = timer.elapsed()  # to the step's last kernel
-        step_peak = devices.peak_memory_mib(device)
+        unread.append((loss_sum / grad_accum_local, grad_norm, timer.stop()))  # still on the device
+        step_peak = devices.peak_memory_mib(device)  # the allocator's books, kept on the host
         window["peak_mib"] = max(window["peak_mib"], step_peak)
         step_peak_since_eval = max(step_peak_since_eval or 0.0, step_peak)
-
-        # One small all-reduce gives every rank the same loss and the same clock, so all ranks
-        # agree on when to stop (a disagreement would hang the next collective).
-        # A stop signal on any rank stops all of them after this same step.
-        shared = torch.stack([loss_sum / grad_accum_local, torch.tensor(step_seconds, device=device),
-                              torch.tensor(float(signals.received is not None), device=device)])
-        train_loss, dt, signalled = layout.all_reduce(shared, mean=True).tolist()
-        grad_norm = grad_norm.item()
         iter_num += 1
         tokens_seen += tokens_per_iter
-        train_time += dt
-        window["time"] += dt
-        window["iters"] += 1
 
-        if not math.isfinite(train_loss) or (not math.isfinite(grad_norm) and not scaler.is_enabled()):
-            diverged(log, cfg, iter_num, f"loss became {train_loss} (grad norm {grad_norm})", loss=train_loss,
-                     grad_norm=grad_norm)
+        # The host reads the device only where the loop needs the numbers: a log line, an evaluation or a
+        # checkpoint next, the end of the budget (max_time is checked here), a signal to a lone process.
+        # In between it queues the next steps while the GPU still runs this one.
+        log_due = iter_num % cfg["log_interval"] == 0
+        if not (log_due or iter_num % cfg["eval_interval"] == 0 or iter_num in cfg["eval_at"]
+                or budget_reached(cfg, iter_num, tokens_seen, train_time) or signals.received and not layout.distributed):
+            continue
+        steps, signalled = read_steps(unread, timer, layout, signals.received is not None)
+        unread = []
+        for it, (train_loss, grad_norm, dt) in enumerate(steps, start=iter_num - len(steps) + 1):
+            train_time += dt
+            window["time"] += dt
+            window["iters"] += 1
+            if not math.isfinite(train_loss) or (not math.isfinite(grad_norm) and not scaler.is_enabled()):
+                diverged(log, cfg, it, f"loss became {train_loss} (grad norm {grad_norm})", loss=train_loss,
+                         grad_norm=grad_norm)
 
-        if iter_num % cfg["log_interval"] == 0:
+        if log_due:
             step_time = window["time"] / window["iters"]
             tokens_per_sec = tokens_per_iter / step_time
             mfu, peak_flops = devices.model_flops_utilization(raw_model, tokens_per_sec / layout.world_size, device, dtype,
@@ -415,7 +446,8 @@ def train(cfg, layout, signals, command):
         # Every rank generates (a TP forward all-reduces, a sharded one all-gathers: a master alone would
         # wait for peers gone to the exit barrier), from one seed: the same tokens; the master prints them.
         torch.manual_seed(cfg["seed"])
-        text = evaluation.generate_text(raw_model, SAMPLE_PROMPT, cfg["sample_tokens"], device, codec, autocast)
+        with torch.compiler.set_stance("force_eager"):  # one more token, one more length: no recompiles
+            text = evaluation.generate_text(raw_model, SAMPLE_PROMPT, cfg["sample_tokens"], device, codec, autocast)
         log.say("sample:\n" + text)
     log.close()
     return stop_reason

@@ -11,6 +11,8 @@ gradient / n_valid: no logits are kept and none recomputed, the same matmul FLOP
 head. Each matmul runs under whatever autocast is active, as the plain head's would.
 
 head_loss implementations (GPTConfig.head_loss):
+    'auto'     train.py picks 'full' or 'chunked' by the memory estimate (parallel.ParallelLayout.choose_head_loss);
+               a model that is never told trains 'chunked', the head that always fits
     'full'     logits, then F.cross_entropy on their fp32 copy (the reference)
     'chunked'  this file: PyTorch only, any device, traceable by torch.compile
     'liger'    liger-kernel's fused Triton kernel (CUDA; `pip install liger-kernel`)
@@ -25,7 +27,8 @@ import torch
 
 from configurator import ConfigError
 
-HEAD_LOSSES = ("full", "chunked", "liger", "cce")
+HEAD_LOSSES = ("full", "chunked", "liger", "cce")  # the implementations
+HEAD_LOSS_CHOICES = ("auto",) + HEAD_LOSSES
 CUDA_LIBRARIES = {"liger": "liger_kernel", "cce": "cut_cross_entropy"}  # head_loss -> module
 # Logits per chunk at most: 2**25 (128 MiB in fp32, ~670 tokens at V=50304; every token at a small
 # vocabulary). Smaller chunks starve the grad_weight matmul (its inner dimension is the chunk): at the
@@ -37,8 +40,8 @@ def check_head_loss(head_loss):
     """One-line error for an unknown implementation (GPTConfig checks it). The packages are checked only
     for training (check_head_loss_trains): a checkpoint trained with any head is evaluated, sampled and
     exported without them, since nothing but a training step calls the head loss."""
-    if head_loss not in HEAD_LOSSES:
-        raise ConfigError(f"head_loss={head_loss!r}: use one of {HEAD_LOSSES}")
+    if head_loss not in HEAD_LOSS_CHOICES:
+        raise ConfigError(f"head_loss={head_loss!r}: use one of {HEAD_LOSS_CHOICES}")
 
 
 def check_head_loss_trains(head_loss, device_type, dtype):
@@ -60,7 +63,7 @@ def check_head_loss_trains(head_loss, device_type, dtype):
 def linear_cross_entropy(x, weight, targets, head_loss="chunked", ignore_index=-1):
     """Mean cross-entropy of x @ weight.T (x: (N, C), weight: (V, C), targets: (N,)) over the
     targets that are not ignore_index; equal to F.cross_entropy(F.linear(x, weight).float(), ...)."""
-    if head_loss == "chunked":
+    if head_loss in ("chunked", "auto"):
         return ChunkedLinearCrossEntropy.apply(x, weight, targets, ignore_index)
     if head_loss == "liger":
         from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy

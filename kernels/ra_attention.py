@@ -53,6 +53,7 @@ TF32 matmuls (torch.backends.cuda.matmul.allow_tf32, NVIDIA). Head sizes up to 1
 
 import math
 import os
+from typing import Optional
 
 import torch
 
@@ -763,35 +764,72 @@ def _backward_stream(a, b, v, alpha, o, lse, do, W, mix, deterministic):
     return da, db, dv, dalpha.view(chunks, B, H, T).sum((0, 1, 3)) if mix else None
 
 
-class _RAFunction(torch.autograd.Function):
-    """The fused kernels as one autograd op: returns the output of each stream of the mode."""
+# The kernels as two custom ops (torch.library): torch.compile traces one opaque op each way, its shapes
+# from the fake functions, instead of breaking the graph around autotuned Triton launches it need not
+# see. Under autograd the forward op saves its outputs and the backward op consumes them.
 
-    @staticmethod
-    def forward(ctx, q, k, v, alpha, mode, window, deterministic):
-        ctx.streams = _streams(mode, window, q.size(2))
-        ctx.deterministic = deterministic
-        outs, lses = zip(*(_forward_stream(*((k, q) if swapped else (q, k)), v, alpha, W, mix)
-                           for swapped, W, mix in ctx.streams))
-        ctx.save_for_backward(q, k, v, alpha, *outs, *lses)
-        ctx.set_materialize_grads(False)
-        return outs
+def _fused_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alpha: torch.Tensor, mode: str,
+                   window: int, deterministic: bool) -> list[torch.Tensor]:
+    """The output of each stream of the mode, then each stream's log-sum-exp (for the backward);
+    deterministic is the backward's choice, carried to it."""
+    outs, lses = zip(*(_forward_stream(*((k, q) if swapped else (q, k)), v, alpha, W, mix)
+                       for swapped, W, mix in _streams(mode, window, q.size(2))))
+    return [*outs, *lses]
 
-    @staticmethod
-    def backward(ctx, *douts):
-        q, k, v, alpha, *saved = ctx.saved_tensors
-        n = len(ctx.streams)
-        dq = dk = dv = dalpha = None
-        add = lambda total, x: x if total is None else total + x
-        for (swapped, W, mix), o, lse, do in zip(ctx.streams, saved[:n], saved[n:], douts):
-            if do is None:
-                continue
-            das, dbs, dvs, dalphas = _backward_stream(*((k, q) if swapped else (q, k)), v, alpha, o, lse, do, W, mix,
-                                                      ctx.deterministic)
-            dqs, dks = (dbs, das) if swapped else (das, dbs)  # a swapped stream's row operand is k
-            dq, dk, dv = add(dq, dqs), add(dk, dks), add(dv, dvs)
-            dalpha = dalphas if mix else dalpha
-        cast = lambda g, like: None if g is None else g.to(like.dtype)
-        return cast(dq, q), cast(dk, k), cast(dv, v), cast(dalpha, alpha), None, None, None
+
+def _fused_forward_fake(q, k, v, alpha, mode, window, deterministic):
+    """Shapes only, for torch.compile's tracing: what _forward_stream allocates per stream."""
+    streams = _streams(mode, window, q.size(2))
+    B, H, T, _ = q.shape
+    outs = [torch.empty_like(q, memory_format=torch.contiguous_format) for _ in streams]
+    return outs + [q.new_empty(B * H, T, dtype=_acc_dtype(q.dtype)) for _ in streams]
+
+
+def _fused_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alpha: torch.Tensor, saved: list[torch.Tensor],
+                    douts: list[Optional[torch.Tensor]], mode: str, window: int,
+                    deterministic: bool) -> list[torch.Tensor]:
+    """dq, dk, dv, dalpha (zeros but for mix) from the forward's saved outputs and log-sum-exps; an
+    output's gradient that is None (or zeros, which autograd passes for an unused one) adds zeros."""
+    streams = _streams(mode, window, q.size(2))
+    n = len(streams)
+    dq = dk = dv = None
+    dalpha = torch.zeros_like(alpha)
+    add = lambda total, x: x if total is None else total + x
+    for (swapped, W, mix), o, lse, do in zip(streams, saved[:n], saved[n:], douts):
+        if do is None:
+            continue
+        das, dbs, dvs, dalphas = _backward_stream(*((k, q) if swapped else (q, k)), v, alpha, o, lse, do, W, mix,
+                                                  deterministic)
+        dqs, dks = (dbs, das) if swapped else (das, dbs)  # a swapped stream's row operand is k
+        dq, dk, dv = add(dq, dqs), add(dk, dks), add(dv, dvs)
+        dalpha = dalphas.to(alpha.dtype) if mix else dalpha
+    cast = lambda g, like: torch.zeros_like(like) if g is None else g.to(like.dtype)
+    return [cast(dq, q), cast(dk, k), cast(dv, v), dalpha]
+
+
+def _fused_backward_fake(q, k, v, alpha, saved, douts, mode, window, deterministic):
+    return [torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(alpha)]
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, alpha, ctx.mode, ctx.window, ctx.deterministic = inputs
+    ctx.save_for_backward(q, k, v, alpha, *output)
+
+
+def _backward(ctx, grads):
+    q, k, v, alpha, *saved = ctx.saved_tensors
+    douts = list(grads[:len(saved) // 2])  # the log-sum-exps' gradients are not used
+    dq, dk, dv, dalpha = _fused_backward_op(q, k, v, alpha, saved, douts, ctx.mode, ctx.window, ctx.deterministic)
+    return dq, dk, dv, dalpha, None, None, None
+
+
+# One namespace per loaded copy of this file (the tests load an interpreted copy next to the package's).
+_LIBRARY = __name__.replace(".", "_")
+_fused_forward_op = torch.library.custom_op(f"{_LIBRARY}::fused_forward", _fused_forward, mutates_args=())
+_fused_forward_op.register_fake(_fused_forward_fake)
+_fused_backward_op = torch.library.custom_op(f"{_LIBRARY}::fused_backward", _fused_backward, mutates_args=())
+_fused_backward_op.register_fake(_fused_backward_fake)
+_fused_forward_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -843,11 +881,6 @@ def alpha_per_head(alpha, H, device, dtype):
     return alpha.to(dtype).reshape(-1).expand(H).contiguous()
 
 
-@torch.compiler.disable  # a graph break: dynamo need not trace autotuned Triton launches
-def _fused(q, k, v, alpha, mode, window, deterministic):
-    return _RAFunction.apply(q, k, v, alpha, mode, window, deterministic)
-
-
 def reciprocal_attention(q, k, v, mode, alpha=None, gate_logit=None, window=0, deterministic=None):
     """Causal reciprocal attention of (B, H, T, D) q, k, v; modes and window as in the module
     docstring. alpha (mix) and gate_logit (gate) are floats or 0-dim / (H,) tensors and receive
@@ -864,8 +897,8 @@ def reciprocal_attention(q, k, v, mode, alpha=None, gate_logit=None, window=0, d
     acc_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     if deterministic is None:
         deterministic = DETERMINISTIC or torch.are_deterministic_algorithms_enabled()
-    outs = _fused(q, k, v, alpha_per_head(alpha if mode == "mix" else 0.0, H, q.device, acc_dtype), mode, int(window),
-                  bool(deterministic))
+    alpha = alpha_per_head(alpha if mode == "mix" else 0.0, H, q.device, acc_dtype)
+    outs = _fused_forward_op(q, k, v, alpha, mode, int(window), bool(deterministic))[:len(_streams(mode, window, q.size(2)))]
     if mode == "gate":
         o1, o2 = outs
         p = torch.sigmoid(_per_head(gate_logit, q)).to(q.dtype)

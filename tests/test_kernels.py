@@ -204,8 +204,7 @@ def test_the_atomic_and_deterministic_backward_agree(mode, window):
 
 def test_the_deterministic_path_is_the_default_under_torch_deterministic_algorithms(monkeypatch):
     seen = []
-    monkeypatch.setattr(ra, "_RAFunction", type("Spy", (), {"apply": staticmethod(lambda *a: seen.append(a[-1]) or
-                                                                                    (a[0],))}))
+    monkeypatch.setattr(ra, "_fused_forward_op", lambda *a: seen.append(a[-1]) or [a[0]])
     q = torch.randn(1, 1, 4, 16)
     ra.reciprocal_attention(q, q, q, "swap")
     monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
@@ -268,6 +267,25 @@ def test_strided_inputs_as_the_model_passes_them(dtype):
         _assert_close(out, ref, dtype, f"{mode} {window} output")
         for name, grad, ref_grad in zip(["dq", "dk", "dv"] + ["d" + n for n in extra], grads, ref_grads):
             _assert_close(grad, ref_grad, dtype, f"{mode} {window} {name}")
+
+
+@pytest.mark.parametrize("mode", ["mix", "gate"])
+def test_compiles_into_one_graph_with_the_eager_results(mode):
+    """The kernels are custom ops (torch.library): torch.compile traces one opaque op each way, with
+    no graph break (fullgraph), the shapes of both from their fake functions (aot_eager traces the
+    backward too), and computes what eager computes."""
+    from torch._dynamo.utils import counters
+    q, k, v, extra = _inputs((1, 2, 20, 16), torch.float32, mode, per_head=True)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    out, grads = _run(ra.reciprocal_attention, q, k, v, mode, extra, 0, do)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(ra.reciprocal_attention, fullgraph=True, backend="aot_eager")
+    out_c, grads_c = _run(compiled, q, k, v, mode, extra, 0, do)
+    assert not counters["graph_break"]
+    torch.testing.assert_close(out_c, out, rtol=0, atol=0)
+    for g_c, g in zip(grads_c, grads):
+        torch.testing.assert_close(g_c, g, rtol=1e-6, atol=1e-7)
 
 
 def test_the_delta_kernel_is_rowsum_of_do_times_o():

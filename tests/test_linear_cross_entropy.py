@@ -124,6 +124,34 @@ def test_unknown_and_unavailable_implementations_fail_at_config():
         lce.check_head_loss_trains("cce", "cuda", "float32")
 
 
+@pytest.mark.parametrize("device,dtype", [("cuda:0", "bfloat16"), ("cuda:0", "float32")])
+def test_auto_head_follows_the_memory_estimate(device, dtype):
+    """head_loss='auto' takes the full head on a GPU whose free memory holds the estimate of the run with
+    the full head's logits (times the margin), the chunked head when it does not, and says why in one
+    line; a CPU always gets the chunked head; a head that is set is kept. GPT-2 124M at 16 x 1024, the
+    estimate as train.py asks for it, against a fake device memory size."""
+    import runtime
+    import sharding
+    from parallel import FULL_HEAD_MARGIN, ParallelLayout
+    cfg = runtime.settle(dict(runtime.DEFAULTS, batch_size=16, gradient_accumulation_steps=1))
+    assert cfg["head_loss"] == "auto"
+    n_params = runtime.count_params(cfg)
+    layout = ParallelLayout()
+    layout.device = device
+    estimate = lambda head: sharding.memory_estimate(dict(cfg, head_loss=head), n_params, 1, dtype, "cuda")["total"]
+    full, chunked = FULL_HEAD_MARGIN * estimate("full"), estimate("chunked")
+    assert chunked < full < 141 * 2**30  # the chunked head holds one chunk of logits, not all of them
+
+    head, why = layout.choose_head_loss(cfg, n_params, dtype, available=141 * 2**30)  # an H200
+    assert head == "full" and why.startswith("auto: the estimate with the full head's logits x 1.25") and "fits" in why
+    assert layout.choose_head_loss(cfg, n_params, dtype, available=int(full) + 1)[0] == "full"
+    head, why = layout.choose_head_loss(cfg, n_params, dtype, available=int(full) - 2**20)
+    assert head == "chunked" and f"{full / 2**30:,.1f} GiB, exceeds the" in why and "\n" not in why
+    assert layout.choose_head_loss(dict(cfg, head_loss="full"), n_params, dtype, available=chunked) == ("full", "as set")
+    layout.device = "cpu"
+    assert layout.choose_head_loss(cfg, n_params, dtype, available=10**15)[0] == "chunked"
+
+
 def test_compiles_into_one_graph_with_the_same_loss_and_gradients(monkeypatch):
     """torch.compile traces the chunk loop (fullgraph: no fallback to eager at the head)."""
     monkeypatch.setattr(lce, "CHUNK_LOGITS", 12 * TINY["vocab_size"])  # 32 tokens: chunks of 11, 11 and 10

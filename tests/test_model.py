@@ -419,20 +419,40 @@ def test_all_architectures_only_filter_and_failure(capsys, monkeypatch):
     assert "FAIL gpt2-broken:" in capsys.readouterr().out
 
 
-def test_ddp_wraps_the_model_before_compile_so_all_reduces_overlap_the_backward(monkeypatch):
-    """PyTorch's order for compile with DDP: DDP(model), then torch.compile, so dynamo splits the graph
-    at DDP's buckets (compiled first, every all-reduce would wait for the whole backward)."""
+def test_compile_is_per_block_and_ddp_wraps_the_compiled_blocks(monkeypatch):
+    """Regional compilation: each block's forward is compiled in place, one graph for all blocks (the
+    activation-norm hooks of the first and last run eagerly around it), the embeddings and the head stay
+    eager, and DDP wraps the model with its hooks between the blocks' graphs, so each bucket's all-reduce
+    overlaps the rest of the backward. A reduced_sync model, whose blocks are not called as modules, is
+    compiled whole. (Dynamo's eager backend: the graphs are traced, not compiled into kernels.)"""
+    import functools
+
     import torch.distributed as dist
+    from torch._dynamo.utils import counters
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from parallel import ParallelLayout
+    import evaluation
+    from parallel import ParallelLayout, compile_model
+    from reduced_sync_model import ReducedSyncConfig, ReducedSyncGPT
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+    torch._dynamo.reset()
+    counters.clear()
     dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
     try:
         layout = ParallelLayout()
         layout.distributed, layout.dp_group = True, dist.group.WORLD
-        wrapped = layout.wrap(tiny_gpt(), "float32", dict(compile=True))  # lazy: nothing compiles here
-        assert isinstance(wrapped, torch._dynamo.eval_frame.OptimizedModule)
-        assert isinstance(wrapped._orig_mod, DDP)
-        assert wrapped.no_sync  # gradient_sync's micro-steps reach DDP through the compiled wrapper
+        model = tiny_gpt(n_layer=4)
+        norms = evaluation.ActivationNorms(model, [0, -1])
+        wrapped = layout.wrap(model, "float32", dict(compile=True))
+        assert isinstance(wrapped, DDP) and wrapped.module is model and wrapped.no_sync
+        assert model.forward.__func__ is GPT.forward and model.lm_head.forward.__func__ is torch.nn.Linear.forward
+        idx = tokens((2, 16))
+        for _ in range(2):
+            wrapped(idx, idx)[1].backward()
+        assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+        assert set(norms.read()) == {"act_rms_layer0", "act_rms_layer3"}
     finally:
         dist.destroy_process_group()
+        torch._dynamo.reset()
+    reduced = ReducedSyncGPT(ReducedSyncConfig(block_size=8, vocab_size=32, n_layer=2, n_head=2, n_embd=16))
+    assert isinstance(compile_model(reduced), torch._dynamo.eval_frame.OptimizedModule)

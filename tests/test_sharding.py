@@ -373,7 +373,7 @@ def _local_weights(rank, world):
     from model import GPT, GPTConfig
     model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64))
     full = sharding.local_weights_bytes(model)
-    sharding.shard_model(model, init_device_mesh("cpu", (world,)), "float32", "float32", False)
+    sharding.shard_model(model, init_device_mesh("cpu", (world,)), "float32", "float32")
     local = sharding.local_weights_bytes(model)
     assert full / world <= local < full / world + 4 * 64, (local, full)  # its shard (rows padded to divide)
 

@@ -54,6 +54,7 @@ def test_logs_every_metric_and_learns(data_dir, tmp_path):
         assert key in checklist, key
     assert checklist["tokens_per_iter"] == 4 * 16 * 2 and checklist["token_budget"] == 16 * 128
     assert checklist["mfu_against"].startswith("measured float32 matmul peak")
+    assert checklist["head_loss"].startswith("chunked (auto: on a CPU")  # head_loss='auto' settled, and why
     assert checklist["train_tokens"] == 20000 and checklist["val_tokens"] == 4000
     records = events(out, "train")
     assert [r["iter"] for r in records] == list(range(1, 17))
@@ -152,6 +153,32 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path, monke
         train.main(tiny_args(data_dir, out))
     assert events(out, "diverged")[0]["iter"] == 6
     assert load_ckpt(out)["iter_num"] == 4
+
+
+TIMING = ("time", "step_time_ms", "tokens_per_sec", "mfu", "mfu_peak_gflops", "peak_memory_mib", "load_average",
+          "train_time")
+
+
+def test_the_host_reads_the_device_only_at_log_steps_and_logs_the_same_values(data_dir, tmp_path, monkeypatch):
+    """The loop lets the device run ahead: the steps' losses, gradient norms and times stay on the device
+    until a log line, an evaluation (eval_interval, eval_at) or the end of the budget needs them, and are
+    then read in one go. Every logged value is the one a read after every step gives, bit for bit."""
+    args = ("--max_iters=12", "--lr_decay_iters=12", "--dropout=0.1", "--log_act_norm_layers=[0, -1]",
+            "--eval_interval=5", "--eval_at=[7]")
+    every = str(tmp_path / "every_step")
+    train.main(tiny_args(data_dir, every, *args))
+    reads = []
+    read_steps = train.read_steps
+    monkeypatch.setattr(train, "read_steps", lambda unread, *a: (reads.append(len(unread)), read_steps(unread, *a))[1])
+    sparse = str(tmp_path / "every_third")
+    train.main(tiny_args(data_dir, sparse, *args, "--log_interval=3"))
+    assert reads == [3, 2, 1, 1, 2, 1, 2]  # read at iterations 3, 5, 6, 7, 9, 10, 12: never per step in between
+    logged = lambda out, kind: {r["iter"]: {k: v for k, v in r.items() if k not in TIMING} for r in events(out, kind)}
+    dense = logged(every, "train")
+    assert logged(sparse, "train") == {i: dense[i] for i in (3, 6, 9, 12)}
+    assert set(dense[12]) >= {"loss", "grad_norm", "lr", "act_rms_layer0", "act_rms_layer1"}
+    assert logged(sparse, "eval") == logged(every, "eval") and list(logged(every, "eval")) == [0, 5, 7, 10, 12]
+    assert events(sparse, "end")[0]["train_time"] > 0
 
 
 def test_budgets_end_the_run_and_say_which(data_dir, tmp_path):
@@ -349,6 +376,36 @@ def test_step_time_waits_for_the_device(data_dir, tmp_path, monkeypatch):
     assert len(steps) == 4 and all(100 <= r["step_time_ms"] < 1000 for r in steps)  # 2 micro-steps x 50 ms
     assert all(r["tokens_per_sec"] <= 128 / 0.1 for r in steps)
     assert events(out, "end")[0]["train_time"] >= 0.4
+
+
+def test_the_gpu_timer_queues_events_and_waits_only_when_a_lap_is_read(monkeypatch):
+    """On a GPU each mark is a CUDA event the host queues and goes on from (no synchronize); reading a
+    lap, which train.py does at log steps, waits for its end event and gives elapsed_time in seconds."""
+    calls = []
+
+    class Event:  # torch.cuda.Event's calls, on a CPU: each records the order it was queued in
+        def __init__(self, enable_timing):
+            assert enable_timing
+            self.order = sum(kind == "record" for kind, _ in calls)
+
+        def record(self):
+            calls.append(("record", self))
+
+        def synchronize(self):
+            calls.append(("synchronize", self))
+
+        def elapsed_time(self, end):
+            return 250.0 * (end.order - self.order)  # milliseconds
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(devices, "synchronize", lambda device: calls.append(("device", device)))
+    timer, laps = devices.DeviceTimer("cuda:0"), []
+    for _ in range(3):
+        timer.start()
+        laps.append(timer.stop())
+    assert [kind for kind, _ in calls] == ["record"] * 6
+    assert [timer.seconds(lap) for lap in laps] == [0.25] * 3
+    assert calls[6:] == [("synchronize", end) for _, end in laps]
 
 
 def test_peak_memory_is_reset_per_step_and_evaluation_logged_apart(data_dir, tmp_path, monkeypatch):

@@ -7,13 +7,17 @@ with and without each speed and memory option, as ratios to the plain path measu
     python tools/bench_train_step.py --help                           # every key, its default and its meaning
 
 Step options (STEP_OPTIONS, one row each): 'plain' is the step as it was before issue 15 (full
-logits, torch's default optimizer loop, glibc's default malloc, eager); every other row changes
-what its name says.
+logits, torch's default optimizer loop, glibc's default malloc, eager, the loss and the gradient norm
+read after every step); every other row changes what its name says. 'all' is train.py's defaults:
+head_loss='auto' settled as train.py settles it (the full head on a GPU where the memory estimate
+fits, chunked on CPUs), nothing read back until the end, blocks compiled one by one with 'all_compiled'.
 Each row runs in a fresh process (its own allocator settings, its own peak memory) and measures
 the machine's matmul peak for the dtype right before and after its steps (devices.matmul_peak_flops;
 the higher counts): MFU = model FLOP/s / that peak, so a busy machine lowers both together. Time =
-the median step of --steps after --warmup; --repeats cycles through all rows and keeps each row's
-fastest. Peak memory: CUDA max_memory_allocated; on CPU the peak of live tensor bytes over one step
+the median step of --steps after --warmup, each timed alone (the device drained before and after);
+'in a row' = the --steps steps run back to back, timed together, as the training loop runs them (a
+GPU then runs ahead of the host unless a row reads a value back every step); 'first s' = the first
+warmup step, which compiles. --repeats cycles through all rows and keeps each row's fastest. Peak memory: CUDA max_memory_allocated; on CPU the peak of live tensor bytes over one step
 (weights, gradients, optimizer states, activations, temporaries) by torch's MemTracker.
 --memory_only=True runs that one step on fake tensors (FakeTensorMode: shapes and bytes, no arithmetic),
 so GPT-2's micro-batch 32 x 1024 is measured on a laptop in seconds.
@@ -24,6 +28,7 @@ import json
 import os
 import statistics
 import sys
+import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # a tool imports the workbench's modules from the repository root
@@ -31,19 +36,27 @@ sys.path.insert(0, REPO)  # a tool imports the workbench's modules from the repo
 import configurator  # noqa: E402
 from tools import benchrows  # noqa: E402
 
-PLAIN = dict(head_loss="full", optimizer_impl="", keep_freed_memory=False, compile=False, attn_impl="sdpa")
+# compile: False, 'blocks' (train.py's: parallel.compile_model) or 'whole' (torch.compile of the whole model)
+PLAIN = dict(head_loss="full", optimizer_impl="", keep_freed_memory=False, compile=False, attn_impl="sdpa",
+             read_every_step=True)
+ALL = dict(head_loss="auto", optimizer_impl="fused", keep_freed_memory=True, read_every_step=False)  # train.py's defaults
 STEP_OPTIONS = {
     "plain": {},
     "chunked_head": dict(head_loss="chunked"),
     "foreach_optimizer": dict(optimizer_impl="foreach"),
     "fused_optimizer": dict(optimizer_impl="fused"),
     "keep_freed_memory": dict(keep_freed_memory=True),
-    "all": dict(head_loss="chunked", optimizer_impl="fused", keep_freed_memory=True),  # train.py's defaults
-    "all_compiled": dict(head_loss="chunked", optimizer_impl="fused", keep_freed_memory=True, compile=True),
-    # one option at a time taken back from 'all': the full head, or attention by hand (bf16 matmuls and
-    # a softmax instead of SDPA's CPU flash kernel)
-    "all_full_head": dict(optimizer_impl="fused", keep_freed_memory=True),
-    "all_manual_attention": dict(head_loss="chunked", optimizer_impl="fused", keep_freed_memory=True, attn_impl="manual"),
+    "no_reads": dict(read_every_step=False),
+    "all": ALL,
+    "all_compiled": dict(ALL, compile="blocks"),
+    "all_compiled_whole": dict(ALL, compile="whole"),  # the whole model in one graph, as before issue 49
+    # one option at a time taken back from 'all': the full or the chunked head, reading the loss and the
+    # gradient norm every step, or attention by hand (bf16 matmuls and a softmax instead of SDPA's CPU
+    # flash kernel)
+    "all_full_head": dict(ALL, head_loss="full"),
+    "all_chunked_head": dict(ALL, head_loss="chunked"),
+    "all_read_every_step": dict(ALL, read_every_step=True),
+    "all_manual_attention": dict(ALL, attn_impl="manual"),
 }
 # --profile: each op's own (self) time goes to the first category whose rule matches the op's name
 # or the name of a region it runs in; the step's time outside every op is Python and autograd.
@@ -98,6 +111,7 @@ def measure(args):
 
     import devices
     import parallel
+    import runtime
     from model import GPT, GPTConfig
 
     option = {**PLAIN, **STEP_OPTIONS[args.child]}
@@ -106,35 +120,54 @@ def measure(args):
     if option["keep_freed_memory"]:
         devices.keep_freed_memory()
     shape = {k: getattr(args, k) for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")}
+    layout = parallel.ParallelLayout()
+    layout.device = device
+    cfg = runtime.settle(dict(runtime.DEFAULTS, **shape, batch_size=args.batch_size, gradient_accumulation_steps=1,
+                              head_loss=option["head_loss"], device=device, dtype=dtype))
+    head_loss, why = layout.choose_head_loss(cfg, runtime.count_params(cfg), dtype)  # as train.py settles 'auto'
     fake = torch._subclasses.fake_tensor.FakeTensorMode() if args.memory_only else None
     with fake or torch.device(device):
         torch.manual_seed(0)
-        model = GPT(GPTConfig(**shape, head_loss=option["head_loss"], attn_impl=option["attn_impl"]))
+        model = GPT(GPTConfig(**shape, head_loss=head_loss, attn_impl=option["attn_impl"]))
         optimizer = model.configure_optimizers("adamw", 6e-4, 0.1, impl=option["optimizer_impl"])
         idx = torch.randint(0, args.vocab_size, (args.batch_size, args.block_size))
-    fwd_bwd = torch.compile(model) if option["compile"] else model
+    fwd_bwd = model
+    if option["compile"] == "blocks":
+        fwd_bwd = parallel.compile_model(model)
+    elif option["compile"] == "whole":
+        fwd_bwd = torch.compile(model)
 
     def step():  # train.py's step with one micro-batch
         with autocast:
             _, loss = fwd_bwd(idx, idx)
         loss.backward()
         with torch.profiler.record_function("clip_grad_norm"):
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        devices.synchronize(device)
+        if option["read_every_step"] and not args.memory_only:  # the host waits for the device (train.py before issue 49)
+            loss.item(), grad_norm.item()
 
-    result = dict(option=args.child, dtype=dtype, device=device, params=model.get_num_params())
+    result = dict(option=args.child, dtype=dtype, device=device, params=model.get_num_params(), head_loss=head_loss,
+                  head_why=why)
     if args.memory_only:
         with fake:
             step()  # the optimizer's states exist from the first step on
             result.update(peak_mib=benchrows.peak_live_tensor_mib(step, model, optimizer),
                           memory="live tensor bytes on fake tensors")
         return result
-    for _ in range(args.warmup):
+    timer = devices.DeviceTimer(device)
+    for i in range(args.warmup):
+        timer.start()
         step()
+        if i == 0:
+            result["first_s"] = timer.elapsed()
     peak_flops = devices.matmul_peak_flops(device, dtype)
     times = benchrows.timed_steps(step, device, args.steps)
+    timer.start()
+    for _ in range(args.steps):
+        step()
+    result["in_a_row_ms"] = 1000 * timer.elapsed() / args.steps
     peak_flops = max(peak_flops, devices.matmul_peak_flops(device, dtype))
     if args.profile:  # before MemTracker: its global module hooks send a compiled model back to eager
         result["profile_ms"] = profile_by_category(step, device)
@@ -158,11 +191,12 @@ def profile_by_category(step, device):
 
 
     on_gpu = device.startswith("cuda")
-    timer = devices.DeviceTimer(device)
     with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])) as prof:
-        timer.start()
+        devices.synchronize(device)  # the wall time of the step, its launch gaps and host waits included
+        started = time.perf_counter()
         step()
-        wall = timer.elapsed()
+        devices.synchronize(device)
+        wall = time.perf_counter() - started
     totals = dict.fromkeys([name for name, _ in PROFILE_CATEGORIES], 0.0)
     for event in prof.events():
         if event.device_type != DeviceType.CPU:  # a kernel: counted in the op that launched it
@@ -211,10 +245,12 @@ def main(argv):
         for r in results:
             print(f"{r['option']:<20}{r['peak_mib']:>10.0f}{r['memory_ratio']:>8.2f}")
     else:
-        print(f"{'option':<20}{'ms/step':>10}{'tok/s':>10}{'peak GF/s':>10}{'MFU':>7}{'peak MiB':>10}{'time x':>8}{'mem x':>8}")
+        print(f"{'option':<20}{'ms/step':>10}{'in a row':>10}{'first s':>9}{'tok/s':>10}{'peak GF/s':>10}{'MFU':>7}"
+              f"{'peak MiB':>10}{'time x':>8}{'mem x':>8}  head")
         for r in results:
-            print(f"{r['option']:<20}{r['step_ms']:>10.1f}{r['tokens_per_s']:>10,.0f}{r['matmul_peak_gflops']:>10.0f}"
-                  f"{r['mfu']:>7.2f}{r['peak_mib']:>10.0f}{r['time_ratio']:>8.2f}{r['memory_ratio']:>8.2f}")
+            print(f"{r['option']:<20}{r['step_ms']:>10.1f}{r['in_a_row_ms']:>10.1f}{r.get('first_s', float('nan')):>9.1f}"
+                  f"{r['tokens_per_s']:>10,.0f}{r['matmul_peak_gflops']:>10.0f}{r['mfu']:>7.2f}{r['peak_mib']:>10.0f}"
+                  f"{r['time_ratio']:>8.2f}{r['memory_ratio']:>8.2f}  {r['head_loss']}")
     if args.profile and not args.memory_only:
         print_profiles(results)
     if args.json:
