@@ -27,6 +27,7 @@ variants = {name: variants[name] for name in ("baseline", "late", "all")}
 nproc = 8
 overrides = dict(max_iters=13000, batch_size=16, gradient_accumulation_steps=8, data_parallel="fsdp")
 fork_at = 6500
+fork_cold_starts = ["late", "all"]  # RA has no function-preserving start: the fork's question, asked on purpose
 ladder = dict(
     sizes={"40M": dict(n_layer=8, n_embd=640, n_head=10),
            "124M": dict(n_layer=12, n_embd=768, n_head=12),
