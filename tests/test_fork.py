@@ -287,7 +287,7 @@ def test_a_suite_schedules_each_variants_equal_flops_evaluation_before_the_runs(
     """The RA twin forked at 250 of 500 steps (2048 tokens each): late costs 1.044x the baseline's FLOPs
     per token, so its equal-FLOPs point is 512,000 trunk tokens + 512,000 / 1.044 = 1,002,407 tokens,
     iteration 489 (not 1,024,000 / 1.044 = 980,813 as if it had run the trunk itself)."""
-    spec, _ = sweep.parse_args(["suites/ra_shakespeare.py"])
+    spec, _ = sweep.parse_args(["suites/ra_shakespeare_forked.py"])
     runs = {name: sweep.resolve(argv, 1) for name, _, argv in sweep.plan_runs(spec)}
     base, late = runtime.flops_per_token(runs["baseline-seed15"]), runtime.flops_per_token(runs["late-seed15"])
     assert compare.equal_flops_tokens(1_024_000, 512_000, base, late) == pytest.approx(1_002_407, abs=1)

@@ -257,7 +257,7 @@ def test_a_ladder_forks_each_size_at_the_same_share_of_its_budget_and_names_a_ba
     largest). fork_at counts the reference size's iterations; each size forks at that share of its own."""
     argv = ladder_suite(tmp_path, data_dir, {"base": {}, "ra": {"ra_pattern": "all"}}, seeds=(1,))
     with open(argv[0], "a") as f:
-        f.write("fork_at = 4\n")
+        f.write("fork_at = 4\nfork_cold_starts = ['ra']\n")
     runs = sweep.main([*argv, "--dry_run=True"])
     trunks = {p["size"]: configurator.apply_config(runtime.DEFAULTS, a)["max_iters"] for n, p, a in runs if p.get("trunk")}
     branches = {p["size"]: configurator.apply_config(runtime.DEFAULTS, a)["max_iters"] for n, p, a in runs

@@ -193,7 +193,7 @@ def test_the_bench_removes_only_the_files_it_listed_even_in_a_copy_or_through_a_
     with open(copy / rundir.TOOL_MANIFEST, "w") as f:
         json.dump(dict(tool="bench_suite_designs.py", files=["../outside.txt", "../copy/../outside.txt"]), f)
     shutil.rmtree(copy / "ra_shakespeare")
-    shutil.rmtree(copy / "ra_shakespeare_scratch")
+    shutil.rmtree(copy / "ra_shakespeare_forked")
     bench_suite_designs.main([f"--out={copy}", "--seeds=1"])
     assert (tmp_path / "outside.txt").read_text() == "kept"
 

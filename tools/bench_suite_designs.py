@@ -3,9 +3,9 @@
     python tools/bench_suite_designs.py                       # 2 seeds of each design, both cores busy
     python tools/bench_suite_designs.py --seeds=1,2,3 --out=out-bench-suite
 
-Today's path, every run from scratch (suites/ra_shakespeare_scratch.py with --cpu_runs=2), against
-the recommended one, warmup-and-fork (suites/ra_shakespeare.py: one trunk per seed, five branches of
-half the budget, evaluation only at the fork and at the end). Each design runs as `python sweep.py`
+Every run from scratch (suites/ra_shakespeare.py with --cpu_runs=2), against warmup-and-fork
+(suites/ra_shakespeare_forked.py: one trunk per seed, five branches of half the budget, evaluation only
+at the fork and at the end; for RA the fork's own question, since RA has no function-preserving start). Each design runs as `python sweep.py`
 does for a user, one after the other in fresh suite directories; the table gives each one's wall
 time, seconds per seed and seeds per hour, and the ratio to today's path. Resolution per seed
 differs between the designs (the noise budget in docs/ablation.md): seeds per hour is the cost side.
@@ -26,8 +26,8 @@ OPTIONS = dict(
     seeds="1,2",  # the seeds each design runs
     out="out-bench-suite",  # where the two suite directories and bench_suite.json go (a new directory, or one this tool wrote: its files removed first)
 )
-DESIGNS = (("from scratch (today: --cpu_runs=2)", "suites/ra_shakespeare_scratch.py", ["--cpu_runs=2"]),
-           ("warmup-and-fork (recommended)", "suites/ra_shakespeare.py", []))
+DESIGNS = (("from scratch (--cpu_runs=2)", "suites/ra_shakespeare.py", ["--cpu_runs=2"]),
+           ("warmup-and-fork", "suites/ra_shakespeare_forked.py", []))
 
 
 def run_design(suite, extra, seeds, sweep_dir):
