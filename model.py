@@ -34,8 +34,8 @@ class GPTConfig:
     tie_weights: bool = True  # lm_head shares the token embedding matrix, as in GPT-2
     # training loss of the head: 'chunked' never builds the (B, T, vocab) logits; 'full' does (the
     # reference); 'liger' / 'cce' are CUDA kernels from optional packages (kernels/linear_cross_entropy.py);
-    # 'auto' is train.py's to settle by memory (ParallelLayout.choose_head_loss), 'chunked' until it does
-    head_loss: str = "chunked"
+    # 'auto' is train.py's to settle by memory (ParallelLayout.choose_head_loss); unsettled it computes as 'chunked'
+    head_loss: str = "auto"
 
     attn_impls = ("sdpa", "manual")  # what this model offers; subclasses may add (not a field)
 

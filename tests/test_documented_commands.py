@@ -115,8 +115,9 @@ def test_a_documented_command_runs_a_file_that_takes_its_options(document, words
     script, args = script_of(words)
     assert os.path.exists(os.path.join(REPO, script)), f"{document}: {script} does not exist"
     for arg in args:
-        if arg.endswith(".py") and "/" in arg:  # a config or suite file
-            assert os.path.exists(os.path.join(REPO, arg)), f"{document}: {arg} does not exist"
+        path = arg.partition("=")[2] if arg.startswith("--") else arg  # an option's value may name a file too
+        if path.endswith(".py") and "/" in path:  # a config or suite file
+            assert os.path.exists(os.path.join(REPO, path)), f"{document}: {path} does not exist"
     if script in OWN_USAGE:
         assert args in OWN_USAGE[script], f"{document}: `{' '.join(words)}`: {script} takes {OWN_USAGE[script]}"
         return
