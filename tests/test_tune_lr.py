@@ -1,0 +1,100 @@
+"""tools/tune_lr.py on a loss surface whose best rate is known: the grid grows until it brackets the best,
+a variant whose best rate is elsewhere is named, the recipe is rewritten, and seeds a comparison uses are
+refused. Training is replaced by run directories written from the surface (the tool reads them as it reads
+real runs); a real training run is not what these properties depend on."""
+import json
+import math
+import os
+
+import pytest
+
+import configurator
+import runtime
+from tools import tune_lr
+
+BEST = {"base": 8e-3, "other": 1.6e-2}  # each variant's best rate on the surface
+
+
+def surface(variant, lr, seed):
+    """A bowl in log(rate) around the variant's best, plus a seed offset shared by every rate."""
+    return 2.0 + 0.05 * math.log(lr / BEST[variant]) ** 2 + 0.01 * (seed % 3)
+
+
+@pytest.fixture
+def written_runs(monkeypatch):
+    """Replace training by a finished run whose last evaluation is the surface's value; record each run."""
+    started = []
+
+    def run_missing(jobs, metric, slots):
+        for argv, out in jobs:
+            if tune_lr.final_value(out, metric) is not None:
+                continue
+            cfg = configurator.apply_config(runtime.DEFAULTS, argv)
+            variant = os.path.basename(out).split("-lr")[0]
+            started.append((variant, cfg["learning_rate"], cfg["min_lr"], cfg["seed"]))
+            os.makedirs(out, exist_ok=True)
+            with open(os.path.join(out, "log.jsonl"), "w") as f:
+                for i, v in enumerate([4.0, surface(variant, cfg["learning_rate"], cfg["seed"])]):
+                    f.write(json.dumps(dict(event="eval", iter=i, tokens=1000 * i, val_loss=v)) + "\n")
+                f.write(json.dumps(dict(event="end", iter=1, tokens=1000, stop_reason="max_iters")) + "\n")
+
+    monkeypatch.setattr(tune_lr, "run_missing", run_missing)
+    return started
+
+
+def write_suite(tmp_path, lr=1e-3):
+    recipe = tmp_path / "recipe.py"
+    recipe.write_text(f"# the recipe\nlearning_rate = {lr!r}\nmin_lr = {lr / 10!r}\nmax_iters = 4\n")
+    suite = tmp_path / "suite_tune.py"
+    suite.write_text("variants = {'base': {'config': 'recipe.py', 'model_type': 'ra'},\n"
+                     "            'other': {'config': 'recipe.py', 'model_type': 'ra', 'ra_pattern': 'all'}}\n"
+                     "baseline = 'base'\nseeds = [1, 2, 3]\nmetric = 'val_loss'\nmin_effect = 0.01\n"
+                     "allowed = ['ra_pattern']\n")
+    return str(suite), str(recipe)
+
+
+def tune(tmp_path, *extra):
+    suite, recipe = write_suite(tmp_path)
+    code = tune_lr.main([suite, f"--sweep_dir={tmp_path / 'runs'}", f"--out={tmp_path / 'out'}", *extra])
+    return code, json.load(open(tmp_path / "out" / "tuning.json")), recipe
+
+
+def test_the_grid_grows_past_an_edge_until_the_best_rate_is_bracketed(tmp_path, written_runs):
+    code, result, recipe = tune(tmp_path, f"--write={tmp_path / 'recipe.py'}")
+    rates = [row["lr"] for row in result["grid"]]
+    # 1e-3 x (1, 2, 4) puts the best at the top edge; the grid grows by x2 until 8e-3 has a tried neighbour above
+    assert rates == pytest.approx([1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2])
+    assert code == 0 and result["bracketed"] and result["best_lr"] == pytest.approx(8e-3)
+    assert result["grid"][3]["values"] == pytest.approx([surface("base", 8e-3, s) for s in (901, 902)])
+    # min_lr follows the rate in the recipe's proportion, on the tuning seeds only
+    assert {(round(lr / mn, 6), seed) for v, lr, mn, seed in written_runs if v == "base"} == {(10.0, 901), (10.0, 902)}
+    text = open(recipe).read()
+    assert "learning_rate = 0.008\n" in text and "min_lr = 0.0008\n" in text and "max_iters = 4\n" in text
+    assert f"lr_tuning = {result['summary']!r}" in text and "best 0.008 (bracketed)" in result["summary"]
+
+
+def test_a_variant_whose_best_rate_differs_is_named_and_finished_runs_are_reused(tmp_path, written_runs):
+    _, result, _ = tune(tmp_path)
+    assert set(result["variants"]) == {"other"}
+    check = result["variants"]["other"]
+    assert [p["factor"] for p in check["points"]] == [0.5, 1.0, 2.0] and check["best_factor"] == 2.0
+    assert "variants whose best rate differs: other 2x" in result["summary"]
+    count = len(written_runs)
+    assert count == 5 * 2 + 3 * 2  # 5 baseline rates and 3 variant rates, 2 seeds each
+    tune(tmp_path)  # a second call (a stopped tuning resumed) trains nothing again
+    assert len(written_runs) == count
+
+
+def test_a_grid_that_cannot_bracket_says_so_and_exits_nonzero(tmp_path, written_runs):
+    code, result, _ = tune(tmp_path, "--max_points=4", "--variants=False")
+    assert code == 1 and not result["bracketed"] and len(result["grid"]) == 4
+    assert "NOT bracketed" in result["summary"]
+
+
+@pytest.mark.parametrize("seeds, message", [("901", "at least 2 distinct"), ("2,901", "seeds the suite compares on"),
+                                            ("901,901", "at least 2 distinct")])
+def test_tuning_seeds_must_be_two_or_more_that_no_comparison_uses(tmp_path, written_runs, seeds, message):
+    suite, _ = write_suite(tmp_path)
+    with pytest.raises(configurator.ConfigError, match=message):
+        tune_lr.main([suite, f"--seeds={seeds}", f"--sweep_dir={tmp_path / 'runs'}"])
+    assert written_runs == []
