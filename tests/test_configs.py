@@ -51,7 +51,7 @@ REPLACED = {
 }
 
 # Files that only make sense on top of another config (pinned through the configs they complete).
-OVERLAYS = {"config/ra_shakespeare.py", "config/reduced_sync_shakespeare.py"}
+OVERLAYS = {"config/ra_shakespeare.py", "config/ra_shakespeare_scratch.py", "config/reduced_sync_shakespeare.py"}
 
 
 def resolve_config(args):

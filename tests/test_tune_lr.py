@@ -1,5 +1,5 @@
-"""tools/tune_lr.py on a loss surface whose best rate is known: the grid grows until it brackets the best,
-a variant whose best rate is elsewhere is named, the recipe is rewritten, and seeds a comparison uses are
+"""tools/tune_lr.py on a loss surface whose best rate is known: the grid grows until it brackets the best
+and is refined around it, a variant whose best rate is elsewhere is named, the recipe is rewritten, and seeds a comparison uses are
 refused. Training is replaced by run directories written from the surface (the tool reads them as it reads
 real runs); a real training run is not what these properties depend on."""
 import json
@@ -12,7 +12,7 @@ import configurator
 import runtime
 from tools import tune_lr
 
-BEST = {"base": 8e-3, "other": 1.6e-2}  # each variant's best rate on the surface
+BEST = {"base": 1e-2, "other": 2.4e-2}  # each variant's best rate on the surface
 
 
 def surface(variant, lr, seed):
@@ -59,18 +59,22 @@ def tune(tmp_path, *extra):
     return code, json.load(open(tmp_path / "out" / "tuning.json")), recipe
 
 
-def test_the_grid_grows_past_an_edge_until_the_best_rate_is_bracketed(tmp_path, written_runs):
+def test_the_grid_grows_past_an_edge_brackets_the_best_rate_and_refines_around_it(tmp_path, written_runs):
     code, result, recipe = tune(tmp_path, f"--write={tmp_path / 'recipe.py'}")
     rates = [row["lr"] for row in result["grid"]]
-    # 1e-3 x (1, 2, 4) puts the best at the top edge; the grid grows by x2 until 8e-3 has a tried neighbour above
-    assert rates == pytest.approx([1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2])
-    assert code == 0 and result["bracketed"] and result["best_lr"] == pytest.approx(8e-3)
-    assert result["grid"][3]["values"] == pytest.approx([surface("base", 8e-3, s) for s in (901, 902)])
+    # 1e-3 x (1, 2, 4) puts the best at the top edge; the grid grows by x2 until 8e-3 has a tried neighbour
+    # above, then the midpoints 8e-3 / sqrt(2) and 8e-3 * sqrt(2) find 1.13e-2, nearer the surface's 1e-2
+    half = 2 ** 0.5
+    assert rates == pytest.approx([1e-3, 2e-3, 4e-3, 8e-3 / half, 8e-3, 8e-3 * half, 1.6e-2])
+    assert code == 0 and result["bracketed"] and result["best_lr"] == pytest.approx(8e-3 * half)
+    assert result["grid"][5]["values"] == pytest.approx([surface("base", 8e-3 * half, s) for s in (901, 902)])
     # min_lr follows the rate in the recipe's proportion, on the tuning seeds only
     assert {(round(lr / mn, 6), seed) for v, lr, mn, seed in written_runs if v == "base"} == {(10.0, 901), (10.0, 902)}
     text = open(recipe).read()
-    assert "learning_rate = 0.008\n" in text and "min_lr = 0.0008\n" in text and "max_iters = 4\n" in text
-    assert f"lr_tuning = {result['summary']!r}" in text and "best 0.008 (bracketed)" in result["summary"]
+    assert "learning_rate = 0.01131\n" in text and "min_lr = 0.001131\n" in text and "max_iters = 4\n" in text
+    assert f"lr_tuning = {result['summary']!r}" in text
+    assert "7 rates 0.001..0.016 (x2, refined to x1.41 around the best)" in result["summary"]
+    assert "best 0.0113 (bracketed)" in result["summary"]
 
 
 def test_a_variant_whose_best_rate_differs_is_named_and_finished_runs_are_reused(tmp_path, written_runs):
@@ -80,7 +84,7 @@ def test_a_variant_whose_best_rate_differs_is_named_and_finished_runs_are_reused
     assert [p["factor"] for p in check["points"]] == [0.5, 1.0, 2.0] and check["best_factor"] == 2.0
     assert "variants whose best rate differs: other 2x" in result["summary"]
     count = len(written_runs)
-    assert count == 5 * 2 + 3 * 2  # 5 baseline rates and 3 variant rates, 2 seeds each
+    assert count == 7 * 2 + 3 * 2  # 7 baseline rates and 3 variant rates, 2 seeds each
     tune(tmp_path)  # a second call (a stopped tuning resumed) trains nothing again
     assert len(written_runs) == count
 

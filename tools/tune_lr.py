@@ -6,7 +6,13 @@ that brackets the best one, on seeds no comparison uses, then every variant at 0
 The baseline's rate (and min_lr in proportion) starts on `factors` times the recipe's own rate; while
 the best rate sits at an edge of the grid, the grid grows by one `step` in that direction (at most
 `max_points` rates), so the best is never a point whose neighbour on the far side was left untried.
-The best rate is the one with the lowest mean of the final metric over the tuning seeds. Each
+Once bracketed, the grid is refined `refine` times around the best rate (the geometric midpoints on
+either side, the step's square root each time), so the chosen rate is not a factor-2 guess. The best
+rate is, by default (`rule='one_se'`), the lowest rate whose mean is within one standard error of the
+lowest mean (the se of their per-seed differences: every rate trains on the same seeds), Breiman's
+one-standard-error rule: where the loss is flat within noise over a range of rates, the chosen one is
+the farthest from the divergence above, whose runs are the noisiest. `rule='lowest_mean'` takes the
+lowest mean itself. Each
 variant then trains at 0.5x, 1x and 2x of that rate on the same seeds: a variant whose own best is
 not 1x is named (an idea can move the best rate), and a suite's "same rate" answer may understate it.
 
@@ -20,6 +26,7 @@ import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -38,6 +45,8 @@ OPTIONS = dict(
     factors="1,2,4",  # the first grid, as multiples of the recipe's own learning rate
     step=2.0,  # the grid's ratio between neighbouring rates (an edge extends the grid by one step)
     max_points=8,  # the most baseline rates tried before giving up on bracketing
+    rule="one_se",  # 'one_se': the lowest rate within one paired standard error of the lowest mean; 'lowest_mean'
+    refine=1,  # times the bracketed grid is refined around the best rate (midpoints at the step's square root)
     variants=True,  # also run every variant at 0.5x, 1x and 2x of the baseline's best rate
     write="",  # the recipe file whose learning_rate and min_lr lines get the tuned values ('' = none)
     out="",  # where tuning.json and tuning.md go ('' = the sweep directory)
@@ -107,22 +116,43 @@ def mean_over_seeds(sweep_dir, variant, lr, seeds, metric):
 
 
 def tune_baseline(suite, base_lr, ratio, options, seeds):
-    """Rates tried (ascending) with their mean and per-seed values, and whether the best is bracketed."""
+    """Rates tried (ascending) with their mean and per-seed values, the best one's index, and whether the
+    best is bracketed. Rates are base_lr * step ** exponent."""
     body, name, metric = suite["variants"][suite["baseline"]], suite["baseline"], suite["metric"]
     step = options["step"]
-    exponents = sorted({round(math.log(f, step), 6) for f in options["factors"]})
-    while True:
-        rates = [base_lr * step ** e for e in exponents]
+
+    def rows_at(exponents):
+        rates = [base_lr * step ** e for e in sorted(exponents)]
         run_missing([(train_argv(body, lr, ratio, s, run_dir(options["sweep_dir"], name, lr, s)),
                       run_dir(options["sweep_dir"], name, lr, s)) for lr in rates for s in seeds],
                     metric, options["cpu_runs"])
         rows = [(lr, *mean_over_seeds(options["sweep_dir"], name, lr, seeds, metric)) for lr in rates]
-        best = min(range(len(rows)), key=lambda i: rows[i][1])
-        edge = best == 0 or best == len(rows) - 1
-        if not edge or len(exponents) >= options["max_points"]:
-            return rows, best, not edge
-        exponents = [exponents[0] - 1, *exponents] if best == 0 else [*exponents, exponents[-1] + 1]
+        return rows, min(range(len(rows)), key=lambda i: rows[i][1])
+
+    exponents = sorted({round(math.log(f, step), 6) for f in options["factors"]})
+    rows, best = rows_at(exponents)
+    while best in (0, len(rows) - 1) and len(exponents) < options["max_points"]:
         print(f"best rate {rate_text(rows[best][0])} at the grid's edge: extending the grid", flush=True)
+        exponents = [exponents[0] - 1, *exponents] if best == 0 else [*exponents, exponents[-1] + 1]
+        rows, best = rows_at(exponents)
+    if best in (0, len(rows) - 1):
+        return rows, best, False
+    for level in range(1, options["refine"] + 1):
+        centre = sorted(exponents)[best]
+        exponents = sorted({*exponents, centre - 0.5 ** level, centre + 0.5 ** level})
+        rows, best = rows_at(exponents)
+    return rows, best, True
+
+
+def chosen_rate(rows, best, rule):
+    """The index of the rate the recipe gets: the lowest mean (`best`) or, under 'one_se', the lowest rate
+    whose per-seed differences from the best's have a mean within one standard error of 0."""
+    if rule == "lowest_mean":
+        return best
+    for i, (_, mean, values) in enumerate(rows):
+        diffs = [v - b for v, b in zip(values, rows[best][2])]
+        if i == best or (math.isfinite(mean) and statistics.mean(diffs) <= statistics.stdev(diffs) / math.sqrt(len(diffs))):
+            return i
 
 
 def check_variants(suite, best_lr, ratio, options, seeds):
@@ -146,12 +176,18 @@ def check_variants(suite, best_lr, ratio, options, seeds):
 def summary(result):
     """The one line a report header quotes: how the recipe's rate was tuned."""
     rates = [r["lr"] for r in result["grid"]]
+    refine = result.get("refine", 0) if result["bracketed"] else 0
+    lowest = result.get("lowest_mean_lr", result["best_lr"])
+    one_se = (f" (the lowest rate within one standard error of the lowest mean, at {rate_text(lowest)})"
+              if not math.isclose(lowest, result["best_lr"]) else "")
+    refined = f", refined to x{result['step'] ** 0.5 ** refine:.3g} around the best" if refine else ""
     moved = {v: c["best_factor"] for v, c in result["variants"].items() if c["best_factor"] != 1.0}
     shifted = ("; variants whose best rate differs: " + ", ".join(f"{v} {f:g}x" for v, f in moved.items())
                if moved else "; every variant's best of 0.5x/1x/2x is 1x" if result["variants"] else "")
     return (f"tuned by tools/tune_lr.py on {result['date']} at commit {result['commit'][:10]}: {result['baseline']} "
-            f"from scratch on {len(rates)} rates {rate_text(rates[0])}..{rate_text(rates[-1])} (x{result['step']:g}), "
-            f"seeds {', '.join(map(str, result['seeds']))}, best {rate_text(result['best_lr'])}"
+            f"from scratch on {len(rates)} rates {rate_text(rates[0])}..{rate_text(rates[-1])} (x{result['step']:g}"
+            f"{refined}), "
+            f"seeds {', '.join(map(str, result['seeds']))}, best {rate_text(result['best_lr'])}{one_se}"
             f"{' (bracketed)' if result['bracketed'] else ' (NOT bracketed: at the edge of max_points rates)'}"
             f"{shifted}")
 
@@ -164,7 +200,8 @@ def markdown(result):
              "| learning rate | mean " + metric + " | " + " | ".join(f"seed {s}" for s in result["seeds"]) + " |",
              "|---|---|" + "---|" * len(result["seeds"])]
     for row in result["grid"]:
-        mark = " **best**" if row["lr"] == result["best_lr"] else ""
+        mark = (" **best**" if row["lr"] == result["best_lr"] else "") + (
+            " (lowest mean)" if row["lr"] == result.get("lowest_mean_lr") != result["best_lr"] else "")
         lines.append(f"| {rate_text(row['lr'])}{mark} | {row['mean']:.4f} | "
                      + " | ".join(f"{v:.4f}" for v in row["values"]) + " |")
     if result["variants"]:
@@ -211,8 +248,10 @@ def main(argv):
         options["factors"] = [float(f) for f in str(options["factors"]).split(",")]
     except ValueError:
         raise configurator.ConfigError(f"--factors={options['factors']!r}: positive numbers, comma-separated") from None
-    if not all(f > 0 for f in options["factors"]) or options["step"] <= 1 or options["max_points"] < 3:
-        raise configurator.ConfigError("--factors must be > 0, --step > 1 and --max_points >= 3")
+    if not all(f > 0 for f in options["factors"]) or options["step"] <= 1 or options["max_points"] < 3 or options["refine"] < 0:
+        raise configurator.ConfigError("--factors must be > 0, --step > 1, --max_points >= 3 and --refine >= 0")
+    if options["rule"] not in ("one_se", "lowest_mean"):
+        raise configurator.ConfigError(f"--rule={options['rule']!r}: use 'one_se' or 'lowest_mean'")
     path = paths[0]
     namespace = {"__file__": os.path.abspath(path)}
     try:
@@ -234,10 +273,12 @@ def main(argv):
     options["sweep_dir"] = options["sweep_dir"] or f"out-tune-{suite['name']}"
     out = options["out"] or options["sweep_dir"]
     rows, best, bracketed = tune_baseline(suite, base_lr, ratio, options, seeds)
-    best_lr = rows[best][0]
+    chosen = chosen_rate(rows, best, options["rule"])
+    best_lr = rows[chosen][0]
     checks = check_variants(suite, best_lr, ratio, options, seeds) if options["variants"] else {}
     result = dict(suite=suite["name"], baseline=suite["baseline"], metric=suite["metric"], seeds=seeds,
-                  step=options["step"], min_lr_ratio=ratio, recipe_lr=base_lr, best_lr=best_lr, bracketed=bracketed,
+                  step=options["step"], refine=options["refine"], min_lr_ratio=ratio, recipe_lr=base_lr, best_lr=best_lr,
+                  lowest_mean_lr=rows[best][0], rule=options["rule"], bracketed=bracketed,
                   grid=[dict(lr=lr, mean=m, values=v) for lr, m, v in rows],
                   variants={v: dict(points=[dict(factor=f, lr=best_lr * f, mean=m, values=vals) for f, m, vals in c],
                                     best_factor=min(c, key=lambda p: p[1])[0]) for v, c in checks.items()},
