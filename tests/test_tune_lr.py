@@ -5,6 +5,7 @@ real runs); a real training run is not what these properties depend on."""
 import json
 import math
 import os
+import sys
 
 import pytest
 
@@ -102,3 +103,22 @@ def test_tuning_seeds_must_be_two_or_more_that_no_comparison_uses(tmp_path, writ
     with pytest.raises(configurator.ConfigError, match=message):
         tune_lr.main([suite, f"--seeds={seeds}", f"--sweep_dir={tmp_path / 'runs'}"])
     assert written_runs == []
+
+
+def test_where_the_loss_is_flat_within_noise_the_lowest_tied_rate_is_chosen(tmp_path, written_runs, monkeypatch):
+    """Breiman's one-standard-error rule: 4e-3's per-seed differences from the lowest mean (at 8e-3) have a
+    mean within one standard error of 0, so 4e-3 is chosen; 'lowest_mean' keeps 8e-3."""
+    noise = {901: 0.0, 902: 0.02, 903: -0.01}
+    flat = {1e-3: 2.3, 2e-3: 2.1, 4e-3: 2.004, 8e-3: 2.0, 1.6e-2: 2.2}
+
+    def bumpy(variant, lr, seed):
+        level = next(v for r, v in flat.items() if math.isclose(r, lr, rel_tol=1e-6))
+        return level + (noise[seed] if math.isclose(lr, 4e-3) else 0.0)
+
+    monkeypatch.setattr(sys.modules[__name__], "surface", bumpy)
+    seeds = "--seeds=901,902,903"
+    _, one_se, _ = tune(tmp_path, seeds, "--refine=0", "--variants=False")
+    assert one_se["best_lr"] == pytest.approx(4e-3) and one_se["lowest_mean_lr"] == pytest.approx(8e-3)
+    assert "best 0.004 (the lowest rate within one standard error of the lowest mean, at 0.008)" in one_se["summary"]
+    _, lowest, _ = tune(tmp_path, seeds, "--refine=0", "--variants=False", "--rule=lowest_mean")
+    assert lowest["best_lr"] == pytest.approx(8e-3)
