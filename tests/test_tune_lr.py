@@ -83,11 +83,19 @@ def test_a_variant_whose_best_rate_differs_is_named_and_finished_runs_are_reused
     assert set(result["variants"]) == {"other"}
     check = result["variants"]["other"]
     assert [p["factor"] for p in check["points"]] == [0.5, 1.0, 2.0] and check["best_factor"] == 2.0
-    assert "variants whose best rate differs: other 2x" in result["summary"]
+    assert "variants whose best rate differs (0.5x/1x/2x on seeds 901, 902): other 2x" in result["summary"]
     count = len(written_runs)
     assert count == 7 * 2 + 3 * 2  # 7 baseline rates and 3 variant rates, 2 seeds each
     tune(tmp_path)  # a second call (a stopped tuning resumed) trains nothing again
     assert len(written_runs) == count
+
+
+def test_the_variants_check_can_run_on_some_of_the_tuning_seeds(tmp_path, written_runs):
+    _, result, _ = tune(tmp_path, "--seeds=901,902,903", "--check_seeds=901,903")
+    assert {seed for v, _, _, seed in written_runs if v == "other"} == {901, 903}
+    assert result["check_seeds"] == [901, 903] and result["variants"]["other"]["best_factor"] == 2.0
+    with pytest.raises(configurator.ConfigError, match="at least 2 distinct tuning seeds"):
+        tune(tmp_path, "--seeds=901,902,903", "--check_seeds=901,904")
 
 
 def test_a_grid_that_cannot_bracket_says_so_and_exits_nonzero(tmp_path, written_runs):

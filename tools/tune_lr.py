@@ -48,6 +48,7 @@ OPTIONS = dict(
     rule="one_se",  # 'one_se': the lowest rate within one paired standard error of the lowest mean; 'lowest_mean'
     refine=1,  # times the bracketed grid is refined around the best rate (midpoints at the step's square root)
     variants=True,  # also run every variant at 0.5x, 1x and 2x of the baseline's best rate
+    check_seeds="",  # the seeds of that check, some of the tuning seeds ('' = all of them; fewer cost fewer runs)
     write="",  # the recipe file whose learning_rate and min_lr lines get the tuned values ('' = none)
     out="",  # where tuning.json and tuning.md go ('' = the sweep directory)
     sweep_dir="",  # the runs ('' = out-tune-<suite>)
@@ -182,8 +183,10 @@ def summary(result):
               if not math.isclose(lowest, result["best_lr"]) else "")
     refined = f", refined to x{result['step'] ** 0.5 ** refine:.3g} around the best" if refine else ""
     moved = {v: c["best_factor"] for v, c in result["variants"].items() if c["best_factor"] != 1.0}
-    shifted = ("; variants whose best rate differs: " + ", ".join(f"{v} {f:g}x" for v, f in moved.items())
-               if moved else "; every variant's best of 0.5x/1x/2x is 1x" if result["variants"] else "")
+    checked = ", ".join(map(str, result.get("check_seeds", result["seeds"])))
+    shifted = (f"; variants whose best rate differs (0.5x/1x/2x on seeds {checked}): "
+               + ", ".join(f"{v} {f:g}x" for v, f in moved.items()) if moved
+               else f"; every variant's best of 0.5x/1x/2x (seeds {checked}) is 1x" if result["variants"] else "")
     return (f"tuned by tools/tune_lr.py on {result['date']} at commit {result['commit'][:10]}: {result['baseline']} "
             f"from scratch on {len(rates)} rates {rate_text(rates[0])}..{rate_text(rates[-1])} (x{result['step']:g}"
             f"{refined}), "
@@ -205,18 +208,20 @@ def markdown(result):
         lines.append(f"| {rate_text(row['lr'])}{mark} | {row['mean']:.4f} | "
                      + " | ".join(f"{v:.4f}" for v in row["values"]) + " |")
     if result["variants"]:
+        check_seeds = result.get("check_seeds", result["seeds"])
         lines += ["", f"Each variant at 0.5x, 1x and 2x of the baseline's best rate ({rate_text(result['best_lr'])}), "
-                      f"the same seeds: mean {metric} (its difference from the baseline at the same rate, where the "
-                      f"baseline ran at that rate), and its own best factor.", "",
-                  "| variant | 0.5x | 1x | 2x | best factor |", "|---|---|---|---|---|"]
-        base = {row["lr"]: row["mean"] for row in result["grid"]}
+                      f"on seeds {', '.join(map(str, check_seeds))}: mean {metric} (its difference from the baseline "
+                      f"at the same rate on those seeds, where the baseline ran at that rate), and its own best factor.",
+                  "", "| variant | 0.5x | 1x | 2x | best factor |", "|---|---|---|---|---|"]
+        base = {row["lr"]: statistics.mean(v for s, v in zip(result["seeds"], row["values"]) if s in check_seeds)
+                for row in result["grid"]}
         for variant, check in result["variants"].items():
             cells = []
             for point in check["points"]:
                 ref = next((m for lr, m in base.items() if math.isclose(lr, point["lr"], rel_tol=1e-9)), None)
                 cells.append(f"{point['mean']:.4f}" + (f" ({point['mean'] - ref:+.4f})" if ref is not None else ""))
             lines.append(f"| {variant} | " + " | ".join(cells) + f" | {check['best_factor']:g}x |")
-        lines += ["", f"With {len(result['seeds'])} seeds per point these are a check of where each arm's best rate "
+        lines += ["", f"With {len(check_seeds)} seeds per point these are a check of where each arm's best rate "
                       f"lies, not a comparison: the suite's own seeds decide the effects."]
     return "\n".join(lines) + "\n"
 
@@ -237,13 +242,16 @@ def write_recipe(path, lr, min_lr, line):
 
 
 def main(argv):
-    options, paths = configurator.options_and_paths(argv, OPTIONS, text_keys=("seeds", "factors"))
+    options, paths = configurator.options_and_paths(argv, OPTIONS, text_keys=("seeds", "factors", "check_seeds"))
     if len(paths) != 1:
         raise configurator.ConfigError("give one suite file (python tools/tune_lr.py --help)")
     seeds = [s.strip() for s in str(options["seeds"]).split(",")]
     if len(seeds) < 2 or not all(s.isdigit() for s in seeds) or len(set(seeds)) != len(seeds):
         raise configurator.ConfigError(f"--seeds={options['seeds']!r}: at least 2 distinct integers >= 0, comma-separated")
     seeds = [int(s) for s in seeds]
+    check_seeds = [int(s) for s in str(options["check_seeds"]).split(",")] if options["check_seeds"] != "" else seeds
+    if len(check_seeds) < 2 or len(set(check_seeds)) != len(check_seeds) or not set(check_seeds) <= set(seeds):
+        raise configurator.ConfigError(f"--check_seeds={options['check_seeds']!r}: at least 2 distinct tuning seeds")
     try:
         options["factors"] = [float(f) for f in str(options["factors"]).split(",")]
     except ValueError:
@@ -275,8 +283,8 @@ def main(argv):
     rows, best, bracketed = tune_baseline(suite, base_lr, ratio, options, seeds)
     chosen = chosen_rate(rows, best, options["rule"])
     best_lr = rows[chosen][0]
-    checks = check_variants(suite, best_lr, ratio, options, seeds) if options["variants"] else {}
-    result = dict(suite=suite["name"], baseline=suite["baseline"], metric=suite["metric"], seeds=seeds,
+    checks = check_variants(suite, best_lr, ratio, options, check_seeds) if options["variants"] else {}
+    result = dict(suite=suite["name"], baseline=suite["baseline"], metric=suite["metric"], seeds=seeds, check_seeds=check_seeds,
                   step=options["step"], refine=options["refine"], min_lr_ratio=ratio, recipe_lr=base_lr, best_lr=best_lr,
                   lowest_mean_lr=rows[best][0], rule=options["rule"], bracketed=bracketed,
                   grid=[dict(lr=lr, mean=m, values=v) for lr, m, v in rows],
