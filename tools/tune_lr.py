@@ -1,7 +1,8 @@
 """The learning rate of a suite's recipe, tuned: the baseline from scratch on a geometric grid of rates
 that brackets the best one, on seeds no comparison uses, then every variant at 0.5x, 1x and 2x of it.
 
-    python tools/tune_lr.py suites/ra_shakespeare.py --write=config/ra_shakespeare.py --out=reports/tune_ra_shakespeare
+    python tools/tune_lr.py suites/ra_shakespeare.py --seeds=903,904,905 --factors=0.5,1,2 --check_seeds=903,904 \
+        --write=config/ra_shakespeare_scratch.py --out=reports/tune_ra_shakespeare_scratch
 
 The baseline's rate (and min_lr in proportion) starts on `factors` times the recipe's own rate; while
 the best rate sits at an edge of the grid, the grid grows by one `step` in that direction (at most
