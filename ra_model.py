@@ -206,6 +206,8 @@ def reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p):
     # v keeps its head size d where a fused backend takes d != 2d (else sdpa pads it: 2d columns
     # of P @ V where d would do).
     attend = F.scaled_dot_product_attention if sdpa_takes_unequal_value_size(q.device, q.dtype) else sdpa
+    # two cats: q2 and k2 as views of one buffer (one cat of [q, alpha k, k, q], or a stack) gave the
+    # same bits and ran slower on a CPU
     q2 = torch.cat([q, (alpha * k).to(q.dtype)], dim=-1)
     if near is None:
         k2 = torch.cat([k, q], dim=-1)

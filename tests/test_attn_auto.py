@@ -148,3 +148,15 @@ def test_train_reports_the_choice_in_its_checklist(data_dir, tmp_path):
                           window=0, dropout=False, impl="sdpa", sdpa_ms=None, fused_ms=None,
                           reason="the fused kernel runs on GPUs only, not cpu")
     assert checklist["sdpa_backend"] != "not used (attn_impl='auto')"
+
+
+def test_gpu_check_fails_a_slower_or_untimed_choice():
+    import gpu_check
+    record = dict(mode="mix", q_shape=[8, 4, 256, 64], dropout=False, impl="sdpa", sdpa_ms=1.0, fused_ms=2.0,
+                  reason="measured: fused 2.000 ms, SDPA 1.000 ms (forward + backward)")
+    assert gpu_check.auto_choice_row([record])["status"] == "pass"
+    assert gpu_check.auto_choice_row([dict(record, impl="triton")])["status"] == "FAIL"  # the slower one
+    untimed = dict(record, sdpa_ms=None, fused_ms=None, reason="the fused kernel runs on GPUs only, not cpu")
+    assert gpu_check.auto_choice_row([record, untimed])["status"] == "FAIL"
+    assert gpu_check.auto_choice_row([])["status"] == "FAIL"
+    assert gpu_check.auto_choice_row([record])["measured"] == "mix T=256: sdpa"
