@@ -57,11 +57,12 @@ def sdpa_backend(device, dtype, n_head, head_dim, block_size, dropout=0.0):
 
 
 def sdpa_calls(cfg):
-    """The scaled_dot_product_attention calls a training step of cfg makes (attn_impl='sdpa'), by the
-    shapes ra_model.reciprocal_sdpa passes: 'attention' (q, k, v of one head size, causal), 'swap'
-    (the same with query and key exchanged; a (T, T) band mask when windowed), 'mix' (q and k
-    doubled to 2 x head size, v zero-padded to match; windowed: 2T keys and a (T, 2T) mask)."""
-    if cfg["attn_impl"] != "sdpa":
+    """The scaled_dot_product_attention calls a training step of cfg makes (attn_impl='sdpa', or 'auto'
+    where it keeps SDPA), by the shapes ra_model.reciprocal_sdpa passes: 'attention' (q, k, v of one
+    head size, causal), 'swap' (the same with query and key exchanged; a (T, T) band mask when
+    windowed), 'mix' (q and k doubled to 2 x head size, v zero-padded to match; windowed: 2T keys
+    and a (T, 2T) mask)."""
+    if cfg["attn_impl"] not in ("sdpa", "auto"):
         return ()
     reciprocal = cfg["model_type"] == "ra" and cfg["ra_pattern"] != "none"
     if not reciprocal:

@@ -17,6 +17,7 @@ where it needs two), 'info' a measurement with no verdict. Sections (docs/speed-
 - training: GPT-2 124M bf16 at 16 x 1024 compiled (train.py): tokens/s and MFU against the data
   sheet's dense bf16 peak; DeviceTimer against CUDA events; float32 (TF32) against bfloat16 loss
   over 300 steps of a small model; the chunked, Liger and CCE heads against the float64 full head;
+  RA's attn_impl='auto' times both paths of every call and keeps the faster;
 - memory: sharding.memory_estimate against the allocator's peaks, step and evaluation, for the
   baseline, RA (fused and SDPA), MLA, gated attention and activation checkpointing;
 - distributed: torchrun --nproc_per_node=1 on NCCL, a DDP and an FSDP2 step, a DCP save and resume
@@ -543,9 +544,28 @@ def ra_training_rows(directory):
     return rows
 
 
+def auto_choice_row(records):
+    """attn_impl='auto' (the checklist's attn_auto records): on a GPU every reciprocal call is timed both
+    ways and runs the faster, never the slower one."""
+    timed = [r for r in records if r["sdpa_ms"] is not None and r["fused_ms"] is not None]
+    faster = lambda r: "triton" if r["fused_ms"] < r["sdpa_ms"] else "sdpa"
+    ok = bool(records) and len(timed) == len(records) and all(r["impl"] == faster(r) for r in timed)
+    measured = "; ".join(f"{r['mode']} T={r['q_shape'][2]}{' dropout' if r['dropout'] else ''}: {r['impl']}"
+                         for r in records) or "no choice recorded"
+    return correctness("training", "train RA mix attn_impl=auto: the faster path", ok, measured,
+                       "; ".join(r["reason"] for r in records))
+
+
+def ra_auto_rows(directory):
+    out, failed = run_train(directory, "ra_auto", dict(model_type="ra", ra_pattern="all", attn_impl="auto"))
+    if failed:
+        return [row("training", "train RA mix attn_impl=auto", "FAIL", "train.py failed", failed)]
+    return [auto_choice_row(train_events(out, "checklist")[0]["attn_auto"])]
+
+
 def training_rows(directory, device):
     return (gpt2_speed_rows(directory, device) + step_timer_row(device) + parity_rows(directory)
-            + head_rows(device) + ra_training_rows(directory))
+            + head_rows(device) + ra_training_rows(directory) + ra_auto_rows(directory))
 
 
 # ----------------------------------------------------------------------------- memory

@@ -80,8 +80,9 @@ class LayerNorm(nn.Module):
 
 
 def causal_attention(q, k, v, attn_impl, dropout_p):
-    """softmax(q k^T / sqrt(d)) v under the causal mask, for (B, H, T, D) tensors."""
-    if attn_impl == "sdpa":
+    """softmax(q k^T / sqrt(d)) v under the causal mask, for (B, H, T, D) tensors. Every attn_impl
+    but 'manual' runs SDPA: an RA model's standard layers get 'triton' or 'auto', which are RA's own."""
+    if attn_impl != "manual":
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
     T = q.size(-2)
     scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))

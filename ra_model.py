@@ -14,7 +14,8 @@ so it is causal: every term comes from positions <= i. Per reciprocal layer (`ra
 a T x T score matrix: every call can run on the fused (flash) kernel, values being zero-padded
 where their head size differs from q's (see `sdpa`); the windowed variants pass a boolean band
 mask (T x T, or T x 2T for mix: one byte per entry, shared by the batch and heads).
-`attn_impl='manual'` is the readable reference that materializes the scores.
+`attn_impl='manual'` is the readable reference that materializes the scores; 'triton' runs the
+fused kernels of kernels/ra_attention.py; 'auto' measures both and keeps the faster (auto_impl).
 
 MLA (`mla=True`, every layer): K and V come from one shared down-projection c = W_dkv x of size
 `mla_latent_dim` (what an inference cache would hold). With `mla_per_head_q_latent` each head
@@ -49,6 +50,7 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 from configurator import ConfigError
+from devices import device_ms
 from model import (GPT, Block, CausalSelfAttention, GPTConfig, attention_core, attention_params, block_params,
                    causal_attention)
 
@@ -76,7 +78,8 @@ class RAConfig(GPTConfig):
     attn_gate: bool = False  # a sigmoid gate on each head's output, from the block input (GatedOutput)
     qk_norm: bool = False  # each head's q and k RMS-normalized before the scores (QKNorm)
 
-    attn_impls = ("sdpa", "manual", "triton")  # triton: the fused kernels of kernels/ra_attention.py
+    # triton: the fused kernels of kernels/ra_attention.py; auto: the faster of them and sdpa, measured (auto_impl)
+    attn_impls = ("sdpa", "manual", "triton", "auto")
 
     def __post_init__(self):
         super().__post_init__()
@@ -203,6 +206,8 @@ def reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p):
     # v keeps its head size d where a fused backend takes d != 2d (else sdpa pads it: 2d columns
     # of P @ V where d would do).
     attend = F.scaled_dot_product_attention if sdpa_takes_unequal_value_size(q.device, q.dtype) else sdpa
+    # two cats: q2 and k2 as views of one buffer (one cat of [q, alpha k, k, q], or a stack) gave the
+    # same bits and ran slower on a CPU
     q2 = torch.cat([q, (alpha * k).to(q.dtype)], dim=-1)
     if near is None:
         k2 = torch.cat([k, q], dim=-1)
@@ -259,6 +264,103 @@ def reciprocal_triton(q, k, v, mode, alpha, gate_logit, window, dropout_p):
                                              window=window)
 
 
+# ----------------------------------------------------------------------------- attn_impl='auto'
+
+# Where the fused kernel can run, 'auto' times one forward + backward of each path on the call's own
+# inputs (AUTO_WARMUP untimed, the median of AUTO_REPEATS timed, CUDA events) and keeps the faster;
+# a tie keeps SDPA, the reference path.
+AUTO_WARMUP, AUTO_REPEATS = 3, 10
+AUTO_CHOICES = {}  # auto_key -> the record of its choice: the key's fields by name, then choose_faster's
+AUTO_KEY_FIELDS = ("device", "dtype", "q_shape", "v_shape", "mode", "window", "dropout")
+
+
+def auto_key(q, v, mode, window, dropout_p):
+    """What a choice holds for (AUTO_KEY_FIELDS). The device type, not its index: data-parallel ranks
+    adopt rank 0's choices (train.py). Plain values a compiled block can look up without a graph break."""
+    return q.device.type, q.dtype, tuple(q.shape), tuple(v.shape), mode, window, dropout_p > 0
+
+
+def auto_impl(q, k, v, mode, alpha, gate_logit, window, dropout_p):
+    """'sdpa' or 'triton' for this call of attn_impl='auto': the recorded choice for its auto_key,
+    measured on the first call that runs eagerly. Never measured while torch.compile traces (the
+    timing would be traced, not run): an unmeasured call traced there takes SDPA, and train.py
+    measures the training shapes before compiling (measure_auto), so the compiled blocks read those."""
+    key = auto_key(q, v, mode, window, dropout_p)
+    if torch.compiler.is_compiling():
+        return AUTO_CHOICES[key]["impl"] if key in AUTO_CHOICES else "sdpa"
+    if key not in AUTO_CHOICES:
+        fields = dict(zip(AUTO_KEY_FIELDS, key), dtype=str(q.dtype).removeprefix("torch."))  # JSON for the log
+        AUTO_CHOICES[key] = dict(fields, **measure_choice(q, k, v, mode, alpha, gate_logit, window, dropout_p))
+    return AUTO_CHOICES[key]["impl"]
+
+
+def why_not_auto_fused(q, k, v, dropout_p):
+    """None where 'auto' times the fused kernel, else why it does not (SDPA runs, untimed)."""
+    if dropout_p > 0:
+        return "the fused kernel has no attention dropout"
+    if not q.is_cuda:  # the Triton interpreter runs it on CPUs to prove it right, never faster
+        return f"the fused kernel runs on GPUs only, not {q.device.type}"
+    return fused_kernels().why_not_fused(q, k, v)
+
+
+def measure_choice(q, k, v, mode, alpha, gate_logit, window, dropout_p):
+    """choose_faster's record for one call, timing both paths on its own inputs (detached)."""
+    why = why_not_auto_fused(q, k, v, dropout_p)
+    if why is not None:
+        return dict(impl="sdpa", sdpa_ms=None, fused_ms=None, reason=why)
+    sdpa_path = lambda q, k, v, alpha, logit: reciprocal_sdpa(
+        q, k, v, mode, alpha, None if logit is None else torch.sigmoid(logit), window, 0.0)
+    fused_path = lambda q, k, v, alpha, logit: reciprocal_triton(q, k, v, mode, alpha, logit, window, 0.0)
+    # detached views, not copies: the fused path's timing includes the copy it makes of strided inputs
+    inputs = [t.detach().requires_grad_() if isinstance(t, torch.Tensor) else t for t in (q, k, v, alpha, gate_logit)]
+    return choose_faster(lambda: time_forward_backward(sdpa_path, inputs),
+                         lambda: time_forward_backward(fused_path, inputs))
+
+
+def time_forward_backward(attention, inputs):
+    """Median device milliseconds of attention(*inputs) and the gradients of its inputs."""
+    wrt = [t for t in inputs if isinstance(t, torch.Tensor)]
+
+    def step():
+        with torch.enable_grad():  # the first call may come from a no-grad forward (evaluation, measure_auto)
+            y = attention(*inputs)
+            torch.autograd.grad(y, wrt, torch.ones_like(y))
+
+    return device_ms(step, repeats=AUTO_REPEATS, warmup=AUTO_WARMUP)
+
+
+def choose_faster(time_sdpa, time_fused):
+    """{impl, sdpa_ms, fused_ms, reason} from two timers that return milliseconds: the faster path,
+    SDPA on a tie. A fused kernel that fails (a compile error, no resources on this GPU) leaves SDPA,
+    with the failure as the reason; SDPA's own failure is the model's and is raised."""
+    sdpa_ms = time_sdpa()
+    try:
+        fused_ms = time_fused()
+    except Exception as e:  # whatever stops the fused kernel, SDPA still runs the call
+        first_line = next(iter(str(e).splitlines()), "")  # a Triton compile error runs to pages
+        return dict(impl="sdpa", sdpa_ms=sdpa_ms, fused_ms=None,
+                    reason=f"the fused kernel failed ({type(e).__name__}: {first_line})")
+    faster = "triton" if fused_ms < sdpa_ms else "sdpa"
+    return dict(impl=faster, sdpa_ms=sdpa_ms, fused_ms=fused_ms,
+                reason=f"measured: fused {fused_ms:.3f} ms, SDPA {sdpa_ms:.3f} ms (forward + backward)")
+
+
+def measure_auto(model, batch_size, device, autocast):
+    """attn_impl='auto' before training and before torch.compile: no-grad forwards of a batch of the
+    training shape, in training mode and in evaluation mode (dropout on and off), in which every
+    reciprocal layer's call is chosen (auto_impl). The random state is left as it was. Returns the
+    choices ({auto_key: record}) for data-parallel ranks to share and the checklist to report."""
+    idx = torch.zeros(batch_size, model.config.block_size, dtype=torch.long, device=device)
+    was_training = model.training
+    with torch.no_grad(), torch.random.fork_rng(devices=[torch.device(device)] if device.startswith("cuda") else []):
+        for training in (True, False):
+            model.train(training)
+            with autocast:
+                model(idx, last_only=True)
+    model.train(was_training)
+    return dict(AUTO_CHOICES)
+
+
 _warned = set()
 
 
@@ -292,14 +394,17 @@ class ReciprocalMixing:
         dropout_p = self.dropout if self.training else 0.0
         alpha = self.alpha()
         if self.ra_mode is None or (self.ra_mode == "mix" and isinstance(alpha, float) and alpha == 0.0):
-            if self.attn_impl in ("sdpa", "triton"):  # the baseline's call (sdpa pads MLA's values only)
+            if self.attn_impl != "manual":  # the baseline's call (sdpa pads MLA's values only)
                 return sdpa(q, k, v, dropout_p=dropout_p, is_causal=True)
             return causal_attention(q, k, v, self.attn_impl, dropout_p)
-        if self.attn_impl == "triton":
-            gate_logit = self.ra_gate_logit if self.ra_mode == "gate" else None
+        gate_logit = self.ra_gate_logit if self.ra_mode == "gate" else None
+        impl = self.attn_impl
+        if impl == "auto":
+            impl = auto_impl(q, k, v, self.ra_mode, alpha, gate_logit, self.ra_window, dropout_p)
+        if impl == "triton":
             return reciprocal_triton(q, k, v, self.ra_mode, alpha, gate_logit, self.ra_window, dropout_p)
-        p = torch.sigmoid(self.ra_gate_logit) if self.ra_mode == "gate" else None
-        fn = reciprocal_sdpa if self.attn_impl == "sdpa" else reciprocal_manual
+        p = torch.sigmoid(gate_logit) if gate_logit is not None else None
+        fn = reciprocal_sdpa if impl == "sdpa" else reciprocal_manual
         return fn(q, k, v, self.ra_mode, alpha, p, self.ra_window, dropout_p)
 
     def ra_metrics(self, layer_idx):
@@ -535,7 +640,7 @@ class RAGPT(GPT):
         Re-draw the baseline GPT from
         the same random state and copy every weight the two models share (embeddings, norms, MLPs,
         attention c_proj): MLA and baseline then differ only in the attention projections. The
-        initial weights do not depend on attn_impl, and 'triton' is RA's own: the baseline uses sdpa."""
+        initial weights do not depend on attn_impl, and 'triton' and 'auto' are RA's own: the baseline uses sdpa."""
         torch.set_rng_state(rng)
         base = GPT(GPTConfig(**{**{f.name: getattr(config, f.name) for f in fields(GPTConfig)}, "attn_impl": "sdpa"}))
         own = dict(self.named_parameters())

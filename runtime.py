@@ -60,7 +60,7 @@ DEFAULTS = dict(
     dropout=0.0,  # on embeddings, attention weights and residual branches (0: off)
     bias=True,  # biases in Linear layers and LayerNorms
     ln_placement="pre",  # 'pre' (GPT-2) or 'post' (original Transformer)
-    attn_impl="sdpa",  # 'sdpa', 'manual' (materializes the scores), 'triton' (model_type='ra')
+    attn_impl="sdpa",  # 'sdpa', 'manual' (materializes the scores); model_type='ra' also 'triton' (fused kernels) and 'auto' (the faster of sdpa and triton, measured per call shape before training; the checklist's attn_auto)
     activation_checkpointing=False,  # recompute each whole block in backward
     attn_recompute=False,  # recompute only the attention core in backward (model.attention_core)
     tie_weights=True,  # the head shares the token embedding matrix, as in GPT-2

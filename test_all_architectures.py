@@ -80,6 +80,7 @@ ARCHITECTURES.update({
     "ra-all-swap-window": ("ra", dict(ra_pattern="all", ra_mode="swap", ra_window=8)),
     "ra-all-mix-window": ("ra", dict(ra_pattern="all", ra_mode="mix", ra_window=8)),
     "ra-all-mix-window-manual": ("ra", dict(ra_pattern="all", ra_mode="mix", ra_window=8, attn_impl="manual")),
+    "ra-late-mix-window-auto": ("ra", dict(ra_pattern="late", ra_mode="mix", ra_window=8, attn_impl="auto")),
     "ra-all-mix-alpha-layer": ("ra", dict(ra_pattern="all", ra_mode="mix", ra_alpha_learn="layer")),
     "ra-all-mix-alpha-head-post": ("ra", dict(ra_pattern="all", ra_mode="mix", ra_alpha_learn="head",
                                               ln_placement="post")),

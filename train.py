@@ -25,6 +25,7 @@ import devices
 import evaluation
 import forking
 import optim
+import ra_model
 import rundir
 import runrecord
 import runtime
@@ -206,7 +207,7 @@ def check_before_building(cfg, layout, dtype):
     return data_dir, counts, codec
 
 
-def build_for_training(cfg, layout, dtype, checkpoint, trunk):
+def build_for_training(cfg, layout, dtype, autocast, checkpoint, trunk):
     """(raw model, wrapped model, optimizer, pruner, scaler, fork record, model report). The initial
     weights come from one seed on every rank; a branch then takes its trunk's tensors."""
     torch.manual_seed(tokendata.seed_of(cfg, "init"))
@@ -222,6 +223,11 @@ def build_for_training(cfg, layout, dtype, checkpoint, trunk):
     # hooks exist; it forks the RNG and clears its gradients)
     model_report = dict(head_loss=f"{raw_model.config.head_loss} ({why})",
                         **(raw_model.startup_report(layout.device) if hasattr(raw_model, "startup_report") else {}))
+    if cfg["attn_impl"] == "auto":  # measured eagerly before compiling: the compiled blocks read these choices
+        choices = layout.broadcast_object(ra_model.measure_auto(raw_model, cfg["batch_size"], layout.device, autocast)
+                                          if layout.rank == 0 else None)
+        ra_model.AUTO_CHOICES.update(choices)  # every rank runs rank 0's choices
+        model_report["attn_auto"] = list(choices.values())
     model = layout.wrap(raw_model, dtype, cfg)
     optimizer = optim.build_optimizer(raw_model, cfg)
     pruner = optim.Pruner(raw_model, optimizer, cfg, runtime.last_iter(cfg)) if cfg["pruning"] != "none" else None
@@ -287,7 +293,7 @@ def train(cfg, layout, signals, command):
     hellaswag_examples = (evaluation.load_examples_on_ranks(cfg["hellaswag_input"] or "val", cfg["hellaswag_limit"],
                                                             layout) if cfg["hellaswag_interval"] else None)
     raw_model, model, optimizer, pruner, scaler, forked, model_report = build_for_training(
-        cfg, layout, dtype, checkpoint, trunk)
+        cfg, layout, dtype, autocast, checkpoint, trunk)
     weights_bytes = sharding.local_weights_bytes(raw_model)  # this rank's: its FSDP or tensor-parallel shards
     act_norms = evaluation.ActivationNorms(raw_model, cfg["log_act_norm_layers"])
     iter_num, tokens_seen, train_time, best_val, forked = restore_position(

@@ -448,7 +448,8 @@ def test_checklist_names_the_attention_kernel_and_the_float32_matmuls(data_dir, 
     (dict(), ("attention",)), (dict(model_type="ra", ra_pattern="all", ra_mode="mix"), ("mix",)),
     (dict(model_type="ra", ra_pattern="late", ra_mode="swap", ra_window=8), ("attention", "swap")),
     (dict(model_type="ra", ra_pattern="all", ra_mode="mix", ra_window=8), ("mix",)),
-    (dict(model_type="ra", ra_pattern="learned"), ("attention", "swap")), (dict(attn_impl="manual"), ())])
+    (dict(model_type="ra", ra_pattern="learned"), ("attention", "swap")), (dict(attn_impl="manual"), ()),
+    (dict(model_type="ra", ra_pattern="all", ra_mode="mix", attn_impl="auto"), ("mix",))])
 def test_sdpa_probe_covers_ra_calls_and_warns_in_one_line_on_the_math_kernel(options, calls):
     """RA's doubled (mix) and masked (windowed) calls are probed as reciprocal_sdpa makes them; where the
     dispatcher answers MATH (as ROCm builds do on some GPUs) the checklist carries one warning line."""
