@@ -3,9 +3,9 @@
 # python data/shakespeare/prepare.py --tokenizer=char && python train.py config/train_ra_late.py config/ra_shakespeare_scratch.py
 # Why: from scratch, a run leaves the ~2.5 plateau at a moment that differs from seed to seed and from
 # arm to arm; while the curve is still steep at the end, the final loss mostly records that moment.
-# At the tuned rate the seed-to-seed sd of the baseline was ~0.04 at 96 wide x 500 steps and 0.023 at
-# 64 wide x 1,000; at 64 wide x 2,000 steps (final loss ~1.70, the curve flattening) it measured 0.0025
-# on 3 seeds, for twice the CPU time (docs/ablation.md, "The from-scratch flagship, measured").
+# At 1.2e-2 the paired sds were 0.036-0.048 at 96 wide x 500 steps and 0.025-0.034 at 64 wide x 1,000;
+# at 64 wide x 2,000 steps (final loss ~1.70, the curve flattening) they measured 0.008-0.011 on 3
+# screening seeds, for twice the CPU time (docs/ablation.md, "The from-scratch flagship, measured").
 import os
 
 exec(open(os.path.join(os.path.dirname(__file__), "ra_shakespeare.py")).read())
