@@ -244,7 +244,8 @@ def compare(suite, runs):
         entry = dict(runs={f"seed{s}": dict(status=r["status"], value=values[(variant, s)], out_dir=r["out_dir"])
                            for s, r in own.items()},
                      n=len(mine), mean=float(np.mean(list(mine.values()))) if mine else None,
-                     sd=float(np.std(list(mine.values()), ddof=1)) if len(mine) > 1 else None)
+                     sd=float(np.std(list(mine.values()), ddof=1)) if len(mine) > 1 else None,
+                     learning_rate=one_value(r["config"].get("learning_rate") for r in own.values() if r["config"]))
         tasks = lm_eval_results.pooled_task_scores([r["out_dir"] for r in own.values() if r["status"] == "finished"])
         if tasks:
             entry["lm_eval"] = tasks
@@ -351,6 +352,12 @@ def design(runs):
     k = min(points)
     return (f"forked at step {k} from a shared baseline trunk per seed: does switching to the variant for the rest "
             f"of the budget, after {k} steps of the baseline, beat continuing the baseline?")
+
+
+def one_value(values):
+    """The value every run shares, else None (a variant's learning rate: one per arm, or none to report)."""
+    values = set(values)
+    return values.pop() if len(values) == 1 else None
 
 
 def about(reference, tokens):

@@ -689,12 +689,25 @@ def sentence(report, name):
                     if seen else ""))
     else:
         found = f"has **no answer** ({verdict}: {a['why']})"
-    best = ((report.get("tuning") or {}).get("best_factors") or {}).get(name)
-    own_rate = (f"; its own best rate on the tuning seeds is {best:g}x the baseline's, so this same-rate answer may "
-                f"not be its best against the baseline's best" if best and best != 1 else "")
     replaced = (f" (the forked verdict, {a['replaces']['verdict']}, does not stand: "
                 f"{'; '.join(a['replaces']['why'])})" if a.get("replaces") else "")
-    return f"- **{name}**, {a['design']}: {found}{own_rate}{replaced}."
+    return f"- **{name}**, {a['design']}: {found}{rate_clause(report, name)}{replaced}."
+
+
+def rate_clause(report, name):
+    """Which learning rate the variant ran at against the baseline's, and whether that was its own best on the
+    tuning seeds: best against best, a same-rate answer that may not be, or another rate."""
+    best = ((report.get("tuning") or {}).get("best_factors") or {}).get(name)
+    ran, base = report["variants"][name].get("learning_rate"), (report.get("about") or {}).get("learning_rate")
+    factor = ran / base if ran and base else 1.0
+    if not math.isclose(factor, 1.0, rel_tol=1e-3):
+        own = best is not None and math.isclose(factor, best, rel_tol=1e-3)
+        return (f"; at {factor:g}x the baseline's rate" + (", its own best on the tuning seeds: best against best"
+                                                             if own else ""))
+    if best and best != 1:
+        return (f"; its own best rate on the tuning seeds is {best:g}x the baseline's, so this same-rate answer may "
+                f"not be its best against the baseline's best")
+    return ""
 
 
 def headline(report):

@@ -131,3 +131,16 @@ def test_where_the_loss_is_flat_within_noise_the_lowest_tied_rate_is_chosen(tmp_
             in one_se["summary"])
     _, lowest, _ = tune(tmp_path, seeds, "--refine=0", "--variants=False", "--rule=lowest_mean")
     assert lowest["best_lr"] == pytest.approx(8e-3)
+
+
+@pytest.mark.parametrize("ran, best, said", [
+    (5e-3, 0.5, "; at 0.5x the baseline's rate, its own best on the tuning seeds: best against best"),
+    (1e-2, 0.5, "; its own best rate on the tuning seeds is 0.5x the baseline's, so this same-rate answer may not be its best"),
+    (2e-2, 1, "; at 2x the baseline's rate"),
+    (1e-2, 1, ""),
+    (1e-2, None, "")])
+def test_a_headline_sentence_says_at_which_rate_the_variant_ran_and_whether_it_was_its_own_best(ran, best, said):
+    from ablation import render
+    report = dict(about=dict(learning_rate=1e-2), variants=dict(v=dict(learning_rate=ran)),
+                  tuning=dict(best_factors={} if best is None else dict(v=best)))
+    assert render.rate_clause(report, "v").startswith(said) and (said or render.rate_clause(report, "v") == "")
