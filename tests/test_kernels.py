@@ -185,6 +185,33 @@ def test_every_band_edge_against_the_reference(mode):
         _assert_float32_matches_reference((1, 1, 40, 16), mode, window)
 
 
+def test_only_whole_tiles_drop_the_masks():
+    """EVEN (_even_tiles, per autotune configuration): T a multiple of both block sizes and a head size
+    that fills BLOCK_D; a ragged T, a T that one block size does not divide, or a padded head keep them."""
+    even = lambda T, D, block_m, block_n, block_d: ra._even_tiles(dict(T=T, D=D, BLOCK_M=block_m, BLOCK_N=block_n,
+                                                                        BLOCK_D=block_d))
+    assert even(1024, 64, 128, 64, 64) and even(2048, 128, 16, 128, 128) and even(32, 16, 16, 16, 16)
+    assert not even(1000, 64, 16, 64, 64) and not even(96, 64, 32, 64, 64) and not even(1024, 48, 16, 64, 64)
+
+
+@pytest.mark.parametrize("T", [32, 37])
+def test_even_and_ragged_sequences_match_the_reference(T, monkeypatch):
+    """T = 32 fills its 16 x 16 tiles: every launch takes EVEN (loads, stores and atomic adds without
+    masks); T = 37 leaves a ragged tail and none does. Every mode, band edges, both backward paths."""
+    seen = set()
+
+    def recorded(args):
+        seen.add(ra._even_tiles(args))
+        return ra._even_tiles(args)
+
+    for tuned in (ra._fwd_tuned, ra._bwd_col_tuned, ra._bwd_row_tuned):  # what each launch decided
+        monkeypatch.setitem(tuned.fn.values, "EVEN", recorded)
+    for mode, window, deterministic in (("swap", 7, False), ("mix", 0, False), ("mix", 9, False), ("mix", 9, True),
+                                        ("gate", 5, False)):
+        _assert_float32_matches_reference((1, 2, T, 16), mode, window, deterministic=deterministic)
+    assert seen == {T % 16 == 0}
+
+
 @pytest.mark.parametrize("mode,window", [("standard", 0), ("swap", 7), ("mix", 0), ("mix", 18), ("gate", 5)])
 def test_the_atomic_and_deterministic_backward_agree(mode, window):
     """deterministic=True replaces the column kernel's atomic adds of the row halves (dQ from S,
@@ -348,7 +375,7 @@ tl = ra.tl
 
 @ra.triton.jit
 def copy_tile(X, Out, in_off, start, stride_t, T, D, BLOCK: tl.constexpr):
-    x = ra._load_tile(X, in_off, start, stride_t, T, D, 0, BLOCK, BLOCK, tl.float32)
+    x = ra._load_tile(X, in_off, start, stride_t, T, D, 0, BLOCK, BLOCK, tl.float32, False)  # masked
     rows = tl.arange(0, BLOCK)
     tl.store(Out + rows[:, None] * BLOCK + rows[None, :], x)
 
