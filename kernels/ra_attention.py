@@ -111,11 +111,15 @@ def autotune_space(target, block_d=64, mix=False):
                 [(64, 32, 4, 2), (64, 64, 4, 2)])
     if block_d <= 64:
         fwd = [(64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4)]
-        col = [(16, 64, 4, 2), (32, 64, 8, 2)] if mix else [(32, 64, 4, 2), (32, 64, 8, 2), (64, 128, 8, 2)]
+        # mix's 128 held key rows halve the atomic adds of the row halves (each program adds one
+        # BLOCK_M x D tile per query block it streams); 32 x 128 spills (8-36 bytes), 16 x 128 does not
+        col = ([(16, 64, 4, 2), (32, 64, 8, 2), (16, 128, 8, 2)] if mix
+               else [(32, 64, 4, 2), (32, 64, 8, 2), (64, 128, 8, 2)])
         return fwd, col, [(64, 64, 4, 3), (128, 64, 8, 3)]
     # 128-wide rows: the 64-row forward tiles spill in windowed mix, the column kernel holds three
-    # 128-wide accumulators (windowed mix still spills 24-52 bytes in every tile, docs/kernels.md)
-    col = [(16, 32, 4, 2), (16, 64, 8, 2)] if mix else [(32, 64, 8, 2)]
+    # 128-wide accumulators (windowed mix still spills 24-52 bytes in every tile, docs/kernels.md);
+    # two fit 128 key rows, three do not (mix's 16 x 128 spills 384 bytes)
+    col = [(16, 32, 4, 2), (16, 64, 8, 2)] if mix else [(32, 64, 8, 2), (32, 128, 8, 2)]
     return [(128, 64, 8, 3)], col, [(32, 64, 8, 2)] if mix else [(32, 64, 8, 2), (128, 64, 8, 3)]
 
 

@@ -153,12 +153,13 @@ def _assert_float32_matches_reference(shape, mode, window, **options):
         _assert_close(grad, ref_grad, torch.float32, f"{mode} window {window} {name}")
 
 
-@pytest.mark.parametrize("tile", [(32, 64), (64, 32), (16, 32)])
-def test_unequal_tiles_match_the_reference(tile, monkeypatch):
+@pytest.mark.parametrize("tile,T", [((32, 64), 100), ((64, 32), 100), ((16, 32), 100), ((16, 128), 300)])
+def test_unequal_tiles_match_the_reference(tile, T, monkeypatch):
     """The GPU lists hold BLOCK_M != BLOCK_N (the column kernel walks BLOCK_M-row blocks from a
-    BLOCK_N-aligned start); T = 100 spans several tiles of each shape with a ragged tail."""
+    BLOCK_N-aligned start), up to sm90's 128 held key rows in mix's column kernel; T spans several
+    tiles of each shape with a ragged tail (300: three 128-key blocks)."""
     monkeypatch.setattr(ra, "INTERPRET_TILE", tile)
-    shape = (1, 2, 100, 16)
+    shape = (1, 2, T, 16)
     for mode, window in (("swap", 40), ("mix", 0), ("mix", 33), ("gate", 7)):
         _assert_float32_matches_reference(shape, mode, window)
 
@@ -429,6 +430,8 @@ def test_the_autotuner_times_only_the_configurations_listed_for_the_gpu_head_siz
             assert ra._knobs(config) == ra.cdna_knobs(target, index)  # MI300X's waves_per_eu, matrix_instr_nonkdim
     assert ra.autotune_space("sm90", 128)[0] != ra.autotune_space("sm90", 64)[0]
     assert ra.autotune_space("sm90", 64, mix=True)[1] != ra.autotune_space("sm90", 64)[1]  # three accumulators
+    for block_d, mix in ((64, True), (128, False)):  # 128 key rows: half the atomic adds of 64-key blocks
+        assert any(n == 128 for m, n, *_ in ra.autotune_space("sm90", block_d, mix)[1])
 
 
 @pytest.mark.parametrize("mode,window", [("standard", 0), ("swap", 4), ("mix", 0), ("gate", 3)])
