@@ -201,35 +201,26 @@ if triton is not None:
         return x
 
     @triton.jit
-    def _streamed(X, RX, off, stride_t, start, T, D, d0, R: tl.constexpr, BLOCK: tl.constexpr,
-                  BLOCK_C: tl.constexpr, DOT: tl.constexpr, EVEN: tl.constexpr):
-        """The streamed rows start .. start + BLOCK of X and, with the alpha term (R != 0), of RX, head
-        columns d0 .. d0 + BLOCK_C: loaded once per tile, for its scores and its gradient products."""
-        x = _load_tile(X, off, start, stride_t, T, D, d0, BLOCK, BLOCK_C, DOT, EVEN)
-        rx = x
-        if R != 0:
-            rx = _load_tile(RX, off, start, stride_t, T, D, d0, BLOCK, BLOCK_C, DOT, EVEN)
-        return x, rx
-
-    @triton.jit
-    def _scores(a, ra, b, rb, A, RA, a_off, a_stride, a_start, B, RB, b_off, b_stride, b_start, T, D, alpha,
+    def _scores(a, ra, A, RA, a_off, a_stride, a_start, B, RB, b_off, b_stride, b_start, T, D, alpha,
                 R: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr,
                 BLOCK_DC: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
                 EVEN: tl.constexpr):
-        """s = a . b^T for the held rows a and the streamed rows b (B's rows b_start .., _streamed); R = 1
-        adds ra . rb^T into the same accumulator (ra: held rows already scaled by alpha; rb: RB's rows),
-        R = 2 returns that term apart as r (to be masked by the band), R = 0 leaves it out. With
-        BLOCK_DC < BLOCK_D (RDNA3's head split) no program holds whole rows: a, ra, b and rb are not
-        used, every chunk comes from A, RA, B and RB, with volatile loads (LLVM would hoist the
-        loop-invariant chunks and hold whole rows again)."""
+        """s = a . B_b^T for the held rows a and B's rows b_start ..; R = 1 adds ra . RB_b^T into the
+        same accumulator (ra: held rows already scaled by alpha), R = 2 returns that term apart as r
+        (to be masked by the band), R = 0 leaves it out. With BLOCK_DC < BLOCK_D (RDNA3's head split)
+        no program holds whole rows: the held rows come from A and RA chunk by chunk too, with
+        volatile loads (LLVM would hoist the loop-invariant chunks and hold whole rows again)."""
         s = tl.zeros([BLOCK_A, BLOCK_B], ACC)
         r = s
         if BLOCK_DC == BLOCK_D:
+            b = _load_tile(B, b_off, b_start, b_stride, T, D, 0, BLOCK_B, BLOCK_D, DOT, EVEN)
             s = tl.dot(a, tl.trans(b), s, input_precision=PRECISION, out_dtype=ACC)
-            if R == 1:
-                s = tl.dot(ra, tl.trans(rb), s, input_precision=PRECISION, out_dtype=ACC)
-            elif R == 2:
-                r = tl.dot(ra, tl.trans(rb), r, input_precision=PRECISION, out_dtype=ACC)
+            if R != 0:
+                rb = _load_tile(RB, b_off, b_start, b_stride, T, D, 0, BLOCK_B, BLOCK_D, DOT, EVEN)
+                if R == 1:
+                    s = tl.dot(ra, tl.trans(rb), s, input_precision=PRECISION, out_dtype=ACC)
+                else:
+                    r = tl.dot(ra, tl.trans(rb), r, input_precision=PRECISION, out_dtype=ACC)
         else:
             for d0 in tl.static_range(0, BLOCK_D, BLOCK_DC):
                 a_c = _load_tile(A, a_off, a_start, a_stride, T, D, d0, BLOCK_A, BLOCK_DC, DOT, EVEN, True)
@@ -320,9 +311,8 @@ if triton is not None:
         """The online softmax over key blocks lo .. hi (one run)."""
         offs_m = start_m + tl.arange(0, BLOCK_M)
         for start_n in range(lo, hi, BLOCK_N):
-            b, rb = _streamed(B, A, in_off, stride_t, start_n, T, D, d0, R, BLOCK_N, BLOCK_DC, DOT, EVEN)
-            s, r = _scores(a, ra, b, rb, A, B, in_off, stride_t, start_m, B, A, in_off, stride_t, start_n, T, D,
-                           alpha, R, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION, EVEN)
+            s, r = _scores(a, ra, A, B, in_off, stride_t, start_m, B, A, in_off, stride_t, start_n, T, D, alpha,
+                           R, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION, EVEN)
             if MASKED:
                 s, band = _mask(s, r, offs_m[:, None], start_n + tl.arange(0, BLOCK_N)[None, :], T, W, MIX, R)
             x = s * qk_scale
@@ -428,23 +418,22 @@ if triton is not None:
         qk_scale = scale * 1.4426950408889634
         for start_m in range(lo, hi, BLOCK_M):
             offs_m = start_m + tl.arange(0, BLOCK_M)
-            # S^T_ji = B_j . A_i and alpha R^T_ji = alpha A_j . B_i; A_i, B_i and dO_i serve the
-            # gradient products below too
-            a_i, b_i = _streamed(A, B, in_off, stride_t, start_m, T, D, d0, R, BLOCK_M, BLOCK_DC, DOT, EVEN)
-            do_i = _load_tile(DO, do_off, start_m, D, T, D, d0, BLOCK_M, BLOCK_DC, DOT, EVEN)
-            st, rt = _scores(b, rb, a_i, b_i, B, A, in_off, stride_t, start_n, A, B, in_off, stride_t, start_m, T, D,
-                             alpha, R, BLOCK_N, BLOCK_M, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION, EVEN)
+            # S^T_ji = B_j . A_i and alpha R^T_ji = alpha A_j . B_i
+            st, rt = _scores(b, rb, B, A, in_off, stride_t, start_n, A, B, in_off, stride_t, start_m, T, D, alpha,
+                             R, BLOCK_N, BLOCK_M, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION, EVEN)
             band = st > 0  # unused unless masked
             if MASKED:
                 st, band = _mask(st, rt, offs_m[None, :], offs_n[:, None], T, W, MIX, R)
             lse = _load_rows(L, bh, offs_m, T, EVEN)
             delta = _load_rows(Delta, bh, offs_m, T, EVEN)
             pt = tl.exp2(st * qk_scale - lse[None, :])  # masked logits are -inf: P = 0 there
-            dpt, _ = _scores(v, v, do_i, do_i, V, V, in_off, stride_t, start_n, DO, DO, do_off, D, start_m, T, D,
-                             alpha, 0, BLOCK_N, BLOCK_M, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION, EVEN)  # v_j . dO_i
+            dpt, _ = _scores(v, v, V, V, in_off, stride_t, start_n, DO, DO, do_off, D, start_m, T, D, alpha,
+                             0, BLOCK_N, BLOCK_M, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION, EVEN)  # v_j . dO_i
             gt = pt * (dpt - delta[None, :]) * scale  # d(loss) / d(S_ij), transposed
             if GRADS != 2:  # the S half
+                do_i = _load_tile(DO, do_off, start_m, D, T, D, d0, BLOCK_M, BLOCK_DC, DOT, EVEN)
                 dv = tl.dot(pt.to(DOT), do_i, dv, input_precision=PRECISION, out_dtype=ACC)
+                a_i = _load_tile(A, in_off, start_m, stride_t, T, D, d0, BLOCK_M, BLOCK_DC, DOT, EVEN)
                 db = tl.dot(gt.to(DOT), a_i, db, input_precision=PRECISION, out_dtype=ACC)  # S_ij = A_i . B_j
                 if ATOMIC:  # the row half of dA_i, added into the shared buffer (FlashAttention-2's dQ)
                     _add_tile(DA, bh, offs_m, d0, tl.dot(tl.trans(gt).to(DOT), b_c, input_precision=PRECISION,
@@ -453,6 +442,7 @@ if triton is not None:
                 gbt = gt
                 if R == 2:
                     gbt = tl.where(band, gt, 0.0)
+                b_i = _load_tile(B, in_off, start_m, stride_t, T, D, d0, BLOCK_M, BLOCK_DC, DOT, EVEN)
                 du = tl.dot(gbt.to(DOT), b_i, du, input_precision=PRECISION, out_dtype=ACC)  # dA_j / alpha
                 if ATOMIC:  # the row half of dB_i: alpha sum_j g_ij A_j (rb_c holds alpha A_j)
                     _add_tile(DB, bh, offs_m, d0, tl.dot(tl.trans(gbt).to(DOT), rb_c, input_precision=PRECISION,
@@ -565,21 +555,21 @@ if triton is not None:
         offs_m = start_m + tl.arange(0, BLOCK_M)
         qk_scale = scale * 1.4426950408889634
         for start_n in range(lo, hi, BLOCK_N):
-            b_j, a_j = _streamed(B, A, in_off, stride_t, start_n, T, D, d0, R, BLOCK_N, BLOCK_DC, DOT, EVEN)
-            v_j = _load_tile(V, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, DOT, EVEN)
-            s, r = _scores(a, ra, b_j, a_j, A, B, in_off, stride_t, start_m, B, A, in_off, stride_t, start_n, T, D,
-                           alpha, R, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION, EVEN)
+            s, r = _scores(a, ra, A, B, in_off, stride_t, start_m, B, A, in_off, stride_t, start_n, T, D, alpha,
+                           R, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION, EVEN)
             band = s > 0  # unused unless masked
             if MASKED:
                 s, band = _mask(s, r, offs_m[:, None], start_n + tl.arange(0, BLOCK_N)[None, :], T, W, MIX, R)
             p = tl.exp2(s * qk_scale - lse[:, None])
-            dp, _ = _scores(do_h, do_h, v_j, v_j, DO, DO, do_off, D, start_m, V, V, in_off, stride_t, start_n, T, D,
-                            alpha, 0, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION, EVEN)  # dO_i . v_j
+            dp, _ = _scores(do_h, do_h, DO, DO, do_off, D, start_m, V, V, in_off, stride_t, start_n, T, D, alpha,
+                            0, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION, EVEN)  # dO_i . v_j
             g = p * (dp - delta[:, None]) * scale
+            b_j = _load_tile(B, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, DOT, EVEN)
             da = tl.dot(g.to(DOT), b_j, da, input_precision=PRECISION, out_dtype=ACC)
             if R != 0:
                 if R == 2:
                     g = tl.where(band, g, 0.0)
+                a_j = _load_tile(A, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, DOT, EVEN)
                 db = tl.dot(g.to(DOT), a_j, db, input_precision=PRECISION, out_dtype=ACC)
         return da, db
 
