@@ -184,6 +184,8 @@ def main():
                         help="the mask-free specialization (T a multiple of the tile, D a power of two: EVEN)")
     args = parser.parse_args()
     block_d = max(16, 1 << (args.D - 1).bit_length())
+    if args.even and not ra.mask_free_tiles(args.target, block_d):
+        print(f"{args.target} at D={args.D} does not take EVEN (ra_attention.mask_free_tiles)", flush=True)
     spill_unit = "bytes" if args.target.startswith("sm") else "VGPRs"
     failures, spilled, compiled, chosen = 0, 0, 0, []
     for kernel, (_, _, index) in KERNELS.items():

@@ -18,26 +18,28 @@ For (B, H, T, D) tensors q, k, v, scale = 1/sqrt(D), and positions i (query row)
 `window` (ra_window) therefore limits only the reciprocal term; it has no effect on `standard`.
 `softmax(x | m)` is the softmax over the positions where m holds.
 
-The Triton path follows FlashAttention-2: the forward walks key blocks with an online softmax
-(O(T) memory) and saves each row's log-sum-exp; the backward recomputes the scores from the saved
+The Triton path follows FlashAttention-2: the forward walks key blocks with an online softmax (O(T)
+memory) and saves each row's log-sum-exp; the backward recomputes the scores from the saved
 statistics. Each launch runs one stream: the reciprocal stream is the ordinary one with q and k
 exchanged (R = S with q, k swapped), so `gate` runs two launches. mix runs as one stream whose
 logits S_ij + alpha R_ij = [q_i, alpha k_i] . [k_j, q_j] are one accumulator per tile (k scaled by
 alpha once per program); only the tiles cut by the band's edge keep the alpha term apart. Tiles
 inside the causal set (and inside or outside the band) build no mask: each loop runs in masked and
-unmasked runs. The backward is one Delta launch (rowsum(dO * O)) and one column-parallel launch
-(one program per key block) holding dV, dK and mix's reciprocal half of dQ in registers; the
-row-side halves (dQ from S, mix's dK from alpha R) go into float32 buffers by atomic adds, as
-FlashAttention-2 adds dQ. dalpha is one number per key row, summed per head after the kernel.
-`deterministic=True` (or PyTorch's deterministic algorithms) replaces the atomics by a row-parallel
-launch: bit-reproducible, one more recomputation of the scores. Where one column pass holding three
-accumulators spills (AMD, and windowed mix at D = 128 on NVIDIA: recip_pass), mix's column kernel
-runs twice, the S half and then the alpha R half; RDNA3 always takes the row launch instead of
-atomics (atomic_backward). Every structure sums the same products in the same order per
-accumulator: the gradients agree across them (bit for bit on the deterministic path). On RDNA3
-at head size 128 each block runs as two programs of 64 output columns that compute the scores in
-64-column chunks (head_chunk), and the loops are not split (split_loops). docs/kernels.md has each kernel's
-registers, spills and matrix instructions per target (kernels/compile_check.py).
+unmasked runs; where T is a multiple of both block sizes and D a power of two up to 64 (EVEN,
+_even_tiles; not on CDNA), no load, store or atomic add is masked either. The backward is one Delta
+launch (rowsum(dO * O)) and one column-parallel launch (one program per key block) holding dV, dK
+and mix's reciprocal half of dQ in registers; the row-side halves (dQ from S, mix's dK from alpha R)
+go into float32 buffers by atomic adds, as FlashAttention-2 adds dQ. dalpha is one number per key
+row, summed per head after the kernel. `deterministic=True` (or PyTorch's deterministic algorithms)
+replaces the atomics by a row-parallel launch: bit-reproducible, one more recomputation of the
+scores. Where one column pass holding three accumulators spills (AMD, and windowed mix at D = 128 on
+NVIDIA: recip_pass), mix's column kernel runs twice, the S half and then the alpha R half; RDNA3
+always takes the row launch instead of atomics (atomic_backward). Every structure sums the same
+products in the same order per accumulator: the gradients agree across them (bit for bit on the
+deterministic path). On RDNA3 at head size 128 each block runs as two programs of 64 output columns
+that compute the scores in 64-column chunks (head_chunk), and the loops are not split (split_loops).
+docs/kernels.md has each kernel's registers, spills and matrix instructions per target
+(kernels/compile_check.py).
 
 The kernels run when Triton is importable and the inputs are on a GPU (CUDA or ROCm), or under
 TRITON_INTERPRET=1 (then on CPU tensors, slowly: that is how the tests prove them right).
@@ -153,11 +155,21 @@ def recip_pass(target, block_d, band):
     return target.startswith("gfx") or (band and block_d > 64)
 
 
+def mask_free_tiles(target, block_d):
+    """Whether launches on the target at this (padded) head size take EVEN where the tiles allow it
+    (_even_tiles): up to D = 64, not on CDNA. Without their masks at D = 128, sm90's forward for
+    windowed mix (255 registers) spilled 24 bytes and gfx942's column kernel 5 VGPRs, where the masked
+    kernels fit; CDNA at 64 is unchecked (docs/kernels.md)."""
+    return block_d <= 64 and not is_cdna(target)
+
+
 def _even_tiles(args):
     """EVEN, decided per configuration from a launch's arguments: every tile lies inside the sequence
     and the head (T a multiple of BLOCK_M and BLOCK_N, D a power of two from 16), so the kernels'
-    loads, stores and atomic adds run without masks. GPT-2's T = 1024 at D = 64 takes it."""
-    return args["T"] % args["BLOCK_M"] == 0 and args["T"] % args["BLOCK_N"] == 0 and args["D"] == args["BLOCK_D"]
+    loads, stores and atomic adds run without masks, where the target fits them (mask_free_tiles).
+    GPT-2's T = 1024 at D = 64 takes it."""
+    whole = args["T"] % args["BLOCK_M"] == 0 and args["T"] % args["BLOCK_N"] == 0 and args["D"] == args["BLOCK_D"]
+    return whole and (INTERPRET or mask_free_tiles(gpu_target(torch.cuda.current_device()), args["BLOCK_D"]))
 
 
 def is_cdna(target):

@@ -186,13 +186,20 @@ def test_every_band_edge_against_the_reference(mode):
         _assert_float32_matches_reference((1, 1, 40, 16), mode, window)
 
 
-def test_only_whole_tiles_drop_the_masks():
+def test_only_whole_tiles_drop_the_masks(monkeypatch):
     """EVEN (_even_tiles, per autotune configuration): T a multiple of both block sizes and a head size
-    that fills BLOCK_D; a ragged T, a T that one block size does not divide, or a padded head keep them."""
+    that fills BLOCK_D; a ragged T, a T that one block size does not divide, or a padded head keep them,
+    and on a GPU so do head sizes above 64 and CDNA (mask_free_tiles: they spilled without them)."""
     even = lambda T, D, block_m, block_n, block_d: ra._even_tiles(dict(T=T, D=D, BLOCK_M=block_m, BLOCK_N=block_n,
                                                                         BLOCK_D=block_d))
-    assert even(1024, 64, 128, 64, 64) and even(2048, 128, 16, 128, 128) and even(32, 16, 16, 16, 16)
+    assert even(1024, 64, 128, 64, 64) and even(2048, 128, 16, 128, 128) and even(32, 16, 16, 16, 16)  # interpreter
     assert not even(1000, 64, 16, 64, 64) and not even(96, 64, 32, 64, 64) and not even(1024, 48, 16, 64, 64)
+    monkeypatch.setattr(ra, "INTERPRET", False)  # a GPU launch asks its target
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    for target, block_d, takes in (("sm90", 64, True), ("gfx1100", 32, True), ("sm90", 128, False),
+                                   ("gfx942", 64, False)):
+        monkeypatch.setattr(ra, "gpu_target", lambda device, target=target: target)
+        assert even(1024, block_d, 128, 64, block_d) == takes == ra.mask_free_tiles(target, block_d), target
 
 
 @pytest.mark.parametrize("T", [32, 37])
