@@ -555,11 +555,15 @@ def ladder_markdown(report, plot):
              f"and warmup) and the learning rate {rule_text(across['learning_rate_rule'])} (learning_rate and min_lr), "
              f"N being the non-embedding parameters 12 n_layer n_embd^2. Keys allowed to differ within a size: "
              f"{', '.join(report['allowed']) or 'none'}.",
+             "", f"Learning rate: the recipe's at `{across['reference']}`, "
+                 f"{report.get('tuning') or 'no run of that size, so its tuning is not known'}; every other size's "
+                 f"follows the rule (the table's column), checked at the ends below.",
              "", "Design: " + "; ".join(f"`{size}` {d}" for size, d in report.get("designs", {}).items()),
-             "", "| size | shape | N | compared at tokens | report |", "|---|---|---|---|---|"]
+             "", "| size | shape | N | learning rate | compared at tokens | report |", "|---|---|---|---|---|---|"]
     for size, s in sizes.items():
         per = report["per_size"].get(size)
         lines.append(f"| {size} | {', '.join(f'{k}={v}' for k, v in s['shape'].items())} | {s['params']:,} | "
+                     f"{fmt(per.get('learning_rate')) if per else '-'} | "
                      f"{thousands(per['compared_at_tokens']) if per else '-'} | "
                      + (f"[{per['report']}]({per['report']})" if per else "no runs") + " |")
     lines += ["", "## Across sizes", "",

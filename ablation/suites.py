@@ -432,12 +432,14 @@ def report_ladder_dir(suite_dir, out_dir=None, plan=None):
     goal = compare.check_metric(declared["metric"])[2]
     checked = ladder.lr_check(suite_dir, declared)  # the rule's learning rate at the ladder's ends
     across = ladder.across_sizes(declared["ladder"], reports, goal, checked)  # no trend while it fails
+    reference = reports.get(declared["ladder"]["reference"])
     report = dict(suite=declared["name"], metric=declared["metric"], goal=goal, baseline=declared["baseline"],
                   allowed=declared["allowed"], designs={s: r["design"].split(":")[0] for s, r in reports.items()},
-                  per_size={s: dict(compared_at_tokens=r["compared_at_tokens"],
-                                                                 alpha=r["alpha"], comparisons=r["comparisons"],
-                                                                 report=os.path.join(s, "report.md"))
-                                                          for s, r in reports.items()},
+                  per_size={s: dict(compared_at_tokens=r["compared_at_tokens"], alpha=r["alpha"],
+                                    comparisons=r["comparisons"], report=os.path.join(s, "report.md"),
+                                    learning_rate=(r.get("about") or {}).get("learning_rate"))
+                            for s, r in reports.items()},
+                  tuning=render.tuning_text(reference) if reference else None,
                   across_sizes=across, **({"lr_check": checked} if checked else {}))
     os.makedirs(out_dir, exist_ok=True)
     plot = render.ladder_plot(report, out_dir)

@@ -325,6 +325,11 @@ def test_a_ladder_suite_runs_resumes_and_reports_across_sizes(data_dir, tmp_path
     text = open(suite_dir / "report.md").read()
     assert "## Across sizes" in text and "- **ra**: grows: " in text
     assert "Design: `s` every run trained from scratch; `m` every run trained from scratch" in text
+    assert "Learning rate: the recipe's at `m`, **untuned**" in text  # each header states the recipe's tuning
+    per_size = json.load(open(suite_dir / "report.json"))["per_size"]
+    n = {size: ladder.non_embedding_params(shape) for size, shape in SHAPES.items()}
+    assert {size: p["learning_rate"] for size, p in per_size.items()} == pytest.approx(
+        {size: 0.01 * (n[size] / n["m"]) ** (-1 / 3) for size in SHAPES}, rel=1e-3)  # the rule's rates, 4 digits
     assert "![effect against size and compute](effect_vs_size.png)" in text
     assert os.path.getsize(suite_dir / "effect_vs_size.png") > 1000
     calls.clear()

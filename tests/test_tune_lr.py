@@ -127,6 +127,7 @@ def test_where_the_loss_is_flat_within_noise_the_lowest_tied_rate_is_chosen(tmp_
     seeds = "--seeds=901,902,903"
     _, one_se, _ = tune(tmp_path, seeds, "--refine=0", "--variants=False")
     assert one_se["best_lr"] == pytest.approx(4e-3) and one_se["lowest_mean_lr"] == pytest.approx(8e-3)
-    assert "best 0.004 (the lowest rate within one standard error of the lowest mean, at 0.008)" in one_se["summary"]
+    assert ("best 0.004 (bracketed; the lowest rate within one standard error of the lowest mean, at 0.008)"
+            in one_se["summary"])
     _, lowest, _ = tune(tmp_path, seeds, "--refine=0", "--variants=False", "--rule=lowest_mean")
     assert lowest["best_lr"] == pytest.approx(8e-3)

@@ -180,7 +180,7 @@ def summary(result):
     rates = [r["lr"] for r in result["grid"]]
     refine = result.get("refine", 0) if result["bracketed"] else 0
     lowest = result.get("lowest_mean_lr", result["best_lr"])
-    one_se = (f" (the lowest rate within one standard error of the lowest mean, at {rate_text(lowest)})"
+    one_se = (f"; the lowest rate within one standard error of the lowest mean, at {rate_text(lowest)}"
               if not math.isclose(lowest, result["best_lr"]) else "")
     refined = f", refined to x{result['step'] ** 0.5 ** refine:.3g} around the best" if refine else ""
     moved = {v: c["best_factor"] for v, c in result["variants"].items() if c["best_factor"] != 1.0}
@@ -191,8 +191,8 @@ def summary(result):
     return (f"tuned by tools/tune_lr.py on {result['date']} at commit {result['commit'][:10]}: {result['baseline']} "
             f"from scratch on {len(rates)} rates {rate_text(rates[0])}..{rate_text(rates[-1])} (x{result['step']:g}"
             f"{refined}), "
-            f"seeds {', '.join(map(str, result['seeds']))}, best {rate_text(result['best_lr'])}{one_se}"
-            f"{' (bracketed)' if result['bracketed'] else ' (NOT bracketed: at the edge of max_points rates)'}"
+            f"seeds {', '.join(map(str, result['seeds']))}, best {rate_text(result['best_lr'])} "
+            f"({'bracketed' if result['bracketed'] else 'NOT bracketed: at the edge of max_points rates'}{one_se})"
             f"{shifted}")
 
 
