@@ -188,7 +188,12 @@ def _probe_unequal_value_size(device, dtype):
 
 def reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p):
     """The RA variants through F.scaled_dot_product_attention; no T x T scores in memory."""
-    T, d = q.size(-2), q.size(-1)
+    if mode == "mix":
+        # [k | q] is a copy here (RAAttention reads it as a view of c_attn's output instead); one buffer
+        # holding both doubled operands (a cat of [q, alpha k, k, q], or a stack) gave the same bits and
+        # ran slower on a CPU
+        return mix_sdpa(torch.cat([k, q], dim=-1), v, alpha, window, dropout_p)
+    T = q.size(-2)
     near = band(T, window, q.device) if 0 < window < T else None  # None: the whole causal set
 
     def recip(q, k, v):  # softmax_j(k_i . q_j): SDPA with the roles of query and key swapped
@@ -198,25 +203,32 @@ def reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p):
 
     if mode == "swap":
         return recip(q, k, v)
-    if mode == "gate":
-        y = sdpa(q, k, v, dropout_p=dropout_p, is_causal=True)
-        return torch.lerp(y, recip(q, k, v), p.to(y.dtype))  # (1-p)*y + p*y_recip
-    # mix. SDPA would scale by 1/sqrt(2d), the head size of the doubled vectors: pass 1/sqrt(d).
+    y = sdpa(q, k, v, dropout_p=dropout_p, is_causal=True)  # gate
+    return torch.lerp(y, recip(q, k, v), p.to(y.dtype))  # (1-p)*y + p*y_recip
+
+
+def mix_sdpa(kq, v, alpha, window, dropout_p):
+    """mix through one SDPA call with doubled head vectors, [q_i, alpha k_i] . [k_j, q_j] = q_i.k_j + alpha k_i.q_j.
+    kq = [k | q] (B, H, T, 2d) is the doubled key as it is: a view of c_attn's output where RAAttention lays it
+    out per head, so the doubled query is the one copy. That way round rather than [q | k] . [k | alpha q]:
+    alpha k_i . q_j and k_i . alpha q_j round differently (unless alpha is a power of 2), and this way the
+    operands are bit for bit those of the concatenating path that came first."""
+    T, d = kq.size(-2), kq.size(-1) // 2
+    k, q = kq.split(d, dim=-1)
+    # SDPA would scale by 1/sqrt(2d), the head size of the doubled vectors: pass 1/sqrt(d).
     # alpha may be a learned fp32 parameter: cast back so autocast's bf16 operands stay one dtype.
     # v keeps its head size d where a fused backend takes d != 2d (else sdpa pads it: 2d columns
     # of P @ V where d would do).
     attend = F.scaled_dot_product_attention if sdpa_takes_unequal_value_size(q.device, q.dtype) else sdpa
-    # two cats: q2 and k2 as views of one buffer (one cat of [q, alpha k, k, q], or a stack) gave the
-    # same bits and ran slower on a CPU
     q2 = torch.cat([q, (alpha * k).to(q.dtype)], dim=-1)
-    if near is None:
-        k2 = torch.cat([k, q], dim=-1)
-        return attend(q2, k2, v, dropout_p=dropout_p, is_causal=True, scale=1.0 / math.sqrt(d))
+    if not 0 < window < T:
+        return attend(q2, kq, v, dropout_p=dropout_p, is_causal=True, scale=1.0 / math.sqrt(d))
     # Windowed mix: each key appears twice, once as [k_j, q_j] (allowed inside the band, so its
     # logit gets alpha*k_i.q_j) and once as [k_j, 0] (allowed outside it: S_ij alone). Every causal
     # pair is allowed exactly once, so one softmax over the 2T keys is exact.
-    k2 = torch.cat([torch.cat([k, q], dim=-1), torch.cat([k, torch.zeros_like(q)], dim=-1)], dim=-2)
+    k2 = torch.cat([kq, F.pad(k, (0, d))], dim=-2)
     v2 = torch.cat([v, v], dim=-2)
+    near = band(T, window, q.device)
     causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     mask = torch.cat([near, causal & ~near], dim=-1)  # (T, 2T) bool
     return attend(q2, k2, v2, attn_mask=mask, dropout_p=dropout_p, scale=1.0 / math.sqrt(d))
@@ -390,10 +402,15 @@ class ReciprocalMixing:
             return self.ra_alpha.view(1, -1, 1, 1)  # (1, 1 or H, 1, 1) broadcasts over heads
         return self.ra_alpha_value
 
+    def is_standard(self):
+        """Standard attention: no reciprocal mode, or mix with a fixed alpha of 0."""
+        alpha = self.alpha()
+        return self.ra_mode is None or (self.ra_mode == "mix" and isinstance(alpha, float) and alpha == 0.0)
+
     def attend(self, q, k, v):
         dropout_p = self.dropout if self.training else 0.0
         alpha = self.alpha()
-        if self.ra_mode is None or (self.ra_mode == "mix" and isinstance(alpha, float) and alpha == 0.0):
+        if self.is_standard():
             if self.attn_impl != "manual":  # the baseline's call (sdpa pads MLA's values only)
                 return sdpa(q, k, v, dropout_p=dropout_p, is_causal=True)
             return causal_attention(q, k, v, self.attn_impl, dropout_p)
@@ -463,6 +480,40 @@ class RAAttention(ReciprocalMixing, CausalSelfAttention):
         super().__init__(config)
         self.setup_reciprocal(config, mode)
 
+    def mixes_kq_view(self):
+        """Whether this layer runs mix through SDPA on q and k as c_attn makes them; a mixin that changes them
+        first (QK-norm overrides attend) keeps the baseline's split."""
+        return (self.ra_mode == "mix" and self.attn_impl == "sdpa" and not self.is_standard()
+                and type(self).attend is ReciprocalMixing.attend)
+
+    def heads_output(self, x):
+        if not self.mixes_kq_view():
+            return super().heads_output(x)
+        B, T, C = x.shape
+        kq, v = self.per_head_projection(x).split([2 * C // self.n_head, C // self.n_head], dim=-1)
+        y = attention_core(self.attend_kq, kq, v, recompute=self.recompute and self.training)
+        return y.transpose(1, 2).contiguous().view(B, T, C)
+
+    def per_head_projection(self, x):
+        """c_attn(x) as (B, H, T, 3d), each head's [k | q | v] side by side: one matmul whose output holds mix's
+        doubled key [k | q] as a view (mix_sdpa). c_attn's rows are reordered at each forward (a copy of the
+        weight, small next to the activations; its backward puts the gradient back in place), so the
+        parameter keeps GPT-2's [Q | K | V] rows for checkpoints, forks and the export."""
+        B, T, _ = x.shape
+        bias = self.c_attn.bias
+        out = F.linear(x, rows_per_head(self.c_attn.weight, self.n_head),
+                       None if bias is None else rows_per_head(bias, self.n_head))
+        return out.view(B, T, self.n_head, -1).transpose(1, 2)
+
+    def attend_kq(self, kq, v):
+        return mix_sdpa(kq, v, self.alpha(), self.ra_window, self.dropout if self.training else 0.0)
+
+
+def rows_per_head(t, n_head):
+    """c_attn's weight or bias, rows [Q | K | V], reordered head by head as [K_h | Q_h | V_h]."""
+    q, k, v = t.unflatten(0, (3, n_head, -1))  # each (H, d, ...)
+    return torch.cat([k, q, v], dim=1).flatten(0, 1)
+
 
 class MLAttention(ReciprocalMixing, nn.Module):
     """Multi-head latent attention: K and V from one shared latent c = c_kv(x)."""
@@ -500,7 +551,7 @@ class MLAttention(ReciprocalMixing, nn.Module):
             q, k = self.heads(self.c_q(x), hd), self.heads(self.k_up(c), hd)
         v = self.heads(self.v_up(c), hd)  # one shared value head is broadcast when not per head
         # the reciprocal term, if any, is K_i.Q_j with these same tensors
-        y = attention_core(self.attend, q, k, v, self.recompute and self.training)
+        y = attention_core(self.attend, q, k, v, recompute=self.recompute and self.training)
         return y.transpose(1, 2).contiguous().view(B, T, C)
 
 
