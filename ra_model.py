@@ -186,13 +186,13 @@ def _probe_unequal_value_size(device, dtype):
         return False
 
 
-def reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p):
-    """The RA variants through F.scaled_dot_product_attention; no T x T scores in memory."""
+def reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p, kq=None):
+    """The RA variants through F.scaled_dot_product_attention; no T x T scores in memory. kq: mix's doubled
+    key [k | q] where the caller holds it as a view (RAAttention's per-head layout), else concatenated here."""
     if mode == "mix":
-        # [k | q] is a copy here (RAAttention reads it as a view of c_attn's output instead); one buffer
-        # holding both doubled operands (a cat of [q, alpha k, k, q], or a stack) gave the same bits and
-        # ran slower on a CPU
-        return mix_sdpa(torch.cat([k, q], dim=-1), v, alpha, window, dropout_p)
+        # without the view: one buffer holding both doubled operands (a cat of [q, alpha k, k, q], or a
+        # stack) gave the same bits as two cats and ran slower on a CPU
+        return mix_sdpa(torch.cat([k, q], dim=-1) if kq is None else kq, v, alpha, window, dropout_p)
     T = q.size(-2)
     near = band(T, window, q.device) if 0 < window < T else None  # None: the whole causal set
 
@@ -263,14 +263,14 @@ def fused_kernels():
     return importlib.import_module("kernels.ra_attention")
 
 
-def reciprocal_triton(q, k, v, mode, alpha, gate_logit, window, dropout_p):
-    """The fused Triton kernel (kernels/ra_attention.py) where it can run, else the SDPA path."""
+def reciprocal_triton(q, k, v, mode, alpha, gate_logit, window, dropout_p, kq=None):
+    """The fused Triton kernel (kernels/ra_attention.py) where it can run, else the SDPA path (kq: as there)."""
     ra_attention = fused_kernels()
     why = "the fused kernel has no attention dropout" if dropout_p > 0 else ra_attention.why_not_fused(q, k, v)
     if why is not None:
         warn_once(f"attn_impl='triton': {why}; running the PyTorch SDPA path instead")
         p = torch.sigmoid(gate_logit) if gate_logit is not None else None
-        return reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p)
+        return reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p, kq)
     return ra_attention.reciprocal_attention(q, k, v, mode, alpha=alpha if mode == "mix" else None,
                                              gate_logit=gate_logit.view(()) if mode == "gate" else None,
                                              window=window)
@@ -407,7 +407,9 @@ class ReciprocalMixing:
         alpha = self.alpha()
         return self.ra_mode is None or (self.ra_mode == "mix" and isinstance(alpha, float) and alpha == 0.0)
 
-    def attend(self, q, k, v):
+    def attend(self, q, k, v, kq=None):
+        """The mixing step. kq: mix's doubled key [k | q] where the caller holds it as a view (RAAttention's
+        per-head layout), which mix through SDPA then reads instead of concatenating k and q."""
         dropout_p = self.dropout if self.training else 0.0
         alpha = self.alpha()
         if self.is_standard():
@@ -419,10 +421,11 @@ class ReciprocalMixing:
         if impl == "auto":
             impl = auto_impl(q, k, v, self.ra_mode, alpha, gate_logit, self.ra_window, dropout_p)
         if impl == "triton":
-            return reciprocal_triton(q, k, v, self.ra_mode, alpha, gate_logit, self.ra_window, dropout_p)
+            return reciprocal_triton(q, k, v, self.ra_mode, alpha, gate_logit, self.ra_window, dropout_p, kq)
         p = torch.sigmoid(gate_logit) if gate_logit is not None else None
-        fn = reciprocal_sdpa if impl == "sdpa" else reciprocal_manual
-        return fn(q, k, v, self.ra_mode, alpha, p, self.ra_window, dropout_p)
+        if impl == "sdpa":
+            return reciprocal_sdpa(q, k, v, self.ra_mode, alpha, p, self.ra_window, dropout_p, kq)
+        return reciprocal_manual(q, k, v, self.ra_mode, alpha, p, self.ra_window, dropout_p)
 
     def ra_metrics(self, layer_idx):
         out = {}
@@ -481,17 +484,21 @@ class RAAttention(ReciprocalMixing, CausalSelfAttention):
         self.setup_reciprocal(config, mode)
 
     def mixes_kq_view(self):
-        """Whether this layer runs mix through SDPA on q and k as c_attn makes them; a mixin that changes them
-        first (QK-norm overrides attend) keeps the baseline's split."""
-        return (self.ra_mode == "mix" and self.attn_impl == "sdpa" and not self.is_standard()
+        """Whether this layer's mix may run through SDPA (every attn_impl but 'manual': 'auto' and 'triton' fall
+        back to it, and their fused kernel reads the same q, k, v views) on q and k as c_attn makes them: then
+        heads_output lays c_attn's output out per head. A mixin that changes q or k first (QK-norm overrides
+        attend) keeps the baseline's split."""
+        return (self.ra_mode == "mix" and self.attn_impl != "manual" and not self.is_standard()
                 and type(self).attend is ReciprocalMixing.attend)
 
     def heads_output(self, x):
         if not self.mixes_kq_view():
             return super().heads_output(x)
         B, T, C = x.shape
-        kq, v = self.per_head_projection(x).split([2 * C // self.n_head, C // self.n_head], dim=-1)
-        y = attention_core(self.attend_kq, kq, v, recompute=self.recompute and self.training)
+        kqv = self.per_head_projection(x)
+        k, q, v = kqv.split(C // self.n_head, dim=-1)
+        kq = kqv[..., :2 * C // self.n_head]
+        y = attention_core(self.attend, q, k, v, kq, recompute=self.recompute and self.training)
         return y.transpose(1, 2).contiguous().view(B, T, C)
 
     def per_head_projection(self, x):
@@ -504,9 +511,6 @@ class RAAttention(ReciprocalMixing, CausalSelfAttention):
         out = F.linear(x, rows_per_head(self.c_attn.weight, self.n_head),
                        None if bias is None else rows_per_head(bias, self.n_head))
         return out.view(B, T, self.n_head, -1).transpose(1, 2)
-
-    def attend_kq(self, kq, v):
-        return mix_sdpa(kq, v, self.alpha(), self.ra_window, self.dropout if self.training else 0.0)
 
 
 def rows_per_head(t, n_head):

@@ -2,6 +2,7 @@
 numbers as the concatenating path it replaced, the doubled key a view of the projection, one graph under
 torch.compile."""
 import math
+import re
 
 import pytest
 import torch
@@ -121,3 +122,13 @@ def test_a_compiled_block_runs_the_layout_in_one_graph():
         results.append((out, *torch.autograd.grad(out.square().sum(), list(block.parameters()))))
     for eager, compiled in zip(*results):
         torch.testing.assert_close(compiled, eager, atol=1e-6, rtol=1e-6)
+
+
+def test_the_layout_benchmark_times_both_paths_in_one_run(capsys):
+    from tools import bench_ra_layout
+    bench_ra_layout.main(["--B=1", "--T=16", "--n_head=2", "--n_embd=16", "--ra_window=4", "--warmup=0", "--reps=2",
+                          "--device=cpu"])
+    out = capsys.readouterr().out
+    assert "B=1 T=16 2 heads of 8, window 4, float32, median of 2" in out
+    assert re.search(r"concatenated +\d+\.\d{3} ms  1\.00x\n", out)
+    assert re.search(r"per_head +\d+\.\d{3} ms  \d+\.\d\dx\n", out)
