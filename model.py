@@ -92,7 +92,7 @@ def causal_attention(q, k, v, attn_impl, dropout_p):
 
 
 def attention_core(attend, *heads, recompute):
-    """attend(*heads): (q, k, v), or RA mix's ([k | q], v) laid out per head. With recompute, what attend
+    """attend(*heads): q, k, v (and RA mix's doubled key [k | q] where it is a view). With recompute, what attend
     keeps for backward (softmax statistics, the output, and the doubled, duplicated or padded operands
     of the reciprocal variants) is dropped and attend runs again in backward: Megatron's selective
     recomputation, one more attention forward per layer for the memory of its activations. Dropout

@@ -212,7 +212,7 @@ def mix_sdpa(kq, v, alpha, window, dropout_p):
     kq = [k | q] (B, H, T, 2d) is the doubled key as it is: a view of c_attn's output where RAAttention lays it
     out per head, so the doubled query is the one copy. That way round rather than [q | k] . [k | alpha q]:
     alpha k_i . q_j and k_i . alpha q_j round differently (unless alpha is a power of 2), and this way the
-    operands are bit for bit those of the concatenating path that came first."""
+    operands are bit for bit those of reciprocal_sdpa's concatenated [k | q]."""
     T, d = kq.size(-2), kq.size(-1) // 2
     k, q = kq.split(d, dim=-1)
     # SDPA would scale by 1/sqrt(2d), the head size of the doubled vectors: pass 1/sqrt(d).
@@ -504,7 +504,7 @@ class RAAttention(ReciprocalMixing, CausalSelfAttention):
     def per_head_projection(self, x):
         """c_attn(x) as (B, H, T, 3d), each head's [k | q | v] side by side: one matmul whose output holds mix's
         doubled key [k | q] as a view (mix_sdpa). c_attn's rows are reordered at each forward (a copy of the
-        weight, small next to the activations; its backward puts the gradient back in place), so the
+        weight, small next to the activations at training batch sizes; its backward puts the gradient back), so the
         parameter keeps GPT-2's [Q | K | V] rows for checkpoints, forks and the export."""
         B, T, _ = x.shape
         bias = self.c_attn.bias
