@@ -91,14 +91,15 @@ def causal_attention(q, k, v, attn_impl, dropout_p):
     return F.dropout(weights, p=dropout_p) @ v
 
 
-def attention_core(attend, q, k, v, recompute):
-    """attend(q, k, v). With recompute, what attend keeps for backward (softmax statistics, the
-    output, and the doubled, duplicated or padded operands of the reciprocal variants) is dropped
-    and attend runs again in backward: Megatron's selective recomputation, one more attention
-    forward per layer for the memory of its activations. Dropout masks are replayed exactly."""
+def attention_core(attend, *heads, recompute):
+    """attend(*heads): q, k, v (and RA mix's doubled key [k | q] where it is a view). With recompute, what attend
+    keeps for backward (softmax statistics, the output, and the doubled, duplicated or padded operands
+    of the reciprocal variants) is dropped and attend runs again in backward: Megatron's selective
+    recomputation, one more attention forward per layer for the memory of its activations. Dropout
+    masks are replayed exactly."""
     if recompute and torch.is_grad_enabled():
-        return checkpoint(attend, q, k, v, use_reentrant=False)
-    return attend(q, k, v)
+        return checkpoint(attend, *heads, use_reentrant=False)
+    return attend(*heads)
 
 
 class CausalSelfAttention(nn.Module):
@@ -123,7 +124,7 @@ class CausalSelfAttention(nn.Module):
         """The heads' outputs side by side, (B, T, C), before the output projection."""
         B, T, C = x.shape
         q, k, v = (self.split_heads(t) for t in self.c_attn(x).split(C, dim=2))
-        y = attention_core(self.attend, q, k, v, self.recompute and self.training)
+        y = attention_core(self.attend, q, k, v, recompute=self.recompute and self.training)
         return y.transpose(1, 2).contiguous().view(B, T, C)
 
     def attend(self, q, k, v):

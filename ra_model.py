@@ -186,9 +186,14 @@ def _probe_unequal_value_size(device, dtype):
         return False
 
 
-def reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p):
-    """The RA variants through F.scaled_dot_product_attention; no T x T scores in memory."""
-    T, d = q.size(-2), q.size(-1)
+def reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p, kq=None):
+    """The RA variants through F.scaled_dot_product_attention; no T x T scores in memory. kq: mix's doubled
+    key [k | q] where the caller holds it as a view (RAAttention's per-head layout), else concatenated here."""
+    if mode == "mix":
+        # without the view: one buffer holding both doubled operands (a cat of [q, alpha k, k, q], or a
+        # stack) gave the same bits as two cats and ran slower on a CPU
+        return mix_sdpa(torch.cat([k, q], dim=-1) if kq is None else kq, v, alpha, window, dropout_p)
+    T = q.size(-2)
     near = band(T, window, q.device) if 0 < window < T else None  # None: the whole causal set
 
     def recip(q, k, v):  # softmax_j(k_i . q_j): SDPA with the roles of query and key swapped
@@ -198,25 +203,32 @@ def reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p):
 
     if mode == "swap":
         return recip(q, k, v)
-    if mode == "gate":
-        y = sdpa(q, k, v, dropout_p=dropout_p, is_causal=True)
-        return torch.lerp(y, recip(q, k, v), p.to(y.dtype))  # (1-p)*y + p*y_recip
-    # mix. SDPA would scale by 1/sqrt(2d), the head size of the doubled vectors: pass 1/sqrt(d).
+    y = sdpa(q, k, v, dropout_p=dropout_p, is_causal=True)  # gate
+    return torch.lerp(y, recip(q, k, v), p.to(y.dtype))  # (1-p)*y + p*y_recip
+
+
+def mix_sdpa(kq, v, alpha, window, dropout_p):
+    """mix through one SDPA call with doubled head vectors, [q_i, alpha k_i] . [k_j, q_j] = q_i.k_j + alpha k_i.q_j.
+    kq = [k | q] (B, H, T, 2d) is the doubled key as it is: a view of c_attn's output where RAAttention lays it
+    out per head, so the doubled query is the one copy. That way round rather than [q | k] . [k | alpha q]:
+    alpha k_i . q_j and k_i . alpha q_j round differently (unless alpha is a power of 2), and this way the
+    operands are bit for bit those of reciprocal_sdpa's concatenated [k | q]."""
+    T, d = kq.size(-2), kq.size(-1) // 2
+    k, q = kq.split(d, dim=-1)
+    # SDPA would scale by 1/sqrt(2d), the head size of the doubled vectors: pass 1/sqrt(d).
     # alpha may be a learned fp32 parameter: cast back so autocast's bf16 operands stay one dtype.
     # v keeps its head size d where a fused backend takes d != 2d (else sdpa pads it: 2d columns
     # of P @ V where d would do).
     attend = F.scaled_dot_product_attention if sdpa_takes_unequal_value_size(q.device, q.dtype) else sdpa
-    # two cats: q2 and k2 as views of one buffer (one cat of [q, alpha k, k, q], or a stack) gave the
-    # same bits and ran slower on a CPU
     q2 = torch.cat([q, (alpha * k).to(q.dtype)], dim=-1)
-    if near is None:
-        k2 = torch.cat([k, q], dim=-1)
-        return attend(q2, k2, v, dropout_p=dropout_p, is_causal=True, scale=1.0 / math.sqrt(d))
+    if not 0 < window < T:
+        return attend(q2, kq, v, dropout_p=dropout_p, is_causal=True, scale=1.0 / math.sqrt(d))
     # Windowed mix: each key appears twice, once as [k_j, q_j] (allowed inside the band, so its
     # logit gets alpha*k_i.q_j) and once as [k_j, 0] (allowed outside it: S_ij alone). Every causal
     # pair is allowed exactly once, so one softmax over the 2T keys is exact.
-    k2 = torch.cat([torch.cat([k, q], dim=-1), torch.cat([k, torch.zeros_like(q)], dim=-1)], dim=-2)
+    k2 = torch.cat([kq, F.pad(k, (0, d))], dim=-2)
     v2 = torch.cat([v, v], dim=-2)
+    near = band(T, window, q.device)
     causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     mask = torch.cat([near, causal & ~near], dim=-1)  # (T, 2T) bool
     return attend(q2, k2, v2, attn_mask=mask, dropout_p=dropout_p, scale=1.0 / math.sqrt(d))
@@ -251,14 +263,14 @@ def fused_kernels():
     return importlib.import_module("kernels.ra_attention")
 
 
-def reciprocal_triton(q, k, v, mode, alpha, gate_logit, window, dropout_p):
-    """The fused Triton kernel (kernels/ra_attention.py) where it can run, else the SDPA path."""
+def reciprocal_triton(q, k, v, mode, alpha, gate_logit, window, dropout_p, kq=None):
+    """The fused Triton kernel (kernels/ra_attention.py) where it can run, else the SDPA path (kq: as there)."""
     ra_attention = fused_kernels()
     why = "the fused kernel has no attention dropout" if dropout_p > 0 else ra_attention.why_not_fused(q, k, v)
     if why is not None:
         warn_once(f"attn_impl='triton': {why}; running the PyTorch SDPA path instead")
         p = torch.sigmoid(gate_logit) if gate_logit is not None else None
-        return reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p)
+        return reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p, kq)
     return ra_attention.reciprocal_attention(q, k, v, mode, alpha=alpha if mode == "mix" else None,
                                              gate_logit=gate_logit.view(()) if mode == "gate" else None,
                                              window=window)
@@ -390,10 +402,17 @@ class ReciprocalMixing:
             return self.ra_alpha.view(1, -1, 1, 1)  # (1, 1 or H, 1, 1) broadcasts over heads
         return self.ra_alpha_value
 
-    def attend(self, q, k, v):
+    def is_standard(self):
+        """Standard attention: no reciprocal mode, or mix with a fixed alpha of 0."""
+        alpha = self.alpha()
+        return self.ra_mode is None or (self.ra_mode == "mix" and isinstance(alpha, float) and alpha == 0.0)
+
+    def attend(self, q, k, v, kq=None):
+        """The mixing step. kq: mix's doubled key [k | q] where the caller holds it as a view (RAAttention's
+        per-head layout), which mix through SDPA then reads instead of concatenating k and q."""
         dropout_p = self.dropout if self.training else 0.0
         alpha = self.alpha()
-        if self.ra_mode is None or (self.ra_mode == "mix" and isinstance(alpha, float) and alpha == 0.0):
+        if self.is_standard():
             if self.attn_impl != "manual":  # the baseline's call (sdpa pads MLA's values only)
                 return sdpa(q, k, v, dropout_p=dropout_p, is_causal=True)
             return causal_attention(q, k, v, self.attn_impl, dropout_p)
@@ -402,10 +421,11 @@ class ReciprocalMixing:
         if impl == "auto":
             impl = auto_impl(q, k, v, self.ra_mode, alpha, gate_logit, self.ra_window, dropout_p)
         if impl == "triton":
-            return reciprocal_triton(q, k, v, self.ra_mode, alpha, gate_logit, self.ra_window, dropout_p)
+            return reciprocal_triton(q, k, v, self.ra_mode, alpha, gate_logit, self.ra_window, dropout_p, kq)
         p = torch.sigmoid(gate_logit) if gate_logit is not None else None
-        fn = reciprocal_sdpa if impl == "sdpa" else reciprocal_manual
-        return fn(q, k, v, self.ra_mode, alpha, p, self.ra_window, dropout_p)
+        if impl == "sdpa":
+            return reciprocal_sdpa(q, k, v, self.ra_mode, alpha, p, self.ra_window, dropout_p, kq)
+        return reciprocal_manual(q, k, v, self.ra_mode, alpha, p, self.ra_window, dropout_p)
 
     def ra_metrics(self, layer_idx):
         out = {}
@@ -463,6 +483,41 @@ class RAAttention(ReciprocalMixing, CausalSelfAttention):
         super().__init__(config)
         self.setup_reciprocal(config, mode)
 
+    def mixes_kq_view(self):
+        """Whether this layer's mix may run through SDPA (every attn_impl but 'manual': 'auto' and 'triton' fall
+        back to it, and their fused kernel reads the same q, k, v views) on q and k as c_attn makes them: then
+        heads_output lays c_attn's output out per head. A mixin that changes q or k first (QK-norm overrides
+        attend) keeps the baseline's split."""
+        return (self.ra_mode == "mix" and self.attn_impl != "manual" and not self.is_standard()
+                and type(self).attend is ReciprocalMixing.attend)
+
+    def heads_output(self, x):
+        if not self.mixes_kq_view():
+            return super().heads_output(x)
+        B, T, C = x.shape
+        kqv = self.per_head_projection(x)
+        k, q, v = kqv.split(C // self.n_head, dim=-1)
+        kq = kqv[..., :2 * C // self.n_head]
+        y = attention_core(self.attend, q, k, v, kq, recompute=self.recompute and self.training)
+        return y.transpose(1, 2).contiguous().view(B, T, C)
+
+    def per_head_projection(self, x):
+        """c_attn(x) as (B, H, T, 3d), each head's [k | q | v] side by side: one matmul whose output holds mix's
+        doubled key [k | q] as a view (mix_sdpa). c_attn's rows are reordered at each forward (a copy of the
+        weight, small next to the activations at training batch sizes; its backward puts the gradient back), so the
+        parameter keeps GPT-2's [Q | K | V] rows for checkpoints, forks and the export."""
+        B, T, _ = x.shape
+        bias = self.c_attn.bias
+        out = F.linear(x, rows_per_head(self.c_attn.weight, self.n_head),
+                       None if bias is None else rows_per_head(bias, self.n_head))
+        return out.view(B, T, self.n_head, -1).transpose(1, 2)
+
+
+def rows_per_head(t, n_head):
+    """c_attn's weight or bias, rows [Q | K | V], reordered head by head as [K_h | Q_h | V_h]."""
+    q, k, v = t.unflatten(0, (3, n_head, -1))  # each (H, d, ...)
+    return torch.cat([k, q, v], dim=1).flatten(0, 1)
+
 
 class MLAttention(ReciprocalMixing, nn.Module):
     """Multi-head latent attention: K and V from one shared latent c = c_kv(x)."""
@@ -500,7 +555,7 @@ class MLAttention(ReciprocalMixing, nn.Module):
             q, k = self.heads(self.c_q(x), hd), self.heads(self.k_up(c), hd)
         v = self.heads(self.v_up(c), hd)  # one shared value head is broadcast when not per head
         # the reciprocal term, if any, is K_i.Q_j with these same tensors
-        y = attention_core(self.attend, q, k, v, self.recompute and self.training)
+        y = attention_core(self.attend, q, k, v, recompute=self.recompute and self.training)
         return y.transpose(1, 2).contiguous().view(B, T, C)
 
 

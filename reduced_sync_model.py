@@ -349,7 +349,7 @@ class ReducedSyncGPT(GPT):
         q, k, v = (t.view(B, T, heads, width // heads).transpose(1, 2) for t in qkv.split(width, dim=2))
         dropout = self.config.dropout if self.training else 0.0
         attend = lambda q, k, v: causal_attention(q, k, v, self.config.attn_impl, dropout)
-        y = attention_core(attend, q, k, v, self.config.attn_recompute and self.training)
+        y = attention_core(attend, q, k, v, recompute=self.config.attn_recompute and self.training)
         y = y.transpose(1, 2).reshape(B, T, width)
         return F.linear(y, block.attn.c_proj.weight[:, r * width:(r + 1) * width])
 

@@ -41,9 +41,10 @@ FP32_POINTERS = {"Alpha", "L", "Delta", "DA", "DB", "DV", "DAlpha"}
 SCALARS = {"H", "T", "D", "W", "T_BUCKET"}
 
 
-def compile_one(target_name, kernel, mode, dtype, block_d, config):
+def compile_one(target_name, kernel, mode, dtype, block_d, config, even=False):
     """{"registers", "spills", "shared", "mma"} of one compiled kernel (spills: bytes on NVIDIA, VGPRs
-    on AMD; mma: the matrix instructions its dots use, e.g. 'wgmma', 'mma.sync', 'mfma', 'wmma', 'none')."""
+    on AMD; mma: the matrix instructions its dots use, e.g. 'wgmma', 'mma.sync', 'mfma', 'wmma', 'none').
+    even: the mask-free specialization (EVEN) that a launch takes when T is a multiple of the tile."""
     import triton.language as tl
     from triton._C.libtriton import ir
     from triton.backends.compiler import GPUTarget
@@ -63,7 +64,7 @@ def compile_one(target_name, kernel, mode, dtype, block_d, config):
         extra = dict(extra, ATOMIC=ra.atomic_backward(target_name))
     constants = dict(MIX=mix, BAND=band, SPLIT=ra.split_loops(target_name), **extra, ACC=tl.float32,
                      DOT=getattr(tl, dtype), PRECISION="ieee", BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-                     BLOCK_DC=ra.head_chunk(block_d, target_name))
+                     BLOCK_DC=ra.head_chunk(block_d, target_name), EVEN=even)
     ptr = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}[dtype]
     signature = {}
     for name in fn.arg_names:
@@ -179,8 +180,12 @@ def main():
     parser.add_argument("--D", type=int, default=64, help="head size (padded to a power of two)")
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--first", action="store_true", help="only the first (conservative) configuration of each list")
+    parser.add_argument("--even", action="store_true",
+                        help="the mask-free specialization (T a multiple of the tile, D a power of two: EVEN)")
     args = parser.parse_args()
     block_d = max(16, 1 << (args.D - 1).bit_length())
+    if args.even and not ra.mask_free_tiles(args.target, block_d):
+        print(f"{args.target} at D={args.D} does not take EVEN (ra_attention.mask_free_tiles)", flush=True)
     spill_unit = "bytes" if args.target.startswith("sm") else "VGPRs"
     failures, spilled, compiled, chosen = 0, 0, 0, []
     for kernel, (_, _, index) in KERNELS.items():
@@ -188,7 +193,7 @@ def main():
             free = []
             space = ra.autotune_space(args.target, block_d, MODES[mode][0])[index]
             for config in space[:1] if args.first else space:
-                result = compile_in_child(args.target, kernel, mode, args.dtype, block_d, config)
+                result = compile_in_child(args.target, kernel, mode, args.dtype, block_d, config, args.even)
                 line = (f"{args.target} {kernel:<3} {mode:<5} tile {config[0]:>3}x{config[1]:<3} warps {config[2]} "
                         f"stages {config[3]}: ")
                 if isinstance(result, str):
@@ -203,7 +208,8 @@ def main():
                     free.append((config, result))
             chosen.append((kernel, mode, free[0] if free else None))
     unit = "waves/SIMD" if args.target.startswith("gfx") else "warps/SM"
-    print(f"\nfirst spill-free configuration of each list, {args.target}, D={args.D}, {args.dtype}:")
+    print(f"\nfirst spill-free configuration of each list, {args.target}, D={args.D}, {args.dtype}"
+          f"{', EVEN' if args.even else ''}:")
     print(f"| kernel | mode | tile | warps | stages | registers | spills | shared (B) | {unit} | matrix instr. |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for kernel, mode, found in chosen:

@@ -18,26 +18,28 @@ For (B, H, T, D) tensors q, k, v, scale = 1/sqrt(D), and positions i (query row)
 `window` (ra_window) therefore limits only the reciprocal term; it has no effect on `standard`.
 `softmax(x | m)` is the softmax over the positions where m holds.
 
-The Triton path follows FlashAttention-2: the forward walks key blocks with an online softmax
-(O(T) memory) and saves each row's log-sum-exp; the backward recomputes the scores from the saved
+The Triton path follows FlashAttention-2: the forward walks key blocks with an online softmax (O(T)
+memory) and saves each row's log-sum-exp; the backward recomputes the scores from the saved
 statistics. Each launch runs one stream: the reciprocal stream is the ordinary one with q and k
 exchanged (R = S with q, k swapped), so `gate` runs two launches. mix runs as one stream whose
 logits S_ij + alpha R_ij = [q_i, alpha k_i] . [k_j, q_j] are one accumulator per tile (k scaled by
 alpha once per program); only the tiles cut by the band's edge keep the alpha term apart. Tiles
 inside the causal set (and inside or outside the band) build no mask: each loop runs in masked and
-unmasked runs. The backward is one Delta launch (rowsum(dO * O)) and one column-parallel launch
-(one program per key block) holding dV, dK and mix's reciprocal half of dQ in registers; the
-row-side halves (dQ from S, mix's dK from alpha R) go into float32 buffers by atomic adds, as
-FlashAttention-2 adds dQ. dalpha is one number per key row, summed per head after the kernel.
-`deterministic=True` (or PyTorch's deterministic algorithms) replaces the atomics by a row-parallel
-launch: bit-reproducible, one more recomputation of the scores. Where one column pass holding three
-accumulators spills (AMD, and windowed mix at D = 128 on NVIDIA: recip_pass), mix's column kernel
-runs twice, the S half and then the alpha R half; RDNA3 always takes the row launch instead of
-atomics (atomic_backward). Every structure sums the same products in the same order per
-accumulator: the gradients agree across them (bit for bit on the deterministic path). On RDNA3
-at head size 128 each block runs as two programs of 64 output columns that compute the scores in
-64-column chunks (head_chunk), and the loops are not split (split_loops). docs/kernels.md has each kernel's
-registers, spills and matrix instructions per target (kernels/compile_check.py).
+unmasked runs; where T is a multiple of both block sizes and D a power of two up to 64 (EVEN,
+_even_tiles; not on CDNA), no load, store or atomic add is masked either. The backward is one Delta
+launch (rowsum(dO * O)) and one column-parallel launch (one program per key block) holding dV, dK
+and mix's reciprocal half of dQ in registers; the row-side halves (dQ from S, mix's dK from alpha R)
+go into float32 buffers by atomic adds, as FlashAttention-2 adds dQ. dalpha is one number per key
+row, summed per head after the kernel. `deterministic=True` (or PyTorch's deterministic algorithms)
+replaces the atomics by a row-parallel launch: bit-reproducible, one more recomputation of the
+scores. Where one column pass holding three accumulators spills (AMD, and windowed mix at D = 128 on
+NVIDIA: recip_pass), mix's column kernel runs twice, the S half and then the alpha R half; RDNA3
+always takes the row launch instead of atomics (atomic_backward). Every structure sums the same
+products in the same order per accumulator: the gradients agree across them (bit for bit on the
+deterministic path). On RDNA3 at head size 128 each block runs as two programs of 64 output columns
+that compute the scores in 64-column chunks (head_chunk), and the loops are not split (split_loops).
+docs/kernels.md has each kernel's registers, spills and matrix instructions per target
+(kernels/compile_check.py).
 
 The kernels run when Triton is importable and the inputs are on a GPU (CUDA or ROCm), or under
 TRITON_INTERPRET=1 (then on CPU tensors, slowly: that is how the tests prove them right).
@@ -111,11 +113,15 @@ def autotune_space(target, block_d=64, mix=False):
                 [(64, 32, 4, 2), (64, 64, 4, 2)])
     if block_d <= 64:
         fwd = [(64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4)]
-        col = [(16, 64, 4, 2), (32, 64, 8, 2)] if mix else [(32, 64, 4, 2), (32, 64, 8, 2), (64, 128, 8, 2)]
+        # mix's 128 held key rows halve the atomic adds of the row halves (each program adds one
+        # BLOCK_M x D tile per query block it streams); 32 x 128 spills (8-36 bytes), 16 x 128 does not
+        col = ([(16, 64, 4, 2), (32, 64, 8, 2), (16, 128, 8, 2)] if mix
+               else [(32, 64, 4, 2), (32, 64, 8, 2), (64, 128, 8, 2)])
         return fwd, col, [(64, 64, 4, 3), (128, 64, 8, 3)]
     # 128-wide rows: the 64-row forward tiles spill in windowed mix, the column kernel holds three
-    # 128-wide accumulators (windowed mix still spills 24-52 bytes in every tile, docs/kernels.md)
-    col = [(16, 32, 4, 2), (16, 64, 8, 2)] if mix else [(32, 64, 8, 2)]
+    # 128-wide accumulators (windowed mix still spills 24-52 bytes in every tile, docs/kernels.md);
+    # two fit 128 key rows, three do not (mix's 16 x 128 spills 384 bytes)
+    col = [(16, 32, 4, 2), (16, 64, 8, 2)] if mix else [(32, 64, 8, 2), (32, 128, 8, 2)]
     return [(128, 64, 8, 3)], col, [(32, 64, 8, 2)] if mix else [(32, 64, 8, 2), (128, 64, 8, 3)]
 
 
@@ -149,6 +155,23 @@ def recip_pass(target, block_d, band):
     return target.startswith("gfx") or (band and block_d > 64)
 
 
+def mask_free_tiles(target, block_d):
+    """Whether launches on the target at this (padded) head size take EVEN where the tiles allow it
+    (_even_tiles): up to D = 64, not on CDNA. Without their masks at D = 128, sm90's forward for
+    windowed mix (255 registers) spilled 24 bytes and gfx942's column kernel 5 VGPRs, where the masked
+    kernels fit; CDNA at 64 is unchecked (docs/kernels.md)."""
+    return block_d <= 64 and not is_cdna(target)
+
+
+def _even_tiles(args):
+    """EVEN, decided per configuration from a launch's arguments: every tile lies inside the sequence
+    and the head (T a multiple of BLOCK_M and BLOCK_N, D a power of two from 16), so the kernels'
+    loads, stores and atomic adds run without masks, where the target fits them (mask_free_tiles).
+    GPT-2's T = 1024 at D = 64 takes it."""
+    whole = args["T"] % args["BLOCK_M"] == 0 and args["T"] % args["BLOCK_N"] == 0 and args["D"] == args["BLOCK_D"]
+    return whole and (INTERPRET or mask_free_tiles(gpu_target(torch.cuda.current_device()), args["BLOCK_D"]))
+
+
 def is_cdna(target):
     """AMD's data-centre GPUs (gfx90a MI250X, gfx942 MI300X, gfx950): wave64, unlike RDNA's gfx10-12."""
     return target.startswith("gfx9")
@@ -166,21 +189,34 @@ if triton is not None:
 
     @triton.jit
     def _load_tile(X, in_off, start, stride_t, T, D, d0, BLOCK: tl.constexpr, BLOCK_C: tl.constexpr,
-                   DOT: tl.constexpr, VOLATILE: tl.constexpr = False):
+                   DOT: tl.constexpr, EVEN: tl.constexpr, VOLATILE: tl.constexpr = False):
         """Rows start .. start + BLOCK and head columns d0 .. d0 + BLOCK_C of one head of q, k, v (a
-        strided view) or dO, zero outside the sequence and head. The row offset goes into the 64-bit
-        base: T * stride_t may pass 2**31."""
+        strided view) or dO, zero outside the sequence and head (EVEN: the tile lies inside both, no
+        mask). The row offset goes into the 64-bit base: T * stride_t may pass 2**31."""
         rows = tl.arange(0, BLOCK)
         cols = d0 + tl.arange(0, BLOCK_C)
-        base = X + in_off + tl.cast(start, tl.int64) * stride_t
-        mask = (start + rows[:, None] < T) & (cols[None, :] < D)
-        x = tl.load(base + rows[:, None] * stride_t + cols[None, :], mask=mask, other=0.0, volatile=VOLATILE)
+        ptrs = X + in_off + tl.cast(start, tl.int64) * stride_t + rows[:, None] * stride_t + cols[None, :]
+        if EVEN:
+            x = tl.load(ptrs, volatile=VOLATILE)
+        else:
+            mask = (start + rows[:, None] < T) & (cols[None, :] < D)
+            x = tl.load(ptrs, mask=mask, other=0.0, volatile=VOLATILE)
         return x.to(DOT)
+
+    @triton.jit
+    def _load_rows(X, bh, offs, T, EVEN: tl.constexpr):
+        """One number per row (a log-sum-exp, Delta) of the rows offs of head bh, 0 past T."""
+        if EVEN:
+            x = tl.load(X + bh * T + offs)
+        else:
+            x = tl.load(X + bh * T + offs, mask=offs < T, other=0.0)
+        return x
 
     @triton.jit
     def _scores(a, ra, A, RA, a_off, a_stride, a_start, B, RB, b_off, b_stride, b_start, T, D, alpha,
                 R: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr,
-                BLOCK_DC: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr):
+                BLOCK_DC: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
+                EVEN: tl.constexpr):
         """s = a . B_b^T for the held rows a and B's rows b_start ..; R = 1 adds ra . RB_b^T into the
         same accumulator (ra: held rows already scaled by alpha), R = 2 returns that term apart as r
         (to be masked by the band), R = 0 leaves it out. With BLOCK_DC < BLOCK_D (RDNA3's head split)
@@ -189,23 +225,23 @@ if triton is not None:
         s = tl.zeros([BLOCK_A, BLOCK_B], ACC)
         r = s
         if BLOCK_DC == BLOCK_D:
-            b = _load_tile(B, b_off, b_start, b_stride, T, D, 0, BLOCK_B, BLOCK_D, DOT)
+            b = _load_tile(B, b_off, b_start, b_stride, T, D, 0, BLOCK_B, BLOCK_D, DOT, EVEN)
             s = tl.dot(a, tl.trans(b), s, input_precision=PRECISION, out_dtype=ACC)
             if R != 0:
-                rb = _load_tile(RB, b_off, b_start, b_stride, T, D, 0, BLOCK_B, BLOCK_D, DOT)
+                rb = _load_tile(RB, b_off, b_start, b_stride, T, D, 0, BLOCK_B, BLOCK_D, DOT, EVEN)
                 if R == 1:
                     s = tl.dot(ra, tl.trans(rb), s, input_precision=PRECISION, out_dtype=ACC)
                 else:
                     r = tl.dot(ra, tl.trans(rb), r, input_precision=PRECISION, out_dtype=ACC)
         else:
             for d0 in tl.static_range(0, BLOCK_D, BLOCK_DC):
-                a_c = _load_tile(A, a_off, a_start, a_stride, T, D, d0, BLOCK_A, BLOCK_DC, DOT, True)
-                b_c = _load_tile(B, b_off, b_start, b_stride, T, D, d0, BLOCK_B, BLOCK_DC, DOT, True)
+                a_c = _load_tile(A, a_off, a_start, a_stride, T, D, d0, BLOCK_A, BLOCK_DC, DOT, EVEN, True)
+                b_c = _load_tile(B, b_off, b_start, b_stride, T, D, d0, BLOCK_B, BLOCK_DC, DOT, EVEN, True)
                 s = tl.dot(a_c, tl.trans(b_c), s, input_precision=PRECISION, out_dtype=ACC)
                 if R != 0:
-                    ra_c = _load_tile(RA, a_off, a_start, a_stride, T, D, d0, BLOCK_A, BLOCK_DC, ACC, True)
+                    ra_c = _load_tile(RA, a_off, a_start, a_stride, T, D, d0, BLOCK_A, BLOCK_DC, ACC, EVEN, True)
                     ra_c = (ra_c * alpha).to(DOT)
-                    rb_c = _load_tile(RB, b_off, b_start, b_stride, T, D, d0, BLOCK_B, BLOCK_DC, DOT, True)
+                    rb_c = _load_tile(RB, b_off, b_start, b_stride, T, D, d0, BLOCK_B, BLOCK_DC, DOT, EVEN, True)
                     if R == 1:
                         s = tl.dot(ra_c, tl.trans(rb_c), s, input_precision=PRECISION, out_dtype=ACC)
                     else:
@@ -214,12 +250,12 @@ if triton is not None:
 
     @triton.jit
     def _held(A, RA, in_off, stride_t, start, T, D, d0, alpha, MIX: tl.constexpr, BLOCK: tl.constexpr,
-              BLOCK_C: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr):
+              BLOCK_C: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, EVEN: tl.constexpr):
         """A program's own rows, head columns d0 .. d0 + BLOCK_C: A's, and (MIX) RA's scaled by alpha once."""
-        a = _load_tile(A, in_off, start, stride_t, T, D, d0, BLOCK, BLOCK_C, DOT)
+        a = _load_tile(A, in_off, start, stride_t, T, D, d0, BLOCK, BLOCK_C, DOT, EVEN)
         ra = a
         if MIX:
-            ra = (_load_tile(RA, in_off, start, stride_t, T, D, d0, BLOCK, BLOCK_C, ACC) * alpha).to(DOT)
+            ra = (_load_tile(RA, in_off, start, stride_t, T, D, d0, BLOCK, BLOCK_C, ACC, EVEN) * alpha).to(DOT)
         return a, ra
 
     @triton.jit
@@ -237,17 +273,23 @@ if triton is not None:
         return tl.where(allowed, s, float("-inf")), band
 
     @triton.jit
-    def _store_tile(X, bh, offs, d0, x, T, D, BLOCK_DC: tl.constexpr):
+    def _store_tile(X, bh, offs, d0, x, T, D, BLOCK_DC: tl.constexpr, EVEN: tl.constexpr):
         offs_d = d0 + tl.arange(0, BLOCK_DC)
-        mask = (offs[:, None] < T) & (offs_d[None, :] < D)
-        tl.store(X + bh * T * D + offs[:, None] * D + offs_d[None, :], x.to(X.dtype.element_ty), mask=mask)
+        ptrs = X + bh * T * D + offs[:, None] * D + offs_d[None, :]
+        if EVEN:
+            tl.store(ptrs, x.to(X.dtype.element_ty))
+        else:
+            tl.store(ptrs, x.to(X.dtype.element_ty), mask=(offs[:, None] < T) & (offs_d[None, :] < D))
 
     @triton.jit
-    def _add_tile(X, bh, offs, d0, x, T, D, BLOCK_DC: tl.constexpr):
+    def _add_tile(X, bh, offs, d0, x, T, D, BLOCK_DC: tl.constexpr, EVEN: tl.constexpr):
         """x added into a float32 (float64) gradient buffer that other programs add to as well."""
         offs_d = d0 + tl.arange(0, BLOCK_DC)
-        mask = (offs[:, None] < T) & (offs_d[None, :] < D)
-        tl.atomic_add(X + bh * T * D + offs[:, None] * D + offs_d[None, :], x, mask=mask, sem="relaxed")
+        ptrs = X + bh * T * D + offs[:, None] * D + offs_d[None, :]
+        if EVEN:
+            tl.atomic_add(ptrs, x, sem="relaxed")
+        else:
+            tl.atomic_add(ptrs, x, mask=(offs[:, None] < T) & (offs_d[None, :] < D), sem="relaxed")
 
     @triton.jit
     def _row_bounds(start_m, T, W, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -277,12 +319,12 @@ if triton is not None:
     def _fwd_run(acc, m, l, a, ra, A, B, V, in_off, stride_t, start_m, lo, hi, T, D, W, alpha, qk_scale, d0,
                  MASKED: tl.constexpr, R: tl.constexpr, MIX: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr, ACC: tl.constexpr,
-                 DOT: tl.constexpr, PRECISION: tl.constexpr):
+                 DOT: tl.constexpr, PRECISION: tl.constexpr, EVEN: tl.constexpr):
         """The online softmax over key blocks lo .. hi (one run)."""
         offs_m = start_m + tl.arange(0, BLOCK_M)
         for start_n in range(lo, hi, BLOCK_N):
             s, r = _scores(a, ra, A, B, in_off, stride_t, start_m, B, A, in_off, stride_t, start_n, T, D, alpha,
-                           R, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+                           R, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION, EVEN)
             if MASKED:
                 s, band = _mask(s, r, offs_m[:, None], start_n + tl.arange(0, BLOCK_N)[None, :], T, W, MIX, R)
             x = s * qk_scale
@@ -293,7 +335,7 @@ if triton is not None:
             p = tl.exp2(x - m_safe[:, None])
             corr = tl.exp2(m - m_safe)
             l = l * corr + tl.sum(p, 1)
-            v = _load_tile(V, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, DOT)
+            v = _load_tile(V, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, DOT, EVEN)
             acc = tl.dot(p.to(DOT), v, acc * corr[:, None], input_precision=PRECISION, out_dtype=ACC)
             m = m_new
         return acc, m, l
@@ -303,7 +345,7 @@ if triton is not None:
                        stride_b, stride_h, stride_t, H, T, D, W, scale, T_BUCKET,
                        MIX: tl.constexpr, BAND: tl.constexpr, SPLIT: tl.constexpr, ACC: tl.constexpr,
                        DOT: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                       BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr):
+                       BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr, EVEN: tl.constexpr):
         bh = tl.program_id(0).to(tl.int64)  # B * H on axis 0 (axis 1 allows 65,535 programs only)
         start_m = (tl.num_programs(1) - 1 - tl.program_id(1)) * BLOCK_M  # the longest rows first
         d0 = tl.program_id(2) * BLOCK_DC
@@ -315,7 +357,7 @@ if triton is not None:
         a = 0.0
         ra = 0.0
         if BLOCK_DC == BLOCK_D:
-            a, ra = _held(A, B, in_off, stride_t, start_m, T, D, 0, alpha, MIX, BLOCK_M, BLOCK_D, ACC, DOT)
+            a, ra = _held(A, B, in_off, stride_t, start_m, T, D, 0, alpha, MIX, BLOCK_M, BLOCK_D, ACC, DOT, EVEN)
 
         m = tl.full([BLOCK_M], float("-inf"), ACC)
         l = tl.zeros([BLOCK_M], ACC)
@@ -327,40 +369,40 @@ if triton is not None:
                 lo = out_hi
             acc, m, l = _fwd_run(acc, m, l, a, ra, A, B, V, in_off, stride_t, start_m, lo, hi, T, D, W, alpha,
                                  qk_scale, d0, True, 2 if BAND else (1 if MIX else 0), MIX, BLOCK_M, BLOCK_N,
-                                 BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+                                 BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION, EVEN)
         elif MIX and BAND:
             acc, m, l = _fwd_run(acc, m, l, a, ra, A, B, V, in_off, stride_t, start_m, 0, out_hi, T, D, W, alpha,
                                  qk_scale, d0, False, 0, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
-                                 PRECISION)
+                                 PRECISION, EVEN)
             acc, m, l = _fwd_run(acc, m, l, a, ra, A, B, V, in_off, stride_t, start_m, out_hi, in_lo, T, D, W, alpha,
                                  qk_scale, d0, True, 2, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
-                                 PRECISION)
+                                 PRECISION, EVEN)
             acc, m, l = _fwd_run(acc, m, l, a, ra, A, B, V, in_off, stride_t, start_m, in_lo, diag_lo, T, D, W,
                                  alpha, qk_scale, d0, False, 1, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
-                                 PRECISION)
+                                 PRECISION, EVEN)
             acc, m, l = _fwd_run(acc, m, l, a, ra, A, B, V, in_off, stride_t, start_m, diag_lo, hi, T, D, W, alpha,
                                  qk_scale, d0, True, 2, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
-                                 PRECISION)
+                                 PRECISION, EVEN)
         elif MIX:
             acc, m, l = _fwd_run(acc, m, l, a, ra, A, B, V, in_off, stride_t, start_m, 0, diag_lo, T, D, W, alpha,
                                  qk_scale, d0, False, 1, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
-                                 PRECISION)
+                                 PRECISION, EVEN)
             acc, m, l = _fwd_run(acc, m, l, a, ra, A, B, V, in_off, stride_t, start_m, diag_lo, hi, T, D, W, alpha,
                                  qk_scale, d0, True, 1, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
-                                 PRECISION)
+                                 PRECISION, EVEN)
         else:  # key blocks entirely left of the band are skipped (no band: out_hi = in_lo = 0)
             acc, m, l = _fwd_run(acc, m, l, a, ra, A, B, V, in_off, stride_t, start_m, out_hi, in_lo, T, D, W, alpha,
                                  qk_scale, d0, True, 0, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
-                                 PRECISION)
+                                 PRECISION, EVEN)
             acc, m, l = _fwd_run(acc, m, l, a, ra, A, B, V, in_off, stride_t, start_m, in_lo, diag_lo, T, D, W,
                                  alpha, qk_scale, d0, False, 0, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
-                                 PRECISION)
+                                 PRECISION, EVEN)
             acc, m, l = _fwd_run(acc, m, l, a, ra, A, B, V, in_off, stride_t, start_m, diag_lo, hi, T, D, W, alpha,
                                  qk_scale, d0, True, 0, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
-                                 PRECISION)
+                                 PRECISION, EVEN)
         offs_m = start_m + tl.arange(0, BLOCK_M)
         l_safe = tl.where(l == 0.0, 1.0, l)
-        _store_tile(O, bh, offs_m, d0, acc / l_safe[:, None], T, D, BLOCK_DC)  # O is contiguous
+        _store_tile(O, bh, offs_m, d0, acc / l_safe[:, None], T, D, BLOCK_DC, EVEN)  # O is contiguous
         tl.store(L + bh * T + offs_m, m + tl.log2(l_safe), mask=(offs_m < T) & (d0 == 0))
 
     # ------------------------------------------------------------------------------ backward
@@ -381,7 +423,7 @@ if triton is not None:
                  start_n, lo, hi, T, D, W, alpha, scale, d0,
                  MASKED: tl.constexpr, R: tl.constexpr, MIX: tl.constexpr, ATOMIC: tl.constexpr, GRADS: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr,
-                 ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr):
+                 ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr, EVEN: tl.constexpr):
         """One run of query blocks lo .. hi for the key block start_n, on the transposed tile (key
         rows x query columns), so that the held accumulators need no transposed operand."""
         offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -390,33 +432,33 @@ if triton is not None:
             offs_m = start_m + tl.arange(0, BLOCK_M)
             # S^T_ji = B_j . A_i and alpha R^T_ji = alpha A_j . B_i
             st, rt = _scores(b, rb, B, A, in_off, stride_t, start_n, A, B, in_off, stride_t, start_m, T, D, alpha,
-                             R, BLOCK_N, BLOCK_M, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+                             R, BLOCK_N, BLOCK_M, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION, EVEN)
             band = st > 0  # unused unless masked
             if MASKED:
                 st, band = _mask(st, rt, offs_m[None, :], offs_n[:, None], T, W, MIX, R)
-            lse = tl.load(L + bh * T + offs_m, mask=offs_m < T, other=0.0)
-            delta = tl.load(Delta + bh * T + offs_m, mask=offs_m < T, other=0.0)
+            lse = _load_rows(L, bh, offs_m, T, EVEN)
+            delta = _load_rows(Delta, bh, offs_m, T, EVEN)
             pt = tl.exp2(st * qk_scale - lse[None, :])  # masked logits are -inf: P = 0 there
             dpt, _ = _scores(v, v, V, V, in_off, stride_t, start_n, DO, DO, do_off, D, start_m, T, D, alpha,
-                             0, BLOCK_N, BLOCK_M, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)  # v_j . dO_i
+                             0, BLOCK_N, BLOCK_M, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION, EVEN)  # v_j . dO_i
             gt = pt * (dpt - delta[None, :]) * scale  # d(loss) / d(S_ij), transposed
             if GRADS != 2:  # the S half
-                do_i = _load_tile(DO, do_off, start_m, D, T, D, d0, BLOCK_M, BLOCK_DC, DOT)
+                do_i = _load_tile(DO, do_off, start_m, D, T, D, d0, BLOCK_M, BLOCK_DC, DOT, EVEN)
                 dv = tl.dot(pt.to(DOT), do_i, dv, input_precision=PRECISION, out_dtype=ACC)
-                a_i = _load_tile(A, in_off, start_m, stride_t, T, D, d0, BLOCK_M, BLOCK_DC, DOT)
+                a_i = _load_tile(A, in_off, start_m, stride_t, T, D, d0, BLOCK_M, BLOCK_DC, DOT, EVEN)
                 db = tl.dot(gt.to(DOT), a_i, db, input_precision=PRECISION, out_dtype=ACC)  # S_ij = A_i . B_j
                 if ATOMIC:  # the row half of dA_i, added into the shared buffer (FlashAttention-2's dQ)
                     _add_tile(DA, bh, offs_m, d0, tl.dot(tl.trans(gt).to(DOT), b_c, input_precision=PRECISION,
-                                                         out_dtype=ACC), T, D, BLOCK_DC)
+                                                         out_dtype=ACC), T, D, BLOCK_DC, EVEN)
             if R != 0 and GRADS != 1:  # the alpha R half: alpha R_ij = alpha B_i . A_j
                 gbt = gt
                 if R == 2:
                     gbt = tl.where(band, gt, 0.0)
-                b_i = _load_tile(B, in_off, start_m, stride_t, T, D, d0, BLOCK_M, BLOCK_DC, DOT)
+                b_i = _load_tile(B, in_off, start_m, stride_t, T, D, d0, BLOCK_M, BLOCK_DC, DOT, EVEN)
                 du = tl.dot(gbt.to(DOT), b_i, du, input_precision=PRECISION, out_dtype=ACC)  # dA_j / alpha
                 if ATOMIC:  # the row half of dB_i: alpha sum_j g_ij A_j (rb_c holds alpha A_j)
                     _add_tile(DB, bh, offs_m, d0, tl.dot(tl.trans(gbt).to(DOT), rb_c, input_precision=PRECISION,
-                                                         out_dtype=ACC), T, D, BLOCK_DC)
+                                                         out_dtype=ACC), T, D, BLOCK_DC, EVEN)
         return dv, db, du
 
     @triton.jit
@@ -424,7 +466,8 @@ if triton is not None:
                            stride_b, stride_h, stride_t, H, T, D, W, scale, T_BUCKET,
                            MIX: tl.constexpr, BAND: tl.constexpr, SPLIT: tl.constexpr, ATOMIC: tl.constexpr,
                            GRADS: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
-                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr):
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr,
+                           EVEN: tl.constexpr):
         """Per key block j, in registers: dV_j, the column half of dB_j (from S) and, MIX, of dA_j
         (from alpha R; also each key row's share of dalpha). ATOMIC: the row halves, dA_i from S and
         (MIX) dB_i from alpha R, are added into DA and DB by fp32 atomics; else _ra_bwd_row_kernel
@@ -442,12 +485,12 @@ if triton is not None:
         rb = 0.0
         v = 0.0
         if BLOCK_DC == BLOCK_D:
-            b, rb = _held(B, A, in_off, stride_t, start_n, T, D, 0, alpha, MIX, BLOCK_N, BLOCK_D, ACC, DOT)
-            v = _load_tile(V, in_off, start_n, stride_t, T, D, 0, BLOCK_N, BLOCK_D, DOT)
+            b, rb = _held(B, A, in_off, stride_t, start_n, T, D, 0, alpha, MIX, BLOCK_N, BLOCK_D, ACC, DOT, EVEN)
+            v = _load_tile(V, in_off, start_n, stride_t, T, D, 0, BLOCK_N, BLOCK_D, DOT, EVEN)
             b_c = b
             rb_c = rb
         else:
-            b_c, rb_c = _held(B, A, in_off, stride_t, start_n, T, D, d0, alpha, MIX, BLOCK_N, BLOCK_DC, ACC, DOT)
+            b_c, rb_c = _held(B, A, in_off, stride_t, start_n, T, D, d0, alpha, MIX, BLOCK_N, BLOCK_DC, ACC, DOT, EVEN)
         dv = tl.zeros([BLOCK_N, BLOCK_DC], ACC)
         db = tl.zeros([BLOCK_N, BLOCK_DC], ACC)
         du = tl.zeros([BLOCK_N, BLOCK_DC], ACC)
@@ -459,55 +502,60 @@ if triton is not None:
             dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
                                   stride_t, do_off, start_n, lo, hi, T, D, W, alpha, scale, d0, True,
                                   2 if BAND else (1 if MIX else 0), MIX, ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D,
-                                  BLOCK_DC, ACC, DOT, PRECISION)
+                                  BLOCK_DC, ACC, DOT, PRECISION, EVEN)
         elif MIX and BAND:
             dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
                                   stride_t, do_off, start_n, lo, tl.minimum(diag_hi, T), T, D, W, alpha, scale, d0,
-                                  True, 2, MIX, ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+                                  True, 2, MIX, ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
+                                  PRECISION, EVEN)
             dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
                                   stride_t, do_off, start_n, diag_hi, tl.minimum(in_hi, T), T, D, W, alpha, scale,
                                   d0, False, 1, MIX, ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
-                                  PRECISION)
+                                  PRECISION, EVEN)
             dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
                                   stride_t, do_off, start_n, in_hi, tl.minimum(out_lo, T), T, D, W, alpha, scale, d0,
-                                  True, 2, MIX, ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+                                  True, 2, MIX, ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
+                                  PRECISION, EVEN)
             if GRADS != 2:  # below the band: no alpha R term
                 dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
                                       stride_t, do_off, start_n, out_lo, T, T, D, W, alpha, scale, d0, False, 0, MIX,
-                                      ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+                                      ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION, EVEN)
         elif MIX:
             dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
                                   stride_t, do_off, start_n, lo, tl.minimum(diag_hi, T), T, D, W, alpha, scale, d0,
-                                  True, 1, MIX, ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+                                  True, 1, MIX, ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
+                                  PRECISION, EVEN)
             dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
                                   stride_t, do_off, start_n, diag_hi, T, T, D, W, alpha, scale, d0, False, 1, MIX,
-                                  ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+                                  ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION, EVEN)
         else:  # query blocks entirely below the band are skipped (no band: in_hi, out_lo >= T)
             dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
                                   stride_t, do_off, start_n, lo, tl.minimum(diag_hi, T), T, D, W, alpha, scale, d0,
-                                  True, 0, MIX, ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+                                  True, 0, MIX, ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
+                                  PRECISION, EVEN)
             dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
                                   stride_t, do_off, start_n, diag_hi, tl.minimum(in_hi, T), T, D, W, alpha, scale,
                                   d0, False, 0, MIX, ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
-                                  PRECISION)
+                                  PRECISION, EVEN)
             dv, db, du = _col_run(dv, db, du, b, rb, b_c, rb_c, v, A, B, V, DO, L, Delta, DA, DB, bh, in_off,
                                   stride_t, do_off, start_n, in_hi, tl.minimum(out_lo, T), T, D, W, alpha, scale, d0,
-                                  True, 0, MIX, ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+                                  True, 0, MIX, ATOMIC, GRADS, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT,
+                                  PRECISION, EVEN)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         if GRADS != 2:
-            _store_tile(DV, bh, offs_n, d0, dv, T, D, BLOCK_DC)
+            _store_tile(DV, bh, offs_n, d0, dv, T, D, BLOCK_DC, EVEN)
             if MIX and ATOMIC:  # other programs add dB's row half to these rows
-                _add_tile(DB, bh, offs_n, d0, db, T, D, BLOCK_DC)
+                _add_tile(DB, bh, offs_n, d0, db, T, D, BLOCK_DC, EVEN)
             else:
-                _store_tile(DB, bh, offs_n, d0, db, T, D, BLOCK_DC)
+                _store_tile(DB, bh, offs_n, d0, db, T, D, BLOCK_DC, EVEN)
         if MIX and GRADS != 1:
             if ATOMIC:
-                _add_tile(DA, bh, offs_n, d0, du * alpha, T, D, BLOCK_DC)
+                _add_tile(DA, bh, offs_n, d0, du * alpha, T, D, BLOCK_DC, EVEN)
             else:
-                _store_tile(DA, bh, offs_n, d0, du * alpha, T, D, BLOCK_DC)
+                _store_tile(DA, bh, offs_n, d0, du * alpha, T, D, BLOCK_DC, EVEN)
             # dalpha = sum_ij g_ij [band] B_i . A_j = sum_j A_j . du_j: one number per key row here,
             # summed per head after the kernel (no R tile, no extra product in the loop)
-            a_j = _load_tile(A, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, ACC)
+            a_j = _load_tile(A, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, ACC, EVEN)
             tl.store(DAlpha + (tl.program_id(2) * tl.num_programs(0) + bh) * T + offs_n, tl.sum(a_j * du, 1),
                      mask=offs_n < T)
 
@@ -515,25 +563,25 @@ if triton is not None:
     def _row_run(da, db, a, ra, do_h, A, B, V, DO, in_off, stride_t, do_off, start_m, lse, delta, lo, hi,
                  T, D, W, alpha, scale, d0, MASKED: tl.constexpr, R: tl.constexpr, MIX: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr,
-                 ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr):
+                 ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr, EVEN: tl.constexpr):
         offs_m = start_m + tl.arange(0, BLOCK_M)
         qk_scale = scale * 1.4426950408889634
         for start_n in range(lo, hi, BLOCK_N):
             s, r = _scores(a, ra, A, B, in_off, stride_t, start_m, B, A, in_off, stride_t, start_n, T, D, alpha,
-                           R, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+                           R, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION, EVEN)
             band = s > 0  # unused unless masked
             if MASKED:
                 s, band = _mask(s, r, offs_m[:, None], start_n + tl.arange(0, BLOCK_N)[None, :], T, W, MIX, R)
             p = tl.exp2(s * qk_scale - lse[:, None])
             dp, _ = _scores(do_h, do_h, DO, DO, do_off, D, start_m, V, V, in_off, stride_t, start_n, T, D, alpha,
-                            0, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)  # dO_i . v_j
+                            0, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION, EVEN)  # dO_i . v_j
             g = p * (dp - delta[:, None]) * scale
-            b_j = _load_tile(B, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, DOT)
+            b_j = _load_tile(B, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, DOT, EVEN)
             da = tl.dot(g.to(DOT), b_j, da, input_precision=PRECISION, out_dtype=ACC)
             if R != 0:
                 if R == 2:
                     g = tl.where(band, g, 0.0)
-                a_j = _load_tile(A, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, DOT)
+                a_j = _load_tile(A, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, DOT, EVEN)
                 db = tl.dot(g.to(DOT), a_j, db, input_precision=PRECISION, out_dtype=ACC)
         return da, db
 
@@ -542,7 +590,7 @@ if triton is not None:
                            stride_b, stride_h, stride_t, H, T, D, W, scale, T_BUCKET,
                            MIX: tl.constexpr, BAND: tl.constexpr, SPLIT: tl.constexpr, ACC: tl.constexpr,
                            DOT: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                           BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr):
+                           BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr, EVEN: tl.constexpr):
         """The deterministic path's row halves, per query block i: dA_i from S and (MIX) dB_i from
         alpha R, into their own buffers (the launcher adds the column kernel's halves)."""
         bh = tl.program_id(0).to(tl.int64)
@@ -557,11 +605,11 @@ if triton is not None:
         ra = 0.0
         do_h = 0.0
         if BLOCK_DC == BLOCK_D:
-            a, ra = _held(A, B, in_off, stride_t, start_m, T, D, 0, alpha, MIX, BLOCK_M, BLOCK_D, ACC, DOT)
-            do_h = _load_tile(DO, do_off, start_m, D, T, D, 0, BLOCK_M, BLOCK_D, DOT)
+            a, ra = _held(A, B, in_off, stride_t, start_m, T, D, 0, alpha, MIX, BLOCK_M, BLOCK_D, ACC, DOT, EVEN)
+            do_h = _load_tile(DO, do_off, start_m, D, T, D, 0, BLOCK_M, BLOCK_D, DOT, EVEN)
         offs_m = start_m + tl.arange(0, BLOCK_M)
-        lse = tl.load(L + bh * T + offs_m, mask=offs_m < T, other=0.0)
-        delta = tl.load(Delta + bh * T + offs_m, mask=offs_m < T, other=0.0)
+        lse = _load_rows(L, bh, offs_m, T, EVEN)
+        delta = _load_rows(Delta, bh, offs_m, T, EVEN)
         da = tl.zeros([BLOCK_M, BLOCK_DC], ACC)
         db = tl.zeros([BLOCK_M, BLOCK_DC], ACC)
         out_hi, in_lo, diag_lo, hi = _row_bounds(start_m, T, W, BLOCK_M, BLOCK_N)
@@ -571,40 +619,40 @@ if triton is not None:
                 lo = out_hi
             da, db = _row_run(da, db, a, ra, do_h, A, B, V, DO, in_off, stride_t, do_off, start_m, lse, delta, lo,
                               hi, T, D, W, alpha, scale, d0, True, 2 if BAND else (1 if MIX else 0), MIX, BLOCK_M,
-                              BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION)
+                              BLOCK_N, BLOCK_D, BLOCK_DC, ACC, DOT, PRECISION, EVEN)
         elif MIX and BAND:
             da, db = _row_run(da, db, a, ra, do_h, A, B, V, DO, in_off, stride_t, do_off, start_m, lse, delta, 0,
                               out_hi, T, D, W, alpha, scale, d0, False, 0, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC,
-                              ACC, DOT, PRECISION)
+                              ACC, DOT, PRECISION, EVEN)
             da, db = _row_run(da, db, a, ra, do_h, A, B, V, DO, in_off, stride_t, do_off, start_m, lse, delta,
                               out_hi, in_lo, T, D, W, alpha, scale, d0, True, 2, MIX, BLOCK_M, BLOCK_N, BLOCK_D,
-                              BLOCK_DC, ACC, DOT, PRECISION)
+                              BLOCK_DC, ACC, DOT, PRECISION, EVEN)
             da, db = _row_run(da, db, a, ra, do_h, A, B, V, DO, in_off, stride_t, do_off, start_m, lse, delta, in_lo,
                               diag_lo, T, D, W, alpha, scale, d0, False, 1, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC,
-                              ACC, DOT, PRECISION)
+                              ACC, DOT, PRECISION, EVEN)
             da, db = _row_run(da, db, a, ra, do_h, A, B, V, DO, in_off, stride_t, do_off, start_m, lse, delta,
                               diag_lo, hi, T, D, W, alpha, scale, d0, True, 2, MIX, BLOCK_M, BLOCK_N, BLOCK_D,
-                              BLOCK_DC, ACC, DOT, PRECISION)
+                              BLOCK_DC, ACC, DOT, PRECISION, EVEN)
         elif MIX:
             da, db = _row_run(da, db, a, ra, do_h, A, B, V, DO, in_off, stride_t, do_off, start_m, lse, delta, 0,
                               diag_lo, T, D, W, alpha, scale, d0, False, 1, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC,
-                              ACC, DOT, PRECISION)
+                              ACC, DOT, PRECISION, EVEN)
             da, db = _row_run(da, db, a, ra, do_h, A, B, V, DO, in_off, stride_t, do_off, start_m, lse, delta,
                               diag_lo, hi, T, D, W, alpha, scale, d0, True, 1, MIX, BLOCK_M, BLOCK_N, BLOCK_D,
-                              BLOCK_DC, ACC, DOT, PRECISION)
+                              BLOCK_DC, ACC, DOT, PRECISION, EVEN)
         else:
             da, db = _row_run(da, db, a, ra, do_h, A, B, V, DO, in_off, stride_t, do_off, start_m, lse, delta,
                               out_hi, in_lo, T, D, W, alpha, scale, d0, True, 0, MIX, BLOCK_M, BLOCK_N, BLOCK_D,
-                              BLOCK_DC, ACC, DOT, PRECISION)
+                              BLOCK_DC, ACC, DOT, PRECISION, EVEN)
             da, db = _row_run(da, db, a, ra, do_h, A, B, V, DO, in_off, stride_t, do_off, start_m, lse, delta, in_lo,
                               diag_lo, T, D, W, alpha, scale, d0, False, 0, MIX, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DC,
-                              ACC, DOT, PRECISION)
+                              ACC, DOT, PRECISION, EVEN)
             da, db = _row_run(da, db, a, ra, do_h, A, B, V, DO, in_off, stride_t, do_off, start_m, lse, delta,
                               diag_lo, hi, T, D, W, alpha, scale, d0, True, 0, MIX, BLOCK_M, BLOCK_N, BLOCK_D,
-                              BLOCK_DC, ACC, DOT, PRECISION)
-        _store_tile(DA, bh, offs_m, d0, da, T, D, BLOCK_DC)
+                              BLOCK_DC, ACC, DOT, PRECISION, EVEN)
+        _store_tile(DA, bh, offs_m, d0, da, T, D, BLOCK_DC, EVEN)
         if MIX:
-            _store_tile(DB, bh, offs_m, d0, db * alpha, T, D, BLOCK_DC)
+            _store_tile(DB, bh, offs_m, d0, db * alpha, T, D, BLOCK_DC, EVEN)
 
     # Autotuning runs on GPUs only (the interpreter has no benchmarker).
     def _quad(config):
@@ -628,6 +676,7 @@ if triton is not None:
             knobs = tuple(cdna_knobs(target, index).items())
             return [by_entry[(q, knobs)] for q in autotune_space(target, meta["BLOCK_D"], meta["MIX"])[index]]
 
+        kernel = triton.heuristics({"EVEN": _even_tiles})(kernel)
         return triton.autotune(configs, key=key, prune_configs_by={"early_config_prune": listed}, **options)(kernel)
 
     # T by its power-of-two bucket: generate() and evaluation batches change T call after call
@@ -658,14 +707,15 @@ def head_chunk(block_d, target):
     return min(block_d, 64) if target.startswith("gfx") and not is_cdna(target) else block_d
 
 
-def _launch(kernel, tuned, block, q, args, meta):
-    """Runs the autotuned kernel on q's GPU, or the plain one with INTERPRET_TILE under the
-    interpreter; one program per (batch x head, block of `block` rows, chunk of head columns)."""
+def _launch(tuned, block, q, args, meta):
+    """Runs the autotuned kernel on q's GPU, or the untuned one (tuned.fn, EVEN still decided by
+    _even_tiles) with INTERPRET_TILE under the interpreter; one program per (batch x head, block of
+    `block` rows, chunk of head columns)."""
     B, H, T = q.shape[:3]
     chunks = meta["BLOCK_D"] // meta["BLOCK_DC"]
     if INTERPRET:
         tile = dict(zip(("BLOCK_M", "BLOCK_N"), INTERPRET_TILE))
-        kernel[(B * H, triton.cdiv(T, tile[block]), chunks)](*args, **meta, **tile)
+        tuned.fn[(B * H, triton.cdiv(T, tile[block]), chunks)](*args, **meta, **tile)
     else:
         with torch.cuda.device(q.device):
             tuned[lambda cfg: (B * H, triton.cdiv(T, cfg[block]), chunks)](*args, **meta)
@@ -714,7 +764,7 @@ def _forward_stream(a, b, v, alpha, W, mix):
     B, H, T, D = a.shape
     o = torch.empty_like(a, memory_format=torch.contiguous_format)
     lse = torch.empty(B * H, T, device=a.device, dtype=_acc_dtype(a.dtype))
-    _launch(_ra_fwd_kernel, _fwd_tuned, "BLOCK_M", a, (a, b, v, alpha, o, lse) + _strides(a), _meta(a, W, mix))
+    _launch(_fwd_tuned, "BLOCK_M", a, (a, b, v, alpha, o, lse) + _strides(a), _meta(a, W, mix))
     return o, lse
 
 
@@ -748,17 +798,17 @@ def _backward_stream(a, b, v, alpha, o, lse, do, W, mix, deterministic):
     recip = mix and (INTERPRET_RECIP_PASS if INTERPRET else recip_pass(gpu_target(a.device), meta["BLOCK_D"],
                                                                        meta["BAND"]))
     deterministic = deterministic or not (INTERPRET or atomic_backward(gpu_target(a.device)))
-    _launch(_ra_bwd_col_kernel, _bwd_col_tuned, "BLOCK_N", a, common + (da, db, dv, dalpha) + _strides(a),
+    _launch(_bwd_col_tuned, "BLOCK_N", a, common + (da, db, dv, dalpha) + _strides(a),
             dict(meta, ATOMIC=not deterministic, GRADS=1 if recip else 3))
     if recip:  # the alpha R half into buffers of its own (the autotuner zeroes DA and DB before its trials)
         da_r, db_r = torch.zeros_like(da), torch.zeros_like(db)
-        _launch(_ra_bwd_col_kernel, _bwd_col_tuned, "BLOCK_N", a, common + (da_r, db_r, dv, dalpha) + _strides(a),
+        _launch(_bwd_col_tuned, "BLOCK_N", a, common + (da_r, db_r, dv, dalpha) + _strides(a),
                 dict(meta, ATOMIC=not deterministic, GRADS=2))
         da, db = da + da_r, db + db_r
     if deterministic:
         da_row = torch.empty_like(da)
         db_row = torch.empty_like(db) if mix else da_row
-        _launch(_ra_bwd_row_kernel, _bwd_row_tuned, "BLOCK_M", a, common + (da_row, db_row) + _strides(a), meta)
+        _launch(_bwd_row_tuned, "BLOCK_M", a, common + (da_row, db_row) + _strides(a), meta)
         da = da + da_row if mix else da_row
         db = db + db_row if mix else db
     return da, db, dv, dalpha.view(chunks, B, H, T).sum((0, 1, 3)) if mix else None

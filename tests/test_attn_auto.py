@@ -84,10 +84,10 @@ def fake_gpu(monkeypatch, sdpa_ms, fused_ms):
         step()
         return next(times)
 
-    def fused(q, k, v, mode, alpha, gate_logit, window, dropout_p):
+    def fused(q, k, v, mode, alpha, gate_logit, window, dropout_p, kq=None):
         fused_calls.append(torch.is_grad_enabled())
         p = None if gate_logit is None else torch.sigmoid(gate_logit)
-        return ra_model.reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p)
+        return ra_model.reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p, kq)
 
     why_not = ra_model.why_not_auto_fused  # dropout still rules the fused kernel out
     monkeypatch.setattr(ra_model, "why_not_auto_fused", lambda q, k, v, p: why_not(q, k, v, p) if p > 0 else None)

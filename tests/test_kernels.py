@@ -153,12 +153,13 @@ def _assert_float32_matches_reference(shape, mode, window, **options):
         _assert_close(grad, ref_grad, torch.float32, f"{mode} window {window} {name}")
 
 
-@pytest.mark.parametrize("tile", [(32, 64), (64, 32), (16, 32)])
-def test_unequal_tiles_match_the_reference(tile, monkeypatch):
+@pytest.mark.parametrize("tile,T", [((32, 64), 100), ((64, 32), 100), ((16, 32), 100), ((16, 128), 300)])
+def test_unequal_tiles_match_the_reference(tile, T, monkeypatch):
     """The GPU lists hold BLOCK_M != BLOCK_N (the column kernel walks BLOCK_M-row blocks from a
-    BLOCK_N-aligned start); T = 100 spans several tiles of each shape with a ragged tail."""
+    BLOCK_N-aligned start), up to sm90's 128 held key rows in mix's column kernel; T spans several
+    tiles of each shape with a ragged tail (300: three 128-key blocks)."""
     monkeypatch.setattr(ra, "INTERPRET_TILE", tile)
-    shape = (1, 2, 100, 16)
+    shape = (1, 2, T, 16)
     for mode, window in (("swap", 40), ("mix", 0), ("mix", 33), ("gate", 7)):
         _assert_float32_matches_reference(shape, mode, window)
 
@@ -183,6 +184,40 @@ def test_every_band_edge_against_the_reference(mode):
     (16 x 16 tiles, T = 40), the atomic path."""
     for window in (1, 15, 16, 17, 31, 33):
         _assert_float32_matches_reference((1, 1, 40, 16), mode, window)
+
+
+def test_only_whole_tiles_drop_the_masks(monkeypatch):
+    """EVEN (_even_tiles, per autotune configuration): T a multiple of both block sizes and a head size
+    that fills BLOCK_D; a ragged T, a T that one block size does not divide, or a padded head keep them,
+    and on a GPU so do head sizes above 64 and CDNA (mask_free_tiles: they spilled without them)."""
+    even = lambda T, D, block_m, block_n, block_d: ra._even_tiles(dict(T=T, D=D, BLOCK_M=block_m, BLOCK_N=block_n,
+                                                                        BLOCK_D=block_d))
+    assert even(1024, 64, 128, 64, 64) and even(2048, 128, 16, 128, 128) and even(32, 16, 16, 16, 16)  # interpreter
+    assert not even(1000, 64, 16, 64, 64) and not even(96, 64, 32, 64, 64) and not even(1024, 48, 16, 64, 64)
+    monkeypatch.setattr(ra, "INTERPRET", False)  # a GPU launch asks its target
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    for target, block_d, takes in (("sm90", 64, True), ("gfx1100", 32, True), ("sm90", 128, False),
+                                   ("gfx942", 64, False)):
+        monkeypatch.setattr(ra, "gpu_target", lambda device, target=target: target)
+        assert even(1024, block_d, 128, 64, block_d) == takes == ra.mask_free_tiles(target, block_d), target
+
+
+@pytest.mark.parametrize("T", [32, 37])
+def test_even_and_ragged_sequences_match_the_reference(T, monkeypatch):
+    """T = 32 fills its 16 x 16 tiles: every launch takes EVEN (loads, stores and atomic adds without
+    masks); T = 37 leaves a ragged tail and none does. Every mode, band edges, both backward paths."""
+    seen = set()
+
+    def recorded(args):
+        seen.add(ra._even_tiles(args))
+        return ra._even_tiles(args)
+
+    for tuned in (ra._fwd_tuned, ra._bwd_col_tuned, ra._bwd_row_tuned):  # what each launch decided
+        monkeypatch.setitem(tuned.fn.values, "EVEN", recorded)
+    for mode, window, deterministic in (("swap", 7, False), ("mix", 0, False), ("mix", 9, False), ("mix", 9, True),
+                                        ("gate", 5, False)):
+        _assert_float32_matches_reference((1, 2, T, 16), mode, window, deterministic=deterministic)
+    assert seen == {T % 16 == 0}
 
 
 @pytest.mark.parametrize("mode,window", [("standard", 0), ("swap", 7), ("mix", 0), ("mix", 18), ("gate", 5)])
@@ -348,7 +383,7 @@ tl = ra.tl
 
 @ra.triton.jit
 def copy_tile(X, Out, in_off, start, stride_t, T, D, BLOCK: tl.constexpr):
-    x = ra._load_tile(X, in_off, start, stride_t, T, D, 0, BLOCK, BLOCK, tl.float32)
+    x = ra._load_tile(X, in_off, start, stride_t, T, D, 0, BLOCK, BLOCK, tl.float32, False)  # masked
     rows = tl.arange(0, BLOCK)
     tl.store(Out + rows[:, None] * BLOCK + rows[None, :], x)
 
@@ -402,6 +437,8 @@ def test_the_autotuner_times_only_the_configurations_listed_for_the_gpu_head_siz
             assert ra._knobs(config) == ra.cdna_knobs(target, index)  # MI300X's waves_per_eu, matrix_instr_nonkdim
     assert ra.autotune_space("sm90", 128)[0] != ra.autotune_space("sm90", 64)[0]
     assert ra.autotune_space("sm90", 64, mix=True)[1] != ra.autotune_space("sm90", 64)[1]  # three accumulators
+    for block_d, mix in ((64, True), (128, False)):  # 128 key rows: half the atomic adds of 64-key blocks
+        assert any(n == 128 for m, n, *_ in ra.autotune_space("sm90", block_d, mix)[1])
 
 
 @pytest.mark.parametrize("mode,window", [("standard", 0), ("swap", 4), ("mix", 0), ("gate", 3)])
