@@ -16,4 +16,4 @@ max_iters = 2000
 warmup_iters = 80
 learning_rate = 0.012
 min_lr = 0.0012
-lr_tuning = 'tuned by tools/tune_lr.py on 2026-11-28 at commit 293e15171d: baseline from scratch on 3 rates 0.006..0.024 (x2), seeds 903, 904, best 0.012 (bracketed)'
+lr_tuning = "tuned by tools/tune_lr.py on 2026-11-28 at commit e955ee93e1: baseline from scratch on 3 rates 0.006..0.024 (x2), seeds 903, 904, best 0.012 (bracketed); every variant's best of 0.5x/1x/2x (seeds 903, 904) is 1x"
