@@ -779,39 +779,48 @@ def _delta(o, do):
     return delta
 
 
-def _backward_stream(a, b, v, alpha, o, lse, do, W, mix, deterministic):
-    """(da, db, dv, dalpha or None) of one stream, gradients with respect to its row operand a and
-    column operand b, in float32 (float64 for float64 inputs): the launcher casts them (and adds
-    gate's two streams). One Delta launch, one column-parallel launch; the deterministic path adds
-    one row-parallel launch in place of the atomics."""
+def _backward_stream(a, b, v, alpha, o, lse, do, W, mix, swapped, deterministic):
+    """The stream's dq, dk, dv as one (3, B, H, T, D) tensor in float32 (float64 for float64 inputs),
+    whichever of q and k is its row operand a (swapped: k), and mix's dalpha (else None); the
+    launcher adds gate's two streams and casts. One Delta launch, one column-parallel launch (two
+    for recip_pass); the deterministic path adds one row-parallel launch in place of the atomics."""
     B, H, T, D = a.shape
     meta = _meta(a, W, mix)
     do = do.contiguous()
     delta = _delta(o, do)
     acc = lse.dtype
-    da = torch.zeros(a.shape, device=a.device, dtype=acc)
-    db = torch.zeros(a.shape, device=a.device, dtype=acc)
-    dv = torch.empty(a.shape, device=a.device, dtype=acc)
     chunks = meta["BLOCK_D"] // meta["BLOCK_DC"]
     dalpha = torch.empty(chunks, B * H, T, device=a.device, dtype=acc) if mix else lse  # lse: never written
     common = (a, b, v, alpha, do, lse, delta)
     recip = mix and (INTERPRET_RECIP_PASS if INTERPRET else recip_pass(gpu_target(a.device), meta["BLOCK_D"],
                                                                        meta["BAND"]))
     deterministic = deterministic or not (INTERPRET or atomic_backward(gpu_target(a.device)))
+    # The atomic path's second recip pass adds into a pair of its own, added after: each sum keeps
+    # its order. It lies in front of dq, dk, so that one fill zeroes every atomic target (float32
+    # gradients keep it allocated while they live: recip_pass is AMD's and windowed mix's at D = 128).
+    scratch = 2 if recip and not deterministic else 0
+    buf = torch.empty((scratch + 3, *a.shape), device=a.device, dtype=acc)
+    grads = buf[scratch:]
+    da, db, dv = (grads[1], grads[0], grads[2]) if swapped else grads.unbind(0)
+    if not deterministic:  # the kernels store every other buffer whole
+        (buf[:scratch + 2] if mix else da).zero_()
+    rows = torch.empty((2, *a.shape), device=a.device, dtype=acc) if mix and deterministic else None
     _launch(_bwd_col_tuned, "BLOCK_N", a, common + (da, db, dv, dalpha) + _strides(a),
             dict(meta, ATOMIC=not deterministic, GRADS=1 if recip else 3))
-    if recip:  # the alpha R half into buffers of its own (the autotuner zeroes DA and DB before its trials)
-        da_r, db_r = torch.zeros_like(da), torch.zeros_like(db)
+    if recip:
+        # deterministic: this pass stores dA's column half, which the first left alone, and writes no
+        # DB; it gets rows[1], not db, since the autotuner zeroes DB before its trials
+        da_r, db_r = (da, rows[1]) if deterministic else buf[:2]
         _launch(_bwd_col_tuned, "BLOCK_N", a, common + (da_r, db_r, dv, dalpha) + _strides(a),
                 dict(meta, ATOMIC=not deterministic, GRADS=2))
-        da, db = da + da_r, db + db_r
-    if deterministic:
-        da_row = torch.empty_like(da)
-        db_row = torch.empty_like(db) if mix else da_row
+        if not deterministic:
+            grads[:2].add_(buf[:2])
+    if deterministic:  # without mix the row kernel's dA is all of dA (the column kernel leaves da alone)
+        da_row, db_row = rows.unbind(0) if mix else (da, da)
         _launch(_bwd_row_tuned, "BLOCK_M", a, common + (da_row, db_row) + _strides(a), meta)
-        da = da + da_row if mix else da_row
-        db = db + db_row if mix else db
-    return da, db, dv, dalpha.view(chunks, B, H, T).sum((0, 1, 3)) if mix else None
+        if mix:
+            grads[:2].add_(rows)
+    return grads, dalpha.view(chunks, B, H, T).sum((0, 1, 3)) if mix else None
 
 
 # The kernels as two custom ops (torch.library): torch.compile traces one opaque op each way, its shapes
@@ -838,27 +847,26 @@ def _fused_forward_fake(q, k, v, alpha, mode, window, deterministic):
 def _fused_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alpha: torch.Tensor, saved: list[torch.Tensor],
                     douts: list[Optional[torch.Tensor]], mode: str, window: int,
                     deterministic: bool) -> list[torch.Tensor]:
-    """dq, dk, dv, dalpha (zeros but for mix) from the forward's saved outputs and log-sum-exps; an
-    output's gradient that is None (or zeros, which autograd passes for an unused one) adds zeros."""
+    """dq, dk, dv stacked as one (3, B, H, T, D) tensor in q's dtype (one add for gate, one cast;
+    a custom op's outputs may not be views of one buffer), and dalpha (zeros but for mix), from the
+    forward's saved outputs and log-sum-exps; an output's gradient that is None (or zeros, which
+    autograd passes for an unused one) adds zeros."""
     streams = _streams(mode, window, q.size(2))
     n = len(streams)
-    dq = dk = dv = None
-    dalpha = torch.zeros_like(alpha)
-    add = lambda total, x: x if total is None else total + x
+    grads = dalpha = None
     for (swapped, W, mix), o, lse, do in zip(streams, saved[:n], saved[n:], douts):
         if do is None:
             continue
-        das, dbs, dvs, dalphas = _backward_stream(*((k, q) if swapped else (q, k)), v, alpha, o, lse, do, W, mix,
-                                                  deterministic)
-        dqs, dks = (dbs, das) if swapped else (das, dbs)  # a swapped stream's row operand is k
-        dq, dk, dv = add(dq, dqs), add(dk, dks), add(dv, dvs)
+        g, dalphas = _backward_stream(*((k, q) if swapped else (q, k)), v, alpha, o, lse, do, W, mix, swapped,
+                                      deterministic)
+        grads = g if grads is None else grads + g
         dalpha = dalphas.to(alpha.dtype) if mix else dalpha
-    cast = lambda g, like: torch.zeros_like(like) if g is None else g.to(like.dtype)
-    return [cast(dq, q), cast(dk, k), cast(dv, v), dalpha]
+    grads = q.new_zeros((3, *q.shape)) if grads is None else grads.to(q.dtype)
+    return [grads, torch.zeros_like(alpha) if dalpha is None else dalpha]
 
 
 def _fused_backward_fake(q, k, v, alpha, saved, douts, mode, window, deterministic):
-    return [torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(alpha)]
+    return [q.new_empty((3, *q.shape)), torch.empty_like(alpha)]
 
 
 def _setup_context(ctx, inputs, output):
@@ -869,7 +877,8 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, grads):
     q, k, v, alpha, *saved = ctx.saved_tensors
     douts = list(grads[:len(saved) // 2])  # the log-sum-exps' gradients are not used
-    dq, dk, dv, dalpha = _fused_backward_op(q, k, v, alpha, saved, douts, ctx.mode, ctx.window, ctx.deterministic)
+    grads, dalpha = _fused_backward_op(q, k, v, alpha, saved, douts, ctx.mode, ctx.window, ctx.deterministic)
+    dq, dk, dv = (g.to(x.dtype) for g, x in zip(grads, (q, k, v)))  # no-ops unless k or v has a dtype of its own
     return dq, dk, dv, dalpha, None, None, None
 
 

@@ -9,6 +9,7 @@ tile (ra_attention.INTERPRET_TILE), so T = 37 spans three blocks with a ragged t
 the unequal tiles the GPU lists hold. Each interpreted call takes ~0.05-0.4 s here.
 """
 
+import collections
 import importlib.util
 import itertools
 import math
@@ -20,6 +21,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from model import causal_attention
 from ra_model import reciprocal_manual
@@ -280,6 +282,69 @@ def test_the_reciprocal_pass_matches_the_reference_and_the_one_pass_backward(spl
         for deterministic in (False, True):
             _assert_float32_matches_reference(shape, "mix", window, deterministic=deterministic)
         monkeypatch.setattr(ra, "INTERPRET_RECIP_PASS", False)
+
+
+class _DeviceWork(TorchDispatchMode):
+    """Counts the operators of a backward call that run on the device, by name (not views or empty
+    allocations), and each Triton launch; the interpreter's own work inside a launch is skipped."""
+
+    def __init__(self, monkeypatch):
+        super().__init__()
+        self.ops, self.inside = collections.Counter(), False
+        launch, self.delta = ra._launch, ra._ra_delta_kernel
+        names = {id(ra._bwd_col_tuned): "col", id(ra._bwd_row_tuned): "row"}
+        monkeypatch.setattr(ra, "_launch", lambda tuned, *a: self.launch(names[id(tuned)], launch, tuned, *a))
+        monkeypatch.setattr(ra, "_ra_delta_kernel", self)
+
+    def launch(self, name, fn, *args, **kwargs):
+        self.ops[name] += 1
+        self.inside = True
+        try:
+            fn(*args, **kwargs)
+        finally:
+            self.inside = False
+
+    def __getitem__(self, grid):  # stands in for _ra_delta_kernel[grid](...)
+        return lambda *a, **kw: self.launch("delta", self.delta[grid], *a, **kw)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.__name__.split(".")[0]
+        if not (self.inside or func.is_view or name.startswith("empty") or name in ("new_empty", "unbind")):
+            self.ops[name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+# (mode, deterministic, recip_pass) -> launches, zero fills of one backward call in float32 (4-14
+# launches with 3-5 fills before, docs/kernels.md).
+# Each stream: Delta, the column kernel (twice with recip), the row kernel (deterministic), one
+# fill of the atomic targets (none when deterministic); mix: one add of the second buffer pair
+# (recip or deterministic) and dalpha's per-head sum; gate: one add of its streams; a mode without
+# mix: dalpha's zeros.
+LAUNCHES = {("standard", False, False): (4, 2), ("standard", True, False): (4, 1),
+            ("swap", False, False): (4, 2), ("swap", True, False): (4, 1),
+            ("mix", False, False): (4, 1), ("mix", False, True): (6, 1),
+            ("mix", True, False): (5, 0), ("mix", True, True): (6, 0),
+            ("gate", False, False): (8, 3), ("gate", True, False): (8, 1)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_backward_launches_and_zero_fills_per_call(dtype, monkeypatch):
+    """The launches and zero fills of one backward call, counted: a fill that the kernels overwrite,
+    a second fill of the atomic targets or a cast per gradient comes back as a failure here. bfloat16
+    adds one cast (dq, dk, dv in one tensor)."""
+    q, k, v = (torch.randn(1, 2, 20, 16).to(dtype) for _ in range(3))
+    alpha = ra.alpha_per_head(0.5, 2, q.device, torch.float32)
+    seen = {}
+    for mode, deterministic, recip in LAUNCHES:
+        monkeypatch.setattr(ra, "INTERPRET_RECIP_PASS", recip)
+        saved = ra._fused_forward(q, k, v, alpha, mode, 0, deterministic)
+        douts = [torch.randn_like(o) for o in saved[:len(saved) // 2]]
+        with monkeypatch.context() as m, _DeviceWork(m) as work:
+            ra._fused_backward(q, k, v, alpha, saved, douts, mode, 0, deterministic)
+        fills = sum(n for name, n in work.ops.items() if "zero" in name or "fill" in name)
+        seen[mode, deterministic, recip] = sum(work.ops.values()), fills
+    cast = int(dtype != torch.float32)
+    assert seen == {case: (launches + cast, fills) for case, (launches, fills) in LAUNCHES.items()}
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
