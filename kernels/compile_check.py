@@ -48,7 +48,7 @@ def compile_one(target_name, kernel, mode, dtype, block_d, config, even=False, t
     VGPRs on AMD; mma: the matrix instructions its dots use, e.g. 'wgmma', 'mma.sync', 'mfma', 'wmma',
     'none'; tma: whether the PTX copies tiles by TMA, cp.async.bulk.tensor). even: the mask-free
     specialization (EVEN) that a launch takes when T is a multiple of the tile; tma: EVEN with the
-    streamed tiles loaded through tensor descriptors (TMA, NVIDIA sm90 on)."""
+    streamed tiles loaded through tensor descriptors (TMA, sm90)."""
     import triton.language as tl
     from triton._C.libtriton import ir
     from triton.backends.compiler import GPUTarget
@@ -188,7 +188,7 @@ def main():
     parser.add_argument("--even", action="store_true",
                         help="the mask-free specialization (T a multiple of the tile, D a power of two: EVEN)")
     parser.add_argument("--tma", action="store_true",
-                        help="EVEN with the streamed tiles loaded by TMA descriptors (TMA; NVIDIA sm90 on)")
+                        help="EVEN with the streamed tiles loaded by TMA descriptors (TMA; sm90)")
     args = parser.parse_args()
     args.even = args.even or args.tma
     block_d = max(16, 1 << (args.D - 1).bit_length())

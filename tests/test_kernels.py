@@ -259,13 +259,13 @@ def test_tma_loads_give_the_pointer_loads_results_bit_for_bit(mode, window, dete
         assert torch.equal(t, p), name
 
 
-def test_tma_only_on_hopper_and_later_for_whole_aligned_tiles(monkeypatch):
-    """TMA (_tma_tiles, decided after EVEN): NVIDIA from sm90 on (tma_loads), where the tiles are
+def test_tma_only_on_hopper_for_whole_aligned_tiles(monkeypatch):
+    """TMA (_tma_tiles, decided after EVEN): on sm90 only, the target it is compile-checked for (tma_loads), where the tiles are
     EVEN (there: D <= 64, mask_free_tiles) and whole rows, and each operand's rows start 16-byte
     aligned, as a descriptor needs; elsewhere the pointer loads. The interpreter takes it only where
     a test forces it (INTERPRET_TMA)."""
     assert [ra.tma_loads(t) for t in ("sm80", "sm86", "sm89", "sm90", "sm100", "sm120", "gfx942", "gfx1100")] == [
-        False, False, False, True, True, True, False, False]
+        False, False, False, True, False, False, False, False]
 
     def tma(x, T=None, **operands):
         T, D = T or x.size(2), x.size(3)
@@ -279,7 +279,7 @@ def test_tma_only_on_hopper_and_later_for_whole_aligned_tiles(monkeypatch):
     assert not tma(x)  # the interpreter's default
     monkeypatch.setattr(ra, "INTERPRET", False)  # a GPU launch asks its target
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    for target, takes in (("sm90", True), ("sm100", True), ("sm80", False), ("gfx942", False), ("gfx1100", False)):
+    for target, takes in (("sm90", True), ("sm100", False), ("sm80", False), ("gfx942", False), ("gfx1100", False)):
         monkeypatch.setattr(ra, "gpu_target", lambda device, target=target: target)
         assert tma(x) == takes, target
     monkeypatch.setattr(ra, "gpu_target", lambda device: "sm90")
