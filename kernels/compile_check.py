@@ -3,10 +3,12 @@ matrix instructions of every (kernel, mode, autotune configuration), and the occ
 
     python kernels/compile_check.py --target gfx1100 --D 64    # RDNA3 (W7900): the AMD lists
     python kernels/compile_check.py --target sm90 --D 128      # H100: the NVIDIA lists
+    python kernels/compile_check.py --target sm90 --tma        # EVEN with the streamed tiles by TMA
 
 NVIDIA targets go to PTX, which ptxas (CUDA's assembler: TRITON_PTXAS_PATH or PATH) turns into
 a cubin reporting registers per thread and spill bytes; the PTX tells whether the dots became
-Hopper's wgmma (warpgroup MMA) or Ampere-style mma.sync. AMD targets go to AMDGCN assembly, whose
+Hopper's wgmma (warpgroup MMA) or Ampere-style mma.sync, and whether tiles arrive by TMA copies
+(cp.async.bulk.tensor). AMD targets go to AMDGCN assembly, whose
 metadata gives VGPRs and VGPR spills, and whose instructions tell MFMA (CDNA) from WMMA (RDNA3).
 The kernels are specialized as a launch on real tensors specializes them (16-byte aligned
 pointers, strides divisible by 16). Modes: `swap` stands for every single-stream launch without a
@@ -41,10 +43,12 @@ FP32_POINTERS = {"Alpha", "L", "Delta", "DA", "DB", "DV", "DAlpha"}
 SCALARS = {"H", "T", "D", "W", "T_BUCKET"}
 
 
-def compile_one(target_name, kernel, mode, dtype, block_d, config, even=False):
-    """{"registers", "spills", "shared", "mma"} of one compiled kernel (spills: bytes on NVIDIA, VGPRs
-    on AMD; mma: the matrix instructions its dots use, e.g. 'wgmma', 'mma.sync', 'mfma', 'wmma', 'none').
-    even: the mask-free specialization (EVEN) that a launch takes when T is a multiple of the tile."""
+def compile_one(target_name, kernel, mode, dtype, block_d, config, even=False, tma=False):
+    """{"registers", "spills", "shared", "mma", "tma"} of one compiled kernel (spills: bytes on NVIDIA,
+    VGPRs on AMD; mma: the matrix instructions its dots use, e.g. 'wgmma', 'mma.sync', 'mfma', 'wmma',
+    'none'; tma: whether the PTX copies tiles by TMA, cp.async.bulk.tensor). even: the mask-free
+    specialization (EVEN) that a launch takes when T is a multiple of the tile; tma: EVEN with the
+    streamed tiles loaded through tensor descriptors (TMA, sm90)."""
     import triton.language as tl
     from triton._C.libtriton import ir
     from triton.backends.compiler import GPUTarget
@@ -64,7 +68,7 @@ def compile_one(target_name, kernel, mode, dtype, block_d, config, even=False):
         extra = dict(extra, ATOMIC=ra.atomic_backward(target_name))
     constants = dict(MIX=mix, BAND=band, SPLIT=ra.split_loops(target_name), **extra, ACC=tl.float32,
                      DOT=getattr(tl, dtype), PRECISION="ieee", BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-                     BLOCK_DC=ra.head_chunk(block_d, target_name), EVEN=even)
+                     BLOCK_DC=ra.head_chunk(block_d, target_name), EVEN=even or tma, TMA=tma)
     ptr = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}[dtype]
     signature = {}
     for name in fn.arg_names:
@@ -103,7 +107,8 @@ def compile_one(target_name, kernel, mode, dtype, block_d, config, even=False):
         spills = int(re.search(r"\.vgpr_spill_count:\s+(\d+)", module).group(1))
     else:
         registers, spills = ptxas_usage(module, target.arch)
-    return dict(registers=registers, spills=spills, shared=metadata.get("shared", 0), mma=matrix_instructions(module))
+    return dict(registers=registers, spills=spills, shared=metadata.get("shared", 0), mma=matrix_instructions(module),
+                tma=re.search(r"\bcp\.async\.bulk\.tensor", module) is not None)
 
 
 def matrix_instructions(asm):
@@ -182,10 +187,15 @@ def main():
     parser.add_argument("--first", action="store_true", help="only the first (conservative) configuration of each list")
     parser.add_argument("--even", action="store_true",
                         help="the mask-free specialization (T a multiple of the tile, D a power of two: EVEN)")
+    parser.add_argument("--tma", action="store_true",
+                        help="EVEN with the streamed tiles loaded by TMA descriptors (TMA; sm90)")
     args = parser.parse_args()
+    args.even = args.even or args.tma
     block_d = max(16, 1 << (args.D - 1).bit_length())
     if args.even and not ra.mask_free_tiles(args.target, block_d):
         print(f"{args.target} at D={args.D} does not take EVEN (ra_attention.mask_free_tiles)", flush=True)
+    if args.tma and not ra.tma_loads(args.target):
+        print(f"{args.target} has no TMA (ra_attention.tma_loads)", flush=True)
     spill_unit = "bytes" if args.target.startswith("sm") else "VGPRs"
     failures, spilled, compiled, chosen = 0, 0, 0, []
     for kernel, (_, _, index) in KERNELS.items():
@@ -193,7 +203,7 @@ def main():
             free = []
             space = ra.autotune_space(args.target, block_d, MODES[mode][0])[index]
             for config in space[:1] if args.first else space:
-                result = compile_in_child(args.target, kernel, mode, args.dtype, block_d, config, args.even)
+                result = compile_in_child(args.target, kernel, mode, args.dtype, block_d, config, args.even, args.tma)
                 line = (f"{args.target} {kernel:<3} {mode:<5} tile {config[0]:>3}x{config[1]:<3} warps {config[2]} "
                         f"stages {config[3]}: ")
                 if isinstance(result, str):
@@ -203,13 +213,14 @@ def main():
                 compiled += 1
                 spilled += result["spills"] > 0
                 print(line + f"registers {result['registers']:>3}, spills {result['spills']:>5} {spill_unit}, "
-                      f"shared {result['shared']:>6} B, {result['mma']}", flush=True)
+                      f"shared {result['shared']:>6} B, {result['mma']}{', TMA copies' if result['tma'] else ''}",
+                      flush=True)
                 if result["spills"] == 0:
                     free.append((config, result))
             chosen.append((kernel, mode, free[0] if free else None))
     unit = "waves/SIMD" if args.target.startswith("gfx") else "warps/SM"
     print(f"\nfirst spill-free configuration of each list, {args.target}, D={args.D}, {args.dtype}"
-          f"{', EVEN' if args.even else ''}:")
+          f"{', TMA' if args.tma else ', EVEN' if args.even else ''}:")
     print(f"| kernel | mode | tile | warps | stages | registers | spills | shared (B) | {unit} | matrix instr. |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for kernel, mode, found in chosen:

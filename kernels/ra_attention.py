@@ -26,10 +26,11 @@ logits S_ij + alpha R_ij = [q_i, alpha k_i] . [k_j, q_j] are one accumulator per
 alpha once per program); only the tiles cut by the band's edge keep the alpha term apart. Tiles
 inside the causal set (and inside or outside the band) build no mask: each loop runs in masked and
 unmasked runs; where T is a multiple of both block sizes and D a power of two up to 64 (EVEN,
-_even_tiles; not on CDNA), no load, store or atomic add is masked either. The backward is one Delta
-launch (rowsum(dO * O)) and one column-parallel launch (one program per key block) holding dV, dK
-and mix's reciprocal half of dQ in registers; the row-side halves (dQ from S, mix's dK from alpha R)
-go into float32 buffers by atomic adds, as FlashAttention-2 adds dQ. dalpha is one number per key
+_even_tiles; not on CDNA), no load, store or atomic add is masked either, and on Hopper (sm90)
+each loop's streamed tiles load by TMA, through tensor descriptors (_tma_tiles). The backward is one
+Delta launch (rowsum(dO * O)) and one column-parallel launch (one program per key block) holding dV,
+dK and mix's reciprocal half of dQ in registers; the row-side halves (dQ from S, mix's dK from alpha
+R) go into float32 buffers by atomic adds, as FlashAttention-2 adds dQ. dalpha is one number per key
 row, summed per head after the kernel. `deterministic=True` (or PyTorch's deterministic algorithms)
 replaces the atomics by a row-parallel launch: bit-reproducible, one more recomputation of the
 scores. Where one column pass holding three accumulators spills (AMD, and windowed mix at D = 128 on
@@ -172,6 +173,26 @@ def _even_tiles(args):
     return whole and (INTERPRET or mask_free_tiles(gpu_target(torch.cuda.current_device()), args["BLOCK_D"]))
 
 
+def tma_loads(target):
+    """Whether the kernels load by TMA, the tensor memory accelerator that copies a tile between
+    global and shared memory from a descriptor: on Hopper (sm90), the target compile_check compiles
+    it for; later NVIDIA targets keep the pointer loads until they are checked."""
+    return target == "sm90"
+
+
+def _tma_tiles(args):
+    """TMA, decided per configuration after EVEN: the streamed tiles load through tensor descriptors
+    where the tiles are whole (EVEN) and the target has TMA (under the interpreter: INTERPRET_TMA).
+    A descriptor needs 16-byte aligned rows: each operand's start and its strides."""
+    if not (args["EVEN"] and args["BLOCK_DC"] == args["BLOCK_D"]):  # a descriptor loads whole rows of whole tiles
+        return False
+    operands = [args[name] for name in ("A", "B", "V", "DO") if name in args]
+    row_bytes = [args[name] * operands[0].element_size() for name in ("stride_b", "stride_h", "stride_t")]
+    aligned = all(x.data_ptr() % 16 == 0 for x in operands) and all(n % 16 == 0 for n in row_bytes)
+    tma = INTERPRET_TMA if INTERPRET else tma_loads(gpu_target(torch.cuda.current_device()))
+    return aligned and tma
+
+
 def is_cdna(target):
     """AMD's data-centre GPUs (gfx90a MI250X, gfx942 MI300X, gfx950): wave64, unlike RDNA's gfx10-12."""
     return target.startswith("gfx9")
@@ -192,16 +213,26 @@ if triton is not None:
                    DOT: tl.constexpr, EVEN: tl.constexpr, VOLATILE: tl.constexpr = False):
         """Rows start .. start + BLOCK and head columns d0 .. d0 + BLOCK_C of one head of q, k, v (a
         strided view) or dO, zero outside the sequence and head (EVEN: the tile lies inside both, no
-        mask). The row offset goes into the 64-bit base: T * stride_t may pass 2**31."""
-        rows = tl.arange(0, BLOCK)
-        cols = d0 + tl.arange(0, BLOCK_C)
-        ptrs = X + in_off + tl.cast(start, tl.int64) * stride_t + rows[:, None] * stride_t + cols[None, :]
-        if EVEN:
-            x = tl.load(ptrs, volatile=VOLATILE)
+        mask). The row offset goes into the 64-bit base: T * stride_t may pass 2**31. X may be a
+        TMA descriptor of the head's rows instead (_tma_rows), which copies the tile by itself."""
+        if isinstance(X, tl.tensor_descriptor):
+            x = X.load([start, d0])
         else:
-            mask = (start + rows[:, None] < T) & (cols[None, :] < D)
-            x = tl.load(ptrs, mask=mask, other=0.0, volatile=VOLATILE)
+            rows = tl.arange(0, BLOCK)
+            cols = d0 + tl.arange(0, BLOCK_C)
+            ptrs = X + in_off + tl.cast(start, tl.int64) * stride_t + rows[:, None] * stride_t + cols[None, :]
+            if EVEN:
+                x = tl.load(ptrs, volatile=VOLATILE)
+            else:
+                mask = (start + rows[:, None] < T) & (cols[None, :] < D)
+                x = tl.load(ptrs, mask=mask, other=0.0, volatile=VOLATILE)
         return x.to(DOT)
+
+    @triton.jit
+    def _tma_rows(X, in_off, stride_t, T, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr):
+        """A TMA descriptor of one head's T x BLOCK_D rows of X, loaded BLOCK rows at a time."""
+        return tl.make_tensor_descriptor(X + in_off, shape=[T, BLOCK_D], strides=[stride_t, 1],
+                                         block_shape=[BLOCK, BLOCK_D])
 
     @triton.jit
     def _load_rows(X, bh, offs, T, EVEN: tl.constexpr):
@@ -345,7 +376,7 @@ if triton is not None:
                        stride_b, stride_h, stride_t, H, T, D, W, scale, T_BUCKET,
                        MIX: tl.constexpr, BAND: tl.constexpr, SPLIT: tl.constexpr, ACC: tl.constexpr,
                        DOT: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                       BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr, EVEN: tl.constexpr):
+                       BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr):
         bh = tl.program_id(0).to(tl.int64)  # B * H on axis 0 (axis 1 allows 65,535 programs only)
         start_m = (tl.num_programs(1) - 1 - tl.program_id(1)) * BLOCK_M  # the longest rows first
         d0 = tl.program_id(2) * BLOCK_DC
@@ -358,6 +389,11 @@ if triton is not None:
         ra = 0.0
         if BLOCK_DC == BLOCK_D:
             a, ra = _held(A, B, in_off, stride_t, start_m, T, D, 0, alpha, MIX, BLOCK_M, BLOCK_D, ACC, DOT, EVEN)
+        if TMA:  # from here on A, B and V are only streamed, BLOCK_N rows at a time
+            if MIX:
+                A = _tma_rows(A, in_off, stride_t, T, BLOCK_N, BLOCK_D)
+            B = _tma_rows(B, in_off, stride_t, T, BLOCK_N, BLOCK_D)
+            V = _tma_rows(V, in_off, stride_t, T, BLOCK_N, BLOCK_D)
 
         m = tl.full([BLOCK_M], float("-inf"), ACC)
         l = tl.zeros([BLOCK_M], ACC)
@@ -467,7 +503,7 @@ if triton is not None:
                            MIX: tl.constexpr, BAND: tl.constexpr, SPLIT: tl.constexpr, ATOMIC: tl.constexpr,
                            GRADS: tl.constexpr, ACC: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr,
-                           EVEN: tl.constexpr):
+                           EVEN: tl.constexpr, TMA: tl.constexpr):
         """Per key block j, in registers: dV_j, the column half of dB_j (from S) and, MIX, of dA_j
         (from alpha R; also each key row's share of dalpha). ATOMIC: the row halves, dA_i from S and
         (MIX) dB_i from alpha R, are added into DA and DB by fp32 atomics; else _ra_bwd_row_kernel
@@ -491,6 +527,12 @@ if triton is not None:
             rb_c = rb
         else:
             b_c, rb_c = _held(B, A, in_off, stride_t, start_n, T, D, d0, alpha, MIX, BLOCK_N, BLOCK_DC, ACC, DOT, EVEN)
+        A_held = A  # dalpha's key rows, loaded after the loop
+        if TMA:  # the loop streams A, (MIX) B and dO, BLOCK_M rows at a time
+            A = _tma_rows(A, in_off, stride_t, T, BLOCK_M, BLOCK_D)
+            if MIX:
+                B = _tma_rows(B, in_off, stride_t, T, BLOCK_M, BLOCK_D)
+            DO = _tma_rows(DO, do_off, D, T, BLOCK_M, BLOCK_D)
         dv = tl.zeros([BLOCK_N, BLOCK_DC], ACC)
         db = tl.zeros([BLOCK_N, BLOCK_DC], ACC)
         du = tl.zeros([BLOCK_N, BLOCK_DC], ACC)
@@ -555,7 +597,7 @@ if triton is not None:
                 _store_tile(DA, bh, offs_n, d0, du * alpha, T, D, BLOCK_DC, EVEN)
             # dalpha = sum_ij g_ij [band] B_i . A_j = sum_j A_j . du_j: one number per key row here,
             # summed per head after the kernel (no R tile, no extra product in the loop)
-            a_j = _load_tile(A, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, ACC, EVEN)
+            a_j = _load_tile(A_held, in_off, start_n, stride_t, T, D, d0, BLOCK_N, BLOCK_DC, ACC, EVEN)
             tl.store(DAlpha + (tl.program_id(2) * tl.num_programs(0) + bh) * T + offs_n, tl.sum(a_j * du, 1),
                      mask=offs_n < T)
 
@@ -590,7 +632,7 @@ if triton is not None:
                            stride_b, stride_h, stride_t, H, T, D, W, scale, T_BUCKET,
                            MIX: tl.constexpr, BAND: tl.constexpr, SPLIT: tl.constexpr, ACC: tl.constexpr,
                            DOT: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                           BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr, EVEN: tl.constexpr):
+                           BLOCK_D: tl.constexpr, BLOCK_DC: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr):
         """The deterministic path's row halves, per query block i: dA_i from S and (MIX) dB_i from
         alpha R, into their own buffers (the launcher adds the column kernel's halves)."""
         bh = tl.program_id(0).to(tl.int64)
@@ -607,6 +649,11 @@ if triton is not None:
         if BLOCK_DC == BLOCK_D:
             a, ra = _held(A, B, in_off, stride_t, start_m, T, D, 0, alpha, MIX, BLOCK_M, BLOCK_D, ACC, DOT, EVEN)
             do_h = _load_tile(DO, do_off, start_m, D, T, D, 0, BLOCK_M, BLOCK_D, DOT, EVEN)
+        if TMA:  # from here on A, B and V are only streamed, BLOCK_N rows at a time
+            if MIX:
+                A = _tma_rows(A, in_off, stride_t, T, BLOCK_N, BLOCK_D)
+            B = _tma_rows(B, in_off, stride_t, T, BLOCK_N, BLOCK_D)
+            V = _tma_rows(V, in_off, stride_t, T, BLOCK_N, BLOCK_D)
         offs_m = start_m + tl.arange(0, BLOCK_M)
         lse = _load_rows(L, bh, offs_m, T, EVEN)
         delta = _load_rows(Delta, bh, offs_m, T, EVEN)
@@ -676,7 +723,7 @@ if triton is not None:
             knobs = tuple(cdna_knobs(target, index).items())
             return [by_entry[(q, knobs)] for q in autotune_space(target, meta["BLOCK_D"], meta["MIX"])[index]]
 
-        kernel = triton.heuristics({"EVEN": _even_tiles})(kernel)
+        kernel = triton.heuristics({"EVEN": _even_tiles, "TMA": _tma_tiles})(kernel)
         return triton.autotune(configs, key=key, prune_configs_by={"early_config_prune": listed}, **options)(kernel)
 
     # T by its power-of-two bucket: generate() and evaluation batches change T call after call
@@ -690,6 +737,7 @@ if triton is not None:
 INTERPRET_TILE = (16, 16)
 INTERPRET_HEAD_CHUNK = 128  # the interpreter's BLOCK_DC at most (tests lower it to split small heads)
 INTERPRET_SPLIT = True  # the interpreter walks the loop runs (tests set False: RDNA3's one loop)
+INTERPRET_TMA = False  # tests set True: TMA's descriptor loads where the tiles are EVEN
 INTERPRET_RECIP_PASS = False  # tests set True: mix's alpha R half of the backward as a pass of its own
 DELTA_ROWS = 64  # rows per program of the Delta kernel
 # The backward's default: atomics (fast, run to run noise in the last bits of dQ and dK) unless
@@ -718,7 +766,14 @@ def _launch(tuned, block, q, args, meta):
         tuned.fn[(B * H, triton.cdiv(T, tile[block]), chunks)](*args, **meta, **tile)
     else:
         with torch.cuda.device(q.device):
+            if tma_loads(gpu_target(q.device)):  # set per launch: Triton keeps it per thread (a ContextVar)
+                triton.set_allocator(_descriptor_scratch)
             tuned[lambda cfg: (B * H, triton.cdiv(T, cfg[block]), chunks)](*args, **meta)
+
+
+def _descriptor_scratch(size, alignment, stream):
+    """Global memory in which a TMA launch's programs write their tensor descriptors (_tma_rows)."""
+    return torch.empty(size, device="cuda", dtype=torch.int8)
 
 
 def _streams(mode, window, T):

@@ -222,6 +222,75 @@ def test_even_and_ragged_sequences_match_the_reference(T, monkeypatch):
     assert seen == {T % 16 == 0}
 
 
+@pytest.mark.parametrize("mode,window,deterministic,dtype", [
+    ("standard", 0, False, torch.float32), ("swap", 7, False, torch.float16), ("mix", 0, False, torch.float32),
+    ("mix", 9, False, torch.float32), ("mix", 9, True, torch.float32), ("gate", 5, False, torch.float32)])
+def test_tma_loads_give_the_pointer_loads_results_bit_for_bit(mode, window, deterministic, dtype, monkeypatch):
+    """TMA (_tma_tiles), forced under the interpreter: every kernel that runs loads its streamed tiles
+    through tensor descriptors, the same tiles summed in the same order as the pointer loads, so the
+    output and every gradient are bit for bit those of the pointer path. T = 32 fills the 16 x 16 tiles
+    (EVEN); windowed mix's deterministic backward adds the row kernel, gate runs two streams."""
+    shape = (1, 2, 32, 16)
+    q, k, v, extra = _inputs(shape, dtype, mode, per_head=True)
+    do = torch.randn(shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    pointer = _run(ra.reciprocal_attention, q, k, v, mode, extra, window, do, deterministic=deterministic)
+
+    names = {id(ra._fwd_tuned): "fwd", id(ra._bwd_col_tuned): "col", id(ra._bwd_row_tuned): "row"}
+    running, descriptor_loads = [], collections.Counter()
+    launch, builder = ra._launch, ra.triton.runtime.interpreter.interpreter_builder
+    load = builder.create_descriptor_load
+
+    def named_launch(tuned, *args):
+        running.append(names[id(tuned)])
+        launch(tuned, *args)
+        running.pop()
+
+    def counted_load(*args, **kwargs):
+        descriptor_loads[running[-1]] += 1
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(ra, "_launch", named_launch)
+    monkeypatch.setattr(builder, "create_descriptor_load", counted_load)
+    monkeypatch.setattr(ra, "INTERPRET_TMA", True)
+    tma = _run(ra.reciprocal_attention, q, k, v, mode, extra, window, do, deterministic=deterministic)
+    assert set(descriptor_loads) == ({"fwd", "col", "row"} if deterministic else {"fwd", "col"}), descriptor_loads
+    assert torch.equal(tma[0], pointer[0])
+    for name, t, p in zip(["dq", "dk", "dv"] + ["d" + n for n in extra], tma[1], pointer[1]):
+        assert torch.equal(t, p), name
+
+
+def test_tma_only_on_hopper_for_whole_aligned_tiles(monkeypatch):
+    """TMA (_tma_tiles, decided after EVEN): on sm90 only, the target it is compile-checked for (tma_loads), where the tiles are
+    EVEN (there: D <= 64, mask_free_tiles) and whole rows, and each operand's rows start 16-byte
+    aligned, as a descriptor needs; elsewhere the pointer loads. The interpreter takes it only where
+    a test forces it (INTERPRET_TMA)."""
+    assert [ra.tma_loads(t) for t in ("sm80", "sm86", "sm89", "sm90", "sm100", "sm120", "gfx942", "gfx1100")] == [
+        False, False, False, True, False, False, False, False]
+
+    def tma(x, T=None, **operands):
+        T, D = T or x.size(2), x.size(3)
+        block_d = max(16, 1 << (D - 1).bit_length())
+        args = dict(dict(A=x, B=x, V=x, DO=x), **operands, stride_b=x.stride(0), stride_h=x.stride(1),
+                    stride_t=x.stride(2), T=T, D=D, BLOCK_M=128, BLOCK_N=64, BLOCK_D=block_d, BLOCK_DC=block_d)
+        args["EVEN"] = ra._even_tiles(args)
+        return ra._tma_tiles(args)
+
+    x = torch.empty(1, 2, 1024, 64, dtype=torch.bfloat16)
+    assert not tma(x)  # the interpreter's default
+    monkeypatch.setattr(ra, "INTERPRET", False)  # a GPU launch asks its target
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    for target, takes in (("sm90", True), ("sm100", False), ("sm80", False), ("gfx942", False), ("gfx1100", False)):
+        monkeypatch.setattr(ra, "gpu_target", lambda device, target=target: target)
+        assert tma(x) == takes, target
+    monkeypatch.setattr(ra, "gpu_target", lambda device: "sm90")
+    unaligned = torch.empty(2 * 1024 * 64 + 1, dtype=torch.bfloat16)[1:].view(1, 2, 1024, 64)
+    assert tma(x[:, :, :512]) and not tma(x, T=1000) and not tma(x[:, :, :96])  # T = 96: not a multiple of 128
+    assert not tma(torch.empty(1, 2, 1024, 128, dtype=torch.bfloat16))  # no EVEN at D = 128 on NVIDIA
+    assert not tma(torch.empty(1, 2, 1024, 48, dtype=torch.bfloat16))  # a padded head
+    assert not tma(x, V=unaligned) and not tma(x, DO=unaligned)
+    assert not tma(torch.empty(1, 2, 1024, 68, dtype=torch.bfloat16)[..., :64])  # 136-byte rows
+
+
 @pytest.mark.parametrize("mode,window", [("standard", 0), ("swap", 7), ("mix", 0), ("mix", 18), ("gate", 5)])
 def test_the_atomic_and_deterministic_backward_agree(mode, window):
     """deterministic=True replaces the column kernel's atomic adds of the row halves (dQ from S,
