@@ -22,12 +22,13 @@ else:
     torch.set_num_threads(1)  # the suite should stay fast on 2 CPU cores
 
 
+import subprocess  # noqa: E402
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import tokendata  # noqa: E402
-
-VOCAB = 64  # the toy corpus's ids; tests/test_train.py's tiny_args sets vocab_size to it
+from helpers import SET_UP, VOCAB, nodes_up  # noqa: E402
 
 
 def pytest_configure(config):
@@ -45,3 +46,33 @@ def data_dir(tmp_path_factory):
         tokens = (np.arange(n) + (rng.random(n) < 0.1) * rng.integers(0, VOCAB, n)) % VOCAB
         tokendata.write_split(str(d / f"{split}.bin"), [tokens])
     return str(d)
+
+
+@pytest.fixture(scope="session")
+def gpt2_data_dir(tmp_path_factory):
+    """GPT-2 token ids (every id of the vocabulary can occur) for runs with GPT-2's vocabulary."""
+    d = tmp_path_factory.mktemp("gpt2_tokens")
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 6000), ("val", 2000)):
+        tokendata.write_split(str(d / f"{split}.bin"), [rng.integers(0, tokendata.GPT2_VOCAB_SIZE, n)])
+    return str(d)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A Slurm cluster that answers: started (and installed) by slurm/start_test_cluster.sh when none
+    does; a failure says why, never a skip."""
+    if not nodes_up():
+        done = subprocess.run(SET_UP, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if done.returncode or not nodes_up():
+            pytest.fail(f"no Slurm cluster answers and slurm/start_test_cluster.sh could not start one: "
+                        f"{(done.stderr or done.stdout).strip()[-500:]}")
+
+
+@pytest.fixture
+def jobs():
+    """Job ids a test submitted: cancelled afterwards, whatever happened."""
+    ids = []
+    yield ids
+    if ids:
+        subprocess.run(["scancel", *ids], capture_output=True)

@@ -16,7 +16,7 @@ import rundir
 import runtime
 import sweep
 from ablation import compare, render, stats
-from test_sweep import in_process, toy_args
+from helpers import LR, in_process, suite_args, synthetic_run, toy_args, write_suite
 
 T_975_DF2 = 4.302652729911275  # Student t quantile 0.975 with 2 degrees of freedom (tables)
 
@@ -61,22 +61,6 @@ def test_verdicts():
     assert compare.blocked_verdict({}, "seed 2 failed", 3)[0] == "incomplete"
     word, why = compare.blocked_verdict({"batch_size": (8, 4)}, "", 3)
     assert word == "not comparable" and "batch_size = 8 vs baseline 4" in why
-
-
-def write_suite(tmp_path, variants, allowed, seeds=(1, 2, 3), name="suite_toy"):
-    path = tmp_path / f"{name}.py"
-    path.write_text(f"variants = {variants!r}\nbaseline = 'base'\nseeds = {list(seeds)!r}\n"
-                    f"metric = 'val_loss'\nmin_effect = 0.01\nallowed = {allowed!r}\nsuite_dir = {str(tmp_path / ('out-' + name))!r}\n")
-    return str(path), str(tmp_path / f"out-{name}")
-
-
-LR = {"learning_rate": 3e-3, "min_lr": 3e-4}  # 16 steps at 3e-3: a 10x lower rate is clearly worse
-
-
-def suite_args(data_dir, path):
-    """A suite file and the shared toy settings; the variants set the learning rates."""
-    return [path, *(a for a in toy_args(data_dir, "--max_iters=16", "--lr_decay_iters=16", "--eval_interval=8")
-                    if not a.startswith("--min_lr="))]
 
 
 def test_aa_suite_and_positive_control(data_dir, tmp_path, capsys):
@@ -238,21 +222,6 @@ def test_every_shipped_suite_plans_without_confounds(path):
         trunks = len(runs) - len(branches) - len(apart)
         assert trunks in (0, len(seeds) * len(sizes)) and all(p.get("after") for p in branches) == bool(trunks)
         assert len(seeds) >= 3 and len(branches) == len({p["variant"] for p in branches}) * len(seeds) * len(sizes)
-
-
-def synthetic_run(variant, seed, lr, batch, curve, final_tokens, hellaswag_right=None):
-    """A run directory's contents as read_run returns them: evaluations every 100 tokens up to
-    final_tokens (a time-limited run stops wherever its clock ends), HellaSwag at 200 tokens."""
-    events = [dict(event="eval", tokens=t, iter=t // 100, val_loss=curve(t), val_ppl=math.exp(curve(t)),
-                   syncs_forward=4, sparsity=0.25)
-              for t in range(0, final_tokens + 1, 100)]
-    events += [dict(event="train", step_time_ms=10.0 * batch, tokens_per_sec=100.0 / batch, peak_memory_mib=batch)]
-    if hellaswag_right is not None:
-        events.append(dict(event="hellaswag", tokens=200, n=100, acc=hellaswag_right / 100,
-                           acc_norm=hellaswag_right / 100))
-    events.append(dict(event="end", tokens=final_tokens, train_time=final_tokens * batch / 100))
-    config = dict(seed=seed, out_dir=f"{variant}-seed{seed}", learning_rate=lr, batch_size=batch)
-    return dict(out_dir=config["out_dir"], config=config, info=None, events=events)
 
 
 def test_time_limited_runs_are_compared_at_equal_tokens_with_every_plot(tmp_path):

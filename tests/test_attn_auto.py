@@ -6,8 +6,7 @@ import torch
 
 import ra_model
 import train
-from test_ra_model import VARIANTS, grads, ra_model as tiny_ra_model, tokens
-from test_train import events, tiny_args
+from helpers import VARIANTS, events, grads, ra_model as tiny_ra_model, tiny_args, tokens
 
 
 @pytest.fixture(autouse=True)

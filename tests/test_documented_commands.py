@@ -16,7 +16,7 @@ import pytest
 
 import configurator
 import runtime
-from test_entry_points import documented
+from helpers import documented
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = sorted({p for p in glob.glob("*.py", root_dir=REPO) + glob.glob("tools/*.py", root_dir=REPO)

@@ -14,7 +14,7 @@ import torch
 import configurator
 import tokendata
 from model import GPT, GPTConfig, model_config_fields
-from test_hellaswag import FIXTURE, write_jsonl
+from helpers import FIXTURE, SHARED_KEYS, documented, write_jsonl
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,16 +42,6 @@ CONFIG_SCRIPTS = {
 }
 ARGPARSE_SCRIPTS = ("data.shakespeare.prepare", "data.openwebtext.prepare", "data.finewebedu.prepare",
                     "data.wikitext2.prepare")
-SHARED_KEYS = ("tools.bench_ra_variants", "tools.bench_train_step")  # and benchrows.SHARED's
-
-
-def documented(name, module):
-    """The dicts of keys a script's --help lists."""
-    if name in SHARED_KEYS:
-        return [module.OPTIONS, importlib.import_module("tools.benchrows").SHARED]
-    if hasattr(module, "OPTIONS"):
-        return [module.OPTIONS]
-    return [getattr(module, "DEFAULTS", None) or importlib.import_module("runtime").DEFAULTS]  # train: runtime's
 
 
 @pytest.mark.parametrize("name", CONFIG_SCRIPTS)

@@ -23,12 +23,9 @@ import sample
 import tokendata
 import train
 from ablation import suites
-from conftest import VOCAB
-from test_train import events, load_ckpt, tiny_args
+from helpers import ENV, LONG, VOCAB, events, load_ckpt, tiny_args, wait_for_training
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, OMP_NUM_THREADS="1")
-LONG = ("--max_iters=100000", "--lr_decay_iters=50", "--eval_interval=1000")  # runs until stopped
 
 
 def default_signals():
@@ -41,17 +38,6 @@ def default_signals():
 def start(args, **kwargs):
     return subprocess.Popen([sys.executable, "train.py", *args], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=default_signals, **kwargs)
-
-
-def wait_for_training(out_dir, proc, min_iter=1, timeout=120):
-    """Block until out_dir's log shows training iteration min_iter (the run is inside its loop)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        assert proc.poll() is None, proc.communicate()[1][-2000:]
-        if any(e["event"] == "train" and e["iter"] >= min_iter for e in rundir.read_events(out_dir)):
-            return
-        time.sleep(0.1)
-    raise TimeoutError(f"{out_dir} never reached iteration {min_iter}")
 
 
 def error_lines(stderr):

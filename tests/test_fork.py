@@ -22,9 +22,7 @@ import sweep
 import tokendata
 import train
 from ablation import compare, suites
-from test_ablation import LR, suite_args, write_suite
-from test_sweep import Finished, in_process
-from test_train import load_ckpt, tiny_args
+from helpers import LR, Finished, fork_suite, in_process, load_ckpt, suite_args, tiny_args, write_suite
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RA = ("--model_type=ra", "--dropout=0.1")  # dropout: the trunk's RNG state must carry into the branch
@@ -131,15 +129,6 @@ def test_an_unfinished_or_damaged_trunk_is_named_in_one_line(data_dir, tmp_path)
     with pytest.raises(configurator.ConfigError, match="the trunk is missing, not finished"):
         branch()
     assert not os.path.exists(tmp_path / "b" / "ckpt.pt")
-
-
-def fork_suite(tmp_path, name="suite_fork", seeds=(1, 2), fork_at=6):
-    variants = {"base": {"model_type": "ra", **LR}, "learned": {"model_type": "ra", "ra_pattern": "learned", **LR}}
-    os.makedirs(tmp_path, exist_ok=True)
-    path, suite_dir = write_suite(tmp_path, variants, ["ra_pattern"], seeds=seeds, name=name)
-    with open(path, "a") as f:
-        f.write(f"fork_at = {fork_at}\nfork_cold_starts = ['learned']\n")
-    return path, suite_dir
 
 
 class Crash(Exception):

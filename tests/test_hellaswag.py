@@ -12,34 +12,10 @@ from torch.nn import functional as F
 import configurator
 import evaluation
 import hellaswag
-from model import GPT, GPTConfig, model_config_fields
+from helpers import FIXTURE, HELLASWAG_VOCAB as VOCAB, tiny_gpt, write_jsonl
+from model import model_config_fields
 
-VOCAB = 50304  # the fixture is GPT-2 BPE text, so its ids need GPT-2's vocabulary
-
-# (ctx, endings, label); every word of an ending is one GPT-2 token, checked in test_fixture_lengths.
-FIXTURE = [
-    ("A man is sitting on a roof. He",
-     ["starts to fix it", "falls down", "waves at people", "climbs down the ladder slowly"], 1),
-    ("A woman walks into the kitchen. She",
-     ["opens the fridge", "sings a song", "sits on the floor", "takes out a pan and eggs"], 0),
-    ("Two dogs play in the park. They",
-     ["fly away", "run into the big lake", "chase a ball across the grass", "eat some cake"], 2),
-    ("A boy holds a guitar on stage. He",
-     ["drops it on purpose", "eats the guitar strings", "paints the stage blue", "plays"], 3),
-    ("The chef cuts onions on a board. Then",
-     ["she puts them in soup", "nothing happens", "the board sings", "a cat steals them"], 0),
-]
 LENGTHS = [[4, 2, 3, 5], [3, 3, 4, 6], [2, 5, 6, 3], [4, 4, 4, 1], [5, 2, 3, 4]]
-
-
-def write_jsonl(path, rows):
-    with open(path, "w") as f:
-        for i, (ctx, endings, label) in enumerate(rows):
-            # The upstream fields; hellaswag.py reads ctx, endings and label.
-            f.write(json.dumps(dict(ind=i, activity_label="Test", ctx_a=ctx, ctx_b="", ctx=ctx, split="val",
-                                    split_type="indomain", label=label, endings=endings,
-                                    source_id=f"test~{i}")) + "\n")
-    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -74,14 +50,6 @@ class LookupModel(torch.nn.Module):
                 if nxt is not None:
                     logits[b, t, nxt] = self.boost
         return logits, None
-
-
-def tiny_gpt(block_size=64, seed=0):
-    torch.manual_seed(seed)
-    model = GPT(GPTConfig(block_size=block_size, vocab_size=VOCAB, n_layer=2, n_head=2, n_embd=16))
-    with torch.no_grad():  # spread the logits so that no two endings nearly tie
-        model.transformer.wte.weight.mul_(25)
-    return model.eval()
 
 
 def reference_losses(model, ex):

@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
 import transformers
@@ -15,27 +14,9 @@ import configurator
 import export_checkpoint
 import runtime
 import tokendata
-import train
-from test_train import REPO, tiny_args
+from helpers import REPO, tiny_checkpoint, train_gpt2
 
 N = tokendata.GPT2_VOCAB_SIZE
-
-
-@pytest.fixture(scope="session")
-def gpt2_data_dir(tmp_path_factory):
-    """GPT-2 token ids (every id of the vocabulary can occur) for runs with GPT-2's vocabulary."""
-    d = tmp_path_factory.mktemp("gpt2_tokens")
-    rng = np.random.default_rng(0)
-    for split, n in (("train", 6000), ("val", 2000)):
-        tokendata.write_split(str(d / f"{split}.bin"), [rng.integers(0, N, n)])
-    return str(d)
-
-
-def train_gpt2(data_dir, out, *extra):
-    """A tiny GPT-2-vocabulary model trained for four steps (AdamW moves every weight off its init)."""
-    train.main(tiny_args(data_dir, out, "--vocab_size=50304", "--n_embd=16", "--max_iters=4", "--lr_decay_iters=4",
-                         "--eval_interval=4", *extra))
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -123,14 +104,6 @@ def test_tokenizer_and_model_card(runs, tmp_path):
     for fact in ("n_layer", "learning_rate", "dataset_fingerprint", info["facts"]["dataset_fingerprint"], "repeat"):
         assert fact in card
     assert json.load(open(os.path.join(out, "config.json")))["architectures"] == ["GPT2LMHeadModel"]
-
-
-def tiny_checkpoint(run, **keys):
-    """run/ckpt.pt of an untrained model of the given keys (the refusals need no training)."""
-    cfg = {**runtime.DEFAULTS, **dict(n_layer=2, n_head=2, n_embd=16, block_size=16), **keys}
-    run.mkdir(parents=True)
-    torch.save(dict(model=runtime.build_model(cfg).state_dict(), config=cfg), run / "ckpt.pt")
-    return str(run)
 
 
 @pytest.mark.parametrize("keys, named", [

@@ -512,7 +512,8 @@ def test_autotuning_keys_on_the_power_of_two_bucket_of_T():
 
 ROW_OFFSET_PAST_INT32 = """
 import torch
-from test_kernels import ra
+import kernels.ra_attention as ra  # a fresh process with TRITON_INTERPRET=1: the interpreted kernels
+assert ra.INTERPRET
 tl = ra.tl
 
 @ra.triton.jit

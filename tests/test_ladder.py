@@ -15,8 +15,7 @@ import runtime
 from ablation import compare, ladder, ladder_power, render
 from slurm import jobs as slurm_jobs
 import sweep
-from test_slurm import cluster, jobs, wait_for  # noqa: F401 (fixtures)
-from test_sweep import toy_args, write_growing_suite
+from helpers import toy_args, wait_for, write_growing_suite
 
 SHAPES = {"s": dict(n_layer=2, n_embd=32, n_head=2), "m": dict(n_layer=2, n_embd=64, n_head=2),
           "l": dict(n_layer=2, n_embd=128, n_head=2)}

@@ -26,8 +26,7 @@ import lm_eval_backend
 import runtime
 import tokendata
 from ablation import lm_eval_results
-from test_hf_export import gpt2_data_dir, tiny_checkpoint, train_gpt2  # noqa: F401
-from test_train import REPO
+from helpers import REPO, tiny_checkpoint, train_gpt2
 
 eval_script = importlib.import_module("eval")  # the repo's eval.py, not the builtin
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "lm_eval")
@@ -260,7 +259,7 @@ def test_seeds_scored_on_different_items_are_not_pooled_and_missing_seeds_are_co
 def test_the_ablation_report_pools_each_variants_task_scores(tmp_path):
     from ablation import compare
     from ablation import render
-    from test_ablation import synthetic_run
+    from helpers import synthetic_run
     runs = {}
     for variant, accs in (("base", (0.30, 0.32)), ("wide", (0.36, 0.40))):
         for seed, acc in zip((1, 2), accs):

@@ -18,7 +18,7 @@ import runtime
 import sweep
 from model import GPT, GPTConfig
 from ra_model import RAConfig, RAGPT, Idea
-from test_sweep import in_process, toy_args
+from helpers import in_process, toy_args
 
 
 TINY = dict(block_size=16, vocab_size=64, n_layer=2, n_head=2, n_embd=16)

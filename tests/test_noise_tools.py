@@ -14,8 +14,7 @@ import configurator
 import rundir
 from tools import noise_budget
 import sweep
-from test_ablation import LR, suite_args, write_suite
-from test_sweep import in_process
+from helpers import LR, in_process, suite_args, write_suite
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import optim
 import runtime
 import train
 from model import GPT, GPTConfig
-from test_train import events, load_ckpt, tiny_args
+from helpers import events, load_ckpt, tiny_args
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -13,52 +13,12 @@ from torch.nn import functional as F
 import configurator
 import runtime
 import train
+from helpers import MLA, RA_TINY as TINY, VARIANTS, grads, ra_model, tokens
 from model import GPT, GPTConfig
 from ra_model import (MLAttention, RAConfig, RAGPT, mla_attention_params, reciprocal_manual,
                       reciprocal_sdpa)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = dict(block_size=12, vocab_size=64, n_layer=4, n_head=2, n_embd=16, dropout=0.0)
-MLA = dict(mla=True, mla_latent_dim=6)
-
-# name -> RAConfig overrides: every pattern and mode, windows, learned alphas, MLA and RA+MLA
-VARIANTS = {
-    "early-swap": dict(ra_pattern="early", ra_mode="swap"),
-    "late-mix": dict(ra_pattern="late", ra_mode="mix", ra_alpha=0.7),
-    "all-mix-window": dict(ra_pattern="all", ra_mode="mix", ra_window=3),
-    "alternate-gate": dict(ra_pattern="alternate", ra_mode="gate", ra_gate_init=0.5),
-    "layers-swap-window": dict(ra_pattern="layers", ra_layers=[0, 2], ra_mode="swap", ra_window=4),
-    "all-mix-alpha-head": dict(ra_pattern="all", ra_mode="mix", ra_alpha_learn="head", ra_alpha=-0.3),
-    "all-mix-alpha-layer": dict(ra_pattern="all", ra_mode="mix", ra_alpha_learn="layer"),
-    "learned": dict(ra_pattern="learned", ra_gate_init=-0.4),
-    "learned-window": dict(ra_pattern="learned", ra_window=5),
-    "mla": dict(**MLA),
-    "mla-shared-q-v": dict(**MLA, mla_per_head_q_latent=False, mla_per_head_v_up=False),
-    "ra-mla": dict(**MLA, ra_pattern="all", ra_mode="mix", ra_alpha=0.5, ra_window=4),
-    "ra-mla-learned": dict(**MLA, mla_per_head_q_latent=False, ra_pattern="learned"),
-    "gated-attn": dict(attn_gate=True),
-    "gated-attn-late-mix": dict(attn_gate=True, ra_pattern="late", ra_mode="mix"),
-    "gated-attn-mla": dict(**MLA, attn_gate=True),
-}
-
-
-def ra_model(seed=0, sharpen=True, **overrides):
-    torch.manual_seed(seed)
-    model = RAGPT(RAConfig(**{**TINY, **overrides}))
-    if sharpen:  # GPT-2's init gives near-zero scores (uniform attention): make them O(1)
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                if name.endswith(("attn.c_attn.weight", "attn.c_q.weight", "attn.c_kv.weight", "attn.k_up.weight")):
-                    p.mul_(15.0)
-    return model
-
-
-def tokens(shape, seed=1):
-    return torch.randint(0, TINY["vocab_size"], shape, generator=torch.Generator().manual_seed(seed))
-
-
-def grads(model):
-    return {name: p.grad.clone() for name, p in model.named_parameters()}
 
 
 # ---------------------------------------------------------------- direct references
@@ -588,7 +548,7 @@ def test_config_files_can_include_a_neighbour_from_any_directory(tmp_path, monke
 # ---------------------------------------------------------------- train.py
 
 def test_train_logs_learned_gates_into_log_jsonl(tmp_path):
-    from test_train import VOCAB, events, tiny_args
+    from helpers import VOCAB, events, tiny_args
     import numpy as np
     import tokendata
     data = tmp_path / "toy"
@@ -618,7 +578,7 @@ def test_ra_mla_config_with_the_triton_kernel_builds_and_trains(data_dir, tmp_pa
     builds (MLA's baseline init once rebuilt a GPTConfig with attn_impl='triton') and trains a step;
     on a CPU without the interpreter both head layouts take the SDPA path, and say so."""
     import ra_model
-    from test_train import events, tiny_args
+    from helpers import events, tiny_args
     monkeypatch.setattr(ra_model, "_warned", set())
     # the claim is about a CPU without the interpreter, whether or not TRITON_INTERPRET=1 is exported
     monkeypatch.setattr(ra_model.fused_kernels(), "INTERPRET", False)

@@ -9,7 +9,6 @@ import sys
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import configurator
 import evaluation
@@ -17,6 +16,7 @@ import rundir
 import runtime
 import sharding
 import train
+from helpers import run_ranks, tp_args
 from model import GPT, GPTConfig
 from parallel import ParallelLayout
 from reduced_sync_model import (ReducedSyncConfig, ReducedSyncGPT, _SumBackward, _SumForward, expected_syncs,
@@ -54,20 +54,6 @@ def make(config, seed=0, tp_group=None):
 def batch(seed=1, B=2):
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, TINY["vocab_size"], (B, TINY["block_size"]), generator=g)
-
-
-def run_ranks(fn, world, tmp_path, *args):
-    """fn(rank, world, *args) on `world` forked gloo ranks; an assertion in any rank fails the test."""
-    mp.start_processes(_worker, args=(fn, world, str(tmp_path), args), nprocs=world, start_method="fork")
-
-
-def _worker(rank, fn, world, tmp, args):
-    dist.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous", rank=rank, world_size=world)
-    try:
-        fn(rank, world, *args)
-        dist.barrier()  # no rank closes its connections while another still uses them
-    finally:
-        dist.destroy_process_group()
 
 
 # ----------------------------------------------------------------------------- one process
@@ -299,18 +285,6 @@ def test_f_and_g_do_not_scale_gradients_by_world_size(tmp_path):
 
 # ----------------------------------------------------------------------------- train.py, TP x DP
 
-from conftest import VOCAB
-
-
-def tp_args(data_dir, out_dir, *extra):
-    return [f"--data_dir={data_dir}", f"--out_dir={out_dir}", "--dataset=toy", f"--vocab_size={VOCAB}",
-            "--model_type=reduced_sync", "--tp_size=2", "--block_pattern=tp,spd,parallel,parallel",
-            "--n_layer=4", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=2",
-            "--gradient_accumulation_steps=4", "--dtype=float32", "--eval_iters=2", "--eval_interval=2",
-            "--log_interval=1", "--warmup_iters=1", "--learning_rate=1e-2", "--min_lr=1e-3", "--grad_clip=0.5",
-            "--max_iters=4", "--lr_decay_iters=4", *extra]
-
-
 def events(out_dir, kind):
     return [r for r in rundir.read_events(out_dir) if r["event"] == kind]
 
@@ -403,7 +377,7 @@ def test_hellaswag_on_tp2_x_dp2_ranks_equals_the_simulated_model(tmp_path):
     """The two ranks of a replica score the same examples (a TP forward needs both); replicas share
     the examples out and their counts are summed once, not once per TP rank."""
     import hellaswag
-    from test_hellaswag import FIXTURE, write_jsonl
+    from helpers import FIXTURE, write_jsonl
     fixture = write_jsonl(tmp_path / "hellaswag_val.jsonl", FIXTURE)
     expected = hellaswag.evaluate_hellaswag(hellaswag_model(), hellaswag.load_examples(fixture), "cpu")
     assert expected["n"] == len(FIXTURE) and 0 < expected["acc"] < 1  # not a degenerate model

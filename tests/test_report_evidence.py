@@ -14,8 +14,7 @@ import rundir
 import train
 from ablation import compare, render, stats
 from ra_model import RAGPT, RAConfig
-from test_hellaswag import FIXTURE, tiny_gpt, write_jsonl
-from test_train import tiny_args
+from helpers import FIXTURE, tiny_args, tiny_gpt, write_jsonl
 
 
 def enumerated_sign_flip_p(d):

@@ -18,7 +18,7 @@ import runtime
 import sample
 import sharding
 import train
-from test_train import REPO, events, load_ckpt, tiny_args
+from helpers import REPO, events, load_ckpt, tiny_args
 
 # SGD (see test_ddp_two_ranks_match_one_process_with_same_accumulation), clipping active (grad norms
 # ~1 here), 8 micro-steps per step (accumulation on every layout), a vocabulary GPT-2's BPE prompt fits.
@@ -155,7 +155,7 @@ def test_a_crash_during_a_save_leaves_the_previous_checkpoint_in_charge(data_dir
 def test_sigterm_under_torchrun_writes_a_sharded_checkpoint_that_resumes(data_dir, tmp_path):
     """What slurm/train_multinode.sbatch relies on: SIGTERM to torchrun, every rank's shards saved at
     the step where they stopped, 'signal' in the log, and a resume (here on 1 process) that goes on."""
-    from test_faults import ENV, LONG, wait_for_training
+    from helpers import ENV, LONG, wait_for_training
     out = str(tmp_path / "run")
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                              "train.py", *tiny_args(data_dir, out, *LONG, "--data_parallel=fsdp")], cwd=REPO, env=ENV,
@@ -179,7 +179,7 @@ def test_fsdp_across_tensor_parallel_replicas_equals_one_simulated_replica(data_
     buffers are the optimizer state the checkpoint must carry). Stopped at iteration 2, its sharded
     checkpoint resumes on the same 4 ranks, under HSDP (2 replicas x shard groups of 1 x tp 2), and on
     2 ranks (1 replica: resharded), and exports to one GPT-layout file that sample.py reads."""
-    from test_reduced_sync import tp_args
+    from helpers import tp_args
     args = lambda out, *extra: tp_args(data_dir, out, "--optimizer=sgd", "--optimizer_impl=foreach", "--vocab_size=256",
                                        *extra)  # a vocabulary GPT-2's BPE prompt fits
     runs = {name: str(tmp_path / name) for name in ("single", "fsdp", "hsdp", "two_ranks")}
@@ -380,5 +380,5 @@ def _local_weights(rank, world):
 
 def test_memory_ratio_divides_by_the_weights_this_rank_holds(tmp_path):
     """memory_ratio is a rank's peak over its weights: under FSDP its shard, not the full model."""
-    from test_reduced_sync import run_ranks
+    from helpers import run_ranks
     run_ranks(_local_weights, 2, tmp_path)

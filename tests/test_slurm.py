@@ -9,7 +9,6 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 
 import pytest
 
@@ -17,50 +16,13 @@ import configurator
 import rundir
 from slurm import jobs as slurm_jobs
 import sweep
-from test_ablation import LR, suite_args, write_suite
-from test_sweep import in_process, toy_args
-from test_train import tiny_args
+from helpers import LR, SET_UP, fork_suite, in_process, suite_args, tiny_args, toy_args, wait_for, write_suite
 
 pytestmark = pytest.mark.xdist_group("slurm")  # one test cluster: its jobs must not meet another test's
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Long enough (a few seconds) for a signal to land mid-run; dropout makes the RNG part of the resume.
 LONG = ("--max_iters=1000", "--lr_decay_iters=1000", "--eval_interval=200", "--dropout=0.1")
-SET_UP = ["bash", os.path.join(REPO, "slurm", "start_test_cluster.sh")]  # the README's test command runs it first
-
-
-def nodes_up():
-    if not shutil.which("sinfo"):
-        return False
-    nodes = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True)
-    return not nodes.returncode and bool({"idle", "mix", "alloc", "comp"} & set(nodes.stdout.split()))
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    """A Slurm cluster that answers: started (and installed) by slurm/start_test_cluster.sh when none
-    does; a failure says why, never a skip."""
-    if not nodes_up():
-        done = subprocess.run(SET_UP, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        if done.returncode or not nodes_up():
-            pytest.fail(f"no Slurm cluster answers and slurm/start_test_cluster.sh could not start one: "
-                        f"{(done.stderr or done.stdout).strip()[-500:]}")
-
-
-@pytest.fixture
-def jobs():
-    """Job ids a test submitted: cancelled afterwards, whatever happened."""
-    ids = []
-    yield ids
-    if ids:
-        subprocess.run(["scancel", *ids], capture_output=True)
-
-
-def wait_for(condition, what, timeout=480):  # generous: on CI the workers load every core
-    deadline = time.time() + timeout
-    while not condition():
-        assert time.time() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.1)
 
 
 def submitted(sweep_dir, jobs):
@@ -167,7 +129,6 @@ def test_a_fork_suite_on_slurm_starts_each_seeds_branches_after_its_trunk_and_re
         cluster, jobs, data_dir, tmp_path, capsys):
     """The trunks go in one array; each seed's branches in their own array, held by Slurm until that
     seed's trunk task has ended. Every run's numbers, and so the report, are the local suite's."""
-    from test_fork import fork_suite
     path, _ = fork_suite(tmp_path, seeds=(1, 2))
     args = suite_args(data_dir, path)
     local, on_slurm = str(tmp_path / "local"), str(tmp_path / "slurm")

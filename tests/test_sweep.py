@@ -17,35 +17,9 @@ from ablation import compare, render, suites
 from slurm import jobs as slurm_jobs
 import sweep
 import train
-from test_train import events, tiny_args
+from helpers import Finished, events, in_process, tiny_args, toy_args, write_growing_suite
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-class Finished:
-    def __init__(self, code):
-        self.returncode = code
-
-    def poll(self):
-        return self.returncode
-
-
-def in_process(calls, fail=()):
-    """A launcher that runs train.main here (no subprocess start-up) and records what it ran."""
-    def launch(argv, gpu, log_path):
-        out_dir = configurator.apply_config(runtime.DEFAULTS, argv)["out_dir"]
-        calls.append(os.path.basename(out_dir))
-        if calls[-1] in fail:
-            rundir.RunLog(dict(runtime.DEFAULTS, out_dir=out_dir), True).event("checklist", "crashed")
-            return Finished(1)
-        train.main(argv)
-        return Finished(0)
-    return launch
-
-
-def toy_args(data_dir, *extra):
-    return [a for a in tiny_args(data_dir, "unused", "--max_iters=4", "--lr_decay_iters=4", *extra)
-            if not a.startswith(("--out_dir=", "--learning_rate=", "--batch_size="))]  # the sweep sets these
 
 
 GRID = '--grid=learning_rate=[1e-2, 3e-3] batch_size=[2,4]'
@@ -223,7 +197,7 @@ def test_runs_whose_data_is_missing_are_refused_before_any_starts_or_is_submitte
 
 
 def test_a_report_whose_runs_are_gone_says_it_is_stale_until_rebuilt(data_dir, tmp_path, capsys):
-    from test_ablation import LR, suite_args, write_suite  # it imports this module
+    from helpers import LR, suite_args, write_suite
     path, suite_dir = write_suite(tmp_path, {"base": LR, "low": {"learning_rate": 1e-3, "min_lr": 1e-4}},
                                   ["learning_rate", "min_lr"], seeds=(1,))
     sweep.main(suite_args(data_dir, path), launch=in_process([]))
@@ -265,15 +239,6 @@ def written_runs(calls, worse=lambda cfg: cfg["learning_rate"] > 1e-3):
             f.write(json.dumps(dict(event="end", iter=1, tokens=1000, stop_reason="max_iters")) + "\n")
         return Finished(0)
     return launch
-
-
-def write_growing_suite(tmp_path, seeds, looks=None):
-    path = tmp_path / "suite_grow.py"
-    path.write_text(f"variants = {{'base': {{'learning_rate': 1e-3}}, 'other': {{'learning_rate': 2e-3}}}}\n"
-                    f"baseline = 'base'\nseeds = {list(seeds)!r}\nmetric = 'val_loss'\nmin_effect = 0.01\n"
-                    f"allowed = ['learning_rate']\nsuite_dir = {str(tmp_path / 'out-grow')!r}\n"
-                    + (f"looks = {looks!r}\n" if looks else ""))
-    return str(path), str(tmp_path / "out-grow")
 
 
 def test_seeds_added_after_a_look_never_rewrite_the_declaration_and_the_report_says_so(data_dir, tmp_path):

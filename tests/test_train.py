@@ -13,36 +13,12 @@ import torch
 
 import configurator
 import devices
-import rundir
 import runrecord
 import runtime
 import tokendata
 import train
+from helpers import REPO, VOCAB, events, load_ckpt, tiny_args
 from model import GPT
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from conftest import VOCAB
-
-
-def tiny_args(data_dir, out_dir, *extra):
-    return [f"--data_dir={data_dir}", f"--out_dir={out_dir}", "--dataset=toy", f"--vocab_size={VOCAB}",
-            "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=4",
-            "--gradient_accumulation_steps=2", "--dtype=float32", "--eval_iters=2", "--eval_interval=4",
-            "--log_interval=1", "--warmup_iters=2", "--learning_rate=1e-2", "--min_lr=1e-3",
-            "--max_iters=8", "--lr_decay_iters=8", *extra]
-
-
-def read_log(out_dir):
-    return rundir.read_events(out_dir)
-
-
-def events(out_dir, kind):
-    return [r for r in read_log(out_dir) if r["event"] == kind]
-
-
-def load_ckpt(out_dir):
-    return torch.load(os.path.join(out_dir, "ckpt.pt"), map_location="cpu", weights_only=True)
-
 
 def test_logs_every_metric_and_learns(data_dir, tmp_path):
     out = str(tmp_path / "run")
@@ -332,7 +308,7 @@ def test_wandb_offline_run_is_written_without_an_api_key(data_dir, tmp_path, mon
 
 
 def test_hellaswag_runs_at_its_interval_and_at_the_end(data_dir, tmp_path):
-    from test_hellaswag import FIXTURE, write_jsonl
+    from helpers import FIXTURE, write_jsonl
     fixture = write_jsonl(tmp_path / "hellaswag_val.jsonl", FIXTURE)
     out = str(tmp_path / "run")
     train.main(tiny_args(data_dir, out, "--vocab_size=50304", "--max_iters=6", "--lr_decay_iters=6",

@@ -9,7 +9,7 @@ import pytest
 import rundir
 import train
 from ablation import bridge
-from test_train import tiny_args
+from helpers import tiny_args
 
 GATE = ("--model_type=ra", "--attn_gate=True")
 
@@ -187,8 +187,7 @@ def test_a_forked_suite_with_bridge_seeds_runs_them_from_scratch_and_reports_jum
     import json
     import sweep
     from ablation import plan as seed_plan
-    from test_ablation import LR, suite_args, write_suite
-    from test_sweep import in_process
+    from helpers import LR, in_process, suite_args, write_suite
     variants = {"base": {"model_type": "ra", **LR}, "gated": {"model_type": "ra", "attn_gate": True, **LR}}
     path, suite_dir = write_suite(tmp_path, variants, ["attn_gate"], seeds=(1, 2), name="suite_bridge")
     with open(path, "a") as f:
