@@ -177,7 +177,7 @@ def sequential_alpha(suite, seeds):
             j = planned.index(seeds)
             spent = obrien_fleming_spent(seeds / planned[-1], alpha) - (
                 obrien_fleming_spent(planned[j - 1] / planned[-1], alpha) if j else 0.0)
-            return spent, dict(out, code="planned_look", look=j + 1, spent=spent)
+            return spent, dict(out, code="planned_look", number=j + 1, spent=spent)
         return alpha, dict(out, code="off_plan")
     if len(looks) > 1:
         return alpha, dict(out, code="unplanned_looks")

@@ -963,7 +963,7 @@ def sequential_text(look):
              if added else "")
     alpha, looks, planned = look["alpha"], look["looks"], look["planned"]
     if look["code"] == "planned_look":
-        return (f"look {look['look']} of the {len(planned)} declared before the runs (at {planned} seeds): "
+        return (f"look {look['number']} of the {len(planned)} declared before the runs (at {planned} seeds): "
                 f"family-wise alpha {look['spent']:.3g} spent here of {alpha:g} (O'Brien-Fleming-type spending, "
                 f"looks combined by Bonferroni, which is conservative)")
     if look["code"] == "off_plan":

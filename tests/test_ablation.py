@@ -391,7 +391,7 @@ def test_declared_looks_keep_the_family_wise_error_at_alpha_and_unplanned_looks_
     record, planned, naive = [], np.zeros(sims, bool), np.zeros(sims, bool)
     for n in looks:
         alpha, note = compare.sequential_alpha(dict(alpha=0.05, looks=looks, record=record), n)
-        assert note["code"] == "planned_look" and note["look"] == looks.index(n) + 1 and note["spent"] == alpha
+        assert note["code"] == "planned_look" and note["number"] == looks.index(n) + 1 and note["spent"] == alpha
         t = d[:, :n].mean(axis=1) / (d[:, :n].std(axis=1, ddof=1) / math.sqrt(n))
         p = 2 * scipy_stats.t.sf(np.abs(t), n - 1)
         planned |= p < alpha
