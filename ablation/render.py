@@ -838,18 +838,10 @@ def run_text(who):
     return f"{'seed' if who['variant'] else 'baseline seed'} {who['seed']}"
 
 
-def does_not_stand_text(r):
-    if r["code"] == "bridge":
-        return f"bridge {r['status']}"
-    return f"loss jump at the fork {r['mean']:+.4g} beyond the margin ±{r['margin']:g} (a design problem)"
-
-
-def lr_failing_text(r):
-    if r["code"] == "not_run":
-        return f"{r['size']}: not run"
-    if r["code"] == "too_few_factors":
-        return f"{r['size']}: {r['finished']} of {r['factors']} factors finished"
-    return f"{r['size']}: {holds_text(r)}"
+LR_FAILING = {  # why the learning-rate check fails at a ladder's end (ladder.withheld_because)
+    "not_run": lambda r: f"{r['size']}: not run",
+    "too_few_factors": lambda r: f"{r['size']}: {r['finished']} of {r['factors']} factors finished",
+    "rule_fails": lambda r: f"{r['size']}: {HOLDS[r['holds']](r)}"}
 
 
 def deterministic_text(r):
@@ -911,8 +903,8 @@ REASONS = {  # reason code -> its words, from the numbers the reason carries
     "holds_zero": lambda r: f"the {r['side']} effect {r['mean']:+.4g} cannot be told from 0 at {r['confidence']:.4g} "
                             f"(its {r['n']} seeds could have seen about {r['could_see']:.3g})",
     "not_finished": lambda r: "not finished: " + ", ".join(f"{u['run']} {u['status']}" for u in r["runs"]),
-    "bridge": does_not_stand_text,
-    "fork_jump": does_not_stand_text,
+    "bridge": lambda r: f"bridge {r['status']}",  # why a forked verdict does not stand (bridge.add_to_report)
+    "fork_jump": lambda r: f"loss jump at the fork {r['mean']:+.4g} beyond the margin ±{r['margin']:g} (a design problem)",
     "no_answer": lambda r: "the forked verdict does not stand and no from-scratch run answers instead",
     # ladder
     "no_run_at_size": lambda r: "no run of this variant at this size",
@@ -930,9 +922,10 @@ REASONS = {  # reason code -> its words, from the numbers the reason carries
                                   f"holds 0",
     "slope_excludes_zero": slope_text,
     "lr_check_fails": lambda r: "the learning-rate check does not support the rule's rate (" + "; ".join(
-        map(lr_failing_text, r["sizes"])) + ")",
+        LR_FAILING[f["code"]](f) for f in r["sizes"]) + ")",
     "forked_does_not_stand": lambda r: "the forked verdicts at " + ", ".join(
-        f"{size} ({', '.join(map(does_not_stand_text, stand))})" for size, stand in r["sizes"].items()) + " do not stand",
+        f"{size} ({', '.join(REASONS[s['code']](s) for s in stand)})" for size, stand in r["sizes"].items())
+                                       + " do not stand",
 }
 JOINED = {"negligible": ", but "}  # how a reason follows the one before it (else "; ")
 
@@ -945,50 +938,60 @@ def why(entry):
     return text
 
 
+DESIGNS = {  # compare.design's code -> what the runs are, with the question they answer
+    "not_logged": lambda k: "no run has logged yet: the design shows once runs exist",
+    "from_scratch": lambda k: "every run trained from scratch: does the variant, trained the whole budget, beat the "
+                              "baseline?",
+    "forked": lambda k: f"forked at step {k} from a shared baseline trunk per seed: does switching to the variant for "
+                        f"the rest of the budget, after {k} steps of the baseline, beat continuing the baseline?"}
+
+
 def design_text(report):
-    """What a report's runs are (compare.design's code), with the question they answer."""
-    code, k = report.get("design_code"), report.get("fork_at")
-    if code == "not_logged":
-        return "no run has logged yet: the design shows once runs exist"
-    if code == "forked":
-        return (f"forked at step {k} from a shared baseline trunk per seed: does switching to the variant for the "
-                f"rest of the budget, after {k} steps of the baseline, beat continuing the baseline?")
-    return "every run trained from scratch: does the variant, trained the whole budget, beat the baseline?"
+    """What a report's runs are (its design_code and fork_at)."""
+    return DESIGNS[report["design_code"]](report.get("fork_at"))
+
+
+def grown_text(look):
+    added = look.get("added")
+    return (f"; runs were added after a look ({', '.join(added['runs'])} after {added['looks_before']} look(s))"
+            if added else "")
+
+
+LOOKS = {  # compare.sequential_alpha's code -> the look a report is and the alpha its verdicts test at
+    "planned_look": lambda c: f"look {c['number']} of the {len(c['planned'])} declared before the runs (at "
+                              f"{c['planned']} seeds): family-wise alpha {c['spent']:.3g} spent here of "
+                              f"{c['alpha']:g} (O'Brien-Fleming-type spending, looks combined by Bonferroni, which is "
+                              f"conservative)",
+    "off_plan": lambda c: f"NOT AT NOMINAL ALPHA: looks at {c['looks']} seeds, but the plan declared looks at "
+                          f"{c['planned']}; the verdicts test at {c['alpha']:g} as if this were the only look"
+                          f"{grown_text(c)}",
+    "unplanned_looks": lambda c: f"NOT AT NOMINAL ALPHA: {len(c['looks'])} looks (reports at {c['looks']} seeds) and "
+                                 f"no group-sequential plan; the verdicts test at {c['alpha']:g} as if this were the "
+                                 f"only look, so their family-wise error is larger (up to about {len(c['looks'])} x "
+                                 f"{c['alpha']:g}){grown_text(c)}. Declare `looks` in the suite before growing it",
+    "one_look": lambda c: f"one look, at {c['seeds']} seeds: family-wise alpha {c['alpha']:g}{grown_text(c)}"}
 
 
 def sequential_text(look):
-    """The look a report is (compare.sequential_alpha) and the alpha its verdicts test at."""
-    added = look.get("added")
-    grown = (f"; runs were added after a look ({', '.join(added['runs'])} after {added['looks_before']} look(s))"
-             if added else "")
-    alpha, looks, planned = look["alpha"], look["looks"], look["planned"]
-    if look["code"] == "planned_look":
-        return (f"look {look['number']} of the {len(planned)} declared before the runs (at {planned} seeds): "
-                f"family-wise alpha {look['spent']:.3g} spent here of {alpha:g} (O'Brien-Fleming-type spending, "
-                f"looks combined by Bonferroni, which is conservative)")
-    if look["code"] == "off_plan":
-        return (f"NOT AT NOMINAL ALPHA: looks at {looks} seeds, but the plan declared looks at {planned}; "
-                f"the verdicts test at {alpha:g} as if this were the only look{grown}")
-    if look["code"] == "unplanned_looks":
-        return (f"NOT AT NOMINAL ALPHA: {len(looks)} looks (reports at {looks} seeds) and no group-sequential "
-                f"plan; the verdicts test at {alpha:g} as if this were the only look, so their family-wise "
-                f"error is larger (up to about {len(looks)} x {alpha:g}){grown}. Declare `looks` in the suite "
-                f"before growing it")
-    return f"one look, at {look['seeds']} seeds: family-wise alpha {alpha:g}" + grown
+    return LOOKS[look["code"]](look)
+
+
+def runs_of_designs(m):
+    return "; ".join(f"{', '.join(d['runs'][:3])}{' ...' if len(d['runs']) > 3 else ''} "
+                     f"{'forked at step %d' % d['fork_at'] if d['fork_at'] is not None else 'from scratch'}"
+                     for d in m["designs"])
+
+
+MEASUREMENT = {  # compare.measurement_problems' code -> why the metric is not measured alike
+    "data_changed": lambda m: f"{', '.join(m['keys'])}: {m['run']} resumed on changed data (allow_data_change)",
+    "designs": lambda m: f"design: {runs_of_designs(m)}: runs of different designs answer different questions and "
+                         f"are never pooled",
+    "recipe": lambda m: f"recipe: {m['run']} has {m['key']}={m['value']!r}, {m['other']} {m['other_value']!r}",
+    "differs": lambda m: f"{m['key']}: {m['run']} has {m['value']!r}, {m['other']} {m['other_value']!r}"}
 
 
 def measurement_text(m):
-    """One reason the metric is not measured alike (compare.measurement_problems)."""
-    if m["code"] == "data_changed":
-        return f"{', '.join(m['keys'])}: {m['run']} resumed on changed data (allow_data_change)"
-    if m["code"] == "designs":
-        return "design: " + "; ".join(
-            f"{', '.join(d['runs'][:3])}{' ...' if len(d['runs']) > 3 else ''} "
-            f"{'forked at step %d' % d['fork_at'] if d['fork_at'] is not None else 'from scratch'}"
-            for d in m["designs"]) + ": runs of different designs answer different questions and are never pooled"
-    prefix = "recipe: " if m["code"] == "recipe" else f"{m['key']}: "
-    has = f"{m['key']}={m['value']!r}" if m["code"] == "recipe" else f"{m['value']!r}"
-    return f"{prefix}{m['run']} has {has}, {m['other']} {m['other_value']!r}"
+    return MEASUREMENT[m["code"]](m)
 
 
 def non_finite_text(m):
@@ -1018,15 +1021,20 @@ def unreliable_text(u):
     return f"{u['run']} (step times spread x{u['spread']:.2f})"
 
 
+HOLDS = {  # ladder.lr_check's code -> whether the rule's learning rate holds at a size
+    "yes": lambda row: "yes",
+    "incomplete": lambda row: f"incomplete: {', '.join(f + 'x' for f in row['missing'])} not finished",
+    "diverged": lambda row: "no: 1x diverged",
+    "beaten": lambda row: f"no: {row['best']} is better by {row['by']:.3g}"}
+
+
 def holds_text(row):
-    """Whether the rule's learning rate holds at a size (ladder.lr_check)."""
-    if row["holds"] == "incomplete":
-        return f"incomplete: {', '.join(f + 'x' for f in row['missing'])} not finished"
-    if row["holds"] == "diverged":
-        return "no: 1x diverged"
-    if row["holds"] == "beaten":
-        return f"no: {row['best']} is better by {row['by']:.3g}"
-    return row["holds"]
+    return HOLDS[row["holds"]](row)
+
+
+# every code the engine emits, by what it words: tests/test_render.py checks the engine emits no other
+CODES = dict(reasons=REASONS, lr_failing=LR_FAILING, designs=DESIGNS, looks=LOOKS, measurement=MEASUREMENT,
+             pairing=PAIRING, holds=HOLDS)
 
 
 WORDED = {"design_code": ("design", design_text), "look": ("sequential", lambda r: sequential_text(r["look"])),
