@@ -95,9 +95,9 @@ def pairing(run, base_run, allowed):
     """Whether two runs of one seed really are paired: the same data order, the same initial value
     of every weight both models have in the same shape. A list of what breaks the pairing, each a
     dict with its `code` (no_run_info, data_order, init_weights) and its numbers."""
+    if not (run["info"] or {}).get("facts") or not (base_run["info"] or {}).get("facts"):
+        return [dict(code="no_run_info")]  # (measured_facts always holds code_versions, even without a record)
     facts, base = measured_facts(run), measured_facts(base_run)
-    if not facts or not base:
-        return [dict(code="no_run_info")]
     problems = []
     if facts.get("data_order") != base.get("data_order") and not set(DATA_ORDER_CAUSES) & set(allowed):
         problems.append(dict(code="data_order"))
