@@ -5,8 +5,7 @@ and the smallest effect of interest `min_effect` (in the metric's units). Then, 
 - the family-wise error is controlled by Holm's step-down adjustment of the paired t-tests' p-values,
   and each better/worse interval is at the level its Holm step tested (alpha / (k - i + 1)), so an
   interval excludes 0 exactly when its comparison is decided. These step-level intervals are not
-  simultaneous: with a shared baseline, k = 4, n = 8, at least one misses its true effect in ~7-8% of
-  families, so no claim about the margin rests on them;
+  simultaneous (docs/ablation.md gives how often one misses), so no claim about the margin rests on them;
 - every claim about ±min_effect (equivalent, "negligible", beyond the margin) rests on the
   simultaneous intervals: Bonferroni's 1 - alpha/k Student-t interval for each comparison, which
   cover all k true effects together with probability >= 1 - alpha whatever their correlation
@@ -40,8 +39,8 @@ def family_level(alpha, k):
 def holm(p_values, alpha):
     """Holm-adjusted p-values in the given order (None stays None and is not counted): the i-th
     smallest of k times (k - i + 1), kept monotone and at most 1. Written out rather than taken from
-    statsmodels' multipletests, which runs gc.collect() on every call (a second each on a report's
-    heap); tests/test_stats.py checks it against multipletests."""
+    statsmodels' multipletests, which runs gc.collect() on every call (docs/ablation.md: its cost);
+    tests/test_stats.py checks it against multipletests."""
     present = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
     adjusted, running, k = [None] * len(p_values), 0.0, len(present)
     for step, (p, i) in enumerate(present):
@@ -130,7 +129,7 @@ def paired_test(diffs, scale=None):
     DETERMINISTIC_RTOL of `scale`, the metric's size: no seed-to-seed variance, so no test). A
     difference that is not finite is the caller's to report: here it raises. The t-test is scipy's
     ttest_1samp (tests/test_stats.py) through scipy.special's t distribution: a simulation calls it
-    thousands of times, and scipy.stats' wrappers cost a millisecond each."""
+    thousands of times, and scipy.stats' wrappers add a fixed cost to each call."""
     from scipy import special
     d = np.asarray(diffs, dtype=np.float64)
     if not np.all(np.isfinite(d)):
@@ -172,7 +171,7 @@ def interval(test, confidence):
 def tost_p(test, min_effect):
     """Two one-sided t-tests against -min_effect and +min_effect (the larger p): below a level exactly
     when the 1 - 2 level interval lies inside the margin. statsmodels' ttost_paired gives the same
-    (tests/test_stats.py) at twenty times the cost, which simulations pay thousands of times."""
+    (tests/test_stats.py) at a cost that simulations would pay thousands of times."""
     from scipy import special
     n = test["n"]
     se = test["sd"] / math.sqrt(n)
@@ -287,9 +286,9 @@ def plan_seeds(sd, df, seeds, k, alpha, min_effect):
 def sd_upper_bounds(sds, dfs, confidence=SD_CONFIDENCE):
     """Each variant's own one-sided upper confidence bound of its paired sd from its own n - 1 degrees
     of freedom (numpy: sds (..., k), dfs (k,)). Pooling the variants' variances and summing their
-    degrees of freedom would treat them as independent, but they share each seed's baseline run
-    (correlated 0.6-1.0 on the RA twin) and their sds differ: the pooled bound then covers far less
-    often than it says."""
+    degrees of freedom would treat them as independent, but they share each seed's baseline run (their
+    differences are correlated: docs/ablation.md, Planning seeds) and their sds differ: the pooled bound
+    then covers far less often than it says."""
     from scipy import stats
     dfs = np.asarray(dfs, dtype=np.float64)
     return np.asarray(sds) * np.sqrt(dfs / stats.chi2.ppf(1 - confidence, dfs))
