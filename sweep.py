@@ -388,6 +388,7 @@ def ladder_points(spec, overrides, points):
         recipe = configurator.apply_config(runtime.DEFAULTS, [*spec["base"], *point.get("config", []), *spec["configs"],
                                                               *(f"--{k}={v!r}" for k, v in overrides.items())])
         try:
+            suites.check_ladder_recipe(spec["suite"]["ladder"], recipe)
             sizes = ladder.size_keys(spec["suite"]["ladder"], recipe)
         except ValueError as e:
             raise configurator.ConfigError(f"variant {point['variant']!r}: {e}") from None

@@ -55,16 +55,9 @@ def rule_factor(rule, shape, reference):
 def size_keys(ladder, recipe):
     """{size: the keys a run of that size gets}: the size's shape, the recipe's token budget and
     schedule scaled by the token rule, its learning rates by the learning-rate rule. `recipe` is a
-    variant's resolved config (train.py keys) before any size is applied."""
+    variant's resolved config (train.py keys) before any size is applied, of the reference size's shape
+    (suites.check_ladder_recipe checks it)."""
     reference = ladder["sizes"][ladder["reference"]]
-    differ = {k: (recipe[k], v) for k, v in reference.items() if recipe[k] != v}
-    if differ:  # the rules would scale from a recipe tuned for another shape
-        raise ValueError(f"the recipe is not of the reference size {ladder['reference']!r}: " + ", ".join(
-            f"{k}={mine} (the size has {theirs})" for k, (mine, theirs) in differ.items())
-            + ": name the size whose shape the recipe has as the ladder's reference, or fix that size")
-    limits = [k for k in ("max_tokens", "max_time") if recipe[k]]
-    if limits:
-        raise ValueError(f"the recipe sets {', '.join(limits)}: a ladder's token rule scales max_iters; drop them")
     out = {}
     for size, shape in ladder["sizes"].items():
         tokens = rule_factor(ladder["tokens"], shape, reference)

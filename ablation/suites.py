@@ -167,6 +167,21 @@ def check_ladder(spec, variants):
                 sd=sd, lr_check=list(lr_check) if lr_check else None)
 
 
+def check_ladder_recipe(spec, recipe):
+    """A variant's resolved recipe against its suite's checked ladder, before ladder.size_keys scales it:
+    the recipe has the reference size's shape (the rules scale from it) and no token or time limit
+    (the token rule scales max_iters)."""
+    reference = spec["sizes"][spec["reference"]]
+    differ = {k: (recipe[k], v) for k, v in reference.items() if recipe[k] != v}
+    if differ:  # the rules would scale from a recipe tuned for another shape
+        raise ValueError(f"the recipe is not of the reference size {spec['reference']!r}: " + ", ".join(
+            f"{k}={mine} (the size has {theirs})" for k, (mine, theirs) in differ.items())
+            + ": name the size whose shape the recipe has as the ladder's reference, or fix that size")
+    limits = [k for k in ("max_tokens", "max_time") if recipe[k]]
+    if limits:
+        raise ValueError(f"the recipe sets {', '.join(limits)}: a ladder's token rule scales max_iters; drop them")
+
+
 def read_tuning(path, here, seeds):
     """`tuning`: the tuning.json tools/tune_lr.py wrote for this suite's recipe, kept in the declaration
     (so the report states it without the file): the grid, seeds, best rate and each variant's best factor."""
