@@ -405,7 +405,8 @@ def test_a_negligible_difference_is_worded_as_such_in_the_table_and_the_plot(tmp
     assert tiny["verdict"] == "worse, but negligible" and tiny["interval"][0] > 0
     assert -0.01 < tiny["equivalence_interval"][0] and tiny["equivalence_interval"][1] < 0.01
     text = open(render.write_report(result, runs, str(tmp_path / "report"))).read()
-    assert "| tiny | **worse, but negligible** |" in text and "a real difference smaller than min_effect" in text
+    assert [r["code"] for r in tiny["reasons"]][:2] == ["holm_rejects", "negligible"]
+    assert "| tiny | **worse, but negligible** |" in text and render.why(tiny) in text
     assert "**worse** |" not in text
 
 
