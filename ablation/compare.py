@@ -277,7 +277,8 @@ def add_comparison(entry, report, suite, own, base_runs, base_values, values, re
             missing += [r["out_dir"] + " (run_info.json)" for r in (run, base_run) if not r["info"]]
             continue
         confounds.update(fact_differences(run, base_run, allowed))
-        pairing_checks.append(dict(seed=seed, paired=paired, problems=pairing(run, base_run, allowed) if paired else []))
+        pairing_checks.append(dict(seed=seed, paired=paired,
+                                   problems=pairing(run, base_run, allowed) if paired else []))
     seeds = [s for s in values if s in base_values]
     diffs = [values[s] - base_values[s] for s in seeds]
     scale = float(np.mean(np.abs(list(base_values.values())))) if base_values else None

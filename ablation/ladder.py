@@ -190,13 +190,13 @@ def classify(effects, fit, goal):
 
 
 def withheld_because(effects, checked, sizes):
-    """Why no trend may be stated, as reasons (None when one may): the learning-rate check does not support the
-    rule's rate at a checked end (lr_check: 1x beaten by more than the margin, fewer than two factors
-    finished, no finished 1x, or not run), or a size's forked verdict does not stand (ablation/bridge.py:
-    a loss jump at the fork beyond the margin, a bridge that does not confirm). Either way the effect at
-    each size answers another question than "does it help, and more so as N grows?": against an
-    untuned baseline, or shaped by the fork's shock, a trend can be the rule's or the design's, not the
-    variant's."""
+    """Why no trend may be stated, as reasons (None when one may): the learning-rate check does not
+    support the rule's rate at a checked end (lr_check: 1x beaten by more than the margin, fewer than
+    two factors finished, 1x not finished or diverged, or not run), or a size's forked verdict does not
+    stand (ablation/bridge.py: a loss jump at the fork beyond the margin, a bridge that does not
+    confirm). Either way the effect at each size answers another question than "does it help, and more
+    so as N grows?": against an untuned baseline, or shaped by the fork's shock, a trend can be the
+    rule's or the design's, not the variant's."""
     reasons = []
     if checked is not None:  # the ladder declared lr_check: its smallest and largest size are checked
         by_n = sorted(sizes, key=lambda name: non_embedding_params(sizes[name]))
@@ -204,9 +204,9 @@ def withheld_because(effects, checked, sizes):
         for end in dict.fromkeys((by_n[0], by_n[-1])):
             row = checked["sizes"].get(end)
             if row is None:
-                failing.append(dict(size=end, code="not_run"))
+                failing.append(dict(code="not_run", size=end))
             elif len(row["values"]) < 2:  # a lone finished rate is "best" by default, which checks nothing
-                failing.append(dict(size=end, code="too_few_factors", finished=len(row["values"]),
+                failing.append(dict(code="too_few_factors", size=end, finished=len(row["values"]),
                                     factors=len(checked["factors"])))
             elif row["holds"] != "yes":
                 failing.append(dict(code="rule_fails", size=end, **row))
