@@ -222,20 +222,19 @@ def answers(report):
     the forked one and why it does not stand: replaces.reasons), else no answer. The headline, the
     table's verdict column and the why-lines all quote this."""
     stand, bridged = report.get("does_not_stand") or {}, (report.get("bridge") or {}).get("variants", {})
-    forked = report.get("fork_at") is not None
+    source = "forked" if report.get("fork_at") is not None else "from_scratch"  # render.ANSWER_SOURCES words it
     out = {}
     for name, v in report["variants"].items():
         if name == report["baseline"]:
             continue
         own = {k: v.get(k) for k in ANSWER_KEYS}
-        design = f"forked at step {report['fork_at']}" if forked else "from scratch"
         if name not in stand:
-            out[name] = dict(own, design=design, replaces=None)
+            out[name] = dict(own, source=source, replaces=None)
         elif name in bridged and bridged[name]["scratch_answer"].get("verdict"):
-            out[name] = dict(bridged[name]["scratch_answer"], design="from scratch (the bridge's seeds)",
-                             replaces=dict(verdict=v.get("verdict"), design=design, reasons=stand[name]))
+            out[name] = dict(bridged[name]["scratch_answer"], source="bridge",
+                             replaces=dict(verdict=v.get("verdict"), source=source, reasons=stand[name]))
         else:
-            out[name] = dict({k: None for k in ANSWER_KEYS}, verdict="no answer", design=design,
+            out[name] = dict({k: None for k in ANSWER_KEYS}, verdict="no answer", source=source,
                              reasons=[dict(code="no_answer")],
-                             replaces=dict(verdict=v.get("verdict"), design=design, reasons=stand[name]))
+                             replaces=dict(verdict=v.get("verdict"), source=source, reasons=stand[name]))
     return out

@@ -661,7 +661,17 @@ def answer_of(report, name):
     v = report["variants"][name]
     return (report.get("answers") or {}).get(name) or dict({k: v.get(k) for k in (
         "verdict", "reasons", "n", "diff_mean", "interval", "interval_confidence", "equivalence_interval",
-        "equivalence_confidence", "p_holm")}, design=design_label(report), replaces=None)
+        "equivalence_confidence", "p_holm")}, source="forked" if report.get("fork_at") is not None else "from_scratch",
+        replaces=None)
+
+
+ANSWER_SOURCES = {  # which runs an answer comes from (bridge.answers)
+    "forked": lambda report: design_label(report), "from_scratch": lambda report: "from scratch",
+    "bridge": lambda report: "from scratch (the bridge's seeds)"}
+
+
+def answer_design(report, a):
+    return ANSWER_SOURCES[a["source"]](report)
 
 
 def answer_interval(a):
@@ -695,7 +705,7 @@ def sentence(report, name):
         found = f"has **no answer** ({verdict}: {why(a)})"
     replaced = (f" (the forked verdict, {a['replaces']['verdict']}, does not stand: "
                 f"{why(a['replaces'])})" if a.get("replaces") else "")
-    return f"- **{name}**, {a['design']}: {found}{rate_clause(report, name)}{replaced}."
+    return f"- **{name}**, {answer_design(report, a)}: {found}{rate_clause(report, name)}{replaced}."
 
 
 def rate_clause(report, name):
@@ -740,9 +750,10 @@ def why_line(report, name, v):
     if name == report["baseline"]:
         return f"- **{name}** ({design_label(report)}): {v['verdict']}: {why(v)}."
     a = answer_of(report, name)
-    line = f"- **{name}** ({a['design']}): {a['verdict']}: {why(a)}."
+    line = f"- **{name}** ({answer_design(report, a)}): {a['verdict']}: {why(a)}."
     if a.get("replaces"):
-        line += (f" In its place the forked verdict ({a['replaces']['design']}) was {a['replaces']['verdict']}: "
+        line += (f" In its place the forked verdict ({answer_design(report, a['replaces'])}) was "
+                 f"{a['replaces']['verdict']}: "
                  f"{why(v)}; it does not stand ({why(a['replaces'])}).")
     return line + bridge_why(report, name)
 
@@ -1034,7 +1045,7 @@ def holds_text(row):
 
 # every code the engine emits, by what it words: tests/test_render.py checks the engine emits no other
 CODES = dict(reasons=REASONS, lr_failing=LR_FAILING, designs=DESIGNS, looks=LOOKS, measurement=MEASUREMENT,
-             pairing=PAIRING, holds=HOLDS)
+             pairing=PAIRING, holds=HOLDS, answer_sources=ANSWER_SOURCES)
 
 
 WORDED = {"design_code": ("design", design_text), "look": ("sequential", lambda r: sequential_text(r["look"])),

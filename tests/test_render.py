@@ -25,11 +25,14 @@ def constants(node):
 
 
 def emitted(keyword):
-    """Every string the engine's four modules pass as `keyword=` (e.g. code=..., verdict=..., holds=...)."""
+    """Every string the engine's four modules pass as `keyword=` (e.g. code=..., verdict=..., holds=...) or
+    assign to a variable of that name."""
     found = set()
     for path in ENGINE:
         for node in ast.walk(ast.parse(open(path).read())):
             if isinstance(node, ast.keyword) and node.arg == keyword:
+                found |= constants(node.value)
+            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [keyword]:
                 found |= constants(node.value)
     return found
 
@@ -52,9 +55,10 @@ def assigned_verdicts():
 
 
 def test_every_code_the_engine_emits_has_words_and_no_words_wait_for_a_code_never_emitted():
-    worded = set().union(*(set(table) for name, table in render.CODES.items() if name not in ("holds", "designs")))
-    assert emitted("code") == worded
+    by_code = ("reasons", "lr_failing", "looks", "measurement", "pairing")
+    assert emitted("code") == set().union(*(set(render.CODES[name]) for name in by_code))
     assert emitted("holds") == set(render.HOLDS)
+    assert emitted("source") == set(render.ANSWER_SOURCES)  # which runs bridge.answers' answer comes from
     design = next(n for n in ast.walk(ast.parse(open(ENGINE[1]).read()))
                   if isinstance(n, ast.FunctionDef) and n.name == "design")
     returned = set().union(*(constants(n.value) for n in ast.walk(design) if isinstance(n, ast.Return)))

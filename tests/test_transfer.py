@@ -125,7 +125,7 @@ def test_the_bridge_verdicts_and_headline_from_a_report():
                   does_not_stand={"gated": [dict(code="bridge", status=out["gated"]["status"])]})
     report["answers"] = bridge.answers(report)
     assert report["answers"]["gated"]["verdict"] == "inconclusive"
-    assert report["answers"]["gated"]["replaces"] == dict(verdict="equivalent", design="forked at step 5",
+    assert report["answers"]["gated"]["replaces"] == dict(verdict="equivalent", source="forked",
                                                           reasons=[dict(code="bridge", status="lost at the fork")])
     head = "\n".join(render.headline(report))
     assert "**gated**, from scratch (the bridge's seeds): **cannot be told from the baseline**" in head
