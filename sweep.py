@@ -65,7 +65,7 @@ import parallel
 import rundir
 import runtime
 import tokendata
-from ablation import compare, ladder, plan, suites
+from ablation import compare, ladder, plan, render, suites
 from slurm import jobs as slurm_jobs
 
 OPTIONS = dict(
@@ -388,6 +388,7 @@ def ladder_points(spec, overrides, points):
         recipe = configurator.apply_config(runtime.DEFAULTS, [*spec["base"], *point.get("config", []), *spec["configs"],
                                                               *(f"--{k}={v!r}" for k, v in overrides.items())])
         try:
+            suites.check_ladder_recipe(spec["suite"]["ladder"], recipe)
             sizes = ladder.size_keys(spec["suite"]["ladder"], recipe)
         except ValueError as e:
             raise configurator.ConfigError(f"variant {point['variant']!r}: {e}") from None
@@ -424,8 +425,9 @@ def check_confounds(suite, runs, resolved, spec):
             problems.append(f"{point['variant']}{where}: {key} = {value!r} vs baseline {theirs!r}")
     if suite["ladder"]:  # across sizes only the ladder's keys may differ (within a size, as above, none)
         seed = suite["seeds"][0]
-        problems += ladder.across_size_problems({size: base[(size, seed)] for size in suite["ladder"]["sizes"]},
-                                                suite["ladder"])
+        problems += [f"size {size}: {key} = {value!r} vs size {suite['ladder']['reference']} {theirs!r}"
+                     for size, key, value, theirs in ladder.across_size_problems(
+                         {size: base[(size, seed)] for size in suite["ladder"]["sizes"]}, suite["ladder"])]
     problems = list(dict.fromkeys(problems))
     if problems and not spec["allow_confounds"]:
         raise configurator.ConfigError(
@@ -635,7 +637,8 @@ def main(argv, launch=launch_subprocess):
         else:
             print(plan.seed_plan_text(suite, len(runs), pilots or [sweep_dir], budget, slots, own_dir=sweep_dir))
         if suite["ladder"]:  # what the ladder costs in GPU-hours (ablation/ladder.py)
-            print("\n".join(ladder.compute_lines([resolve(argv, nproc) for _, _, argv in runs], suite["fork_at"])))
+            compute = ladder.training_compute([resolve(argv, nproc) for _, _, argv in runs], suite["fork_at"])
+            print("\n".join(render.compute_lines(compute)))
         return runs
     if options["dry_run"]:
         return runs

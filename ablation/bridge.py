@@ -41,7 +41,7 @@ from ablation import compare, stats
 
 STANDS = ("confirmed", "negligible in both")  # bridge statuses under which the forked verdict answers the question
 # What a verdict's answer is quoted with (compare.answers): the from-scratch side's, where the fork does not stand
-ANSWER_KEYS = ("verdict", "why", "n", "diff_mean", "interval", "interval_confidence", "equivalence_interval",
+ANSWER_KEYS = ("verdict", "reasons", "n", "diff_mean", "interval", "interval_confidence", "equivalence_interval",
                "equivalence_confidence", "p_holm")
 
 
@@ -100,31 +100,29 @@ def ratio(forked_diffs, scratch_diffs, level, min_effect=None):
                forked_interval=a and a["interval"], scratch_interval=b and b["interval"], ratio=None, interval=None,
                kind=None, signs_agree=None, could_see=None, status="incomplete")
     if a is None or b is None:
-        out["why"] = "fewer than 2 paired seeds in the forked or the from-scratch comparison"
+        out["reasons"] = [dict(code="too_few_paired_seeds")]
         return out
     out["ratio"] = a["mean"] / b["mean"] if b["mean"] != 0 else None
     out["signs_agree"] = bool(a["mean"] * b["mean"] > 0)
     df = welch_df(a["se"], a["n"], b["se"], b["n"], out["ratio"] if out["ratio"] is not None else 1.0)
     out["df"], out["t"] = df, float(sps.t.isf(level / 2, df))
     out["kind"], out["interval"] = fieller(a["mean"], a["se"], b["mean"], b["se"], out["t"])
-    at = f"at {out['confidence']:.4g}"
+    at = dict(confidence=out["confidence"], forked=a["mean"], scratch=b["mean"], min_effect=min_effect)
     if a["decided"] and b["decided"]:
         out["status"] = "confirmed" if a["decided"] == b["decided"] else "conflict"
-        out["why"] = (f"both effects decided {at} ({a['mean']:+.4g} forked, {b['mean']:+.4g} from scratch), "
-                      + ("same sign" if out["status"] == "confirmed" else "opposite signs"))
+        out["reasons"] = [dict(code="both_decided", **at, same_sign=out["status"] == "confirmed")]
     elif a["negligible"] and b["negligible"]:
         out["status"] = "negligible in both"
-        out["why"] = f"both intervals {at} lie inside ±{min_effect:g}"
+        out["reasons"] = [dict(code="both_negligible", **at)]
     elif a["negligible"] and b["decided"]:
         out["status"] = "lost at the fork"
-        out["why"] = (f"the forked effect lies inside ±{min_effect:g} {at} while the from-scratch one, "
-                      f"{b['mean']:+.4g}, is decided: the fork does not carry it")
+        out["reasons"] = [dict(code="lost_at_fork", **at)]
     else:
         weak = [(name, s) for name, s in (("from-scratch", b), ("forked", a)) if not s["decided"]]
         out["status"] = "underpowered"
         out["could_see"] = {name: stats.detectable_effect(s["sd"], s["n"], level) for name, s in weak}
-        out["why"] = "; ".join(f"the {name} effect {s['mean']:+.4g} cannot be told from 0 {at} (its {s['n']} seeds "
-                               f"could have seen about {out['could_see'][name]:.3g})" for name, s in weak)
+        out["reasons"] = [dict(code="holds_zero", side=name, mean=s["mean"], n=s["n"], confidence=out["confidence"],
+                               could_see=out["could_see"][name]) for name, s in weak]
     return out
 
 
@@ -147,15 +145,15 @@ def bridge(report, scratch):
         unfinished = unfinished_runs(v, report["variants"].get(report["baseline"]), s,
                                      scratch["variants"].get(scratch.get("baseline")))
         if unfinished:  # the seeds that finished may disagree in sign where all of them would not
-            entry.update(status="incomplete", why=f"not finished: {', '.join(unfinished)}")
+            entry.update(status="incomplete", reasons=[dict(code="not_finished", runs=unfinished)])
         out[name] = entry
     return out
 
 
 def unfinished_runs(*entries):
-    """'scratch-gated-seed2 diverged', ...: the runs of these compare entries (a variant's forked or
-    from-scratch runs, or their baselines') that did not finish, by directory."""
-    return [f"{os.path.basename(os.path.normpath(r['out_dir']))} {r['status']}" for e in entries
+    """[dict(run='scratch-gated-seed2', status='diverged'), ...]: the runs of these compare entries (a
+    variant's forked or from-scratch runs, or their baselines') that did not finish, by directory."""
+    return [dict(run=os.path.basename(os.path.normpath(r["out_dir"])), status=r["status"]) for e in entries
             for r in (e or {}).get("runs", {}).values() if r["status"] != "finished"]
 
 
@@ -195,23 +193,23 @@ def add_to_report(report, runs, bridge_runs=None):
     """The loss jump at the fork (a forked design) and, where the suite declared bridge_seeds and its
     scratch runs were read (bridge_runs), the bridge; both as plain data in the report. The forked
     verdicts a bridge does not confirm, and the jumps beyond the margin, are listed in
-    report['does_not_stand'] for the headline."""
+    report['does_not_stand'] for the headline: {variant: [reason dicts, code "bridge" or "fork_jump"]}."""
     jumps = fork_jumps(report, runs)
     if jumps is not None:
         report["fork_jumps"] = jumps
     if bridge_runs:  # (scratch suite, runs): suites.read_bridge_runs
         scratch = compare.compare(*bridge_runs)
-        report["bridge"] = dict(design=scratch["design"], compared_at_tokens=scratch["compared_at_tokens"],
+        report["bridge"] = dict(design_code=scratch["design_code"], fork_at=scratch["fork_at"],
+                                compared_at_tokens=scratch["compared_at_tokens"],
                                 seeds=sorted({s for seeds in bridge_runs[0]["variants"].values() for s in seeds}),
                                 variants=bridge(report, scratch))
     stand = {}
     for name, b in (report.get("bridge") or {}).get("variants", {}).items():
         if b["status"] not in STANDS:
-            stand.setdefault(name, []).append(f"bridge {b['status']}")
+            stand.setdefault(name, []).append(dict(code="bridge", status=b["status"]))
     for name, j in (jumps or {}).items():
         if j["beyond_margin"]:
-            stand.setdefault(name, []).append(f"loss jump at the fork {j['mean']:+.4g} beyond the margin "
-                                              f"±{j['margin']:g} (a design problem)")
+            stand.setdefault(name, []).append(dict(code="fork_jump", mean=j["mean"], margin=j["margin"]))
     if jumps is not None or bridge_runs:
         report["does_not_stand"] = stand
     report["answers"] = answers(report)
@@ -221,23 +219,22 @@ def add_to_report(report, runs, bridge_runs=None):
 def answers(report):
     """{variant: the answer that stands}: its own verdict where the design answers "does it help?"
     (from scratch, or a fork that stands), else the bridge's from-scratch verdict in its place (with
-    the forked one and why it does not stand), else no answer. The headline, the table's verdict
-    column and the why-lines all quote this."""
+    the forked one and why it does not stand: replaces.reasons), else no answer. The headline, the
+    table's verdict column and the why-lines all quote this."""
     stand, bridged = report.get("does_not_stand") or {}, (report.get("bridge") or {}).get("variants", {})
-    forked = report.get("fork_at") is not None
+    source = "forked" if report.get("fork_at") is not None else "from_scratch"  # render.ANSWER_SOURCES words it
     out = {}
     for name, v in report["variants"].items():
         if name == report["baseline"]:
             continue
         own = {k: v.get(k) for k in ANSWER_KEYS}
-        design = f"forked at step {report['fork_at']}" if forked else "from scratch"
         if name not in stand:
-            out[name] = dict(own, design=design, replaces=None)
+            out[name] = dict(own, source=source, replaces=None)
         elif name in bridged and bridged[name]["scratch_answer"].get("verdict"):
-            out[name] = dict(bridged[name]["scratch_answer"], design="from scratch (the bridge's seeds)",
-                             replaces=dict(verdict=v.get("verdict"), design=design, why=stand[name]))
+            out[name] = dict(bridged[name]["scratch_answer"], source="bridge",
+                             replaces=dict(verdict=v.get("verdict"), source=source, reasons=stand[name]))
         else:
-            out[name] = dict({k: None for k in ANSWER_KEYS}, verdict="no answer", design=design,
-                             why="the forked verdict does not stand and no from-scratch run answers instead",
-                             replaces=dict(verdict=v.get("verdict"), design=design, why=stand[name]))
+            out[name] = dict({k: None for k in ANSWER_KEYS}, verdict="no answer", source=source,
+                             reasons=[dict(code="no_answer")],
+                             replaces=dict(verdict=v.get("verdict"), source=source, reasons=stand[name]))
     return out

@@ -61,8 +61,7 @@ DEFAULT_ALPHA = 0.05
 
 
 def check_metric(metric):
-    if metric not in METRICS:
-        raise ValueError(f"metric={metric!r}: use one of {tuple(METRICS)}")
+    """(log event, field, goal) of a metric; suites.check_metric names the choices for a wrong one."""
     return METRICS[metric]
 
 
@@ -94,19 +93,19 @@ def fact_differences(run, base_run, allowed):
 
 def pairing(run, base_run, allowed):
     """Whether two runs of one seed really are paired: the same data order, the same initial value
-    of every weight both models have in the same shape. A list of what breaks the pairing."""
+    of every weight both models have in the same shape. A list of what breaks the pairing, each a
+    dict with its `code` (no_run_info, data_order, init_weights) and its numbers."""
+    if not (run["info"] or {}).get("facts") or not (base_run["info"] or {}).get("facts"):
+        return [dict(code="no_run_info")]  # (measured_facts always holds code_versions, even without a record)
     facts, base = measured_facts(run), measured_facts(base_run)
-    if not facts or not base:
-        return ["no run_info.json: pairing cannot be checked"]
     problems = []
     if facts.get("data_order") != base.get("data_order") and not set(DATA_ORDER_CAUSES) & set(allowed):
-        problems.append("different data order")
+        problems.append(dict(code="data_order"))
     ours, theirs = facts.get("init_weights", {}), base.get("init_weights", {})
     shared = [n for n in ours if n in theirs and ours[n][0] == theirs[n][0]]
     differ = [n for n in shared if ours[n][1] != theirs[n][1]]
     if differ:
-        problems.append(f"{len(differ)} of {len(shared)} shared weight tensors start from other values "
-                        f"(e.g. {differ[0]})")
+        problems.append(dict(code="init_weights", differ=len(differ), shared=len(shared), example=differ[0]))
     return problems
 
 
@@ -134,14 +133,14 @@ def binomial_interval(successes, trials, confidence=0.95):
 
 
 def blocked_verdict(confounds, incomplete, n):
-    """The verdict when no test may be read: undeclared differences, unfinished runs, no seed."""
+    """(verdict, reasons) when no test may be read: undeclared differences, unfinished runs or missing
+    records (incomplete: their reasons), no seed; None when a test may be read."""
     if confounds:
-        return "not comparable", "undeclared differences: " + "; ".join(
-            f"{k} = {a!r} vs baseline {b!r}" for k, (a, b) in confounds.items())
+        return "not comparable", [dict(code="confounds", confounds={k: list(v) for k, v in confounds.items()})]
     if incomplete:
         return "incomplete", incomplete
     if n == 0:
-        return "incomplete", "no paired seed finished"
+        return "incomplete", [dict(code="no_paired_seed")]
     return None
 
 
@@ -162,44 +161,40 @@ def obrien_fleming_spent(fraction, alpha):
 
 
 def sequential_alpha(suite, seeds):
-    """(family-wise alpha for a report at `seeds` paired seeds, the note that says why). A suite that
-    declared `looks` (seed counts) tests each planned look at the alpha spent there; a look beyond the
-    plan, or seeds added after a look without one, keeps the nominal alpha and says that the verdict
-    is not at it."""
+    """(family-wise alpha for a report at `seeds` paired seeds, the look as data: its `code` and the
+    numbers that say why). A suite that declared `looks` (seed counts) tests each planned look at the
+    alpha spent there (code planned_look); a look beyond the plan (off_plan), or several looks without
+    one (unplanned_looks), keeps the nominal alpha and is not at it; one_look otherwise. `added`: the
+    runs added after a look, and after how many."""
     alpha, record = suite.get("alpha") or DEFAULT_ALPHA, suite.get("record") or []
     looks = sorted(set(looks_taken(record)) | {seeds})
     planned = suite.get("looks")
     added = [e for e in record if e.get("event") == "added" and e.get("looks_before")]
-    grown = (f"; runs were added after a look ({', '.join(sorted(added[0]['runs']))} after "
-             f"{added[0]['looks_before']} look(s))" if added else "")
+    out = dict(seeds=seeds, looks=looks, planned=planned, alpha=alpha,
+               added=dict(runs=sorted(added[0]["runs"]), looks_before=added[0]["looks_before"]) if added else None)
     if planned:
         if set(looks) <= set(planned):
             j = planned.index(seeds)
             spent = obrien_fleming_spent(seeds / planned[-1], alpha) - (
                 obrien_fleming_spent(planned[j - 1] / planned[-1], alpha) if j else 0.0)
-            return spent, (f"look {j + 1} of the {len(planned)} declared before the runs (at {planned} seeds): "
-                           f"family-wise alpha {spent:.3g} spent here of {alpha:g} (O'Brien-Fleming-type spending, "
-                           f"looks combined by Bonferroni, which is conservative)")
-        return alpha, (f"NOT AT NOMINAL ALPHA: looks at {looks} seeds, but the plan declared looks at {planned}; "
-                       f"the verdicts test at {alpha:g} as if this were the only look{grown}")
+            return spent, dict(out, code="planned_look", number=j + 1, spent=spent)
+        return alpha, dict(out, code="off_plan")
     if len(looks) > 1:
-        return alpha, (f"NOT AT NOMINAL ALPHA: {len(looks)} looks (reports at {looks} seeds) and no group-sequential "
-                       f"plan; the verdicts test at {alpha:g} as if this were the only look, so their family-wise "
-                       f"error is larger (up to about {len(looks)} x {alpha:g}){grown}. Declare `looks` in the suite "
-                       f"before growing it")
-    return alpha, f"one look, at {seeds} seeds: family-wise alpha {alpha:g}" + grown
+        return alpha, dict(out, code="unplanned_looks")
+    return alpha, dict(out, code="one_look")
 
 
 # ----------------------------------------------------------------------------- the comparison
 
 def finite_value(run, metric, tokens, problems):
-    """A finished run's metric at `tokens`; a value that is not finite is None and is named (run and
-    file) in problems."""
+    """A finished run's metric at `tokens`; a value that is not finite is None and is named (its log
+    file, the value as text: JSON has no NaN) in problems."""
     if run["status"] != "finished":
         return None
     value = metric_by_tokens(run, metric).get(tokens)
     if value is not None and not math.isfinite(value):
-        problems.append(f"{os.path.join(run['out_dir'], 'log.jsonl')}: {metric} is {value} at {tokens} tokens")
+        problems.append(dict(file=os.path.join(run["out_dir"], "log.jsonl"), metric=metric, value=str(value),
+                             tokens=tokens))
         return None
     return value
 
@@ -226,9 +221,9 @@ def compare(suite, runs):
     reference = next((r for r in base_runs.values() if r["config"] is not None), None)
     k = len(suite["variants"]) - 1
     report = dict(suite=suite["name"], metric=metric, goal=goal, baseline=baseline, compared_at_tokens=tokens,
-                  design=design(runs), fork_at=min({fork_point(r) for r in runs.values()} - {None}, default=None),
+                  design_code=design(runs), fork_at=min({fork_point(r) for r in runs.values()} - {None}, default=None),
                   alpha=suite.get("alpha") or DEFAULT_ALPHA, min_effect=suite.get("min_effect"), comparisons=k,
-                  measurement=measurement_problems(runs, suite["allowed"]), non_finite=non_finite,
+                  measurement_problems=measurement_problems(runs, suite["allowed"]), non_finite=non_finite,
                   damaged=[note for run in runs.values() for note in run.get("damage", [])],
                   allowed=sorted(suite["allowed"]), allowed_declared=suite.get("allowed_declared", True),
                   heatmap=suite.get("heatmap") or [], declared_seeds=suite.get("declared_seeds"),
@@ -252,11 +247,11 @@ def compare(suite, runs):
         if variant != baseline:
             add_comparison(entry, report, suite, own, base_runs, base_values, mine, reference)
         else:
-            entry["verdict"], entry["why"] = "baseline", "the reference of every paired difference"
+            entry["verdict"], entry["reasons"] = "baseline", [dict(code="baseline")]
         report["variants"][variant] = entry
     seeds = max((len(v["differences"]) for n, v in report["variants"].items() if n != baseline), default=0)
     report["looked_at_seeds"] = seeds
-    report["alpha"], report["sequential"] = sequential_alpha(suite, seeds)
+    report["alpha"], report["look"] = sequential_alpha(suite, seeds)
     report["level"] = stats.family_level(report["alpha"], k)
     plan = stats.plan_variants(difference_sds(report), max(len(s) for s in suite["variants"].values()), k,
                                report["alpha"], report["min_effect"])
@@ -270,7 +265,7 @@ def compare(suite, runs):
 
 def add_comparison(entry, report, suite, own, base_runs, base_values, values, reference):
     allowed = suite["allowed"]
-    confounds, pairing_lines, missing = {}, [], []
+    confounds, pairing_checks, missing = {}, [], []
     for seed, run in own.items():
         if run["config"] is None or reference is None:
             missing.append(run["out_dir"] + " (config.json)")
@@ -282,29 +277,24 @@ def add_comparison(entry, report, suite, own, base_runs, base_values, values, re
             missing += [r["out_dir"] + " (run_info.json)" for r in (run, base_run) if not r["info"]]
             continue
         confounds.update(fact_differences(run, base_run, allowed))
-        if paired:
-            problems = pairing(run, base_run, allowed)
-            pairing_lines.append(f"seed {seed}: " + ("; ".join(problems) if problems else "holds"))
-        else:
-            pairing_lines.append(f"seed {seed}: no baseline run of this seed")
+        pairing_checks.append(dict(seed=seed, paired=paired,
+                                   problems=pairing(run, base_run, allowed) if paired else []))
     seeds = [s for s in values if s in base_values]
     diffs = [values[s] - base_values[s] for s in seeds]
     scale = float(np.mean(np.abs(list(base_values.values())))) if base_values else None
     test = stats.paired_test(diffs, scale)
-    broken = [f"{name} {r['status']}" for name, r in
-              [(f"seed {s}", r) for s, r in own.items()] + [(f"baseline seed {s}", r) for s, r in base_runs.items()]
-              if r["status"] != "finished"]
-    broken += [f"{name} has a {report['metric']} that is not finite" for name, r in
-               [(f"seed {s}", r) for s, r in own.items()] + [(f"baseline seed {s}", r) for s, r in base_runs.items()]
-               if r["status"] == "finished" and any(p.startswith(os.path.join(r["out_dir"], "log.jsonl"))
-                                                    for p in report["non_finite"])]
-    incomplete = ", ".join(broken) + " (counted, not dropped)" if broken else ""
+    both = [(dict(variant=True, seed=s), r) for s, r in own.items()] + \
+        [(dict(variant=False, seed=s), r) for s, r in base_runs.items()]
+    unfinished = [dict(who, status=r["status"]) for who, r in both if r["status"] != "finished"]
+    non_finite = [who for who, r in both if r["status"] == "finished" and any(
+        p["file"] == os.path.join(r["out_dir"], "log.jsonl") for p in report["non_finite"])]
+    incomplete = [dict(code="unfinished", unfinished=unfinished, non_finite=non_finite, metric=report["metric"])
+                  ] if unfinished or non_finite else []
     if missing:  # a missing fact is never read as a difference, nor as agreement
-        incomplete = "; ".join(filter(None, [incomplete, "missing or damaged: " + ", ".join(sorted(set(missing)))
-                                             + ": the measured facts cannot be checked"]))
+        incomplete.append(dict(code="records_missing", records=sorted(set(missing))))
     entry.update(paired_seeds=seeds, differences=diffs, diff_mean=test["mean"], diff_sd=test["sd"],
                  p_value=test["p"], deterministic=test["deterministic"], test=test,
-                 confounds={k: list(v) for k, v in confounds.items()}, pairing=pairing_lines,
+                 confounds={k: list(v) for k, v in confounds.items()}, pairing=pairing_checks,
                  blocked=blocked_verdict(confounds, incomplete, test["n"]))
 
 
@@ -313,14 +303,14 @@ def decide(report):
     interval at the level its Holm step tested. A comparison without a test counts as p = 1, so the
     family keeps its planned size k."""
     compared = [v for n, v in report["variants"].items() if n != report["baseline"]]
-    blocked = lambda v: v["blocked"] is not None or (report["measurement"] and not v["confounds"])
+    blocked = lambda v: v["blocked"] is not None or (report["measurement_problems"] and not v["confounds"])
     decisions = stats.judge([None if blocked(v) else v["test"] for v in compared], report["alpha"], report["goal"],
                             report["min_effect"], report.get("plan"))
     for v, decision in zip(compared, decisions):
-        if report["measurement"] and not v["confounds"]:
-            v["verdict"], v["why"] = "not comparable", "the metric is not measured alike in every run (see Measurement)"
+        if report["measurement_problems"] and not v["confounds"]:
+            v["verdict"], v["reasons"] = "not comparable", [dict(code="measurement")]
         elif v["blocked"]:
-            v["verdict"], v["why"] = v["blocked"]
+            v["verdict"], v["reasons"] = v["blocked"]
         else:
             v.update(decision)
         v.setdefault("p_holm", None)
@@ -342,16 +332,12 @@ def fork_point(run):
 
 
 def design(runs):
-    """What the report's runs are, in words, with the question that answers (one design per report)."""
+    """What the report's runs are (one design per report), as a code: "not_logged" before any run
+    logged, "from_scratch", or "forked" (at the report's fork_at). render.design_text asks its question."""
     logged = [r for r in runs.values() if r["events"]]
     if not logged:
-        return "no run has logged yet: the design shows once runs exist"
-    points = {fork_point(r) for r in logged} - {None}
-    if not points:
-        return "every run trained from scratch: does the variant, trained the whole budget, beat the baseline?"
-    k = min(points)
-    return (f"forked at step {k} from a shared baseline trunk per seed: does switching to the variant for the rest "
-            f"of the budget, after {k} steps of the baseline, beat continuing the baseline?")
+        return "not_logged"
+    return "forked" if {fork_point(r) for r in logged} - {None} else "from_scratch"
 
 
 def one_value(values):
@@ -375,8 +361,9 @@ def about(reference, tokens):
 
 
 def measurement_problems(runs, allowed):
-    """What makes the metric differ between any two runs of the report (variants and seeds alike):
-    each line names the runs and both values. Runs without the record are left to `incomplete`."""
+    """What makes the metric differ between any two runs of the report (variants and seeds alike): each
+    problem a dict with its `code` (data_changed, designs, recipe, differs) naming the runs and both
+    values. Runs without the record are left to `incomplete`."""
     problems = []
     recorded = [r for r in runs.values() if r["config"] is not None]
     if not recorded:
@@ -386,26 +373,23 @@ def measurement_problems(runs, allowed):
     for run in recorded:
         for start in (run["info"] or {}).get("resumes", []):
             if start.get("data_changed"):
-                problems.append(f"{', '.join(start['data_changed'])}: {name(run)} resumed on changed data "
-                                f"(allow_data_change)")
+                problems.append(dict(code="data_changed", run=name(run), keys=start["data_changed"]))
     designs = {}
     for run in recorded:
         designs.setdefault(fork_point(run), []).append(name(run))
     if len(designs) > 1:
-        problems.append("design: " + "; ".join(f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''} "
-                                               f"{'forked at step %d' % k if k is not None else 'from scratch'}"
-                                               for k, names in designs.items())
-                        + ": runs of different designs answer different questions and are never pooled")
+        problems.append(dict(code="designs", designs=[dict(fork_at=k, runs=names) for k, names in designs.items()]))
     first = {}  # a variant's recipe is one across its seeds (a suite re-run with another recipe adds seeds of it);
     # the measurement keys are checked across every run below, once
     for (variant, _), run in ((k, r) for k, r in runs.items() if r["config"] is not None):
         other = first.setdefault(variant, run)
-        problems += [f"recipe: {name(run)} has {k}={a!r}, {name(other)} {b!r}"
+        problems += [dict(code="recipe", key=k, run=name(run), value=a, other=name(other), other_value=b)
                      for k, (a, b) in config_differences(run["config"], other["config"], MEASUREMENT_KEYS).items()]
     for run in recorded[1:]:
         for key in MEASUREMENT_KEYS:
             if run["config"].get(key) != ref["config"].get(key):
-                problems.append(f"{key}: {name(run)} has {run['config'].get(key)!r}, {name(ref)} {ref['config'].get(key)!r}")
+                problems.append(dict(code="differs", key=key, run=name(run), value=run["config"].get(key),
+                                     other=name(ref), other_value=ref["config"].get(key)))
         if not (run["info"] and ref["info"]):
             continue
         facts, ref_facts = measured_facts(run), measured_facts(ref)
@@ -413,8 +397,10 @@ def measurement_problems(runs, allowed):
             if fact == "eval_windows" and set(WINDOW_SHAPE_KEYS) & set(allowed):
                 continue
             if facts.get(fact) != ref_facts.get(fact):
-                problems.append(f"{fact}: {name(run)} has {facts.get(fact)!r}, {name(ref)} {ref_facts.get(fact)!r}")
-    return list(dict.fromkeys(problems))
+                problems.append(dict(code="differs", key=fact, run=name(run), value=facts.get(fact),
+                                     other=name(ref), other_value=ref_facts.get(fact)))
+    unique = {json.dumps(p, sort_keys=True, default=str): p for p in problems}
+    return list(unique.values())
 
 
 # ----------------------------------------------------------------------------- evidence, cost, HellaSwag per item
@@ -504,8 +490,7 @@ def cost(runs):
                                                                     if r["max_load"] is not None), default=None),
                peak_memory_mib=float(np.median(m)) if (m := [r["peak_memory_mib"] for r in rows
                                                               if r["peak_memory_mib"] is not None]) else None,
-               unreliable=[f"{r['name']} (step times spread x{r['step_time_spread']:.2f})" for r in rows
-                           if timing_flagged(r)])
+               unreliable=[dict(run=r["name"], spread=r["step_time_spread"]) for r in rows if timing_flagged(r)])
     out["step_time_ms"] = 1000 * out["tokens_per_iter"] / out["tokens_per_sec"] if out["tokens_per_iter"] else None
     return out
 
@@ -566,8 +551,7 @@ def compute_matched(report, runs, variant, seeds, base_seeds):
             values[seed], evaluated_at[seed] = mine, at
             if mine is not None and theirs is not None and math.isfinite(theirs):
                 diffs.append(mine - theirs)
-    missing = [f"seed{s} (closest evaluation at {evaluated_at[s]:,} tokens)" if evaluated_at[s] is not None
-               else f"seed{s}" for s, v in values.items() if v is None]
+    missing = [dict(seed=f"seed{s}", closest=evaluated_at[s]) for s, v in values.items() if v is None]
     return dict(flops=flops, tokens=min(matched) if matched else None,
                 flops_ratio=own_flops / base_flops, tolerance=MATCHED_TOLERANCE,
                 evaluated_at={f"seed{s}": t for s, t in evaluated_at.items()},
@@ -676,8 +660,7 @@ def add_evidence(report, suite, runs):
             untimed = [c for c in (entry["cost"], base_cost) if 2 * c["timed_runs"] <= c["runs"]]
             if untimed:  # a ratio of few or untrusted timings reads as a measurement; say why there is none
                 entry["cost_ratio"].pop("tokens_per_sec", None)
-                entry["cost_ratio"]["tokens_per_sec_withheld"] = "half or more of the runs' timings flagged: " + \
-                    ", ".join(name for c in untimed for name in c["unreliable"])
+                entry["cost_ratio"]["tokens_per_sec_withheld"] = [u for c in untimed for u in c["unreliable"]]
         if variant == baseline:
             continue
         entry["signs"] = stats.sign_flip_test(entry.get("differences") or [])
@@ -701,11 +684,11 @@ def judge_compute_matched(report):
     for v, m, skip, test, decision in zip(compared, matched, unjudged, tests,
                                           stats.judge(tests, report["alpha"], report["goal"], report["min_effect"])):
         blocked = dict(verdict="not evaluated", interval=None, p_holm=None,
-                       why=f"no evaluation within {m['tolerance']:.0%} of the baseline's FLOPs in "
-                           f"{', '.join(m['missing'])}: no verdict (nothing is interpolated between evaluations)"
-                       if m["missing"] else "no paired seed reached the baseline's FLOPs")
+                       reasons=[dict(code="not_evaluated", missing=m["missing"], tolerance=m["tolerance"])
+                                if m["missing"] else dict(code="no_paired_seed_at_flops")])
         if skip:
-            blocked.update(verdict=v["verdict"], why=f"the main table finds this pair {v['verdict']} ({v['why']})")
+            blocked.update(verdict=v["verdict"], reasons=[dict(code="main_table", verdict=v["verdict"],
+                                                                reasons=v["reasons"])])
         m.update(diff_mean=test["mean"] if test else None, p_value=test["p"] if test else None,
                  **(decision or blocked))
 

@@ -40,56 +40,6 @@ LR_KEYS = ("learning_rate", "min_lr")
 RULE_KEYS = TOKEN_KEYS + LR_KEYS
 
 
-def check_ladder(ladder, variants):
-    """A suite's `ladder`, checked and filled in (None when the suite has none): each mistake is one
-    line that says what to write."""
-    if ladder is None:
-        return None
-    err = ValueError
-    if not isinstance(ladder, dict) or not isinstance(ladder.get("sizes"), dict) or len(ladder["sizes"]) < 3:
-        raise err("ladder must be dict(sizes={name: {shape keys}}, ...) with at least 3 sizes: a line through two "
-                  "points has no interval")
-    unknown = set(ladder) - {"sizes", "reference", "tokens", "learning_rate", "alpha", "extrapolate_to", "sd", "lr_check"}
-    if unknown:
-        raise err(f"ladder sets unknown keys {sorted(unknown)}: use sizes, reference, tokens, learning_rate, alpha, "
-                  f"extrapolate_to, sd, lr_check")
-    sd, lr_check = ladder.get("sd"), ladder.get("lr_check")
-    if sd is not None and not (isinstance(sd, float) and sd > 0):
-        raise err(f"ladder sd={sd!r}: the paired-difference sd the plan assumes at every size (a pilot's), a float > 0")
-    if lr_check is not None and not (isinstance(lr_check, tuple) and lr_check
-                                     and all(isinstance(f, float) and f > 0 and f != 1.0 for f in lr_check)):
-        raise err(f"ladder lr_check={lr_check!r}: factors of the rule's learning rate to check at the smallest and "
-                  f"largest size, e.g. (0.5, 2.0)")
-    shapes = dict(ladder["sizes"])
-    target = ladder.get("extrapolate_to")
-    if target is not None and not (isinstance(target, tuple) and len(target) == 2 and isinstance(target[1], dict)):
-        raise err(f"ladder extrapolate_to={target!r}: give (name, {{'n_layer': ..., 'n_embd': ...}})")
-    for name, shape in [*shapes.items(), *([target] if target else [])]:
-        if not isinstance(shape, dict) or not {"n_layer", "n_embd"} <= set(shape) or set(shape) - set(SHAPE_KEYS):
-            raise err(f"ladder size {name!r}: set n_layer and n_embd (and optionally n_head, mla_latent_dim); a size "
-                      f"overlays only model-shape keys {SHAPE_KEYS}, the budget and learning rate follow the rules")
-    if ladder.get("reference") not in shapes:
-        raise err(f"ladder reference={ladder.get('reference')!r}: name the size whose shape the suite's recipe has "
-                  f"(one of {list(shapes)})")
-    rules = {}
-    for key in ("tokens", "learning_rate"):
-        base, power = ladder.get(key, ("params", 0.0))
-        if base not in RULE_BASES or not isinstance(power, (int, float)):
-            raise err(f"ladder {key}={ladder.get(key)!r}: give (base, power), base one of {RULE_BASES}, e.g. "
-                      f"('params', 1.0) for tokens proportional to parameters, ('params', -1/3) for the learning rate")
-        rules[key] = (base, float(power))
-    alpha = ladder.get("alpha", compare.DEFAULT_ALPHA)
-    if not (isinstance(alpha, float) and 0 < alpha < 1):
-        raise err(f"ladder alpha={alpha!r}: the level of the across-size statements, a float in (0, 1)")
-    clash = {v: sorted(set(body) & set(SHAPE_KEYS + RULE_KEYS)) for v, body in variants.items()}
-    clash = {v: keys for v, keys in clash.items() if keys}
-    if clash:
-        raise err(f"variants {clash} set keys the ladder sets at each size: leave them to the ladder")
-    return dict(sizes=shapes, reference=ladder["reference"], tokens=rules["tokens"],
-                learning_rate=rules["learning_rate"], alpha=alpha, extrapolate_to=list(target) if target else None,
-                sd=sd, lr_check=list(lr_check) if lr_check else None)
-
-
 def non_embedding_params(shape):
     """12 n_layer n_embd^2: the attention (4 d^2) and MLP (8 d^2) weights of every block, the N of
     Kaplan et al. (2020) scaling laws; embeddings, biases and norms left out."""
@@ -105,16 +55,9 @@ def rule_factor(rule, shape, reference):
 def size_keys(ladder, recipe):
     """{size: the keys a run of that size gets}: the size's shape, the recipe's token budget and
     schedule scaled by the token rule, its learning rates by the learning-rate rule. `recipe` is a
-    variant's resolved config (train.py keys) before any size is applied."""
+    variant's resolved config (train.py keys) before any size is applied, of the reference size's shape
+    (suites.check_ladder_recipe checks it)."""
     reference = ladder["sizes"][ladder["reference"]]
-    differ = {k: (recipe[k], v) for k, v in reference.items() if recipe[k] != v}
-    if differ:  # the rules would scale from a recipe tuned for another shape
-        raise ValueError(f"the recipe is not of the reference size {ladder['reference']!r}: " + ", ".join(
-            f"{k}={mine} (the size has {theirs})" for k, (mine, theirs) in differ.items())
-            + ": name the size whose shape the recipe has as the ladder's reference, or fix that size")
-    limits = [k for k in ("max_tokens", "max_time") if recipe[k]]
-    if limits:
-        raise ValueError(f"the recipe sets {', '.join(limits)}: a ladder's token rule scales max_iters; drop them")
     out = {}
     for size, shape in ladder["sizes"].items():
         tokens = rule_factor(ladder["tokens"], shape, reference)
@@ -131,13 +74,11 @@ def size_keys(ladder, recipe):
 
 def across_size_problems(base_configs, ladder):
     """The baseline's resolved config at each size against the reference size's: any difference in a
-    key the ladder does not set is a confound of the across-size view."""
+    key the ladder does not set is a confound of the across-size view, as (size, key, value, the
+    reference size's value)."""
     reference = base_configs[ladder["reference"]]
-    problems = []
-    for size, cfg in base_configs.items():
-        for key, (value, theirs) in compare.config_differences(cfg, reference, SHAPE_KEYS + RULE_KEYS).items():
-            problems.append(f"size {size}: {key} = {value!r} vs size {ladder['reference']} {theirs!r}")
-    return problems
+    return [(size, key, value, theirs) for size, cfg in base_configs.items()
+            for key, (value, theirs) in compare.config_differences(cfg, reference, SHAPE_KEYS + RULE_KEYS).items()]
 
 
 def size_of(run_name):
@@ -159,7 +100,7 @@ def size_effect(report, variant, shape):
                compute=(cost["flops_per_token"] * report["compared_at_tokens"]
                         if cost.get("flops_per_token") and report["compared_at_tokens"] else None),
                tokens=report["compared_at_tokens"], n=0, diff=None, differences={}, interval=None,
-               interval_confidence=None, verdict="incomplete", why="no run of this variant at this size",
+               interval_confidence=None, verdict="incomplete", reasons=[dict(code="no_run_at_size")],
                does_not_stand=(report.get("does_not_stand") or {}).get(variant) or [])
     if v is None:
         return out
@@ -167,14 +108,14 @@ def size_effect(report, variant, shape):
     out.update(n=len(diffs), diff=v.get("diff_mean"), interval=v.get("interval"),
                differences=dict(zip(map(str, v.get("paired_seeds") or []), diffs)),  # by seed: a line per seed
                interval_confidence=v.get("interval_confidence"), p_holm=v.get("p_holm"), verdict=v["verdict"],
-               why=v["why"])
+               reasons=v["reasons"])
     return out
 
 
 def unusable(effect):
-    """Why a size's effect cannot enter the fit (None when it can)."""
+    """Why a size's effect cannot enter the fit (None when it can): its verdict and reasons."""
     if effect["verdict"] in ("incomplete", "not comparable"):
-        return f"{effect['verdict']}: {effect['why']}"
+        return dict(verdict=effect["verdict"], reasons=effect["reasons"])
     return None
 
 
@@ -227,40 +168,35 @@ def fitted(fit, params):
 
 
 def classify(effects, fit, goal):
-    """(trend, why): flips when the sign change is established (decided effects of opposite sign at
+    """(trend, reasons): flips when the sign change is established (decided effects of opposite sign at
     two sizes, or the fit's intervals at the ladder's two ends on opposite sides of 0); grows or
     shrinks when the slope's interval excludes 0 (grows: away from zero, judged at the centre of the
     ladder in ln N); else no trend detectable."""
     decided = {e["size"]: e["verdict"] for e in effects if e["verdict"] in ("better", "worse")}
     if len(set(decided.values())) == 2:
-        return "flips", "decided in opposite directions: " + ", ".join(f"{s} {v}" for s, v in decided.items())
+        return "flips", [dict(code="decided_opposite", verdicts=decided)]
     low, high = fit["smallest"]["interval"], fit["largest"]["interval"]
     ends = [1 if lo > 0 else -1 if hi < 0 else 0 for lo, hi in (low, high)]
     lo, hi = fit["slope_interval"]
     if ends[0] * ends[1] < 0:
-        return "flips", (f"the fitted effect's {stats.pct(fit['confidence'])} intervals at the smallest size "
-                         f"{stats.span(low)} and at the largest {stats.span(high)} lie on opposite sides of 0")
+        return "flips", [dict(code="ends_opposite", confidence=fit["confidence"], smallest=low, largest=high)]
     if lo <= 0 <= hi:
-        return "no trend detectable", (f"the slope's {stats.pct(fit['confidence'])} interval "
-                                       f"{stats.span([lo, hi])} per e-fold of N holds 0")
+        return "no trend detectable", [dict(code="slope_holds_zero", confidence=fit["confidence"], interval=[lo, hi])]
     away = (fit["slope"] > 0) == (fit["centre"]["effect"] > 0)
     better = (fit["slope"] < 0) == (goal == "lower")
     crosses = fit["smallest"]["effect"] * fit["largest"]["effect"] < 0
-    return ("grows" if away else "shrinks"), (
-        f"the slope's {stats.pct(fit['confidence'])} interval {stats.span([lo, hi])} per e-fold of N excludes 0: the "
-        f"difference moves {'away from' if away else 'towards'} zero as N grows (towards {'better' if better else 'worse'})"
-        + ("; the fitted line crosses 0 inside the ladder, but neither end's interval establishes a sign change"
-           if crosses else ""))
+    return ("grows" if away else "shrinks"), [dict(code="slope_excludes_zero", confidence=fit["confidence"],
+                                                   interval=[lo, hi], away=away, better=better, crosses=crosses)]
 
 
 def withheld_because(effects, checked, sizes):
-    """Why no trend may be stated (None when one may): the learning-rate check does not support the
-    rule's rate at a checked end (lr_check: 1x beaten by more than the margin, fewer than two factors
-    finished, no finished 1x, or not run), or a size's forked verdict does not stand (ablation/bridge.py:
-    a loss jump at the fork beyond the margin, a bridge that does not confirm). Either way the effect at
-    each size answers another question than "does it help, and more so as N grows?": against an
-    untuned baseline, or shaped by the fork's shock, a trend can be the rule's or the design's, not the
-    variant's."""
+    """Why no trend may be stated, as reasons (None when one may): the learning-rate check does not
+    support the rule's rate at a checked end (lr_check: 1x beaten by more than the margin, fewer than
+    two factors finished, 1x not finished or diverged, or not run), or a size's forked verdict does not
+    stand (ablation/bridge.py: a loss jump at the fork beyond the margin, a bridge that does not
+    confirm). Either way the effect at each size answers another question than "does it help, and more
+    so as N grows?": against an untuned baseline, or shaped by the fork's shock, a trend can be the
+    rule's or the design's, not the variant's."""
     reasons = []
     if checked is not None:  # the ladder declared lr_check: its smallest and largest size are checked
         by_n = sorted(sizes, key=lambda name: non_embedding_params(sizes[name]))
@@ -268,17 +204,18 @@ def withheld_because(effects, checked, sizes):
         for end in dict.fromkeys((by_n[0], by_n[-1])):
             row = checked["sizes"].get(end)
             if row is None:
-                failing.append(f"{end}: not run")
+                failing.append(dict(code="not_run", size=end))
             elif len(row["values"]) < 2:  # a lone finished rate is "best" by default, which checks nothing
-                failing.append(f"{end}: {len(row['values'])} of {len(checked['factors'])} factors finished")
+                failing.append(dict(code="too_few_factors", size=end, finished=len(row["values"]),
+                                    factors=len(checked["factors"])))
             elif row["holds"] != "yes":
-                failing.append(f"{end}: " + ("no finished 1x run" if row["holds"] == "-" else row["holds"]))
+                failing.append(dict(code="rule_fails", size=end, **row))
         if failing:
-            reasons.append("the learning-rate check does not support the rule's rate (" + "; ".join(failing) + ")")
-    standing = [f"{e['size']} ({', '.join(e['does_not_stand'])})" for e in effects if e["does_not_stand"]]
+            reasons.append(dict(code="lr_check_fails", sizes=failing))
+    standing = {e["size"]: e["does_not_stand"] for e in effects if e["does_not_stand"]}
     if standing:
-        reasons.append("the forked verdicts at " + ", ".join(standing) + " do not stand")
-    return "; ".join(reasons) or None
+        reasons.append(dict(code="forked_does_not_stand", sizes=standing))
+    return reasons or None
 
 
 def across_sizes(ladder, reports, goal, lr_checked=None):
@@ -302,66 +239,55 @@ def across_sizes(ladder, reports, goal, lr_checked=None):
             report = reports.get(size)
             effect = size_effect(report, variant, shape) if report else dict(
                 params=non_embedding_params(shape), n=0, diff=None, differences={}, verdict="incomplete",
-                why="no runs at this size", does_not_stand=[])
+                reasons=[dict(code="no_runs_at_size")], does_not_stand=[])
             effects.append(dict(effect, size=size))
         missing = {e["size"]: unusable(e) for e in effects if unusable(e)}
         seeds, left_out = complete_seeds(effects)
         entry = dict(effects=effects, fit=None)
         if missing:
-            entry["trend"], entry["why"] = "incomplete", "; ".join(f"{s}: {w}" for s, w in missing.items())
+            entry["trend"], entry["reasons"] = "incomplete", [dict(code="size_unusable", sizes=missing)]
         elif len(seeds) < 2:
-            entry["trend"], entry["why"] = "incomplete", (
-                f"{len(seeds)} seed(s) with a paired difference at every size, a line per seed needs 2 or more ("
-                + ", ".join(f"seed {s} lacks {', '.join(sizes)}" for s, sizes in left_out.items()) + ")")
+            entry["trend"], entry["reasons"] = "incomplete", [dict(code="too_few_complete_seeds", seeds=len(seeds),
+                                                                   left_out=left_out)]
         else:
             fit = fit_trend(effects, level, out["extrapolate_to"]["params"] if target else None)
             if not fit["slope_se"]:
-                entry["trend"], entry["why"] = "incomplete", ("every seed's line has the same slope (deterministic "
-                                                              "runs): no spread to test it against")
+                entry["trend"], entry["reasons"] = "incomplete", [dict(code="same_slope")]
             else:
                 entry["fit"] = fit
                 entry["detectable"] = ladder_power.ladder_detectable(effects, len(seeds), level)  # 80% power, simulated
                 withheld = withheld_because(effects, lr_checked, ladder["sizes"])
-                entry["trend"], entry["why"] = ("withheld", withheld) if withheld else classify(effects, fit, goal)
+                entry["trend"], entry["reasons"] = ("withheld", withheld) if withheld else classify(effects, fit, goal)
         out["variants"][variant] = entry
     return out
 
 
 # ----------------------------------------------------------------------------- planning, compute and the learning-rate checks
 
-def plan_lines(ladder, n_seeds, k):
-    """sweep.py --plan for a ladder: its span in e-folds of N, the steps at every size, and the slope its
-    per-seed test can detect at 80% power from the paired-difference sd it declares (ladder['sd'], from
-    a pilot), sizes independent (ablation/ladder_power.py: the conservative case for a shared seed)."""
+def plan(ladder, n_seeds, k):
+    """sweep.py --plan for a ladder, as data (render.ladder_plan_lines words it): its span in e-folds of N,
+    the steps at every size against the recipe's, the extrapolation limit, and the slope its per-seed test
+    can detect at 80% power from the paired-difference sd it declares (ladder['sd'], from a pilot), sizes
+    independent (ablation/ladder_power.py: the conservative case for a shared seed)."""
     params = [non_embedding_params(s) for s in ladder["sizes"].values()]
     x = np.log(params)
     reference = ladder["sizes"][ladder["reference"]]
     steps = {name: rule_factor(ladder["tokens"], s, reference) for name, s in ladder["sizes"].items()}
     level = ladder["alpha"] / max(1, k)
-    lines = [f"ladder: {len(params)} sizes spanning {np.ptp(x):.2f} e-folds of N ({min(params):,} to {max(params):,}); "
-             + ("the same optimizer steps at every size (tokens fixed: does the effect at this budget change with N?)"
-                if all(abs(f - 1) < 1e-12 for f in steps.values()) else
-                "steps x " + ", ".join(f"{n} {f:.3g}" for n, f in steps.items()) + " of the recipe's (size confounded "
-                "with training length)")
-             + f"; interval no further than N = {ladder_power.extrapolation_limit(params):,.0f} (one ladder width past the largest)"]
     sd = ladder.get("sd")
-    if sd:
-        found = ladder_power.detectable_slope(x, sd, n_seeds, level)
-        lines.append(f"  trend test (a line per seed, t over {n_seeds} seeds) at level {level:.3g} ({ladder['alpha']:g} "
-                     f"over {k} variants), paired-difference sd {sd:g} at every size (declared), sizes independent: "
-                     f"80% power at a slope of "
-                     + (f"{found:.3g} nats per e-fold of N ({found * np.ptp(x):.3g} across the ladder), simulated"
-                        if found else "none within reach"))
-    else:
-        lines.append("  no ladder sd declared (ladder['sd'], a pilot's paired-difference sd): no detectable slope to plan")
-    return lines
+    return dict(sizes=len(params), span=float(np.ptp(x)), smallest=min(params), largest=max(params), steps=steps,
+                same_steps=all(abs(f - 1) < 1e-12 for f in steps.values()),
+                limit=ladder_power.extrapolation_limit(params), sd=sd, seeds=n_seeds, level=level,
+                alpha=ladder["alpha"], comparisons=k,
+                slope=ladder_power.detectable_slope(x, sd, n_seeds, level) if sd else None)
 
 
 def lr_check(suite_dir, declared):
     """The ladder's learning-rate checks (sweep.py lr_check_points) as found in suite_dir: per checked size
     the metric of each factor's run at its last evaluation ("diverged" for one that did), the best factor,
-    and whether the rule's 1x holds (not beaten by more than min_effect, or at all without one; "incomplete"
-    while a factor has not finished). None without checks."""
+    and whether the rule's 1x holds: "yes" (not beaten by more than min_effect, or at all without one),
+    "beaten" (by `by`), "diverged" (1x did), "incomplete" (the `missing` factors have not finished).
+    None without checks."""
     factors = (declared.get("ladder") or {}).get("lr_check")
     if not factors:
         return None
@@ -383,33 +309,35 @@ def lr_check(suite_dir, declared):
             continue
         trained = {f: v for f, v in values.items() if v != "diverged"}
         best = min(trained, key=lambda f: sign * trained[f], default=None)
-        missing = [f"{f:g}x" for f in [1.0, *factors] if f"{f:g}" not in values]
+        missing = [f"{f:g}" for f in [1.0, *factors] if f"{f:g}" not in values]
+        row = dict(values=values, best=f"{best}x" if best else None)
         if missing:  # the rule holds only against the factors that ran: a lone 1x holds against nothing
-            holds = f"incomplete: {', '.join(missing)} not finished"
+            row.update(holds="incomplete", missing=missing)
         elif values["1"] == "diverged":
-            holds = "no: 1x diverged"
+            row.update(holds="diverged")
+        elif sign * (values["1"] - trained[best]) <= margin:
+            row.update(holds="yes")
         else:
-            holds = "yes" if sign * (values["1"] - trained[best]) <= margin else (
-                f"no: {best}x is better by {abs(values['1'] - trained[best]):.3g}")
-        sizes[size] = dict(values=values, best=f"{best}x" if best else None, holds=holds)
+            row.update(holds="beaten", by=abs(values["1"] - trained[best]))
+        sizes[size] = row
     return dict(factors=[1.0, *factors], sizes=sizes, margin=margin)
 
 
 PEAK_FLOPS, MFU = 989e12, 0.4  # an H100's dense bf16 peak; the model-FLOPs utilization the estimate assumes
 
 
-def compute_lines(run_cfgs, fork_at=None):
+def training_compute(run_cfgs, fork_at=None):
     """sweep.py --plan for a ladder: the training compute of its runs, 6 N D with N the non-embedding
     parameters (Kaplan et al. 2020) and D the tokens each run trains (a branch from its fork on, a
-    trunk to it), and the GPU-hours that is at MFU of an H100's peak (an assumption, stated)."""
+    trunk to it), in total and by shape, and the GPU-hours that is at MFU of an H100's peak (an
+    assumption, which render.compute_lines states)."""
     by_size, total = {}, 0.0
     for cfg in run_cfgs:
         iters = cfg["max_iters"] - (fork_at if cfg.get("fork_from") and fork_at else 0)  # a branch trains from its fork
         flops = 6 * non_embedding_params(cfg) * iters * cfg["tokens_per_iter"]
-        key = f"n_layer={cfg['n_layer']}, n_embd={cfg['n_embd']}"
+        key = (cfg["n_layer"], cfg["n_embd"])
         by_size[key] = by_size.get(key, 0.0) + flops
         total += flops
     hours = lambda f: f / (MFU * PEAK_FLOPS) / 3600
-    return [f"compute (6 N D, non-embedding N): {total:.3g} FLOPs, about {hours(total):,.0f} H100 GPU-hours at "
-            f"{MFU:.0%} MFU of {PEAK_FLOPS / 1e12:.0f} TFLOP/s (assumed; time a pilot for the real rate): "
-            + "; ".join(f"{k}: {hours(f):,.0f} h" for k, f in by_size.items())]
+    return dict(flops=total, hours=hours(total), mfu=MFU, peak_flops=PEAK_FLOPS,
+                by_size=[dict(n_layer=layers, n_embd=width, hours=hours(f)) for (layers, width), f in by_size.items()])

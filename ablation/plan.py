@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 import rundir
-from ablation import compare, ladder, stats, suites
+from ablation import compare, ladder, render, stats, suites
 
 def seed_plan_text(suite, n_runs, pilots, budget_s=None, slots=1, own_dir=None):
     """sweep.py --plan: the planner's answer for this suite before anything runs, from pilots
@@ -25,7 +25,7 @@ def seed_plan_text(suite, n_runs, pilots, budget_s=None, slots=1, own_dir=None):
                      f"{suite['bridge_seeds']}), each the whole budget (a trunk's and a branch's length), included in "
                      f"the {n_runs} runs")
     if suite.get("ladder"):  # the slope the ladder can detect, its extrapolation bound (ablation/ladder.py)
-        lines += ladder.plan_lines(suite["ladder"], len(suite["seeds"]), k)
+        lines += render.ladder_plan_lines(ladder.plan(suite["ladder"], len(suite["seeds"]), k))
     for pilot_dir in pilots:
         lines += pilot_plan_lines(suite, pilot_dir, budget_s, slots, own_dir)
     return "\n".join(lines)
@@ -53,14 +53,14 @@ def pilot_plan_lines(suite, pilot_dir, budget_s, slots, own_dir=None):
     report = compare.compare(dict(pilot, alpha=alpha, min_effect=min_effect, record=[], looks=None), runs)
     measured = compare.difference_sds(report)
     parts = {v: measured.get(v) for v in suite["variants"] if v != suite["baseline"]}
-    lines = [f"from pilot {label} ({report['design']}):"]
+    lines = [f"from pilot {label} ({render.design_text(report)}):"]
     plan = stats.plan_variants(parts, len(suite["seeds"]), k, alpha, min_effect)
     if plan is None:
         return lines + [f"  no variant of this suite has two paired seeds in the pilot (its arms: "
                         f"{', '.join(pilot['variants'])}; this suite's: {', '.join(suite['variants'])}), so no sd to "
                         f"plan from"]
     sd = plan["sd"]
-    lines.append(stats.describe_plan(plan))
+    lines.append(render.describe_plan(plan))
     pilot_seeds = sorted({s for seeds in pilot["variants"].values() for s in seeds})
     own = own_dir is not None and os.path.realpath(pilot_dir) == os.path.realpath(own_dir)
     first = 1 if own else max(pilot_seeds, default=0) + 1  # another suite's pilot: seeds after its own

@@ -29,9 +29,10 @@ def write_report(report, runs, out_dir):
 
 
 def save_report(report, text, out_dir):
-    """report.json (strict JSON) and report.md in out_dir; the path of report.md."""
+    """report.json (strict JSON: the data, with the words added for readers, with_words) and report.md in
+    out_dir; the path of report.md."""
     with open(os.path.join(out_dir, "report.json"), "w") as f:
-        json.dump(report, f, indent=1, allow_nan=False, default=str)
+        json.dump(with_words(report), f, indent=1, allow_nan=False, default=str)
     with open(os.path.join(out_dir, "report.md"), "w") as f:
         f.write(text)
     return os.path.join(out_dir, "report.md")
@@ -41,14 +42,14 @@ def interval_cell(v):
     """The interval(s) a verdict rests on, each with its confidence and what it is: the Holm step's
     interval for a decision about 0 (not simultaneous), the family's simultaneous 1 - alpha/k interval
     for every claim about the margin (equivalent, negligible, beyond it)."""
-    holm = f"{stats.span(v['interval'])} {stats.pct(v['interval_confidence'])} Holm step" if v.get("interval") else None
-    margin = (f"{stats.span(v['equivalence_interval'])} {stats.pct(v['equivalence_confidence'])} simultaneous"
+    holm = f"{span(v['interval'])} {pct(v['interval_confidence'])} Holm step" if v.get("interval") else None
+    margin = (f"{span(v['equivalence_interval'])} {pct(v['equivalence_confidence'])} simultaneous"
               if v.get("equivalence_interval") else None)
     if v.get("verdict") == "equivalent":
         return margin
     if v.get("verdict", "").startswith(("better", "worse")) and margin:
         if v["interval"] == v["equivalence_interval"]:  # Holm's first step tests at alpha/k: the same interval
-            return f"{stats.span(v['interval'])} {stats.pct(v['interval_confidence'])} Holm step = simultaneous"
+            return f"{span(v['interval'])} {pct(v['interval_confidence'])} Holm step = simultaneous"
         return f"{holm}; {margin}"
     return holm or "-"
 
@@ -114,7 +115,7 @@ def header_lines(report):
     better = "lower" if report["goal"] == "lower" else "higher"
     finals = list(filter(None, report["final_tokens"].values()))
     return [f"# Ablation report: {report['suite']} ({design_label(report)})", "", *about_lines(report),
-            f"Design: {report['design']}" if report.get("design") else "",  # reports written before designs
+            f"Design: {design_text(report)}",
             f"Deciding metric (declared before the runs): **{metric}** ({better} is better), compared at "
             f"**{fmt(tokens)} tokens**, the largest token count at which every finished run was evaluated "
             f"(final token counts: {fmt(min(finals, default=None))} to {fmt(max(finals, default=None))}).",
@@ -124,8 +125,8 @@ def header_lines(report):
             f"the level its Holm step tested (so it excludes 0 exactly when the verdict is better or worse; these "
             f"step-level intervals are not simultaneous), and every claim about the margin (equivalent, negligible, "
             f"beyond ±min_effect) rests on the simultaneous interval at 1 - alpha/k "
-            f"({stats.pct(1 - report['level'])}, Bonferroni: all {report['comparisons']} cover together with "
-            f"probability >= {stats.pct(1 - report['alpha'])}; TOST at alpha/2k per side). "
+            f"({pct(1 - report['level'])}, Bonferroni: all {report['comparisons']} cover together with "
+            f"probability >= {pct(1 - report['alpha'])}; TOST at alpha/2k per side). "
             f"Smallest effect of interest (min_effect): "
             + (f"**±{report['min_effect']:g}** {UNITS.get(metric, '')}: a decided difference inside it is "
                f"reported as negligible." + margin_question(report) if report["min_effect"] else
@@ -134,7 +135,7 @@ def header_lines(report):
             + f" Keys allowed to differ: {', '.join(report['allowed']) or 'none'}"
             + ("." if report["allowed_declared"] else " (no suite declared them: every config difference "
                                                       "between these runs is treated as intended)."),
-            f"Looks: {report['sequential']}."]
+            f"Looks: {sequential_text(report['look'])}."]
 
 
 def markdown(report, plots):
@@ -159,17 +160,19 @@ def markdown(report, plots):
                  f"paired difference is judged against its own standard error).")
     if report["non_finite"]:
         lines += ["", "## Metric not finite: COMPARISON INCOMPLETE", ""] + [
-            f"- {m} (the run counts as missing; its comparisons are incomplete)" for m in report["non_finite"]]
-    if report["measurement"]:
+            f"- {non_finite_text(m)} (the run counts as missing; its comparisons are incomplete)"
+            for m in report["non_finite"]]
+    if report["measurement_problems"]:
         lines += ["", "## Measurement (must agree in every run): NOT COMPARABLE", ""] + [
-            f"- {m}" for m in report["measurement"]]
+            f"- {measurement_text(m)}" for m in report["measurement_problems"]]
     if report["damaged"]:
         lines += ["", "## Damaged files (and what was done about them)", ""] + [f"- {d}" for d in report["damaged"]]
     if report.get("plan"):
-        lines += ["", "## Seed plan", "", "```", stats.describe_plan(report["plan"]), "```"]
+        lines += ["", "## Seed plan", "", "```", describe_plan(report["plan"]), "```"]
     lines += ["", f"## Why each verdict ({design_label(report)})", ""]
     lines += [why_line(report, name, v) for name, v in report["variants"].items()]
-    pairing = [f"- {name}: {'; '.join(v['pairing'])}" for name, v in report["variants"].items() if "pairing" in v]
+    pairing = [f"- {name}: {'; '.join(map(pairing_text, v['pairing']))}" for name, v in report["variants"].items()
+               if "pairing" in v]
     if pairing:
         lines += ["", "## Pairing (same seed = same data order and initial shared weights)", "", *pairing]
     lines += transfer_lines(report) + evidence_lines(report) + compute_matched_lines(report) + cost_lines(report) + hellaswag_lines(report)
@@ -249,7 +252,7 @@ def compute_matched_lines(report):
         lines.append(f"| {name} | {m['flops_ratio']:.3f} | {thousands(round(m['tokens']) if m['tokens'] else None)} | "
                      f"{', '.join(f'{t:,}' for t in at) or '-'} | {signed(m['diff_mean'])} | {m['verdict']} | "
                      f"{interval_cell(m)} | {fmt(m['p_value'], 3)} | {fmt(m['p_holm'], 3)} |")
-    lines += [f"- {name}: not evaluated at the equal-FLOPs point in {', '.join(m['missing'])}"
+    lines += [f"- {name}: not evaluated at the equal-FLOPs point in {missing_text(m['missing'])}"
               for name, m in matched if m["missing"]]
     return lines
 
@@ -289,7 +292,8 @@ def cost_lines(report):
                      f"{fmt(trunk['step_time_ms'], 4)} | {thousands(trunk['parameters'])} | - | "
                      f"{thousands(trunk['flops_per_token'])} | - | {fmt(trunk['peak_memory_mib'], 4)} | "
                      f"{fmt(trunk['max_load'], 3)} |")
-    unreliable = [r for _, c, _ in costs + ([("trunk", trunk, {})] if trunk else []) for r in c["unreliable"]]
+    unreliable = [unreliable_text(r) for _, c, _ in costs + ([("trunk", trunk, {})] if trunk else [])
+                  for r in c["unreliable"]]
     if unreliable:
         lines += ["", f"**Timings not to be trusted** (logged step times spread more than "
                       f"x{compare.TIMING_SPREAD_LIMIT} between the 10th and 90th percentile, e.g. other work on the "
@@ -314,7 +318,7 @@ def hellaswag_lines(report):
     pooled = [(n, v["hellaswag"]) for n, v in report["variants"].items() if "hellaswag" in v]
     if pooled:
         lines += ["", f"Each variant's accuracy pooled over its seeds (a description: Clopper-Pearson "
-                      f"{stats.pct(pooled[0][1]['confidence'])}, the family's level, over items x seeds):", "",
+                      f"{pct(pooled[0][1]['confidence'])}, the family's level, over items x seeds):", "",
                   "| variant | n | acc_norm | interval | chance (0.25) inside |", "|---|---|---|---|---|"]
         lines += [f"| {n} | {h['n']} | {h['acc_norm']['value']:.4f} | [{h['acc_norm']['interval'][0]:.4f}, "
                   f"{h['acc_norm']['interval'][1]:.4f}] | {'yes' if h['acc_norm']['chance_inside'] else 'no'} |"
@@ -497,7 +501,7 @@ def extrapolation_text(across, fit):
                 f"the largest size): UNSUPPORTED LINE, no interval: the straight line reads {e['effect']:+.4g} there, "
                 f"but an interval is given only up to N = {e['limit']:,.0f} (one ladder width past the largest size).")
     return (f" Extrapolated to {target['name']} (N = {target['params']:,}, {target['params'] / largest:.3g}x the largest "
-            f"size run): {e['effect']:+.4g} {stats.span(e['interval'])} ({stats.pct(fit['confidence'])}): an "
+            f"size run): {e['effect']:+.4g} {span(e['interval'])} ({pct(fit['confidence'])}): an "
             f"extrapolation of a straight line in ln N beyond every measured size, not a measurement.")
 
 
@@ -539,7 +543,7 @@ def lr_check_lines(report):
              "|---|" + "---|" * (len(check["factors"]) + 2)]
     for size, row in check["sizes"].items():
         lines.append(f"| {size} | " + " | ".join(fmt(row["values"].get(f"{f:g}")) for f in check["factors"])
-                     + f" | {fmt(row['best'])} | {row['holds']} |")
+                     + f" | {fmt(row['best'])} | {holds_text(row)} |")
     return lines
 
 
@@ -571,7 +575,7 @@ def ladder_markdown(report, plot):
               f"seed's data order, so within a seed the sizes are correlated and only seeds are independent: per "
               f"seed, the least-squares line of its paired differences against ln N; the trend is the seeds' mean "
               f"line, its slope per e-fold of N with a Student t interval over the seeds (seeds - 1 degrees of "
-              f"freedom) at {stats.pct(1 - across['level'])} (family-wise alpha {across['alpha']:g} over the "
+              f"freedom) at {pct(1 - across['level'])} (family-wise alpha {across['alpha']:g} over the "
               f"{across['comparisons']} variants, Bonferroni). No trend is stated (withheld) while the learning-rate "
               f"check does not support the rule's rate or a size's forked verdicts do not stand. Training FLOPs = "
               f"the variant's FLOPs per token x the compared tokens (they differ between variants and sizes).", "",
@@ -579,7 +583,7 @@ def ladder_markdown(report, plot):
               "(confidence) | verdict at this size |", "|" + "---|" * 9]
     for name, v in across["variants"].items():
         for e in v["effects"]:
-            ci = (f"{stats.span(e['interval'])} {stats.pct(e['interval_confidence'])}" if e.get("interval") else "-")
+            ci = (f"{span(e['interval'])} {pct(e['interval_confidence'])}" if e.get("interval") else "-")
             flops = format(e["compute"], ".3g") if e.get("compute") else "-"
             lines.append(f"| {name} | {e['size']} | {e['params']:,} | {thousands(e.get('measured_parameters'))} | "
                          f"{flops} | {e['n']} | {signed(e['diff'])} | {ci} | {e['verdict']} |")
@@ -588,12 +592,12 @@ def ladder_markdown(report, plot):
     for name, v in across["variants"].items():
         f = stated_fit(v)
         lines.append(f"| {name} | **{v['trend']}** | " + (
-            f"{len(f['seeds'])} | {f['slope']:+.4g} | {stats.span(f['slope_interval'])} {stats.pct(f['confidence'])} | "
-            f"{f['p']:.3g} | {f['smallest']['effect']:+.4g} {stats.span(f['smallest']['interval'])} | "
-            f"{f['largest']['effect']:+.4g} {stats.span(f['largest']['interval'])} |" if f else
+            f"{len(f['seeds'])} | {f['slope']:+.4g} | {span(f['slope_interval'])} {pct(f['confidence'])} | "
+            f"{f['p']:.3g} | {f['smallest']['effect']:+.4g} {span(f['smallest']['interval'])} | "
+            f"{f['largest']['effect']:+.4g} {span(f['largest']['interval'])} |" if f else
             "- | - | - | - | - | - |"))
     lines += ["", "What each variant does across sizes:", ""]
-    lines += [f"- **{name}**: {v['trend']}: {v['why']}." + left_out_text(v["fit"]) + detectable_text(v)
+    lines += [f"- **{name}**: {v['trend']}: {why(v)}." + left_out_text(v["fit"]) + detectable_text(v)
               + extrapolation_text(across, stated_fit(v)) for name, v in across["variants"].items()]
     lines += lr_check_lines(report)
     lines += ["", "A ladder tells how an effect moves over the sizes it ran, under its own rules for tokens and "
@@ -656,8 +660,18 @@ def answer_of(report, name):
     """The answer that stands for a variant (bridge.answers), or its own verdict for a report built before answers."""
     v = report["variants"][name]
     return (report.get("answers") or {}).get(name) or dict({k: v.get(k) for k in (
-        "verdict", "why", "n", "diff_mean", "interval", "interval_confidence", "equivalence_interval",
-        "equivalence_confidence", "p_holm")}, design=design_label(report), replaces=None)
+        "verdict", "reasons", "n", "diff_mean", "interval", "interval_confidence", "equivalence_interval",
+        "equivalence_confidence", "p_holm")}, source="forked" if report.get("fork_at") is not None else "from_scratch",
+        replaces=None)
+
+
+ANSWER_SOURCES = {  # which runs an answer comes from (bridge.answers)
+    "forked": lambda report: design_label(report), "from_scratch": lambda report: "from scratch",
+    "bridge": lambda report: "from scratch (the bridge's seeds)"}
+
+
+def answer_design(report, a):
+    return ANSWER_SOURCES[a["source"]](report)
 
 
 def answer_interval(a):
@@ -672,7 +686,7 @@ def sentence(report, name):
     a, metric = answer_of(report, name), report["metric"]
     units = UNITS.get(metric, "")
     interval, confidence, kind = answer_interval(a)
-    where = f"{stats.span(interval)} ({stats.pct(confidence)} {kind}, {a['n']} seeds)" if interval else \
+    where = f"{span(interval)} ({pct(confidence)} {kind}, {a['n']} seeds)" if interval else \
         f"({a['n']} seeds)"
     verdict = a["verdict"]
     if verdict.startswith(("better", "worse")):
@@ -688,10 +702,10 @@ def sentence(report, name):
                  + (f"; these seeds detect about {fmt(seen, 2)} (80% power, planned from the sd's upper bound)"
                     if seen else ""))
     else:
-        found = f"has **no answer** ({verdict}: {a['why']})"
+        found = f"has **no answer** ({verdict}: {why(a)})"
     replaced = (f" (the forked verdict, {a['replaces']['verdict']}, does not stand: "
-                f"{'; '.join(a['replaces']['why'])})" if a.get("replaces") else "")
-    return f"- **{name}**, {a['design']}: {found}{rate_clause(report, name)}{replaced}."
+                f"{why(a['replaces'])})" if a.get("replaces") else "")
+    return f"- **{name}**, {answer_design(report, a)}: {found}{rate_clause(report, name)}{replaced}."
 
 
 def rate_clause(report, name):
@@ -734,12 +748,13 @@ def verdict_cell(report, name, v):
 
 def why_line(report, name, v):
     if name == report["baseline"]:
-        return f"- **{name}** ({design_label(report)}): {v['verdict']}: {v['why']}."
+        return f"- **{name}** ({design_label(report)}): {v['verdict']}: {why(v)}."
     a = answer_of(report, name)
-    line = f"- **{name}** ({a['design']}): {a['verdict']}: {a['why']}."
+    line = f"- **{name}** ({answer_design(report, a)}): {a['verdict']}: {why(a)}."
     if a.get("replaces"):
-        line += (f" In its place the forked verdict ({a['replaces']['design']}) was {a['replaces']['verdict']}: "
-                 f"{v['why']}; it does not stand ({'; '.join(a['replaces']['why'])}).")
+        line += (f" In its place the forked verdict ({answer_design(report, a['replaces'])}) was "
+                 f"{a['replaces']['verdict']}: "
+                 f"{why(v)}; it does not stand ({why(a['replaces'])}).")
     return line + bridge_why(report, name)
 
 
@@ -752,12 +767,12 @@ def bridge_why(report, name):
     b = (report.get("bridge") or {}).get("variants", {}).get(name)
     if not b:
         return ""
-    return f" The bridge: {b['status']} ({b.get('why', '')})."
+    return f" The bridge: {b['status']} ({why(b)})."
 
 
 def ratio_text(b):
     if b["kind"] == "bounded":
-        return f"{fmt(b['ratio'], 3)} {stats.span(b['interval'])}"
+        return f"{fmt(b['ratio'], 3)} {span(b['interval'])}"
     if b["kind"] == "unbounded":
         return f"{fmt(b['ratio'], 3)}, unbounded (the from-scratch interval holds 0)"
     return "-"
@@ -785,8 +800,8 @@ def transfer_lines(report):
     if b:
         level = next(iter(b["variants"].values()))["confidence"] if b["variants"] else None
         lines += ["", "## How far the forked answer carries (bridge to from scratch)", "",
-                  f"Every variant also trained from scratch on seeds {b['seeds']} ({b['design']}), compared at "
-                  f"{fmt(b['compared_at_tokens'])} tokens. Every interval in this table is at {stats.pct(level or 0)} "
+                  f"Every variant also trained from scratch on seeds {b['seeds']} ({design_text(b)}), compared at "
+                  f"{fmt(b['compared_at_tokens'])} tokens. Every interval in this table is at {pct(level or 0)} "
                   f"(each comparison's share of the family's alpha), each side with its own seeds; the ratio forked / "
                   f"from scratch with Fieller's interval (Welch-type df), unbounded when the from-scratch effect cannot "
                   f"be told from 0. Status: confirmed (both decided, same sign), conflict (both decided, opposite "
@@ -797,9 +812,352 @@ def transfer_lines(report):
                   "from-scratch per seed | ratio [interval] | bridge |", "|---|---|---|---|---|---|"]
         for name, v in b["variants"].items():
             seen = "; ".join(f"{side} could see {fmt(x, 2)}" for side, x in (v.get("could_see") or {}).items())
-            lines.append(f"| {name} | {signed(v['forked'])} {stats.span(v['forked_interval']) if v.get('forked_interval') else ''}"
+            lines.append(f"| {name} | {signed(v['forked'])} {span(v['forked_interval']) if v.get('forked_interval') else ''}"
                          f" ({v['forked_n']}) | {signed(v['scratch'])} "
-                         f"{stats.span(v['scratch_interval']) if v.get('scratch_interval') else ''} ({v['scratch_n']}) | "
+                         f"{span(v['scratch_interval']) if v.get('scratch_interval') else ''} ({v['scratch_n']}) | "
                          f"{', '.join(f'{signed(x)}' for x in (v.get('scratch_per_seed') or {}).values()) or '-'} | "
                          f"{ratio_text(v)} | **{v['status']}**{' (' + seen + ')' if seen else ''} |")
     return lines
+
+
+# ----------------------------------------------------------------------------- words for the engine's codes
+# stats, compare, bridge and ladder return verdict codes and reasons as data ({"code": ..., the numbers it
+# rests on}); every sentence about them is written here.
+
+def pct(confidence):
+    return f"{100 * confidence:.4g}%"
+
+
+def span(ci):
+    return f"[{ci[0]:+.4g}, {ci[1]:+.4g}]"
+
+
+def step_interval(r):
+    return f"the {pct(r['confidence'])} interval {span(r['interval'])} (at Holm's step level {r['step_level']:.3g}, " \
+           f"not simultaneous)"
+
+
+def simultaneous(r):
+    return f"the simultaneous {pct(r['confidence'])} interval {span(r['interval'])}"
+
+
+def within_margin(r):
+    return f"{simultaneous(r)} lies within ±{r['min_effect']:g} (TOST p = {r['tost_p']:.3g} < {r['tost_level']:.3g})"
+
+
+def run_text(who):
+    return f"{'seed' if who['variant'] else 'baseline seed'} {who['seed']}"
+
+
+LR_FAILING = {  # why the learning-rate check fails at a ladder's end (ladder.withheld_because)
+    "not_run": lambda r: f"{r['size']}: not run",
+    "too_few_factors": lambda r: f"{r['size']}: {r['finished']} of {r['factors']} factors finished",
+    "rule_fails": lambda r: f"{r['size']}: {HOLDS[r['holds']](r)}"}
+
+
+def deterministic_text(r):
+    kind = "exactly equal runs" if r["exact"] else f"a constant offset of {r['offset']:+.4g} in every seed"
+    return (f"{kind} (spread within {r['rtol']:g} of the metric): no seed-to-seed variance, so no test applies; "
+            f"compare the code paths")
+
+
+def incomplete_text(r):
+    broken = [f"{run_text(w)} {w['status']}" for w in r["unfinished"]]
+    broken += [f"{run_text(w)} has a {r['metric']} that is not finite" for w in r["non_finite"]]
+    return ", ".join(broken) + " (counted, not dropped)"
+
+
+def slope_text(r):
+    return (f"the slope's {pct(r['confidence'])} interval {span(r['interval'])} per e-fold of N excludes 0: the "
+            f"difference moves {'away from' if r['away'] else 'towards'} zero as N grows (towards "
+            f"{'better' if r['better'] else 'worse'})"
+            + ("; the fitted line crosses 0 inside the ladder, but neither end's interval establishes a sign change"
+               if r["crosses"] else ""))
+
+
+REASONS = {  # reason code -> its words, from the numbers the reason carries
+    # stats.decide
+    "too_few_seeds": lambda r: f"{r['n']} paired seed{'s' if r['n'] != 1 else ''}: at least {r['needed']} are "
+                               f"needed for a verdict",
+    "deterministic": deterministic_text,
+    "holm_rejects": lambda r: f"Holm-adjusted p = {r['p_holm']:.3g} < {r['alpha']:g}; {step_interval(r)} excludes 0",
+    "negligible": lambda r: f"{within_margin(r)}: a real difference smaller than min_effect",
+    "beyond_margin": lambda r: f"{simultaneous(r)} excludes ±{r['min_effect']:g} too",
+    "not_beyond_margin": lambda r: f"{simultaneous(r)} does not exclude effects smaller than {r['min_effect']:g}",
+    "sign_flip_floor": lambda r: f"with {r['n']} seeds the sign-flip test cannot go below {r['smallest_p']:.3g}, "
+                                 f"above the level {r['level']:.3g}: this verdict rests on the t-test's normality",
+    "equivalent": lambda r: f"equivalent within ±{r['min_effect']:g}: {within_margin(r)}",
+    "holm_holds_zero": lambda r: f"Holm-adjusted p = {r['p_holm']:.3g}; {step_interval(r)} holds 0",
+    "reaches_margin": lambda r: f"{simultaneous(r)} reaches beyond ±{r['min_effect']:g}",
+    "seed_plan": lambda r: "the suite's seed plan: " + (f"{r['seeds_needed']} seeds for {r['min_effect']:g}"
+                                                        if r["seeds_needed"] else "see it below"),
+    # compare
+    "baseline": lambda r: "the reference of every paired difference",
+    "confounds": lambda r: "undeclared differences: " + "; ".join(
+        f"{k} = {a!r} vs baseline {b!r}" for k, (a, b) in r["confounds"].items()),
+    "measurement": lambda r: "the metric is not measured alike in every run (see Measurement)",
+    "unfinished": incomplete_text,
+    "records_missing": lambda r: f"missing or damaged: {', '.join(r['records'])}: the measured facts cannot be checked",
+    "no_paired_seed": lambda r: "no paired seed finished",
+    "not_evaluated": lambda r: f"no evaluation within {r['tolerance']:.0%} of the baseline's FLOPs in "
+                               f"{missing_text(r['missing'])}: no verdict (nothing is interpolated between evaluations)",
+    "no_paired_seed_at_flops": lambda r: "no paired seed reached the baseline's FLOPs",
+    "main_table": lambda r: f"the main table finds this pair {r['verdict']} ({why(r)})",
+    # bridge
+    "too_few_paired_seeds": lambda r: "fewer than 2 paired seeds in the forked or the from-scratch comparison",
+    "both_decided": lambda r: f"both effects decided at {r['confidence']:.4g} ({r['forked']:+.4g} forked, "
+                              f"{r['scratch']:+.4g} from scratch), {'same' if r['same_sign'] else 'opposite'} sign"
+                              f"{'' if r['same_sign'] else 's'}",
+    "both_negligible": lambda r: f"both intervals at {r['confidence']:.4g} lie inside ±{r['min_effect']:g}",
+    "lost_at_fork": lambda r: f"the forked effect lies inside ±{r['min_effect']:g} at {r['confidence']:.4g} while the "
+                              f"from-scratch one, {r['scratch']:+.4g}, is decided: the fork does not carry it",
+    "holds_zero": lambda r: f"the {r['side']} effect {r['mean']:+.4g} cannot be told from 0 at {r['confidence']:.4g} "
+                            f"(its {r['n']} seeds could have seen about {r['could_see']:.3g})",
+    "not_finished": lambda r: "not finished: " + ", ".join(f"{u['run']} {u['status']}" for u in r["runs"]),
+    "bridge": lambda r: f"bridge {r['status']}",  # why a forked verdict does not stand (bridge.add_to_report)
+    "fork_jump": lambda r: f"loss jump at the fork {r['mean']:+.4g} beyond the margin ±{r['margin']:g} (a design problem)",
+    "no_answer": lambda r: "the forked verdict does not stand and no from-scratch run answers instead",
+    # ladder
+    "no_run_at_size": lambda r: "no run of this variant at this size",
+    "no_runs_at_size": lambda r: "no runs at this size",
+    "size_unusable": lambda r: "; ".join(f"{s}: {u['verdict']}: {why(u)}" for s, u in r["sizes"].items()),
+    "too_few_complete_seeds": lambda r: (
+        f"{r['seeds']} seed(s) with a paired difference at every size, a line per seed needs 2 or more ("
+        + ", ".join(f"seed {s} lacks {', '.join(sizes)}" for s, sizes in r["left_out"].items()) + ")"),
+    "same_slope": lambda r: "every seed's line has the same slope (deterministic runs): no spread to test it against",
+    "decided_opposite": lambda r: "decided in opposite directions: " + ", ".join(
+        f"{s} {v}" for s, v in r["verdicts"].items()),
+    "ends_opposite": lambda r: f"the fitted effect's {pct(r['confidence'])} intervals at the smallest size "
+                               f"{span(r['smallest'])} and at the largest {span(r['largest'])} lie on opposite sides of 0",
+    "slope_holds_zero": lambda r: f"the slope's {pct(r['confidence'])} interval {span(r['interval'])} per e-fold of N "
+                                  f"holds 0",
+    "slope_excludes_zero": slope_text,
+    "lr_check_fails": lambda r: "the learning-rate check does not support the rule's rate (" + "; ".join(
+        LR_FAILING[f["code"]](f) for f in r["sizes"]) + ")",
+    "forked_does_not_stand": lambda r: "the forked verdicts at " + ", ".join(
+        f"{size} ({', '.join(REASONS[s['code']](s) for s in stand)})" for size, stand in r["sizes"].items())
+                                       + " do not stand",
+}
+JOINED = {"negligible": ", but "}  # how a reason follows the one before it (else "; ")
+
+
+def why(entry):
+    """The sentence behind a verdict (a bridge status, a trend): its reasons worded and joined."""
+    text = ""
+    for i, r in enumerate(entry.get("reasons") or []):
+        text += (JOINED.get(r["code"], "; ") if i else "") + REASONS[r["code"]](r)
+    return text
+
+
+DESIGNS = {  # compare.design's code -> what the runs are, with the question they answer
+    "not_logged": lambda k: "no run has logged yet: the design shows once runs exist",
+    "from_scratch": lambda k: "every run trained from scratch: does the variant, trained the whole budget, beat the "
+                              "baseline?",
+    "forked": lambda k: f"forked at step {k} from a shared baseline trunk per seed: does switching to the variant for "
+                        f"the rest of the budget, after {k} steps of the baseline, beat continuing the baseline?"}
+
+
+def design_text(report):
+    """What a report's runs are (its design_code and fork_at)."""
+    return DESIGNS[report["design_code"]](report.get("fork_at"))
+
+
+def grown_text(look):
+    added = look.get("added")
+    return (f"; runs were added after a look ({', '.join(added['runs'])} after {added['looks_before']} look(s))"
+            if added else "")
+
+
+LOOKS = {  # compare.sequential_alpha's code -> the look a report is and the alpha its verdicts test at
+    "planned_look": lambda c: f"look {c['number']} of the {len(c['planned'])} declared before the runs (at "
+                              f"{c['planned']} seeds): family-wise alpha {c['spent']:.3g} spent here of "
+                              f"{c['alpha']:g} (O'Brien-Fleming-type spending, looks combined by Bonferroni, which is "
+                              f"conservative)",
+    "off_plan": lambda c: f"NOT AT NOMINAL ALPHA: looks at {c['looks']} seeds, but the plan declared looks at "
+                          f"{c['planned']}; the verdicts test at {c['alpha']:g} as if this were the only look"
+                          f"{grown_text(c)}",
+    "unplanned_looks": lambda c: f"NOT AT NOMINAL ALPHA: {len(c['looks'])} looks (reports at {c['looks']} seeds) and "
+                                 f"no group-sequential plan; the verdicts test at {c['alpha']:g} as if this were the "
+                                 f"only look, so their family-wise error is larger (up to about {len(c['looks'])} x "
+                                 f"{c['alpha']:g}){grown_text(c)}. Declare `looks` in the suite before growing it",
+    "one_look": lambda c: f"one look, at {c['seeds']} seeds: family-wise alpha {c['alpha']:g}{grown_text(c)}"}
+
+
+def sequential_text(look):
+    return LOOKS[look["code"]](look)
+
+
+def runs_of_designs(m):
+    return "; ".join(f"{', '.join(d['runs'][:3])}{' ...' if len(d['runs']) > 3 else ''} "
+                     f"{'forked at step %d' % d['fork_at'] if d['fork_at'] is not None else 'from scratch'}"
+                     for d in m["designs"])
+
+
+MEASUREMENT = {  # compare.measurement_problems' code -> why the metric is not measured alike
+    "data_changed": lambda m: f"{', '.join(m['keys'])}: {m['run']} resumed on changed data (allow_data_change)",
+    "designs": lambda m: f"design: {runs_of_designs(m)}: runs of different designs answer different questions and "
+                         f"are never pooled",
+    "recipe": lambda m: f"recipe: {m['run']} has {m['key']}={m['value']!r}, {m['other']} {m['other_value']!r}",
+    "differs": lambda m: f"{m['key']}: {m['run']} has {m['value']!r}, {m['other']} {m['other_value']!r}"}
+
+
+def measurement_text(m):
+    return MEASUREMENT[m["code"]](m)
+
+
+def non_finite_text(m):
+    return f"{m['file']}: {m['metric']} is {m['value']} at {m['tokens']} tokens"
+
+
+PAIRING = {"no_run_info": lambda p: "no run_info.json: pairing cannot be checked",
+           "data_order": lambda p: "different data order",
+           "init_weights": lambda p: f"{p['differ']} of {p['shared']} shared weight tensors start from other values "
+                                     f"(e.g. {p['example']})"}
+
+
+def pairing_text(check):
+    """One seed's pairing check (compare.pairing)."""
+    if not check["paired"]:
+        return f"seed {check['seed']}: no baseline run of this seed"
+    return f"seed {check['seed']}: " + ("; ".join(PAIRING[p["code"]](p) for p in check["problems"]) or "holds")
+
+
+def missing_text(missing):
+    """The seeds with no evaluation at the equal-FLOPs point (compare.compute_matched)."""
+    return ", ".join(f"{m['seed']} (closest evaluation at {m['closest']:,} tokens)" if m["closest"] is not None
+                     else m["seed"] for m in missing)
+
+
+def unreliable_text(u):
+    return f"{u['run']} (step times spread x{u['spread']:.2f})"
+
+
+HOLDS = {  # ladder.lr_check's code -> whether the rule's learning rate holds at a size
+    "yes": lambda row: "yes",
+    "incomplete": lambda row: f"incomplete: {', '.join(f + 'x' for f in row['missing'])} not finished",
+    "diverged": lambda row: "no: 1x diverged",
+    "beaten": lambda row: f"no: {row['best']} is better by {row['by']:.3g}"}
+
+
+def holds_text(row):
+    return HOLDS[row["holds"]](row)
+
+
+# every code the engine emits, by what it words: tests/test_render.py checks the engine emits no other
+CODES = dict(reasons=REASONS, lr_failing=LR_FAILING, designs=DESIGNS, looks=LOOKS, measurement=MEASUREMENT,
+             pairing=PAIRING, holds=HOLDS, answer_sources=ANSWER_SOURCES)
+
+
+WORDED = {"design_code": ("design", design_text), "look": ("sequential", lambda r: sequential_text(r["look"])),
+          "measurement_problems": ("measurement", lambda r: [measurement_text(m) for m in r["measurement_problems"]])}
+
+
+def with_words(data):
+    """report.json for readers: the data as computed, and after each verdict's (status's, trend's) reasons
+    its `why`, after the design code its `design`, after the look its `sequential`, after the measurement
+    problems their `measurement`, all worded here."""
+    if isinstance(data, list):
+        return [with_words(x) for x in data]
+    if not isinstance(data, dict):
+        return data
+    out = {}
+    for key, value in data.items():
+        out[key] = value if key == "reasons" else with_words(value)
+        if key == "reasons" and isinstance(value, list):
+            out["why"] = why(data)
+        if key in WORDED and value is not None:
+            name, word = WORDED[key]
+            out[name] = word(data)
+    return out
+
+
+# ----------------------------------------------------------------------------- the seed plan and a ladder's plan
+
+def describe_plan(plan):
+    if plan.get("per_variant"):
+        return describe_variant_plan(plan)
+    return describe_one_plan(plan)
+
+
+def describe_variant_plan(plan):
+    """A plan per variant: each variant's sd, its bound and what the planned seeds detect for it; the
+    seeds min_effect needs at the noisiest variant's bound; the variants the pilot had no sd for."""
+    level = plan["level"]
+    lines = [f"per variant: its own paired-difference sd and n - 1 df (variants share each seed's baseline run, so "
+             f"their differences are correlated and are not pooled), planned with its {pct(plan['sd_confidence'])} "
+             f"upper confidence bound; {plan['comparisons']} comparison(s) at family-wise alpha {plan['alpha']:g} "
+             f"(each at {level:.3g}), 80% power, {plan['seeds']} seeds:"]
+    for name, p in plan["per_variant"].items():
+        if not p["sd"]:
+            lines.append(f"  {name}: sd 0 ({p['df']} df): the differences do not vary; compare the code paths")
+            continue
+        lines.append(f"  {name}: sd {p['sd']:.4g} ({p['df']} df), bound {p['sd_upper']:.4g}: detects "
+                     + (f"{p['detectable']:.3g} at the bound ({p['detectable_at_sd']:.3g} at the sd)"
+                        if p["detectable"] else "nothing with so few seeds")
+                     + (f"; min_effect {p['min_effect']:g} needs {p['seeds_needed'] or 'more than %d' % stats.MOST_SEEDS} seeds"
+                        if p["min_effect"] else ""))
+    if not plan["sd_upper"]:
+        lines.append("no planned variant's differences vary: no seed count follows from them")
+    else:
+        lines.append(f"the plan covers the noisiest, {plan['noisiest']} (bound {plan['sd_upper']:.4g})"
+                     + (f": min_effect {plan['min_effect']:g} needs {plan['seeds_needed']} seeds"
+                        if plan["min_effect"] and plan["seeds_needed"] else ""))
+    if plan["unplanned"]:
+        lines.append(f"unplanned: {', '.join(plan['unplanned'])} (no two paired seeds to take an sd from: "
+                     f"their noise is unknown, and the plan does not cover them)")
+    if plan["underpowered"]:
+        lines.append(f"warning: underpowered: {plan['seeds']} planned seeds cannot reliably detect "
+                     f"{plan['min_effect']:g} in {plan['noisiest']}; plan {plan['seeds_needed'] or 'far more'} or "
+                     f"declare a larger min_effect")
+    return "\n".join(lines)
+
+
+def describe_one_plan(plan):
+    if not plan["sd"]:
+        return (f"paired-difference sd 0 ({plan['df']} df): the differences do not vary, so no seed count follows "
+                f"from them; compare the code paths")
+    lines = [f"paired-difference sd {plan['sd']:.4g} ({plan['df']} df, pooled over the comparisons); planned with its "
+             f"{pct(plan['sd_confidence'])} upper confidence bound {plan['sd_upper']:.4g}; {plan['comparisons']} "
+             f"comparison(s) at family-wise alpha {plan['alpha']:g} (each at {plan['level']:.3g}), 80% power:"]
+    if plan["detectable"]:
+        lines.append(f"  {plan['seeds']} seeds detect effects of about {plan['detectable']:.3g} or more "
+                     f"({plan['detectable_at_sd']:.3g} if the sd were exactly {plan['sd']:.4g})")
+    else:
+        lines.append(f"  {plan['seeds']} seed(s): too few to detect anything")
+    if plan["min_effect"]:
+        lines.append(f"  detecting min_effect {plan['min_effect']:g} needs {plan['seeds_needed']} seeds"
+                     if plan["seeds_needed"] else
+                     f"  detecting min_effect {plan['min_effect']:g} needs more than {stats.MOST_SEEDS:,} seeds")
+    if plan["underpowered"]:
+        lines.append(f"warning: underpowered: {plan['seeds']} planned seeds cannot reliably detect "
+                     f"{plan['min_effect']:g}; plan {plan['seeds_needed'] or 'far more'} or declare a larger min_effect")
+    return "\n".join(lines)
+
+
+def ladder_plan_lines(plan):
+    """sweep.py --plan for a ladder (ladder.plan): its span, steps, extrapolation limit, detectable slope."""
+    lines = [f"ladder: {plan['sizes']} sizes spanning {plan['span']:.2f} e-folds of N ({plan['smallest']:,} to "
+             f"{plan['largest']:,}); "
+             + ("the same optimizer steps at every size (tokens fixed: does the effect at this budget change with N?)"
+                if plan["same_steps"] else
+                "steps x " + ", ".join(f"{n} {f:.3g}" for n, f in plan["steps"].items()) + " of the recipe's (size "
+                "confounded with training length)")
+             + f"; interval no further than N = {plan['limit']:,.0f} (one ladder width past the largest)"]
+    if plan["sd"]:
+        found = plan["slope"]
+        lines.append(f"  trend test (a line per seed, t over {plan['seeds']} seeds) at level {plan['level']:.3g} "
+                     f"({plan['alpha']:g} over {plan['comparisons']} variants), paired-difference sd {plan['sd']:g} at "
+                     f"every size (declared), sizes independent: 80% power at a slope of "
+                     + (f"{found:.3g} nats per e-fold of N ({found * plan['span']:.3g} across the ladder), simulated"
+                        if found else "none within reach"))
+    else:
+        lines.append("  no ladder sd declared (ladder['sd'], a pilot's paired-difference sd): no detectable slope to plan")
+    return lines
+
+
+def compute_lines(compute):
+    """sweep.py --plan for a ladder: its training compute and GPU-hours (ladder.training_compute)."""
+    return [f"compute (6 N D, non-embedding N): {compute['flops']:.3g} FLOPs, about {compute['hours']:,.0f} H100 "
+            f"GPU-hours at {compute['mfu']:.0%} MFU of {compute['peak_flops'] / 1e12:.0f} TFLOP/s (assumed; time a "
+            f"pilot for the real rate): "
+            + "; ".join(f"n_layer={s['n_layer']}, n_embd={s['n_embd']}: {s['hours']:,.0f} h" for s in compute["by_size"])]

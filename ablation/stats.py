@@ -5,8 +5,7 @@ and the smallest effect of interest `min_effect` (in the metric's units). Then, 
 - the family-wise error is controlled by Holm's step-down adjustment of the paired t-tests' p-values,
   and each better/worse interval is at the level its Holm step tested (alpha / (k - i + 1)), so an
   interval excludes 0 exactly when its comparison is decided. These step-level intervals are not
-  simultaneous: with a shared baseline, k = 4, n = 8, at least one misses its true effect in ~7-8% of
-  families, so no claim about the margin rests on them;
+  simultaneous (docs/ablation.md gives how often one misses), so no claim about the margin rests on them;
 - every claim about ±min_effect (equivalent, "negligible", beyond the margin) rests on the
   simultaneous intervals: Bonferroni's 1 - alpha/k Student-t interval for each comparison, which
   cover all k true effects together with probability >= 1 - alpha whatever their correlation
@@ -40,8 +39,8 @@ def family_level(alpha, k):
 def holm(p_values, alpha):
     """Holm-adjusted p-values in the given order (None stays None and is not counted): the i-th
     smallest of k times (k - i + 1), kept monotone and at most 1. Written out rather than taken from
-    statsmodels' multipletests, which runs gc.collect() on every call (a second each on a report's
-    heap); tests/test_stats.py checks it against multipletests."""
+    statsmodels' multipletests, which runs gc.collect() on every call (docs/ablation.md: its cost);
+    tests/test_stats.py checks it against multipletests."""
     present = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
     adjusted, running, k = [None] * len(p_values), 0.0, len(present)
     for step, (p, i) in enumerate(present):
@@ -74,7 +73,7 @@ def t_power(effect, n, level):
     crit = stats.t.isf(level / 2, df)
     power = stats.nct.sf(crit, df, nc) + stats.nct.sf(crit, df, -nc)
     if not math.isfinite(power):
-        raise ArithmeticError(f"the noncentral t gave no power for effect {effect}, n {n}, level {level}")
+        raise ArithmeticError("no power from the noncentral t", dict(effect=effect, n=n, level=level))
     return float(power)
 
 
@@ -90,11 +89,11 @@ def standardized_detectable(n, level, power=POWER):
     while short(high) < 0:
         high *= 2
         if high > 1e7:
-            raise ArithmeticError(f"no effect reaches power {power} with {n} seeds at level {level}")
+            raise ArithmeticError("power out of reach", dict(power=power, n=n, level=level))
     effect = brentq(short, 0.0, high, xtol=1e-12, rtol=1e-12)
     if abs(short(effect)) > 1e-6:
-        raise ArithmeticError(f"the detectable effect for {n} seeds at level {level} did not check out: "
-                              f"power {t_power(effect, n, level):.6f} at {effect}, not {power}")
+        raise ArithmeticError("the solver's root fails its check", dict(
+            n=n, level=level, effect=effect, power=t_power(effect, n, level), wanted=power))
     return effect
 
 
@@ -109,7 +108,7 @@ def detectable_effect(sd, n, level, power=POWER):
 def seeds_needed(sd, min_effect, level, power=POWER):
     """Fewest paired seeds (at least MIN_SEEDS) that detect min_effect with `power` when the
     differences have sd: power grows with n, so a bisection over n finds it. None when more than
-    MOST_SEEDS would be needed (or there is no sd or no min_effect): describe_plan says which."""
+    MOST_SEEDS would be needed (or there is no sd or no min_effect): render.describe_plan says which."""
     if not sd or not min_effect:
         return None
     enough = lambda n: t_power(min_effect / sd, n, level) >= power
@@ -130,11 +129,11 @@ def paired_test(diffs, scale=None):
     DETERMINISTIC_RTOL of `scale`, the metric's size: no seed-to-seed variance, so no test). A
     difference that is not finite is the caller's to report: here it raises. The t-test is scipy's
     ttest_1samp (tests/test_stats.py) through scipy.special's t distribution: a simulation calls it
-    thousands of times, and scipy.stats' wrappers cost a millisecond each."""
+    thousands of times, and scipy.stats' wrappers add a fixed cost to each call."""
     from scipy import special
     d = np.asarray(diffs, dtype=np.float64)
     if not np.all(np.isfinite(d)):
-        raise ValueError(f"paired differences must be finite, got {d.tolist()}")
+        raise ValueError("paired differences not finite", d.tolist())
     out = dict(n=len(d), mean=float(d.mean()) if len(d) else None, sd=None, p=None, deterministic=False,
                diffs=d.tolist())
     if len(d) < 2:
@@ -172,7 +171,7 @@ def interval(test, confidence):
 def tost_p(test, min_effect):
     """Two one-sided t-tests against -min_effect and +min_effect (the larger p): below a level exactly
     when the 1 - 2 level interval lies inside the margin. statsmodels' ttost_paired gives the same
-    (tests/test_stats.py) at twenty times the cost, which simulations pay thousands of times."""
+    (tests/test_stats.py) at a cost that simulations would pay thousands of times."""
     from scipy import special
     n = test["n"]
     se = test["sd"] / math.sqrt(n)
@@ -207,19 +206,11 @@ def smallest_sign_flip_p(n):
     return 2.0 ** (1 - n)
 
 
-def pct(confidence):
-    return f"{100 * confidence:.4g}%"
-
-
-def span(ci):
-    return f"[{ci[0]:+.4g}, {ci[1]:+.4g}]"
-
-
 def judge(tests, alpha, goal, min_effect=None, plan=None):
     """Verdicts for one family of k comparisons. tests: paired_test results, or None for a comparison
     that could not be tested (it counts as p = 1, so the family keeps its planned size k). Per
     comparison: the Holm-adjusted p, the interval at the level its Holm step tested, the 1 - 2 alpha/k
-    equivalence interval (with a min_effect), the verdict and why."""
+    equivalence interval (with a min_effect), the verdict and its reasons."""
     k = len(tests)
     level = family_level(alpha, k)
     raw = [t["p"] if t is not None and t["p"] is not None else 1.0 for t in tests]
@@ -229,53 +220,47 @@ def judge(tests, alpha, goal, min_effect=None, plan=None):
 
 
 def decide(test, adjusted_p, step_level, alpha, level, goal, min_effect, plan):
-    """One comparison's verdict, interval(s) and sentence (see judge)."""
+    """One comparison's verdict, interval(s) and reasons (see judge): a verdict code and a list of
+    reason dicts, each a `code` and the numbers it rests on (render.py words them)."""
     n = test["n"]
     out = dict(p_holm=adjusted_p if test["p"] is not None else None, interval=None, interval_confidence=None,
                equivalence_interval=None, equivalence_confidence=None, tost_p=None)
     if n < MIN_SEEDS:
-        return dict(out, verdict="too few seeds",
-                    why=f"{n} paired seed{'s' if n != 1 else ''}: at least {MIN_SEEDS} are needed for a verdict")
+        return dict(out, verdict="too few seeds", reasons=[dict(code="too_few_seeds", n=n, needed=MIN_SEEDS)])
     if test["deterministic"]:
-        kind = ("exactly equal runs" if not any(test["diffs"])
-                else f"a constant offset of {test['mean']:+.4g} in every seed")
-        return dict(out, verdict="deterministic",
-                    why=f"{kind} (spread within {DETERMINISTIC_RTOL:g} of the metric): no seed-to-seed variance, "
-                        f"so no test applies; compare the code paths")
+        return dict(out, verdict="deterministic", reasons=[dict(code="deterministic", exact=not any(test["diffs"]),
+                                                                offset=test["mean"], rtol=DETERMINISTIC_RTOL)])
     out.update(interval=interval(test, 1 - step_level), interval_confidence=1 - step_level)
-    held = (f"the {pct(1 - step_level)} interval {span(out['interval'])} (at Holm's step level {step_level:.3g}, "
-            f"not simultaneous)")
     together = 1 - level  # simultaneous_confidence(alpha, k): what every claim about the margin rests on
     if min_effect:
         out.update(equivalence_interval=interval(test, together), equivalence_confidence=together,
                    tost_p=tost_p(test, min_effect))
-    inside = min_effect and -min_effect < out["equivalence_interval"][0] and out["equivalence_interval"][1] < min_effect
-    margin = (f"the simultaneous {pct(together)} interval {span(out['equivalence_interval'])} lies within "
-              f"±{min_effect:g} (TOST p = {out['tost_p']:.3g} < {level / 2:.3g})") if inside else ""
+    eq = out["equivalence_interval"]
+    inside = bool(min_effect) and -min_effect < eq[0] and eq[1] < min_effect
+    step = dict(p_holm=adjusted_p, alpha=alpha, step_level=step_level, interval=out["interval"],
+                confidence=1 - step_level)
+    margin = dict(interval=eq, confidence=together, min_effect=min_effect)
+    within = dict(margin, tost_p=out["tost_p"], tost_level=level / 2)
     if adjusted_p < alpha:
         word = "better" if (test["mean"] < 0) == (goal == "lower") else "worse"
-        why = f"Holm-adjusted p = {adjusted_p:.3g} < {alpha:g}; {held} excludes 0"
+        reasons = [dict(code="holm_rejects", **step)]
         if inside:
-            word, why = f"{word}, but negligible", f"{why}, but {margin}: a real difference smaller than min_effect"
+            word = f"{word}, but negligible"
+            reasons.append(dict(code="negligible", **within))
         elif min_effect:
-            low, high = out["equivalence_interval"]
-            why += (f"; the simultaneous {pct(together)} interval {span(out['equivalence_interval'])} excludes "
-                    f"±{min_effect:g} too" if (low >= min_effect or high <= -min_effect)
-                    else f"; the simultaneous {pct(together)} interval {span(out['equivalence_interval'])} does not "
-                         f"exclude effects smaller than {min_effect:g}")
+            beyond = eq[0] >= min_effect or eq[1] <= -min_effect
+            reasons.append(dict(code="beyond_margin" if beyond else "not_beyond_margin", **margin))
         if smallest_sign_flip_p(n) > step_level:
-            why += (f"; with {n} seeds the sign-flip test cannot go below {smallest_sign_flip_p(n):.3g}, above the "
-                    f"level {step_level:.3g}: this verdict rests on the t-test's normality")
-        return dict(out, verdict=word, why=why)
+            reasons.append(dict(code="sign_flip_floor", n=n, smallest_p=smallest_sign_flip_p(n), level=step_level))
+        return dict(out, verdict=word, reasons=reasons)
     if inside:
-        return dict(out, verdict="equivalent", why=f"equivalent within ±{min_effect:g}: {margin}")
-    why = (f"Holm-adjusted p = {adjusted_p:.3g}; {held} holds 0"
-           + (f"; the simultaneous {pct(together)} interval {span(out['equivalence_interval'])} reaches beyond "
-              f"±{min_effect:g}" if min_effect else ""))
-    if plan and min_effect:
-        why += "; the suite's seed plan: " + (f"{plan['seeds_needed']} seeds for {min_effect:g}" if plan["seeds_needed"]
-                                              else "see it below")
-    return dict(out, verdict="inconclusive", why=why)
+        return dict(out, verdict="equivalent", reasons=[dict(code="equivalent", **within)])
+    reasons = [dict(code="holm_holds_zero", **step)]
+    if min_effect:
+        reasons.append(dict(code="reaches_margin", **margin))
+        if plan:
+            reasons.append(dict(code="seed_plan", seeds_needed=plan["seeds_needed"], min_effect=min_effect))
+    return dict(out, verdict="inconclusive", reasons=reasons)
 
 
 def sd_upper_bound(sd, df, confidence=SD_CONFIDENCE):
@@ -301,9 +286,9 @@ def plan_seeds(sd, df, seeds, k, alpha, min_effect):
 def sd_upper_bounds(sds, dfs, confidence=SD_CONFIDENCE):
     """Each variant's own one-sided upper confidence bound of its paired sd from its own n - 1 degrees
     of freedom (numpy: sds (..., k), dfs (k,)). Pooling the variants' variances and summing their
-    degrees of freedom would treat them as independent, but they share each seed's baseline run
-    (correlated 0.6-1.0 on the RA twin) and their sds differ: the pooled bound then covers far less
-    often than it says."""
+    degrees of freedom would treat them as independent, but they share each seed's baseline run (their
+    differences are correlated: docs/ablation.md, Planning seeds) and their sds differ: the pooled bound
+    then covers far less often than it says."""
     from scipy import stats
     dfs = np.asarray(dfs, dtype=np.float64)
     return np.asarray(sds) * np.sqrt(dfs / stats.chi2.ppf(1 - confidence, dfs))
@@ -328,64 +313,3 @@ def plan_variants(parts, seeds, k, alpha, min_effect):
     noisiest = max(per_variant, key=lambda name: per_variant[name]["sd_upper"] or 0.0)
     return dict(per_variant[noisiest], noisiest=noisiest, per_variant=per_variant,
                 unplanned=sorted(set(parts) - set(planned)))
-
-
-def describe_plan(plan):
-    if plan.get("per_variant"):
-        return describe_variant_plan(plan)
-    return describe_one_plan(plan)
-
-
-def describe_variant_plan(plan):
-    """A plan per variant: each variant's sd, its bound and what the planned seeds detect for it; the
-    seeds min_effect needs at the noisiest variant's bound; the variants the pilot had no sd for."""
-    level = plan["level"]
-    lines = [f"per variant: its own paired-difference sd and n - 1 df (variants share each seed's baseline run, so "
-             f"their differences are correlated and are not pooled), planned with its {pct(plan['sd_confidence'])} "
-             f"upper confidence bound; {plan['comparisons']} comparison(s) at family-wise alpha {plan['alpha']:g} "
-             f"(each at {level:.3g}), 80% power, {plan['seeds']} seeds:"]
-    for name, p in plan["per_variant"].items():
-        if not p["sd"]:
-            lines.append(f"  {name}: sd 0 ({p['df']} df): the differences do not vary; compare the code paths")
-            continue
-        lines.append(f"  {name}: sd {p['sd']:.4g} ({p['df']} df), bound {p['sd_upper']:.4g}: detects "
-                     + (f"{p['detectable']:.3g} at the bound ({p['detectable_at_sd']:.3g} at the sd)"
-                        if p["detectable"] else "nothing with so few seeds")
-                     + (f"; min_effect {p['min_effect']:g} needs {p['seeds_needed'] or 'more than %d' % MOST_SEEDS} seeds"
-                        if p["min_effect"] else ""))
-    if not plan["sd_upper"]:
-        lines.append("no planned variant's differences vary: no seed count follows from them")
-    else:
-        lines.append(f"the plan covers the noisiest, {plan['noisiest']} (bound {plan['sd_upper']:.4g})"
-                     + (f": min_effect {plan['min_effect']:g} needs {plan['seeds_needed']} seeds"
-                        if plan["min_effect"] and plan["seeds_needed"] else ""))
-    if plan["unplanned"]:
-        lines.append(f"unplanned: {', '.join(plan['unplanned'])} (no two paired seeds to take an sd from: "
-                     f"their noise is unknown, and the plan does not cover them)")
-    if plan["underpowered"]:
-        lines.append(f"warning: underpowered: {plan['seeds']} planned seeds cannot reliably detect "
-                     f"{plan['min_effect']:g} in {plan['noisiest']}; plan {plan['seeds_needed'] or 'far more'} or "
-                     f"declare a larger min_effect")
-    return "\n".join(lines)
-
-
-def describe_one_plan(plan):
-    if not plan["sd"]:
-        return (f"paired-difference sd 0 ({plan['df']} df): the differences do not vary, so no seed count follows "
-                f"from them; compare the code paths")
-    lines = [f"paired-difference sd {plan['sd']:.4g} ({plan['df']} df, pooled over the comparisons); planned with its "
-             f"{pct(plan['sd_confidence'])} upper confidence bound {plan['sd_upper']:.4g}; {plan['comparisons']} "
-             f"comparison(s) at family-wise alpha {plan['alpha']:g} (each at {plan['level']:.3g}), 80% power:"]
-    if plan["detectable"]:
-        lines.append(f"  {plan['seeds']} seeds detect effects of about {plan['detectable']:.3g} or more "
-                     f"({plan['detectable_at_sd']:.3g} if the sd were exactly {plan['sd']:.4g})")
-    else:
-        lines.append(f"  {plan['seeds']} seed(s): too few to detect anything")
-    if plan["min_effect"]:
-        lines.append(f"  detecting min_effect {plan['min_effect']:g} needs {plan['seeds_needed']} seeds"
-                     if plan["seeds_needed"] else
-                     f"  detecting min_effect {plan['min_effect']:g} needs more than {MOST_SEEDS:,} seeds")
-    if plan["underpowered"]:
-        lines.append(f"warning: underpowered: {plan['seeds']} planned seeds cannot reliably detect "
-                     f"{plan['min_effect']:g}; plan {plan['seeds_needed'] or 'far more'} or declare a larger min_effect")
-    return "\n".join(lines)

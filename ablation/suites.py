@@ -40,6 +40,11 @@ def launched_seconds(path):
     return seconds
 
 
+def check_metric(metric):
+    if metric not in compare.METRICS:
+        raise ValueError(f"metric={metric!r}: use one of {tuple(compare.METRICS)}")
+
+
 def read_suite(namespace, name, here, known_keys):
     """A suite's declaration, checked: each mistake is one line that says what to write. A variant's
     config files are relative to the suite file's directory; known_keys: the keys a variant may set
@@ -63,7 +68,7 @@ def read_suite(namespace, name, here, known_keys):
                                                              and s >= 0 for s in seeds):
         raise err(f"seeds={seeds!r}: give a list of distinct integers >= 0")
     try:
-        compare.check_metric(namespace["metric"])
+        check_metric(namespace["metric"])
     except ValueError as e:
         raise err(str(e)) from None
     for variant, body in variants.items():
@@ -93,7 +98,7 @@ def read_suite(namespace, name, here, known_keys):
                                   and looks == sorted(set(looks)) and looks[0] >= stats.MIN_SEEDS):
         raise err(f"looks={looks!r}: the planned seed counts of each report, increasing integers >= {stats.MIN_SEEDS}")
     try:
-        sizes = ladder.check_ladder(namespace.get("ladder"), variants)
+        sizes = check_ladder(namespace.get("ladder"), variants)
     except ValueError as e:
         raise err(str(e)) from None
     fork_at = namespace.get("fork_at")
@@ -110,6 +115,71 @@ def read_suite(namespace, name, here, known_keys):
                 metric=namespace["metric"], allowed=list(namespace["allowed"]), nproc=nproc, heatmap=heatmap,
                 alpha=alpha, min_effect=min_effect, looks=looks, ladder=sizes, fork_at=fork_at,
                 bridge_seeds=bridge_seeds, fork_cold_starts=list(cold), tuning=tuning)
+
+
+def check_ladder(spec, variants):
+    """A suite's `ladder` (ablation/ladder.py), checked and filled in (None when the suite has none): each
+    mistake is one line that says what to write."""
+    if spec is None:
+        return None
+    err = ValueError
+    if not isinstance(spec, dict) or not isinstance(spec.get("sizes"), dict) or len(spec["sizes"]) < 3:
+        raise err("ladder must be dict(sizes={name: {shape keys}}, ...) with at least 3 sizes: a line through two "
+                  "points has no interval")
+    unknown = set(spec) - {"sizes", "reference", "tokens", "learning_rate", "alpha", "extrapolate_to", "sd", "lr_check"}
+    if unknown:
+        raise err(f"ladder sets unknown keys {sorted(unknown)}: use sizes, reference, tokens, learning_rate, alpha, "
+                  f"extrapolate_to, sd, lr_check")
+    sd, lr_check = spec.get("sd"), spec.get("lr_check")
+    if sd is not None and not (isinstance(sd, float) and sd > 0):
+        raise err(f"ladder sd={sd!r}: the paired-difference sd the plan assumes at every size (a pilot's), a float > 0")
+    if lr_check is not None and not (isinstance(lr_check, tuple) and lr_check
+                                     and all(isinstance(f, float) and f > 0 and f != 1.0 for f in lr_check)):
+        raise err(f"ladder lr_check={lr_check!r}: factors of the rule's learning rate to check at the smallest and "
+                  f"largest size, e.g. (0.5, 2.0)")
+    shapes = dict(spec["sizes"])
+    target = spec.get("extrapolate_to")
+    if target is not None and not (isinstance(target, tuple) and len(target) == 2 and isinstance(target[1], dict)):
+        raise err(f"ladder extrapolate_to={target!r}: give (name, {{'n_layer': ..., 'n_embd': ...}})")
+    for name, shape in [*shapes.items(), *([target] if target else [])]:
+        if not isinstance(shape, dict) or not {"n_layer", "n_embd"} <= set(shape) or set(shape) - set(ladder.SHAPE_KEYS):
+            raise err(f"ladder size {name!r}: set n_layer and n_embd (and optionally n_head, mla_latent_dim); a size "
+                      f"overlays only model-shape keys {ladder.SHAPE_KEYS}, the budget and learning rate follow the rules")
+    if spec.get("reference") not in shapes:
+        raise err(f"ladder reference={spec.get('reference')!r}: name the size whose shape the suite's recipe has "
+                  f"(one of {list(shapes)})")
+    rules = {}
+    for key in ("tokens", "learning_rate"):
+        base, power = spec.get(key, ("params", 0.0))
+        if base not in ladder.RULE_BASES or not isinstance(power, (int, float)):
+            raise err(f"ladder {key}={spec.get(key)!r}: give (base, power), base one of {ladder.RULE_BASES}, e.g. "
+                      f"('params', 1.0) for tokens proportional to parameters, ('params', -1/3) for the learning rate")
+        rules[key] = (base, float(power))
+    alpha = spec.get("alpha", compare.DEFAULT_ALPHA)
+    if not (isinstance(alpha, float) and 0 < alpha < 1):
+        raise err(f"ladder alpha={alpha!r}: the level of the across-size statements, a float in (0, 1)")
+    clash = {v: sorted(set(body) & set(ladder.SHAPE_KEYS + ladder.RULE_KEYS)) for v, body in variants.items()}
+    clash = {v: keys for v, keys in clash.items() if keys}
+    if clash:
+        raise err(f"variants {clash} set keys the ladder sets at each size: leave them to the ladder")
+    return dict(sizes=shapes, reference=spec["reference"], tokens=rules["tokens"],
+                learning_rate=rules["learning_rate"], alpha=alpha, extrapolate_to=list(target) if target else None,
+                sd=sd, lr_check=list(lr_check) if lr_check else None)
+
+
+def check_ladder_recipe(spec, recipe):
+    """A variant's resolved recipe against its suite's checked ladder, before ladder.size_keys scales it:
+    the recipe has the reference size's shape (the rules scale from it) and no token or time limit
+    (the token rule scales max_iters)."""
+    reference = spec["sizes"][spec["reference"]]
+    differ = {k: (recipe[k], v) for k, v in reference.items() if recipe[k] != v}
+    if differ:  # the rules would scale from a recipe tuned for another shape
+        raise ValueError(f"the recipe is not of the reference size {spec['reference']!r}: " + ", ".join(
+            f"{k}={mine} (the size has {theirs})" for k, (mine, theirs) in differ.items())
+            + ": name the size whose shape the recipe has as the ladder's reference, or fix that size")
+    limits = [k for k in ("max_tokens", "max_time") if recipe[k]]
+    if limits:
+        raise ValueError(f"the recipe sets {', '.join(limits)}: a ladder's token rule scales max_iters; drop them")
 
 
 def read_tuning(path, here, seeds):
@@ -343,7 +413,7 @@ def suite_from_run_dirs(dirs, metric, baseline="", allowed=None, alpha=compare.D
     bookkeeping keys (seed, out_dir, ...) are one variant, named after their directories; the
     baseline is `baseline` (a variant or a directory) or the first directory's variant. Without
     `allowed`, every config difference counts as intended (the report says so)."""
-    compare.check_metric(metric)
+    check_metric(metric)
     groups = {}
     for d in dirs:
         run = rundir.read_run(d)
@@ -434,7 +504,7 @@ def report_ladder_dir(suite_dir, out_dir=None, plan=None):
     across = ladder.across_sizes(declared["ladder"], reports, goal, checked)  # no trend while it fails
     reference = reports.get(declared["ladder"]["reference"])
     report = dict(suite=declared["name"], metric=declared["metric"], goal=goal, baseline=declared["baseline"],
-                  allowed=declared["allowed"], designs={s: r["design"].split(":")[0] for s, r in reports.items()},
+                  allowed=declared["allowed"], designs={s: render.design_text(r).split(":")[0] for s, r in reports.items()},
                   per_size={s: dict(compared_at_tokens=r["compared_at_tokens"], alpha=r["alpha"],
                                     comparisons=r["comparisons"], report=os.path.join(s, "report.md"),
                                     learning_rate=(r.get("about") or {}).get("learning_rate"))

@@ -46,21 +46,24 @@ def test_verdicts():
     def v(diffs, goal="lower", min_effect=0.05, others=()):
         decision = stats.judge([stats.paired_test(d) for d in (diffs, *others)], 0.05, goal, min_effect,
                                dict(seeds_needed=12))[0]
-        return decision["verdict"], decision["why"]
+        return decision["verdict"], {r["code"]: r for r in decision["reasons"]}
     assert v([-0.3, -0.2, -0.25])[0] == "better"
     assert v([0.3, 0.2, 0.25])[0] == "worse" and v([0.3, 0.2, 0.25], "higher")[0] == "better"
     # Holm decides, not the raw p: p = 0.0088 alone is worse, beside three nulls (k = 4) it is inconclusive
     assert v([0.3, 0.2, 0.25], others=[[0.1, -0.1, 0.05]] * 3)[0] == "inconclusive"
     word, why = v([0.001, -0.002, 0.0005, 0.0015, -0.001], min_effect=0.05)
-    assert word == "equivalent" and "±0.05" in why and "simultaneous 95% interval" in why
+    assert word == "equivalent" and set(why) == {"equivalent"}
+    assert why["equivalent"]["min_effect"] == 0.05 and why["equivalent"]["confidence"] == pytest.approx(0.95)
     word, why = v([-0.02, 0.05, 0.01])
-    assert word == "inconclusive" and "the suite's seed plan: 12 seeds for 0.05" in why and "holds 0" in why
-    assert v([0.1, 0.3])[0] == "too few seeds"  # n = 2: no t-test with one degree of freedom
-    assert v([1e-6] * 3)[0] == "deterministic" and "constant offset" in v([1e-6] * 3)[1]
-    assert v([0.0] * 3)[1].startswith("exactly equal runs")
-    assert compare.blocked_verdict({}, "seed 2 failed", 3)[0] == "incomplete"
-    word, why = compare.blocked_verdict({"batch_size": (8, 4)}, "", 3)
-    assert word == "not comparable" and "batch_size = 8 vs baseline 4" in why
+    assert word == "inconclusive" and list(why) == ["holm_holds_zero", "reaches_margin", "seed_plan"]
+    assert why["seed_plan"] == dict(code="seed_plan", seeds_needed=12, min_effect=0.05)
+    assert why["holm_holds_zero"]["interval"][0] < 0 < why["holm_holds_zero"]["interval"][1]
+    assert v([0.1, 0.3]) == ("too few seeds", {"too_few_seeds": dict(code="too_few_seeds", n=2, needed=3)})
+    assert v([1e-6] * 3)[0] == "deterministic" and not v([1e-6] * 3)[1]["deterministic"]["exact"]
+    assert v([0.0] * 3)[1]["deterministic"]["exact"]
+    assert compare.blocked_verdict({}, [dict(code="no_paired_seed")], 3)[0] == "incomplete"
+    assert compare.blocked_verdict({"batch_size": (8, 4)}, [], 3) == (
+        "not comparable", [dict(code="confounds", confounds={"batch_size": [8, 4]})])
 
 
 def test_aa_suite_and_positive_control(data_dir, tmp_path, capsys):
@@ -81,7 +84,7 @@ def test_aa_suite_and_positive_control(data_dir, tmp_path, capsys):
     assert result["comparisons"] == 2 and result["level"] == 0.025
     for entry in (same, low):
         assert entry["n"] == 3 and entry["paired_seeds"] == [1, 2, 3] and not entry["confounds"]
-        assert entry["pairing"] == ["seed 1: holds", "seed 2: holds", "seed 3: holds"]
+        assert entry["pairing"] == [dict(seed=s, paired=True, problems=[]) for s in (1, 2, 3)]
     # the paired difference is exactly the per-seed gap of the logged final evaluations
     evals = lambda run: [e for e in rundir.read_events(os.path.join(suite_dir, run)) if e["event"] == "eval"]
     gaps = [evals(f"lr_low-seed{s}")[-1]["val_loss"] - evals(f"base-seed{s}")[-1]["val_loss"] for s in (1, 2, 3)]
@@ -169,9 +172,10 @@ def test_hidden_confounds_are_refused_and_reported(data_dir, tmp_path):
         return in_process(order)(argv, gpu, log_path)
     sweep.main(args, launch=launch)
     entry = json.load(open(os.path.join(suite_dir, "report.json")))["variants"]["later"]
-    measurement = json.load(open(os.path.join(suite_dir, "report.json")))["measurement"]
-    assert entry["verdict"] == "not comparable" and [m.split(":")[0] for m in measurement] == [
-        "dataset_fingerprint", "eval_windows"] and "later-seed1" in measurement[0] and "base-seed1" in measurement[0]
+    measurement = json.load(open(os.path.join(suite_dir, "report.json")))["measurement_problems"]
+    assert entry["verdict"] == "not comparable" and [m["key"] for m in measurement] == [
+        "dataset_fingerprint", "eval_windows"] and (measurement[0]["run"], measurement[0]["other"]) == (
+        "later-seed1", "base-seed1")
 
 
 def test_a_failed_run_is_shown_and_makes_the_verdict_incomplete(data_dir, tmp_path):
@@ -182,7 +186,8 @@ def test_a_failed_run_is_shown_and_makes_the_verdict_incomplete(data_dir, tmp_pa
         sweep.main(suite_args(data_dir, path), launch=in_process(calls, fail=("other-seed2",)))
     entry = json.load(open(os.path.join(suite_dir, "report.json")))["variants"]["other"]
     assert entry["runs"]["seed2"]["status"] == "failed" and entry["verdict"] == "incomplete"
-    assert "seed 2 failed" in entry["why"] and entry["n"] == 1
+    assert entry["reasons"][0] == dict(code="unfinished", unfinished=[dict(variant=True, seed=2, status="failed")],
+                                       non_finite=[], metric="val_loss") and entry["n"] == 1
     assert "| other | 2 | failed |" in open(os.path.join(suite_dir, "report.md")).read()
 
 
@@ -191,7 +196,7 @@ def test_pairing_check_names_weights_that_start_differently():
     base = facts("a", {"wte": [[4, 2], "x"], "h.0": [[2, 2], "y"], "extra": [[1], "z"]})
     assert compare.pairing(facts("a", {"wte": [[4, 2], "x"], "h.0": [[2, 2], "y"]}), base, []) == []
     problems = compare.pairing(facts("b", {"wte": [[4, 2], "x"], "h.0": [[2, 2], "q"]}), base, [])
-    assert problems == ["different data order", "1 of 2 shared weight tensors start from other values (e.g. h.0)"]
+    assert problems == [dict(code="data_order"), dict(code="init_weights", differ=1, shared=2, example="h.0")]
 
 
 def test_suite_declaration_errors_are_one_line(tmp_path):
@@ -241,7 +246,8 @@ def test_time_limited_runs_are_compared_at_equal_tokens_with_every_plot(tmp_path
     assert result["compared_at_tokens"] == 300  # the shortest run ended at 350 tokens, evaluated at 300
     v = result["variants"]["lr0.003_b16"]
     assert v["differences"] == pytest.approx([0.3, 0.3]) and v["verdict"] == "incomplete"  # no run record
-    assert "missing or damaged" in v["why"] and "(run_info.json)" in v["why"]
+    missing = next(r for r in v["reasons"] if r["code"] == "records_missing")
+    assert missing["records"] and all(r.endswith("(run_info.json)") for r in missing["records"])
     assert v["cost_ratio"]["tokens_per_sec"] == pytest.approx(0.5)  # its tokens / its step time: 100/16 vs 100/8
     h = v["hellaswag"]  # 33 of 100 in each of 2 seeds, pooled
     assert h["n"] == 200 and h["acc_norm"]["value"] == pytest.approx(0.33)
@@ -312,8 +318,9 @@ def test_a_report_names_every_damaged_file_and_draws_nothing_from_it(tmp_path):
                                  f"{tmp_path}/other-seed2/run_info.json is damaged (JSONDecodeError): read as missing"]
     assert result["compared_at_tokens"] == 2000  # the torn lines moved no comparison point
     other = result["variants"]["other"]
-    assert other["verdict"] == "incomplete" and "other-seed2 (run_info.json)" in other["why"]
-    assert not other["confounds"] and not result["measurement"]  # missing is not different
+    assert other["verdict"] == "incomplete" and f"{tmp_path}/other-seed2 (run_info.json)" in next(
+        r for r in other["reasons"] if r["code"] == "records_missing")["records"]
+    assert not other["confounds"] and not result["measurement_problems"]  # missing is not different
     text = open(tmp_path / "out" / "report.md").read()
     assert "## Damaged files" in text and "other-seed2/run_info.json is damaged" in text
     # Without a readable config.json a run cannot be placed in a variant: refused, naming the damage.
@@ -336,7 +343,9 @@ def test_eval_iters_can_never_differ_ad_hoc_or_in_a_suite(tmp_path):
     report.main([*dirs, f"--out={tmp_path / 'out'}", "--min_effect=0.01"])  # every difference "intended" ad hoc
     result = json.load(open(tmp_path / "out" / "report.json"))
     assert result["variants"]["other"]["verdict"] == "not comparable"
-    assert result["measurement"] == [f"eval_iters: other-seed3 has {cfg['eval_iters'] + 5}, base-seed1 {cfg['eval_iters']}"]
+    assert result["measurement_problems"] == [dict(code="differs", key="eval_iters", run="other-seed3",
+                                                   value=cfg["eval_iters"] + 5, other="base-seed1",
+                                                   other_value=cfg["eval_iters"])]
     path, _ = write_suite(tmp_path, {"base": {}, "more": {"eval_iters": 40}}, ["eval_iters"], name="suite_eval")
     with pytest.raises(configurator.ConfigError, match=r"allowed names \['eval_iters'\]: these define how the metric"):
         sweep.parse_args([path])
@@ -351,7 +360,7 @@ def test_declared_looks_keep_the_family_wise_error_at_alpha_and_unplanned_looks_
     record, planned, naive = [], np.zeros(sims, bool), np.zeros(sims, bool)
     for n in looks:
         alpha, note = compare.sequential_alpha(dict(alpha=0.05, looks=looks, record=record), n)
-        assert note.startswith(f"look {looks.index(n) + 1} of the 4 declared")
+        assert note["code"] == "planned_look" and note["number"] == looks.index(n) + 1 and note["spent"] == alpha
         t = d[:, :n].mean(axis=1) / (d[:, :n].std(axis=1, ddof=1) / math.sqrt(n))
         p = 2 * scipy_stats.t.sf(np.abs(t), n - 1)
         planned |= p < alpha
@@ -361,4 +370,4 @@ def test_declared_looks_keep_the_family_wise_error_at_alpha_and_unplanned_looks_
     assert planned.mean() <= 0.05 + error, planned.mean()
     assert naive.mean() > 0.1, naive.mean()
     alpha, note = compare.sequential_alpha(dict(alpha=0.05, record=record[:2]), 10)  # no plan: said, not hidden
-    assert alpha == 0.05 and note.startswith("NOT AT NOMINAL ALPHA: 3 looks (reports at [3, 6, 10] seeds)")
+    assert alpha == 0.05 and note["code"] == "unplanned_looks" and note["looks"] == [3, 6, 10]

@@ -12,14 +12,14 @@ import pytest
 
 import configurator
 import runtime
-from ablation import compare, ladder, ladder_power, render
+from ablation import compare, ladder, ladder_power, render, suites
 from slurm import jobs as slurm_jobs
 import sweep
 from helpers import toy_args, wait_for, write_growing_suite
 
 SHAPES = {"s": dict(n_layer=2, n_embd=32, n_head=2), "m": dict(n_layer=2, n_embd=64, n_head=2),
           "l": dict(n_layer=2, n_embd=128, n_head=2)}
-LADDER = ladder.check_ladder(dict(sizes=SHAPES, reference="m", tokens=("params", 1.0),
+LADDER = suites.check_ladder(dict(sizes=SHAPES, reference="m", tokens=("params", 1.0),
                                   learning_rate=("params", -1 / 3), alpha=0.05,
                                   extrapolate_to=("big", dict(n_layer=12, n_embd=768))), {})
 
@@ -88,7 +88,8 @@ def test_a_ladder_missing_a_size_in_one_variant_is_incomplete_not_a_trend():
     result = across({"s": dict(a=0.01, b=0.01), "m": dict(a=0.03, b=0.03), "l": dict(a=0.05)})
     assert result["a"]["trend"] == "grows"
     assert result["b"]["trend"] == "incomplete" and result["b"]["fit"] is None
-    assert result["b"]["why"] == "l: incomplete: no run of this variant at this size"
+    assert result["b"]["reasons"] == [dict(code="size_unusable", sizes={"l": dict(
+        verdict="incomplete", reasons=[dict(code="no_run_at_size")])})]
 
 
 def test_a_seed_missing_a_size_is_named_and_left_out_of_the_fit():
@@ -99,7 +100,7 @@ def test_a_seed_missing_a_size_is_named_and_left_out_of_the_fit():
     reports = size_reports({"s": dict(a=0.01), "m": dict(a=0.03), "l": dict(a=0.05)}, seeds={"m": (1, 2), "l": (2, 3)})
     entry = ladder.across_sizes(LADDER, reports, "lower")["variants"]["a"]
     assert entry["trend"] == "incomplete" and entry["fit"] is None
-    assert entry["why"].startswith("1 seed(s) with a paired difference at every size") and "seed 1 lacks l" in entry["why"]
+    assert entry["reasons"] == [dict(code="too_few_complete_seeds", seeds=1, left_out={"1": ["l"], "3": ["m"]})]
 
 
 def per_seed_effects(params, diffs):
@@ -173,24 +174,28 @@ def test_the_trend_is_withheld_while_the_learning_rate_check_or_a_forked_verdict
     rate at both checked ends (s and l) and every size's forked verdicts stand."""
     per_size = {"s": dict(grows=0.01), "m": dict(grows=0.03), "l": dict(grows=0.05)}
     three = {"0.5": 2.1, "1": 2.0, "2": 2.05}
-    holds = lambda s, l, values=three: dict(factors=[1.0, 0.5, 2.0], sizes={"s": dict(holds=s, values=three),
-                                                                          "l": dict(holds=l, values=values)})
-    assert across(per_size, holds("yes", "yes"))["grows"]["trend"] == "grows"
-    for checked, why in ((holds("yes", "no: 2x is better by 0.036"), "l: no: 2x is better by 0.036"),
-                         (holds("yes", "-", {"0.5": 2.1, "2": 2.05}), "l: no finished 1x run"),
-                         (holds("yes", "yes", {"1": 2.0}), "l: 1 of 3 factors finished"),  # a lone 1x is best by default
-                         (dict(factors=[1.0, 0.5, 2.0], sizes={"s": dict(holds="yes", values=three)}), "l: not run")):
+    row = lambda holds, values=three, **more: dict(holds=holds, values=values, **more)
+    holds = lambda s, l: dict(factors=[1.0, 0.5, 2.0], sizes={"s": s, "l": l})
+    assert across(per_size, holds(row("yes"), row("yes")))["grows"]["trend"] == "grows"
+    beaten = row("beaten", best="2x", by=0.036)
+    unfinished = row("incomplete", {"0.5": 2.1, "2": 2.05}, missing=["1"])
+    for checked, failing in ((holds(row("yes"), beaten), dict(code="rule_fails", size="l", **beaten)),
+                             (holds(row("yes"), unfinished), dict(code="rule_fails", size="l", **unfinished)),
+                             (holds(row("yes"), row("yes", {"1": 2.0})),  # a lone 1x is best by default
+                              dict(code="too_few_factors", size="l", finished=1, factors=3)),
+                             (dict(factors=[1.0, 0.5, 2.0], sizes={"s": row("yes")}), dict(code="not_run", size="l"))):
         entry = across(per_size, checked)["grows"]
         assert entry["trend"] == "withheld" and entry["fit"] is not None  # the numbers kept, the statement not made
-        assert entry["why"] == f"the learning-rate check does not support the rule's rate ({why})"
+        assert entry["reasons"] == [dict(code="lr_check_fails", sizes=[failing])]
     reports = size_reports(per_size)
-    reports["m"]["does_not_stand"] = {"grows": ["loss jump at the fork +0.066 beyond the margin ±0.01 (a design problem)"]}
-    entry = ladder.across_sizes(LADDER, reports, "lower", holds("yes", "no: 2x is better by 0.08"))["variants"]["grows"]
-    assert entry["trend"] == "withheld" and entry["why"] == (
-        "the learning-rate check does not support the rule's rate (l: no: 2x is better by 0.08); the forked verdicts "
-        "at m (loss jump at the fork +0.066 beyond the margin ±0.01 (a design problem)) do not stand")
-    across_ = ladder.across_sizes(LADDER, reports, "lower", holds("yes", "yes"))
-    assert across_["variants"]["grows"]["why"].startswith("the forked verdicts at m (")
+    jump = dict(code="fork_jump", mean=0.066, margin=0.01)
+    reports["m"]["does_not_stand"] = {"grows": [jump]}
+    entry = ladder.across_sizes(LADDER, reports, "lower", holds(row("yes"), beaten))["variants"]["grows"]
+    assert entry["trend"] == "withheld" and entry["reasons"] == [
+        dict(code="lr_check_fails", sizes=[dict(code="rule_fails", size="l", **beaten)]),
+        dict(code="forked_does_not_stand", sizes={"m": [jump]})]
+    across_ = ladder.across_sizes(LADDER, reports, "lower", holds(row("yes"), row("yes")))
+    assert across_["variants"]["grows"]["reasons"] == [dict(code="forked_does_not_stand", sizes={"m": [jump]})]
     text = render.ladder_markdown(dict(suite="toy", metric="val_loss", goal="lower", baseline="base", allowed=[],
                                        per_size={}, across_sizes=across_), None)
     assert "| grows | **withheld** | - | - | - | - | - | - |" in text  # no slope to read a trend into
@@ -240,7 +245,7 @@ def test_a_ladder_refuses_what_would_confound_it(data_dir, tmp_path):
     with pytest.raises(configurator.ConfigError, match="ra at size s: dropout = 0.1 vs baseline 0.0"):
         sweep.main([*ladder_suite(tmp_path, data_dir, {"base": {}, "ra": {"dropout": 0.1}}), "--dry_run=True"])
     with pytest.raises(ValueError, match="a size overlays only model-shape keys"):
-        ladder.check_ladder(dict(sizes=dict(SHAPES, s=dict(n_layer=2, n_embd=32, dropout=0.1)), reference="m"), {})
+        suites.check_ladder(dict(sizes=dict(SHAPES, s=dict(n_layer=2, n_embd=32, dropout=0.1)), reference="m"), {})
     with pytest.raises(configurator.ConfigError, match=r"variant 'base': the recipe is not of the reference size 'm': "
                                                        r"n_embd=32 \(the size has 64\): name the size"):
         sweep.main([*ladder_suite(tmp_path, data_dir, {"base": {}}), "--n_embd=32", "--dry_run=True"])
@@ -248,7 +253,7 @@ def test_a_ladder_refuses_what_would_confound_it(data_dir, tmp_path):
         sweep.main([*ladder_suite(tmp_path, data_dir, {"base": {}}), "--max_time=60", "--dry_run=True"])
     problems = ladder.across_size_problems({"s": dict(n_embd=32, dropout=0.1), "m": dict(n_embd=64, dropout=0.0)},
                                            dict(reference="m"))
-    assert problems == ["size s: dropout = 0.1 vs size m 0.0"]
+    assert problems == [("s", "dropout", 0.1, 0.0)]
 
 
 def test_a_ladder_forks_each_size_at_the_same_share_of_its_budget_and_names_a_bad_size(data_dir, tmp_path):
@@ -389,7 +394,7 @@ def test_the_lr_check_needs_every_factor_and_names_a_diverged_run(tmp_path):
     write_lr_check_run(tmp_path, "l", 0.5, 2.05)
     write_lr_check_run(tmp_path, "l", 2.0, "diverged")
     checked = ladder.lr_check(str(tmp_path), declared)
-    assert checked["sizes"]["s"]["holds"] == "incomplete: 2x not finished"
+    assert checked["sizes"]["s"]["holds"] == "incomplete" and checked["sizes"]["s"]["missing"] == ["2"]
     assert checked["sizes"]["l"] == dict(values={"0.5": 2.05, "1": 2.0, "2": "diverged"}, best="1x", holds="yes")
     rows = render.lr_check_lines(dict(lr_check=checked))
     assert "| s | 2 | 2.1 | - | 1x | incomplete: 2x not finished |" in rows
@@ -425,5 +430,6 @@ def test_a_ladder_names_the_branches_of_a_diverged_trunk(data_dir, tmp_path):
     report = json.load(open(tmp_path / "out-ladder" / "s" / "report.json"))
     assert report["variants"]["gated"]["runs"]["seed1"]["status"] == "not run (its trunk trunk-seed1 diverged)"
     assert report["variants"]["gated"]["verdict"] == "incomplete"
-    assert "seed 1 not run (its trunk trunk-seed1 diverged)" in report["variants"]["gated"]["why"]
+    assert dict(variant=True, seed=1, status="not run (its trunk trunk-seed1 diverged)") in \
+        report["variants"]["gated"]["reasons"][0]["unfinished"]
     assert report["variants"]["gated"]["runs"]["seed2"]["status"] == "finished"

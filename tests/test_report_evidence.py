@@ -99,7 +99,7 @@ def test_throughput_is_total_tokens_over_total_step_time_and_step_time_follows_f
     # base: 5000 tokens over 5 s, 11 s and 10 s
     # b2's windows after the first, 100, 300, 300, 300 ms: 90th percentile 300, 10th 160: not trusted, so
     # its 5000/11 tokens/s is left out: the baseline's throughput is the median of b1's and b3's
-    assert base["unreliable"] == ["b2 (step times spread x1.88)"] and mix["unreliable"] == []
+    assert base["unreliable"] == [dict(run="b2", spread=pytest.approx(300 / 160))] and mix["unreliable"] == []
     assert base["timed_runs"] == 2 and mix["timed_runs"] == 3
     assert base["tokens_per_sec"] == pytest.approx((1000 + 500) / 2)
     assert base["tokens_per_sec_range"] == pytest.approx([500, 1000])
@@ -115,7 +115,7 @@ def test_throughput_is_total_tokens_over_total_step_time_and_step_time_follows_f
     runs[("base", 1)] = fake_run(tmp_path / "b1", lambda t: 3.0, loaded)
     report = compared(runs, {"base": [1, 2, 3], "mix": [1, 2, 3]})
     ratio = report["variants"]["mix"]["cost_ratio"]
-    assert "tokens_per_sec" not in ratio and "b2 (step times spread x1.88)" in ratio["tokens_per_sec_withheld"]
+    assert "tokens_per_sec" not in ratio and "b2" in [u["run"] for u in ratio["tokens_per_sec_withheld"]]
     assert report["variants"]["base"]["cost"]["tokens_per_sec"] == pytest.approx(500)  # b3 alone
     assert "| mix | 833 [667, 1,111] | 3 of 3 | not trusted (flagged) |" in "\n".join(render.cost_lines(report))
 
@@ -180,7 +180,7 @@ def test_compute_matched_view_reads_each_seed_at_the_baselines_flops(tmp_path):
         cheap[("cheap", s)] = fake_run(tmp_path / f"c{s}", base(s), [100.0] * 5, flops_per_token=800)
     m = compared(cheap, {"base": [1, 2, 3], "cheap": [1, 2, 3]})["variants"]["cheap"]["compute_matched"]
     assert m["tokens"] == pytest.approx(6250) and m["differences"] == [] and m["verdict"] == "not evaluated"
-    assert m["missing"] == [f"seed{s} (closest evaluation at 5,000 tokens)" for s in (1, 2, 3)]
+    assert m["missing"] == [dict(seed=f"seed{s}", closest=5000) for s in (1, 2, 3)]
 
 
 def test_a_pair_the_main_table_cannot_compare_gets_no_equal_flops_verdict_either(tmp_path):
@@ -194,13 +194,14 @@ def test_a_pair_the_main_table_cannot_compare_gets_no_equal_flops_verdict_either
         runs[("dear", s)] = fake_run(tmp_path / f"d{s}", dear(s), [100.0] * 5, flops_per_token=1250)
     report = dict(metric="val_loss", goal="lower", baseline="base", hellaswag_tokens=None, level=0.05, alpha=0.05,
                   min_effect=None, compared_at_tokens=5000, variants={"base": {}, "dear": dict(
-                      verdict="not comparable", why="undeclared differences: n_head = 4 vs baseline 2")})
+                      verdict="not comparable", reasons=[dict(code="confounds", confounds={"n_head": [4, 2]})])})
     for run in runs.values():
         run["status"] = "finished"
     compare.add_evidence(report, dict(variants={"base": [1, 2, 3], "dear": [1, 2, 3]}), runs)
     m = report["variants"]["dear"]["compute_matched"]
     assert len(m["differences"]) == 3 and m["verdict"] == "not comparable" and m["p_holm"] is None
-    assert "n_head" in m["why"]
+    assert m["reasons"] == [dict(code="main_table", verdict="not comparable",
+                                 reasons=[dict(code="confounds", confounds={"n_head": [4, 2]})])]
 
 
 def forked(run, at_tokens, trunk_time, keep):
@@ -236,7 +237,8 @@ def test_forked_equal_flops_counts_the_trunk_at_the_baselines_rate_and_never_int
             assert m["verdict"] in ("better", "worse") and m["evaluated_at"] == {f"seed{s}": 4500 for s in (1, 2, 3)}
         else:  # the nearest evaluation (the end, 5000 tokens) spent 2.5% more than the budget
             assert m["differences"] == [] and m["verdict"] == "not evaluated" and m["interval"] is None
-            assert "closest evaluation at 5,000 tokens" in m["why"] and "interpolated" in m["why"]
+            assert m["reasons"] == [dict(code="not_evaluated", tolerance=compare.MATCHED_TOLERANCE,
+                                         missing=[dict(seed=f"seed{s}", closest=5000) for s in (1, 2, 3)])]
 
 
 def test_a_branchs_cost_is_its_own_steps_and_time_beside_its_trunks(tmp_path):
@@ -379,9 +381,10 @@ def test_a_nan_metric_names_the_run_and_file_and_the_rest_of_the_report_is_built
         runs[("bad", s)] = fake_run(tmp_path / f"x{s}", lambda t, s=s: (float("nan") if s == 2 and t > 3000 else
                                                                        2.9 - t / 10000 + 0.01 * s), [100.0] * 5)
     result = compare.compare(suite_of(runs), runs)
-    assert result["non_finite"] == [f"{tmp_path}/x2/log.jsonl: val_loss is nan at 5000 tokens"]
+    assert result["non_finite"] == [dict(file=f"{tmp_path}/x2/log.jsonl", metric="val_loss", value="nan", tokens=5000)]
     bad, good = result["variants"]["bad"], result["variants"]["good"]
-    assert bad["verdict"] == "incomplete" and "seed 2 has a val_loss that is not finite" in bad["why"]
+    assert bad["verdict"] == "incomplete" and bad["reasons"] == [dict(
+        code="unfinished", unfinished=[], non_finite=[dict(variant=True, seed=2)], metric="val_loss")]
     assert bad["runs"]["seed2"]["value"] is None and bad["n"] == 2
     assert good["verdict"] == "worse" and good["p_holm"] is not None  # the rest is still judged
     path = render.write_report(result, runs, str(tmp_path / "report"))
@@ -401,7 +404,8 @@ def test_a_negligible_difference_is_worded_as_such_in_the_table_and_the_plot(tmp
     assert tiny["verdict"] == "worse, but negligible" and tiny["interval"][0] > 0
     assert -0.01 < tiny["equivalence_interval"][0] and tiny["equivalence_interval"][1] < 0.01
     text = open(render.write_report(result, runs, str(tmp_path / "report"))).read()
-    assert "| tiny | **worse, but negligible** |" in text and "a real difference smaller than min_effect" in text
+    assert [r["code"] for r in tiny["reasons"]][:2] == ["holm_rejects", "negligible"]
+    assert "| tiny | **worse, but negligible** |" in text and render.why(tiny) in text
     assert "**worse** |" not in text
 
 

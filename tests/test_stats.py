@@ -93,9 +93,9 @@ def test_a_power_the_library_cannot_compute_raises_instead_of_answering(monkeypa
 def test_a_plan_beyond_the_search_or_without_variance_says_so():
     assert stats.seeds_needed(1.0, 1e-4, ALPHA) is None  # ~8e8 seeds: beyond MOST_SEEDS
     plan = stats.plan_seeds(1.0, 4, 3, 1, ALPHA, 1e-4)
-    assert plan["underpowered"] and "needs more than 100,000 seeds" in stats.describe_plan(plan)
-    zero = stats.describe_plan(stats.plan_seeds(0.0, 4, 3, 1, ALPHA, 0.01))
-    assert "do not vary" in zero and "None" not in zero
+    assert plan["underpowered"] and plan["seeds_needed"] is None  # render says "more than MOST_SEEDS"
+    zero = stats.plan_seeds(0.0, 4, 3, 1, ALPHA, 0.01)
+    assert zero["sd"] == 0 and zero["sd_upper"] is None and zero["seeds_needed"] is None and not zero["underpowered"]
 
 
 def test_the_plan_uses_an_upper_bound_of_the_pilot_sd_and_mostly_reaches_its_power():
@@ -111,8 +111,9 @@ def test_the_plan_uses_an_upper_bound_of_the_pilot_sd_and_mostly_reaches_its_pow
     at_bound = np.mean([short(stats.plan_seeds(sd, df, 3, k, ALPHA, min_effect)["seeds_needed"]) for sd in pilots])
     assert at_estimate > 0.35
     assert at_bound <= 0.2 + 3 * math.sqrt(0.16 / len(pilots)), at_bound
-    text = stats.describe_plan(stats.plan_seeds(0.01206, 8, 3, 4, ALPHA, 0.01))
-    assert "80% upper confidence bound 0.01592" in text and "needs 32 seeds" in text and "(0.0789 if" in text
+    plan = stats.plan_seeds(0.01206, 8, 3, 4, ALPHA, 0.01)
+    assert plan["sd_confidence"] == 0.8 and plan["sd_upper"] == pytest.approx(0.01592, abs=5e-6)
+    assert plan["seeds_needed"] == 32 and plan["detectable_at_sd"] == pytest.approx(0.0789, abs=5e-5)
 
 
 def simulate(k, n, effects, sd_diff, min_effect, suites, rng):
@@ -203,7 +204,8 @@ def test_the_issue_example_is_decided_with_an_interval_that_excludes_zero():
     tests = [stats.paired_test(d) for d in diffs]
     third = stats.judge(tests, ALPHA, "lower")[0]
     assert third["verdict"] == "worse" and third["interval_confidence"] == pytest.approx(0.975)
-    assert third["interval"][0] > 0 and "97.5% interval" in third["why"]
+    assert third["interval"][0] > 0 and third["reasons"][0]["code"] == "holm_rejects"
+    assert third["reasons"][0]["confidence"] == pytest.approx(0.975) and third["reasons"][0]["interval"] == third["interval"]
     assert stats.holm_levels([0.001, 0.04, 0.0001, 0.3], ALPHA) == pytest.approx([0.05 / 3, 0.025, 0.0125, 0.025])
 
 
@@ -212,15 +214,18 @@ def test_a_significant_but_negligible_difference_is_not_a_bare_win_or_loss():
     diffs = 1e-4 + rng.normal(0, 2e-5, size=5)  # consistent, tiny: t-test significant, TOST within ±0.01
     decision = stats.judge([stats.paired_test(diffs)], ALPHA, "lower", 0.01)[0]
     assert decision["verdict"] == "worse, but negligible"
-    assert "lies within ±0.01" in decision["why"] and "smaller than min_effect" in decision["why"]
+    negligible = next(r for r in decision["reasons"] if r["code"] == "negligible")
+    assert negligible["min_effect"] == 0.01 and -0.01 < negligible["interval"][0] < negligible["interval"][1] < 0.01
+    assert negligible["tost_p"] < negligible["tost_level"] == ALPHA / 2
     assert stats.judge([stats.paired_test(diffs)], ALPHA, "lower")[0]["verdict"] == "worse"  # no margin declared
 
 
 def test_at_three_seeds_a_verdict_says_it_rests_on_normality():
     decision = stats.judge([stats.paired_test([0.087, 0.091, 0.065])], ALPHA, "lower", 0.01)[0]
-    assert decision["verdict"] == "worse" and "sign-flip test cannot go below 0.25" in decision["why"]
+    floor = [r for r in decision["reasons"] if r["code"] == "sign_flip_floor"]
+    assert decision["verdict"] == "worse" and floor == [dict(code="sign_flip_floor", n=3, smallest_p=0.25, level=ALPHA)]
     eight = stats.judge([stats.paired_test(0.08 + np.arange(8) * 0.003)], ALPHA, "lower", 0.01)[0]
-    assert eight["verdict"] == "worse" and "sign-flip" not in eight["why"]
+    assert eight["verdict"] == "worse" and "sign_flip_floor" not in [r["code"] for r in eight["reasons"]]
 
 
 def test_deterministic_within_a_float32_rounding_of_the_metric():
@@ -228,7 +233,9 @@ def test_deterministic_within_a_float32_rounding_of_the_metric():
     ulp = float(np.spacing(np.float32(2.18)))
     test = stats.paired_test([1e-4, 1e-4 + ulp, 1e-4 - ulp, 1e-4], scale=2.18)
     decision = stats.judge([test], ALPHA, "lower", 0.01)[0]
-    assert test["deterministic"] and decision["verdict"] == "deterministic" and "constant offset of +0.0001" in decision["why"]
+    assert test["deterministic"] and decision["verdict"] == "deterministic"
+    assert decision["reasons"] == [dict(code="deterministic", exact=False, offset=pytest.approx(1e-4),
+                                        rtol=stats.DETERMINISTIC_RTOL)]
     assert not stats.paired_test([1e-4, 1e-4 + 1e-5, 1e-4 - 1e-5], scale=2.18)["deterministic"]
     with pytest.raises(ValueError, match="finite"):
         stats.paired_test([0.01, float("nan"), 0.02])
@@ -296,8 +303,8 @@ def test_a_plan_names_each_variant_and_the_ones_the_pilot_did_not_have():
     assert plan["noisiest"] == "learn" and plan["unplanned"] == ["all"]
     assert plan["sd_upper"] == pytest.approx(stats.sd_upper_bound(0.0032, 7))
     assert plan["seeds_needed"] == stats.seeds_needed(stats.sd_upper_bound(0.0032, 7), 0.01, ALPHA / 4)
-    text = stats.describe_plan(plan)
-    assert "learn: sd 0.0032 (7 df)" in text and "unplanned: all" in text and "noisiest, learn" in text
+    assert plan["per_variant"]["learn"]["sd"] == 0.0032 and plan["per_variant"]["learn"]["df"] == 7
+    assert set(plan["per_variant"]) == {"early", "late", "learn"}
 
 
 @pytest.mark.parametrize("n", [3, 4, 5, 8, 12, 20])

@@ -42,7 +42,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # a tool imports the workbench's modules from the repository root
 
 import configurator  # noqa: E402
-from ablation import compare, stats, suites  # noqa: E402
+from ablation import compare, render, stats, suites  # noqa: E402
 
 OPTIONS = dict(
     pilot_seeds=3,  # the seeds of each sub-suite (a pilot; for a family, the suite size whose rate is asked)
@@ -219,7 +219,7 @@ def markdown(c, name, variant, plot):
         + f"; QQ plot: `{plot}`.",
         f"- A {c['pilot_seeds']}-seed pilot's sd against the {c['n']}-seed sd, over {c['subsets']} pilots: ratio "
         f"{c['pilot_sd_ratio'][1]:.2f} at the median (10th-90th percentile {c['pilot_sd_ratio'][0]:.2f}-"
-        f"{c['pilot_sd_ratio'][2]:.2f}); the planner's {stats.pct(c['sd_confidence'])} upper bound covers the "
+        f"{c['pilot_sd_ratio'][2]:.2f}); the planner's {render.pct(c['sd_confidence'])} upper bound covers the "
         f"observed sd in {pct(c['upper_covers'])} of them (nominal {100 * c['sd_confidence']:.0f}%; the pilots "
         f"overlap, so on an exactly normal null this share ranges {pct(c['cover_range'][0])}-"
         f"{pct(c['cover_range'][1])}, sd {100 * c['cover_sd']:.1f} points).",

@@ -36,7 +36,7 @@ import parallel  # noqa: E402
 import rundir  # noqa: E402
 import runtime  # noqa: E402
 import tokendata  # noqa: E402
-from ablation import compare, plan, stats, suites  # noqa: E402
+from ablation import compare, plan, render, stats, suites  # noqa: E402
 
 OPTIONS = dict(
     slots=2,  # runs at a time the seed-hour assumes (the cores of the machine that ran the suites)
@@ -87,7 +87,7 @@ def rows(suite_dir, options):
     suite, runs = suites.load_suite_dir(suite_dir)
     report = compare.compare(dict(suite, looks=None), runs)
     k, level = report["comparisons"], report["level"]
-    design = report["design"].split(":")[0]
+    design = render.design_text(report).split(":")[0]
     cost = plan.seed_cost(suite_dir, runs, len(report["variants"]))
     per_hour = int(options["hour_s"] * options["slots"] // cost[0]) if cost else 0
     out, meta = [], []
