@@ -3,6 +3,7 @@
     python gpu_check.py                        # prints one table, writes gpu_check.json
     python gpu_check.py --json=out.json
     python gpu_check.py --only=kernels,memory  # some sections (a rerun after a fix)
+    python gpu_check.py --dry_run=True         # no GPU: the CPU-safe rows at tiny shapes, the JSON, the table
     python gpu_check.py --help                 # this text and the keys
 
 Two kinds of rows. A correctness row says pass or FAIL, and the exit status is 1 when one failed.
@@ -12,11 +13,14 @@ where it needs two), 'info' a measurement with no verdict. Sections (docs/speed-
 - kernels: the fused RA kernels (kernels/ra_attention.py) against the float64 reference
   (ra_model.reciprocal_manual): every mode, windowed or not, the input gradients and those of alpha
   and the gate, q/k/v as the model passes them (strided views of one projection), the autotuner's
-  winner at every T bucket; the SDPA kernel of each call RA makes (devices.sdpa_probe); speed of
-  fused and SDPA-routed RA against SDPA on device time (bf16, D=64, causal, fwd+bwd, 8 x 12 heads);
-- training: GPT-2 124M bf16 at 16 x 1024 compiled (train.py): tokens/s and MFU against the data
-  sheet's dense bf16 peak; DeviceTimer against CUDA events; float32 (TF32) against bfloat16 loss
-  over 300 steps of a small model; the chunked, Liger and CCE heads against the float64 full head;
+  winner at every T bucket; GPT-2's EVEN + TMA path (T = 1024, 2048 at D=64) with TMA on and off
+  (RA_TMA), naming what every launch took; the SDPA kernel of each call RA makes (devices.sdpa_probe,
+  mix at the shape it passes); speed of fused and SDPA-routed RA against SDPA on device time (bf16,
+  D=64, causal, fwd+bwd, 8 x 12 heads) at T = 1024, 2048, 4096, and fused with TMA off / on;
+- training: one compiled block per attention path, 1 graph and 0 breaks (torch._dynamo.explain);
+  GPT-2 124M bf16 at 16 x 1024 compiled (train.py): tokens/s and MFU against the data sheet's dense
+  bf16 peak; its eager step by DeviceTimer against CUDA events (and the wall clock); float32 (TF32)
+  against bfloat16 loss over 300 steps of a small model; the chunked, Liger and CCE heads against the float64 full head;
   RA's attn_impl='auto' times both paths of every call and keeps the faster;
 - memory: sharding.memory_estimate against the allocator's peaks, step and evaluation, for the
   baseline, RA (fused and SDPA), MLA, gated attention and activation checkpointing;
@@ -25,7 +29,10 @@ where it needs two), 'info' a measurement with no verdict. Sections (docs/speed-
 - determinism: two identical runs (bitwise equal or not: reported), two with deterministic=True
   (bitwise equal, or FAIL) and that option's cost in step time.
 Without a GPU it says so in one line and exits 1. Not part of the test suite: commit its JSON to
-docs/ with the card's name.
+docs/ with the card's name. --dry_run=True needs no GPU: in a fresh process, the kernel rows at tiny shapes
+under the Triton interpreter (TMA forced), the compile rows, the step timer on a tiny model with CUDA events
+on the host clock, a skip row for each GPU-only part, the JSON ("dry_run": true) and the table (about 20 s
+on 2 CPU cores; tests/test_gpu_check.py runs it).
 """
 import functools
 import importlib.util
