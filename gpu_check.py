@@ -56,7 +56,7 @@ SECTIONS = ("kernels", "training", "memory", "distributed", "determinism")
 OPTIONS = dict(
     json="gpu_check.json",  # where the rows are written
     only="",  # sections to run, comma-separated (kernels,training,memory,distributed,determinism); '' runs all
-    dry_run=False,  # no GPU needed: the CPU-safe rows at tiny shapes (kernels under the Triton interpreter), JSON, table
+    dry_run=False,  # no GPU: the CPU-safe rows at tiny shapes (kernels under the Triton interpreter), JSON, table
 )
 STATUSES = ("pass", "FAIL", "WARN", "skip", "info")
 
@@ -76,8 +76,8 @@ COMPILE_PATHS = {
     "GPT block": dict(ra_pattern="none"),
     "RA swap, sdpa": dict(ra_mode="swap"), "RA mix, sdpa": dict(ra_mode="mix"), "RA gate, sdpa": dict(ra_mode="gate"),
     "RA mix windowed, sdpa": dict(ra_mode="mix", ra_window=48),
-    "RA swap, triton": dict(ra_mode="swap", attn_impl="triton"), "RA mix, triton": dict(ra_mode="mix", attn_impl="triton"),
-    "RA gate, triton": dict(ra_mode="gate", attn_impl="triton"),
+    "RA swap, triton": dict(ra_mode="swap", attn_impl="triton"),
+    "RA mix, triton": dict(ra_mode="mix", attn_impl="triton"), "RA gate, triton": dict(ra_mode="gate", attn_impl="triton"),
     "RA mix, auto (what it measured)": dict(ra_mode="mix", attn_impl="auto"),
 }
 MFU_TARGET = 0.45
@@ -341,7 +341,7 @@ class tma_switched:
 def even_tma_rows(attention, device, lengths=EVEN_T, D=64, H=4, dtype="bfloat16", windows=(0, 256)):
     """The path GPT-2 takes on an H100/H200 (T a multiple of every tile at D=64: EVEN, mask-free loads; on
     sm90 the streamed tiles by TMA) against the float64 reference: output, dx (dq, dk, dv through the model's
-    strided views) and dalpha/dgate, swap/mix/gate x window (0, 256), bf16. With TMA as the GPU takes it and
+    strided views) and dalpha/dgate, swap/mix/gate x windows, bf16. With TMA as the GPU takes it and
     with RA_TMA's switch off (the pointer loads), each row naming what its launches took: a row whose
     launches did not take the path it names FAILs."""
     from kernels import ra_attention as ra
@@ -352,7 +352,8 @@ def even_tma_rows(attention, device, lengths=EVEN_T, D=64, H=4, dtype="bfloat16"
             graded = [(f"{mode}, window {w}, T={T}", graded_errors(attention, mode, dtype, 1, H, T, D, w, device,
                                                                      seed=T))
                       for T in lengths for mode in ("swap", "mix", "gate") for w in windows]
-        name = f"RA kernel EVEN{' + TMA' if tma else ', TMA off (RA_TMA=0)'}, {dtype} D={D} T={','.join(map(str, lengths))}"
+        path = " + TMA" if tma else ", TMA off (RA_TMA=0)"
+        name = f"RA kernel EVEN{path}, {dtype} D={D} T={','.join(map(str, lengths))}"
         expected, taken = {("EVEN", True), ("TMA", tma)}, paths.taken
         what = lambda pairs: ", ".join(f"{k}={v}" for k, v in sorted(pairs))
         if taken != expected:  # every launch at these shapes should take the path the row names
@@ -457,11 +458,13 @@ def kernel_speed_rows(device, lengths=SPEED_T, B=8, H=12, D=64):
 # The kernel section's shapes on a GPU, and in a dry run (CPU, the kernels under the Triton interpreter: float32,
 # since it computes bf16 dots in float32 anyway, and a few terms of dalpha in bf16 are noise, not a check)
 GPU_SHAPES = dict(cases=[("bfloat16", 64, (0, 37)), ("bfloat16", 128, (0, 37)), ("float16", 64, (0, 37)),
-                            ("float32", 64, (0, 37))], accuracy=dict(T=300, B=2, H=4), buckets=dict(lengths=T_BUCKETS, H=4),
+                         ("float32", 64, (0, 37))],
+                  accuracy=dict(T=300, B=2, H=4), buckets=dict(lengths=T_BUCKETS, H=4),
                   deterministic=dict(T=300, B=2, H=4, D=64), even=dict(lengths=EVEN_T, D=64, H=4),
                   speed=dict(lengths=SPEED_T, B=8, H=12, D=64))
 DRY_SHAPES = dict(cases=[("float32", 16, (0, 5))], accuracy=dict(T=20, B=1, H=2),
-                  buckets=dict(lengths=(20, 40), H=2, dtype="float32"), deterministic=dict(T=20, B=1, H=2, D=16, dtype="float32"),
+                  buckets=dict(lengths=(20, 40), H=2, dtype="float32"),
+                  deterministic=dict(T=20, B=1, H=2, D=16, dtype="float32"),
                   even=dict(lengths=(32,), D=16, H=2, dtype="float32", windows=(0, 12)),
                   speed=dict(lengths=(32,), B=1, H=1, D=16))
 
@@ -657,8 +660,8 @@ def step_timer_row(device, peak=True):
     ratio = float(np.median(timed[3:])) / events
     shape = f"{GPT2['n_layer']} layers, {cfg['batch_size']} x {cfg['block_size']}"
     rows = [correctness("training", "step time: DeviceTimer / CUDA events", 0.95 <= ratio <= 1.10, f"{ratio:.3f}",
-                        f"median {np.median(timed[3:]):.1f} ms vs {events:.1f} ms; wall clock {np.median(wall[3:]):.1f} "
-                        f"ms (launches included); GPT-2 eager, {shape}, bf16")]
+                        f"median {np.median(timed[3:]):.1f} ms vs {events:.1f} ms; wall clock "
+                        f"{np.median(wall[3:]):.1f} ms (launches included); GPT-2 eager, {shape}, bf16")]
     if not peak:
         return rows
     from model import peak_flops
