@@ -712,6 +712,225 @@ def compile_rows(device, dtype="bfloat16", model=None):
     return rows
 
 
+def ra_training_rows(directory):
+    """The fused kernel inside the model, eager and compiled (no graph break: compile_rows): the loss falls."""
+    rows = []
+    for compiled in (False, True):
+        name = f"train RA mix attn_impl=triton{', compiled' if compiled else ''}"
+        out, failed = run_train(directory, f"ra_triton_{compiled}", dict(model_type="ra", ra_pattern="all",
+                                                                          attn_impl="triton", compile=compiled))
+        if failed:
+            rows.append(row("training", name, "FAIL", "train.py failed", failed))
+            continue
+        run = losses(out)
+        first, last = run[min(run)], run[max(run)]
+        rows.append(correctness("training", name, math.isfinite(last) and last < first - 0.5,
+                                f"loss {first:.2f} -> {last:.2f}", f"{len(run)} steps of the small model"))
+    return rows
+
+
+def auto_choice_row(records):
+    """attn_impl='auto' (the checklist's attn_auto records): on a GPU every reciprocal call is timed both
+    ways and runs the faster, never the slower one."""
+    timed = [r for r in records if r["sdpa_ms"] is not None and r["fused_ms"] is not None]
+    faster = lambda r: "triton" if r["fused_ms"] < r["sdpa_ms"] else "sdpa"
+    ok = bool(records) and len(timed) == len(records) and all(r["impl"] == faster(r) for r in timed)
+    measured = "; ".join(f"{r['mode']} T={r['q_shape'][2]}{' dropout' if r['dropout'] else ''}: {r['impl']}"
+                         for r in records) or "no choice recorded"
+    return correctness("training", "train RA mix attn_impl=auto: the faster path", ok, measured,
+                       "; ".join(r["reason"] for r in records))
+
+
+def ra_auto_rows(directory):
+    out, failed = run_train(directory, "ra_auto", dict(model_type="ra", ra_pattern="all", attn_impl="auto"))
+    if failed:
+        return [row("training", "train RA mix attn_impl=auto", "FAIL", "train.py failed", failed)]
+    return [auto_choice_row(train_events(out, "checklist")[0]["attn_auto"])]
+
+
+def training_rows(directory, device):
+    return (compile_rows(device) + gpt2_speed_rows(directory, device) + step_timer_row(device) + parity_rows(directory)
+            + head_rows(device) + ra_training_rows(directory) + ra_auto_rows(directory))
+
+
+# ----------------------------------------------------------------------------- memory
+
+MEMORY_CASES = {
+    "baseline": {},
+    "RA mix, fused (triton)": dict(model_type="ra", ra_pattern="all", attn_impl="triton"),
+    "RA mix, through SDPA": dict(model_type="ra", ra_pattern="all", attn_impl="sdpa"),
+    "MLA": dict(model_type="ra", mla=True),
+    "gated attention": dict(model_type="ra", attn_gate=True),
+    "activation checkpointing": dict(activation_checkpointing=True),
+}
+
+
+def memory_row(name, estimate, step_peak, eval_peak, reserved_peak, reserve, margin=MEMORY_MARGIN):
+    """The estimate (bytes, sharding.memory_estimate's dict) against what the allocator measured.
+    FAIL when it is under the allocated peak (step, or step and evaluation) by more than `margin`: the
+    pre-flight check would let through a run that does not fit; or over what the allocator reserved
+    from the card by more than `margin`: the pre-flight refusal would refuse a run that fits. The
+    estimate's GPU reserve is for workspaces outside the allocator's counts: compared without it."""
+    step, total = estimate["step"] - reserve, estimate["total"] - reserve
+    under = min(step / step_peak, total / max(step_peak, eval_peak))
+    over = total / reserved_peak
+    ok = under >= 1 - margin and over <= 1 + margin
+    gib = lambda b: f"{b / 2**30:.2f}"
+    return correctness("memory", f"memory estimate: {name}", ok, f"{under:.2f} / {over:.2f}",
+                       f"estimate step {gib(step)} total {gib(total)} GiB (+{gib(reserve)} reserve) vs allocated "
+                       f"step {gib(step_peak)} eval {gib(eval_peak)}, reserved {gib(reserved_peak)}; "
+                       f"estimate/allocated >= {1 - margin:.2f}, estimate/reserved <= {1 + margin:.2f}")
+
+
+def measure_memory(cfg, device, steps=2):
+    """(step peak, evaluation peak, reserved peak) in bytes above what was allocated before: a few
+    training steps as train.py takes them, then an evaluation forward (all logits of a batch)."""
+    import devices
+    import optim
+    import runtime
+    before = torch.cuda.memory_allocated(device)
+    torch.manual_seed(0)
+    model = runtime.build_model(cfg).to(device)
+    optimizer = optim.build_optimizer(model, cfg)
+    _, autocast = devices.precision(cfg["dtype"], device)
+    x = torch.randint(0, cfg["vocab_size"], (cfg["batch_size"], cfg["block_size"]), device=device)
+    torch.cuda.reset_peak_memory_stats(device)
+    for _ in range(steps):
+        with autocast:
+            _, loss = model(x, x)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    step_peak, reserved = torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    model.eval()
+    with torch.no_grad(), autocast:
+        model(x, x)
+    eval_peak = torch.cuda.max_memory_allocated(device)
+    reserved = max(reserved, torch.cuda.max_memory_reserved(device))
+    del model, optimizer, loss
+    torch.cuda.empty_cache()
+    return step_peak - before, eval_peak - before, reserved - before
+
+
+def memory_rows(device):
+    import runtime
+    import sharding
+    rows = []
+    for name, options in MEMORY_CASES.items():
+        cfg = runtime.resolve(dict(runtime.DEFAULTS, **GPT2, batch_size=8, gradient_accumulation_steps=1,
+                                   dtype="bfloat16", device=device.split(":")[0], **options), 1)
+        estimate = sharding.memory_estimate(cfg, runtime.count_params(cfg), 1, "bfloat16", "cuda")
+        rows.append(memory_row(name, estimate, *measure_memory(cfg, device), sharding.RESERVE_BYTES))
+    return rows
+
+
+# ----------------------------------------------------------------------------- distributed
+
+def resume_row(straight, resumed, name):
+    """A run stopped, saved and resumed against the same run straight through: every logged loss
+    equal, bit for bit."""
+    differ = [i for i in straight if resumed.get(i) != straight[i]]
+    ok = bool(straight) and set(resumed) == set(straight) and not differ
+    return correctness("distributed", name, ok, "bitwise equal" if ok else f"{len(differ)} steps differ",
+                       f"iterations {min(straight, default=0)}-{max(straight, default=0)}"
+                       + (f"; first difference at {differ[0]}" if differ else ""))
+
+
+def match_row(one, two, name, tolerance=DDP_TOLERANCE):
+    """Two GPUs against one at the same global batch: every loss within `tolerance`."""
+    common = sorted(set(one) & set(two))
+    gap = max((abs(one[i] - two[i]) for i in common), default=float("inf"))
+    return correctness("distributed", name, bool(common) and len(common) == len(one) and gap <= tolerance,
+                       f"max |diff| {gap:.1e}", f"{len(common)} steps; tolerance {tolerance:.0e}")
+
+
+def distributed_rows(directory, device_count, device="cuda"):
+    """torchrun on one process (NCCL on a GPU): DDP and FSDP2 steps, DCP save and resume; DDP on 2
+    GPUs against one where there are two."""
+    one = TORCHRUN + ("--nproc_per_node=1",)
+    rows = []
+    for data_parallel in ("ddp", "fsdp"):
+        out, failed = run_train(directory, f"torchrun_{data_parallel}", dict(data_parallel=data_parallel,
+                                                                              max_iters=10, device=device), one)
+        run = {} if failed else losses(out)
+        ok = not failed and len(run) == 10 and all(math.isfinite(v) for v in run.values())
+        rows.append(correctness("distributed", f"torchrun 1 process, data_parallel={data_parallel}", ok,
+                                f"loss {run[1]:.2f} -> {run[10]:.2f}" if ok else "failed",
+                                failed or "10 steps, finite losses"))
+    # DCP: deterministic=True, so that any difference is the checkpoint's, not the GPU's noise
+    common = dict(data_parallel="fsdp", deterministic=True, save_checkpoint=True, max_iters=20, lr_decay_iters=20,
+                  eval_interval=10, device=device)
+    straight, failed = run_train(directory, "dcp_straight", common, one)
+    split, failed_split = run_train(directory, "dcp_split", dict(common, max_iters=10), one)
+    if not (failed or failed_split):
+        split, failed_split = run_train(directory, "dcp_split", dict(common, init_from="resume"), one)
+    if failed or failed_split:
+        rows.append(row("distributed", "FSDP2 DCP save and resume", "FAIL", "train.py failed", failed or failed_split))
+    else:
+        rows.append(resume_row(losses(straight), losses(split), "FSDP2 DCP save and resume, bit for bit"))
+    name = "DDP on 2 GPUs vs 1, same global batch"
+    if device_count < 2:
+        return rows + [row("distributed", name, "skip", f"{device_count} GPU", "needs 2 GPUs")]
+    batch = dict(dtype="float32", batch_size=4, gradient_accumulation_steps=2, max_iters=10, device=device)
+    alone, failed = run_train(directory, "ddp_one", batch, one)
+    pair, failed_pair = run_train(directory, "ddp_two", batch, TORCHRUN + ("--nproc_per_node=2",))
+    if failed or failed_pair:
+        return rows + [row("distributed", name, "FAIL", "train.py failed", failed or failed_pair)]
+    return rows + [match_row(losses(alone), losses(pair), name)]
+
+
+# ----------------------------------------------------------------------------- determinism
+
+def bitwise_row(a, b, name, required):
+    """Two identical runs' losses: equal bit for bit or not; a FAIL only where `required`."""
+    differ = [i for i in a if b.get(i) != a[i]]
+    equal = bool(a) and set(a) == set(b) and not differ
+    gap = max((abs(a[i] - b[i]) for i in differ if i in b), default=0.0)
+    measured = "bitwise equal" if equal else f"differ from iter {differ[0] if differ else '?'}"
+    detail = f"{len(a)} steps" + ("" if equal else f", largest |diff| {gap:.1e}")
+    if required:
+        return correctness("determinism", name, equal, measured, detail)
+    return row("determinism", name, "info", measured, detail + " (GPU kernels may sum in any order)")
+
+
+def cost_row(plain_ms, deterministic_ms):
+    ratio = deterministic_ms / plain_ms
+    return row("determinism", "deterministic=True: step time cost", "info", f"{ratio:.2f}x",
+               f"median {deterministic_ms:.1f} ms vs {plain_ms:.1f} ms per step")
+
+
+def step_ms(out_dir, skip_first=5):
+    """Median logged step time after the first steps (at most half of them: warm-up)."""
+    times = [e["step_time_ms"] for e in train_events(out_dir)]
+    return float(np.median(times[min(skip_first, len(times) // 2):]))
+
+
+def determinism_rows(directory, device="cuda"):
+    rows, runs = [], {}
+    for deterministic in (False, True):
+        for copy in (0, 1):
+            out, failed = run_train(directory, f"repeat_{deterministic}_{copy}", dict(deterministic=deterministic,
+                                                                                     device=device))
+            if failed:
+                return rows + [row("determinism", f"deterministic={deterministic} run", "FAIL", "train.py failed",
+                                   failed)]
+            runs[deterministic, copy] = out
+    import rundir
+    checklist = train_events(runs[True, 0], "checklist")
+    recorded = (bool(checklist) and checklist[0].get("deterministic_algorithms") is True
+                and rundir.read_run_info(runs[True, 0]).get("start", {}).get("deterministic_algorithms") is True)
+    rows.append(bitwise_row(losses(runs[False, 0]), losses(runs[False, 1]), "two identical runs", required=False))
+    rows.append(bitwise_row(losses(runs[True, 0]), losses(runs[True, 1]), "two runs with deterministic=True",
+                            required=True))
+    rows.append(correctness("determinism", "deterministic=True recorded", recorded, "recorded" if recorded else "missing",
+                            "deterministic_algorithms in the checklist and run_info.json's start"))
+    rows.append(cost_row(step_ms(runs[False, 0]), step_ms(runs[True, 0])))
+    return rows
+
+
+# ----------------------------------------------------------------------------- the command
+
 # ----------------------------------------------------------------------------- the dry run
 
 DRY_GPT2 = dict(n_layer=2, n_head=2, n_embd=32, block_size=64, vocab_size=256)  # the step timer's model

@@ -56,3 +56,12 @@ def test_a_row_whose_launches_did_not_take_its_path_fails():
     rows = gpu_check.even_tma_rows(through_sdpa, "cpu", lengths=(16,), D=8, H=2, dtype="float32", windows=(0,))
     assert [(r["status"], r["measured"]) for r in rows] == [("FAIL", "path not taken"), ("skip", "no TMA here")]
     assert "expected every launch EVEN=True, TMA=False" in rows[0]["detail"]
+
+
+def test_the_gpu_run_has_a_check_for_every_section(tmp_path):
+    """The GPU's sections are the dry run's, each a function of this module (the dry run skips memory,
+    distributed and determinism: a lost function would show only on a GPU)."""
+    for dry_run in (False, True):
+        checks = gpu_check.section_checks(str(tmp_path), "cuda:0", dry_run)
+        assert list(checks) == list(gpu_check.SECTIONS) and all(callable(fn) for fn, *_ in checks.values())
+    assert callable(gpu_check.ra_training_rows) and callable(gpu_check.auto_choice_row)
