@@ -77,7 +77,8 @@ COMPILE_PATHS = {
     "RA swap, sdpa": dict(ra_mode="swap"), "RA mix, sdpa": dict(ra_mode="mix"), "RA gate, sdpa": dict(ra_mode="gate"),
     "RA mix windowed, sdpa": dict(ra_mode="mix", ra_window=48),
     "RA swap, triton": dict(ra_mode="swap", attn_impl="triton"),
-    "RA mix, triton": dict(ra_mode="mix", attn_impl="triton"), "RA gate, triton": dict(ra_mode="gate", attn_impl="triton"),
+    "RA mix, triton": dict(ra_mode="mix", attn_impl="triton"),
+    "RA gate, triton": dict(ra_mode="gate", attn_impl="triton"),
     "RA mix, auto (what it measured)": dict(ra_mode="mix", attn_impl="auto"),
 }
 MFU_TARGET = 0.45
@@ -363,9 +364,35 @@ def even_tma_rows(attention, device, lengths=EVEN_T, D=64, H=4, dtype="bfloat16"
         rows.append(accuracy_row(name, graded, f"every launch {what(taken)}; out, dx, dalpha, dgate over "
                                                f"swap/mix/gate x window {windows}"))
     if len(states) == 1:
-        rows.append(row("kernels", "RA kernel EVEN + TMA", "skip", "no TMA here",
-                        "TMA loads run on sm90 only (ra_attention.tma_loads)"))
-    return rows
+        return rows + [row("kernels", "RA kernel EVEN + TMA", "skip", "no TMA here",
+                           "TMA loads run on sm90 only (ra_attention.tma_loads)")]
+    return rows + [tma_bitwise_row(attention, ra, device, lengths[0], D, H)]
+
+
+def tma_bitwise_row(attention, ra, device, T, D, H):
+    """TMA against the pointer loads on the same inputs, deterministic=True (no atomics): the same tiles summed
+    in the same order, bit for bit under the interpreter (tests/test_kernels.py). On a GPU the compiler may
+    pick other matrix instructions for descriptor-loaded tiles: reported (info), the accuracy rows judge."""
+    differ = []
+    for mode in ("swap", "mix", "gate"):
+        results = []
+        for tma in (True, False):
+            g = torch.Generator(device).manual_seed(0)
+            x = torch.randn(1, T, 3 * H * D, device=device, generator=g).to(torch.bfloat16).requires_grad_()
+            param = torch.full((H,) if mode == "mix" else (), 0.3, device=device, requires_grad=True)
+            extra = dict(alpha=param.view(1, H, 1, 1)) if mode == "mix" else {}
+            extra = dict(gate_logit=param) if mode == "gate" else extra
+            with tma_switched(ra, tma):
+                out = attention(*views(x, H), mode, deterministic=True, **extra)
+                out.backward(torch.ones_like(out))
+            results.append((out, x.grad, param.grad))
+        pairs = [(a, b) for a, b in zip(*results) if a is not None]
+        if not all(torch.equal(a, b) for a, b in pairs):
+            gap = max((a.double() - b.double()).abs().max().item() for a, b in pairs)
+            differ.append(f"{mode} (max |diff| {gap:.1e})")
+    return row("kernels", f"RA kernel TMA vs pointer loads, T={T}", "info",
+               "bitwise equal" if not differ else "differ", "deterministic=True, bf16, output, dx, dalpha/dgate: "
+               + ("swap, mix, gate equal bit for bit" if not differ else "; ".join(differ)))
 
 
 def mix_call_backend(device, dtype, n_head, head_dim, block_size, window=0):

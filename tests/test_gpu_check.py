@@ -36,6 +36,7 @@ def test_the_dry_run_runs_every_section_and_writes_the_json_and_the_table(tmp_pa
     even = [r for name, r in rows.items() if name.startswith("RA kernel EVEN")]
     assert [r["status"] for r in even] == ["pass", "pass"], even
     assert "every launch EVEN=True, TMA=True" in even[0]["detail"] and "TMA=False" in even[1]["detail"]
+    assert rows["RA kernel TMA vs pointer loads, T=32"]["measured"] == "bitwise equal"  # the interpreter's contract
     assert rows["fused mix TMA off / on, T=32"]["status"] == "info"
     assert rows["fused mix / RA through SDPA, T=32"]["status"] in ("pass", "WARN")
     assert "wall clock" in rows["step time: DeviceTimer / CUDA events"]["detail"]
