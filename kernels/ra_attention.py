@@ -27,7 +27,8 @@ alpha once per program); only the tiles cut by the band's edge keep the alpha te
 inside the causal set (and inside or outside the band) build no mask: each loop runs in masked and
 unmasked runs; where T is a multiple of both block sizes and D a power of two up to 64 (EVEN,
 _even_tiles; not on CDNA), no load, store or atomic add is masked either, and on Hopper (sm90)
-each loop's streamed tiles load by TMA, through tensor descriptors (_tma_tiles). The backward is one
+each loop's streamed tiles load by TMA, through tensor descriptors (_tma_tiles; RA_TMA=0 in the
+environment keeps the pointer loads, for an A/B comparison). The backward is one
 Delta launch (rowsum(dO * O)) and one column-parallel launch (one program per key block) holding dV,
 dK and mix's reciprocal half of dQ in registers; the row-side halves (dQ from S, mix's dK from alpha
 R) go into float32 buffers by atomic adds, as FlashAttention-2 adds dQ. dalpha is one number per key
