@@ -3,6 +3,7 @@
     python gpu_check.py                        # prints one table, writes gpu_check.json
     python gpu_check.py --json=out.json
     python gpu_check.py --only=kernels,memory  # some sections (a rerun after a fix)
+    python gpu_check.py --dry_run=True         # no GPU: the CPU-safe rows at tiny shapes, the JSON, the table
     python gpu_check.py --help                 # this text and the keys
 
 Two kinds of rows. A correctness row says pass or FAIL, and the exit status is 1 when one failed.
@@ -12,11 +13,14 @@ where it needs two), 'info' a measurement with no verdict. Sections (docs/speed-
 - kernels: the fused RA kernels (kernels/ra_attention.py) against the float64 reference
   (ra_model.reciprocal_manual): every mode, windowed or not, the input gradients and those of alpha
   and the gate, q/k/v as the model passes them (strided views of one projection), the autotuner's
-  winner at every T bucket; the SDPA kernel of each call RA makes (devices.sdpa_probe); speed of
-  fused and SDPA-routed RA against SDPA on device time (bf16, D=64, causal, fwd+bwd, 8 x 12 heads);
-- training: GPT-2 124M bf16 at 16 x 1024 compiled (train.py): tokens/s and MFU against the data
-  sheet's dense bf16 peak; DeviceTimer against CUDA events; float32 (TF32) against bfloat16 loss
-  over 300 steps of a small model; the chunked, Liger and CCE heads against the float64 full head;
+  winner at every T bucket; GPT-2's EVEN + TMA path (T = 1024, 2048 at D=64) with TMA on and off
+  (RA_TMA), naming what every launch took; the SDPA kernel of each call RA makes (devices.sdpa_probe,
+  mix at the shape it passes); speed of fused and SDPA-routed RA against SDPA on device time (bf16,
+  D=64, causal, fwd+bwd, 8 x 12 heads) at T = 1024, 2048, 4096, and fused with TMA off / on;
+- training: one compiled block per attention path, 1 graph and 0 breaks (torch._dynamo.explain);
+  GPT-2 124M bf16 at 16 x 1024 compiled (train.py): tokens/s and MFU against the data sheet's dense
+  bf16 peak; its eager step by DeviceTimer against CUDA events (and the wall clock); float32 (TF32)
+  against bfloat16 loss over 300 steps of a small model; the chunked, Liger and CCE heads against the float64 full head;
   RA's attn_impl='auto' times both paths of every call and keeps the faster;
 - memory: sharding.memory_estimate against the allocator's peaks, step and evaluation, for the
   baseline, RA (fused and SDPA), MLA, gated attention and activation checkpointing;
@@ -25,7 +29,10 @@ where it needs two), 'info' a measurement with no verdict. Sections (docs/speed-
 - determinism: two identical runs (bitwise equal or not: reported), two with deterministic=True
   (bitwise equal, or FAIL) and that option's cost in step time.
 Without a GPU it says so in one line and exits 1. Not part of the test suite: commit its JSON to
-docs/ with the card's name.
+docs/ with the card's name. --dry_run=True needs no GPU: in a fresh process, the kernel rows at tiny shapes
+under the Triton interpreter (TMA forced), the compile rows, the step timer on a tiny model with CUDA events
+on the host clock, a skip row for each GPU-only part, the JSON ("dry_run": true) and the table (about 20 s
+on 2 CPU cores; tests/test_gpu_check.py runs it).
 """
 import functools
 import importlib.util
@@ -49,6 +56,7 @@ SECTIONS = ("kernels", "training", "memory", "distributed", "determinism")
 OPTIONS = dict(
     json="gpu_check.json",  # where the rows are written
     only="",  # sections to run, comma-separated (kernels,training,memory,distributed,determinism); '' runs all
+    dry_run=False,  # no GPU: the CPU-safe rows at tiny shapes (kernels under the Triton interpreter), JSON, table
 )
 STATUSES = ("pass", "FAIL", "WARN", "skip", "info")
 
@@ -60,6 +68,19 @@ T_BUCKETS = (60, 100, 200, 400, 1000, 2000, 4000)  # one length in each power-of
 SPEED_TARGETS = {"mix": 2.2, "swap": 1.3}
 BEATS_SDPA_ROUTE_UP_TO = 2048  # the fused mix kernel should beat RA through SDPA at T <= this
 SPEED_T = (1024, 2048, 4096)
+EVEN_T = (1024, 2048)  # GPT-2's lengths: whole tiles at D=64, so EVEN (mask-free loads), and TMA on sm90
+TIMING = dict(repeats=15, warmup=3)  # devices.device_ms per measured path
+# one block of this 2-layer model is explained per compiled attention path (compile_rows); D = 64 as GPT-2's heads
+COMPILE_MODEL = dict(n_layer=2, n_head=2, n_embd=128, block_size=128, vocab_size=256)
+COMPILE_PATHS = {
+    "GPT block": dict(ra_pattern="none"),
+    "RA swap, sdpa": dict(ra_mode="swap"), "RA mix, sdpa": dict(ra_mode="mix"), "RA gate, sdpa": dict(ra_mode="gate"),
+    "RA mix windowed, sdpa": dict(ra_mode="mix", ra_window=48),
+    "RA swap, triton": dict(ra_mode="swap", attn_impl="triton"),
+    "RA mix, triton": dict(ra_mode="mix", attn_impl="triton"),
+    "RA gate, triton": dict(ra_mode="gate", attn_impl="triton"),
+    "RA mix, auto (what it measured)": dict(ra_mode="mix", attn_impl="auto"),
+}
 MFU_TARGET = 0.45
 PARITY_STEPS, PARITY_TAIL, PARITY_TOLERANCE = 300, 50, 0.03  # nats, mean loss of the last PARITY_TAIL steps
 MEMORY_MARGIN = 0.25  # the estimate (less its stated GPU reserve) within 25% of the allocator's peaks
@@ -225,50 +246,171 @@ def accuracy_row(check, graded, what):
                        f"(the tolerance, or for dalpha/dgate twice PyTorch's own error in the dtype)")
 
 
-def accuracy_rows(attention, device, cases):
+def accuracy_rows(attention, device, cases, T=300, B=2, H=4):
     """One row per (dtype, D): the worst error over modes and windows, against its allowance."""
     return [accuracy_row(f"RA kernel {dtype} D={D}",
-                         [(f"{mode}, window {w}", graded_errors(attention, mode, dtype, 2, 4, 300, D, w, device))
+                         [(f"{mode}, window {w}", graded_errors(attention, mode, dtype, B, H, T, D, w, device))
                           for mode in ("swap", "mix", "gate") for w in windows],
                          f"out, dx, dalpha, dgate over swap/mix/gate x window {windows}, strided q/k/v")
             for dtype, D, windows in cases]
 
 
-def bucket_rows(attention, device, lengths=T_BUCKETS):
+def bucket_rows(attention, device, lengths=T_BUCKETS, H=4, dtype="bfloat16"):
     """The autotuner keys its winners by T's power-of-two bucket: check each bucket's winner (mix and
     swap: different kernels) numerically in bf16."""
-    graded = [(f"{mode}, T={T}", graded_errors(attention, mode, "bfloat16", 1, 4, T, 64, 0, device, seed=T))
+    graded = [(f"{mode}, T={T}", graded_errors(attention, mode, dtype, 1, H, T, 64, 0, device, seed=T))
               for T in lengths for mode in ("mix", "swap")]
     return [accuracy_row("RA kernel autotuned winners, every T bucket", graded,
-                         f"bf16, D=64, T={','.join(map(str, lengths))}")]
+                         f"{dtype}, D=64, T={','.join(map(str, lengths))}")]
 
 
-def repeat_bitwise(attention, device, T=300):
+def repeat_bitwise(attention, device, T=300, B=2, H=4, D=64):
     """Whether two identical forward + backward calls give the same output and gradients, bit for bit."""
     results = []
     for _ in range(2):
         g = torch.Generator(device).manual_seed(0)
-        x = torch.randn(2, T, 3 * 4 * 64, device=device, generator=g).to(torch.bfloat16).requires_grad_()
-        alpha = torch.full((4,), 0.5, device=device, requires_grad=True)
-        out = attention(*views(x, 4), "mix", alpha=alpha.view(1, 4, 1, 1))
+        x = torch.randn(B, T, 3 * H * D, device=device, generator=g).to(torch.bfloat16).requires_grad_()
+        alpha = torch.full((H,), 0.5, device=device, requires_grad=True)
+        out = attention(*views(x, H), "mix", alpha=alpha.view(1, H, 1, 1))
         out.backward(torch.ones_like(out))
         results.append((out, x.grad, alpha.grad))
     return all(torch.equal(a, b) for a, b in zip(*results))
 
 
-def deterministic_kernel_rows(attention, device):
+def deterministic_kernel_rows(attention, device, T=300, B=2, H=4, D=64, dtype="bfloat16"):
     """The fused kernel's deterministic=True path (no atomics), where the kernel offers one: accurate,
     and repeatable bit for bit."""
     if "deterministic" not in inspect.signature(attention).parameters:
         return [row("kernels", "RA kernel deterministic=True", "skip", "no option",
                     "this reciprocal_attention has no deterministic= option")]
     fixed = functools.partial(attention, deterministic=True)
-    graded = [(f"{mode}, window {w}", graded_errors(fixed, mode, "bfloat16", 2, 4, 300, 64, w, device))
+    graded = [(f"{mode}, window {w}", graded_errors(fixed, mode, dtype, B, H, T, D, w, device))
               for mode in ("swap", "mix", "gate") for w in (0, 37)]
-    equal = repeat_bitwise(fixed, device)
-    return [accuracy_row("RA kernel deterministic=True, bf16 D=64", graded, "swap/mix/gate x window (0, 37)"),
+    equal = repeat_bitwise(fixed, device, T, B, H, D)
+    return [accuracy_row(f"RA kernel deterministic=True, {dtype} D={D}", graded, "swap/mix/gate x window (0, 37)"),
             correctness("kernels", "RA kernel deterministic=True, repeated", equal,
                         "bitwise equal" if equal else "differs", "two identical mix calls: output, dx, dalpha")]
+
+
+class recorded_paths:
+    """Within it, what each kernel launch decided (ra_attention's EVEN and TMA heuristics, autotuner trials
+    included): self.taken = {('EVEN' or 'TMA', True or False), ...}, so a row can show its path ran."""
+
+    def __init__(self, ra):
+        self.ra, self.taken, self.saved = ra, set(), []
+
+    def __enter__(self):
+        for tuned in (self.ra._fwd_tuned, self.ra._bwd_col_tuned, self.ra._bwd_row_tuned):
+            values = tuned.fn.values  # triton.heuristics' {name: decide(args)}
+            for name in ("EVEN", "TMA"):
+                self.saved.append((values, name, values[name]))
+                values[name] = self.recorder(name, values[name])
+        return self
+
+    def recorder(self, name, decide):
+        def recorded(args):
+            taken = decide(args)
+            self.taken.add((name, bool(taken)))
+            return taken
+        return recorded
+
+    def __exit__(self, *exc):
+        for values, name, decide in self.saved:
+            values[name] = decide
+
+
+def tma_here(ra, device):
+    """Whether launches on this device load by TMA where the tiles allow it (sm90; the interpreter where forced)."""
+    if ra.INTERPRET:
+        return ra.INTERPRET_TMA
+    return torch.device(device).type == "cuda" and ra.tma_loads(ra.gpu_target(torch.device(device)))
+
+
+class tma_switched:
+    """ra_attention's RA_TMA switch (USE_TMA) set for a block of rows, restored afterwards."""
+
+    def __init__(self, ra, on):
+        self.ra, self.on = ra, on
+
+    def __enter__(self):
+        self.saved, self.ra.USE_TMA = self.ra.USE_TMA, self.on
+
+    def __exit__(self, *exc):
+        self.ra.USE_TMA = self.saved
+
+
+def even_tma_rows(attention, device, lengths=EVEN_T, D=64, H=4, dtype="bfloat16", windows=(0, 256)):
+    """The path GPT-2 takes on an H100/H200 (T a multiple of every tile at D=64: EVEN, mask-free loads; on
+    sm90 the streamed tiles by TMA) against the float64 reference: output, dx (dq, dk, dv through the model's
+    strided views) and dalpha/dgate, swap/mix/gate x windows, bf16. With TMA as the GPU takes it and
+    with RA_TMA's switch off (the pointer loads), each row naming what its launches took: a row whose
+    launches did not take the path it names FAILs."""
+    from kernels import ra_attention as ra
+    rows = []
+    states = (True, False) if tma_here(ra, device) else (False,)
+    for tma in states:
+        with tma_switched(ra, tma), recorded_paths(ra) as paths:
+            graded = [(f"{mode}, window {w}, T={T}", graded_errors(attention, mode, dtype, 1, H, T, D, w, device,
+                                                                     seed=T))
+                      for T in lengths for mode in ("swap", "mix", "gate") for w in windows]
+        path = " + TMA" if tma else ", TMA off (RA_TMA=0)"
+        name = f"RA kernel EVEN{path}, {dtype} D={D} T={','.join(map(str, lengths))}"
+        expected, taken = {("EVEN", True), ("TMA", tma)}, paths.taken
+        what = lambda pairs: ", ".join(f"{k}={v}" for k, v in sorted(pairs))
+        if taken != expected:  # every launch at these shapes should take the path the row names
+            rows.append(correctness("kernels", name, False, "path not taken", f"launches took {what(taken)}; "
+                                    f"expected every launch {what(expected)}"))
+            continue
+        rows.append(accuracy_row(name, graded, f"every launch {what(taken)}; out, dx, dalpha, dgate over "
+                                               f"swap/mix/gate x window {windows}"))
+    if len(states) == 1:
+        return rows + [row("kernels", "RA kernel EVEN + TMA", "skip", "no TMA here",
+                           "TMA loads run on sm90 only (ra_attention.tma_loads)")]
+    return rows + [tma_bitwise_row(attention, ra, device, lengths[0], D, H)]
+
+
+def tma_bitwise_row(attention, ra, device, T, D, H):
+    """TMA against the pointer loads on the same inputs, deterministic=True (no atomics): the same tiles summed
+    in the same order, bit for bit under the interpreter (tests/test_kernels.py). On a GPU the compiler may
+    pick other matrix instructions for descriptor-loaded tiles: reported (info), the accuracy rows judge."""
+    differ = []
+    for mode in ("swap", "mix", "gate"):
+        results = []
+        for tma in (True, False):
+            g = torch.Generator(device).manual_seed(0)
+            x = torch.randn(1, T, 3 * H * D, device=device, generator=g).to(torch.bfloat16).requires_grad_()
+            param = torch.full((H,) if mode == "mix" else (), 0.3, device=device, requires_grad=True)
+            extra = dict(alpha=param.view(1, H, 1, 1)) if mode == "mix" else {}
+            extra = dict(gate_logit=param) if mode == "gate" else extra
+            with tma_switched(ra, tma):
+                out = attention(*views(x, H), mode, deterministic=True, **extra)
+                out.backward(torch.ones_like(out))
+            results.append((out, x.grad, param.grad))
+        pairs = [(a, b) for a, b in zip(*results) if a is not None]
+        if not all(torch.equal(a, b) for a, b in pairs):
+            gap = max((a.double() - b.double()).abs().max().item() for a, b in pairs)
+            differ.append(f"{mode} (max |diff| {gap:.1e})")
+    return row("kernels", f"RA kernel TMA vs pointer loads, T={T}", "info",
+               "bitwise equal" if not differ else "differ", "deterministic=True, bf16, output, dx, dalpha/dgate: "
+               + ("swap, mix, gate equal bit for bit" if not differ else "; ".join(differ)))
+
+
+def mix_call_backend(device, dtype, n_head, head_dim, block_size, window=0):
+    """The SDPA kernel mix's own call gets (ra_model.mix_sdpa): q and k doubled to 2 x head size, v of the head
+    size where a fused backend takes that (ra_model.sdpa_takes_unequal_value_size), else zero-padded to 2 x;
+    windowed: 2T keys and a (T, 2T) bool mask."""
+    from torch.nn.attention import SDPBackend
+    from ra_model import sdpa_takes_unequal_value_size
+    T, D, windowed = block_size, head_dim, 0 < window < block_size
+    dtype = getattr(torch, dtype)
+    keys = 2 * T if windowed else T
+    dv = D if sdpa_takes_unequal_value_size(torch.device(device), dtype) else 2 * D
+    q = torch.zeros(1, n_head, T, 2 * D, device=device, dtype=dtype, requires_grad=True)
+    k = torch.zeros(1, n_head, keys, 2 * D, device=device, dtype=dtype, requires_grad=True)
+    v = torch.zeros(1, n_head, keys, dv, device=device, dtype=dtype, requires_grad=True)
+    mask = torch.ones(T, keys, dtype=torch.bool, device=device) if windowed else None
+    choice = torch._fused_sdp_choice(q, k, v, mask, 0.0, mask is None, scale=1.0 / D**0.5)
+    return SDPBackend(choice).name, dv
 
 
 def sdpa_probe_rows(device):
@@ -279,6 +421,10 @@ def sdpa_probe_rows(device):
     for mode, window in (("mix", 0), ("mix", 128), ("swap", 0), ("gate", 128)):
         cfg = dict(runtime.DEFAULTS, **GPT2, model_type="ra", ra_pattern="all", ra_mode=mode, ra_window=window)
         probe = devices.sdpa_probe(cfg, device, "bfloat16")
+        if mode == "mix":  # the probe passes v = k (2 x head size); mix passes v of the head size where it can
+            backend, dv = mix_call_backend(device, "bfloat16", GPT2["n_head"], GPT2["n_embd"] // GPT2["n_head"],
+                                           GPT2["block_size"], window)
+            probe = {f"mix (v of {dv} columns)": backend}
         rows.append(speed("kernels", f"SDPA kernel for RA {mode}, window {window}", devices.sdpa_warning(probe) is None,
                           ", ".join(sorted(set(probe.values()))),
                           ", ".join(f"{c}: {b}" for c, b in probe.items()) + " (MATH materializes the scores)"))
@@ -306,9 +452,10 @@ def speed_rows(ms, T):
 def kernel_speed_rows(device, lengths=SPEED_T, B=8, H=12, D=64):
     """bf16, D=64, causal, forward + backward, 8 x 12 heads, q/k/v as the model passes them."""
     import devices
+    from kernels import ra_attention as ra
     from kernels.ra_attention import reciprocal_attention
     from ra_model import reciprocal_sdpa
-    rows = []
+    rows, tma = [], tma_here(ra, device)
     for T in lengths:
         x = torch.randn(B, T, 3 * H * D, device=device, dtype=torch.bfloat16, requires_grad=True)
         dout = torch.randn(B, H, T, D, device=device, dtype=torch.bfloat16)
@@ -325,12 +472,31 @@ def kernel_speed_rows(device, lengths=SPEED_T, B=8, H=12, D=64):
             x.grad = None
             call(*views(x, H)).backward(dout)
 
-        ms = {name: devices.device_ms(lambda: step(call)) for name, call in calls.items()}
+        ms = {name: devices.device_ms(lambda: step(call), **TIMING) for name, call in calls.items()}
         rows += speed_rows(ms, T)
+        if tma:  # the same launches with RA_TMA=0: EVEN's pointer loads, the autotuner's tiles unchanged
+            with tma_switched(ra, False):
+                off = {mode: devices.device_ms(lambda: step(calls[mode]), **TIMING) for mode in ("mix", "swap")}
+            rows += [row("kernels", f"fused {mode} TMA off / on, T={T}", "info", f"{off[mode] / ms[mode]:.2f}x",
+                         f"{off[mode]:.2f} ms with RA_TMA=0 vs {ms[mode]:.2f} ms with TMA loads") for mode in off]
     return rows
 
 
-def kernel_rows(device):
+# The kernel section's shapes on a GPU, and in a dry run (CPU, the kernels under the Triton interpreter: float32,
+# since it computes bf16 dots in float32 anyway, and a few terms of dalpha in bf16 are noise, not a check)
+GPU_SHAPES = dict(cases=[("bfloat16", 64, (0, 37)), ("bfloat16", 128, (0, 37)), ("float16", 64, (0, 37)),
+                         ("float32", 64, (0, 37))],
+                  accuracy=dict(T=300, B=2, H=4), buckets=dict(lengths=T_BUCKETS, H=4),
+                  deterministic=dict(T=300, B=2, H=4, D=64), even=dict(lengths=EVEN_T, D=64, H=4),
+                  speed=dict(lengths=SPEED_T, B=8, H=12, D=64))
+DRY_SHAPES = dict(cases=[("float32", 16, (0, 5))], accuracy=dict(T=20, B=1, H=2),
+                  buckets=dict(lengths=(20, 40), H=2, dtype="float32"),
+                  deterministic=dict(T=20, B=1, H=2, D=16, dtype="float32"),
+                  even=dict(lengths=(32,), D=16, H=2, dtype="float32", windows=(0, 12)),
+                  speed=dict(lengths=(32,), B=1, H=1, D=16))
+
+
+def kernel_rows(device, shapes=GPU_SHAPES):
     import ra_model
     rows = sdpa_probe_rows(device)
     why = ra_model.fused_kernels().why_not_fused(*(torch.zeros(1, 1, 16, 64, device=device),) * 3)
@@ -339,13 +505,13 @@ def kernel_rows(device):
     from kernels.ra_attention import reciprocal_attention
     torch.backends.cuda.matmul.allow_tf32 = False  # float32 means IEEE float32 in the accuracy rows
     try:
-        rows += accuracy_rows(reciprocal_attention, device, [("bfloat16", 64, (0, 37)), ("bfloat16", 128, (0, 37)),
-                                                             ("float16", 64, (0, 37)), ("float32", 64, (0, 37))])
-        rows += bucket_rows(reciprocal_attention, device)
-        rows += deterministic_kernel_rows(reciprocal_attention, device)
+        rows += accuracy_rows(reciprocal_attention, device, shapes["cases"], **shapes["accuracy"])
+        rows += bucket_rows(reciprocal_attention, device, **shapes["buckets"])
+        rows += deterministic_kernel_rows(reciprocal_attention, device, **shapes["deterministic"])
+        rows += even_tma_rows(reciprocal_attention, device, **shapes["even"])
     finally:
         torch.backends.cuda.matmul.allow_tf32 = True
-    return rows + kernel_speed_rows(device)
+    return rows + kernel_speed_rows(device, **shapes["speed"])
 
 
 # ----------------------------------------------------------------------------- training
@@ -487,8 +653,10 @@ def head_rows(device, dtype="bfloat16", N=4096, C=768, V=50304):
     return rows
 
 
-def step_timer_row(device):
-    """devices.DeviceTimer (what train.py logs) against CUDA events on the same eager GPT-2 steps."""
+def step_timer_row(device, peak=True):
+    """The eager GPT-2 124M step (8 x 1024, bf16) timed three ways: devices.DeviceTimer (what train.py logs)
+    against CUDA events (the row's verdict), and the wall clock from an idle device to the step's last kernel
+    (host launch overhead included: its detail); then the measured matmul peak against the data sheet."""
     import devices
     import runtime
     cfg = runtime.resolve(dict(runtime.DEFAULTS, **GPT2, batch_size=8, gradient_accumulation_steps=1,
@@ -505,21 +673,27 @@ def step_timer_row(device):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    timer, timed = devices.DeviceTimer(device), []
+    timer, timed, wall = devices.DeviceTimer(device), [], []
 
     def timed_step():
+        devices.synchronize(device)
+        began = time.perf_counter()
         timer.start()
         step()
-        timed.append(1000 * timer.elapsed())
+        timed.append(1000 * timer.elapsed())  # waits for the step's last kernel
+        wall.append(1000 * (time.perf_counter() - began))
 
     events = devices.device_ms(timed_step, repeats=10)
     ratio = float(np.median(timed[3:])) / events
-    measured, listed = devices.matmul_peak_flops(device, "bfloat16"), None
+    shape = f"{GPT2['n_layer']} layers, {cfg['batch_size']} x {cfg['block_size']}"
+    rows = [correctness("training", "step time: DeviceTimer / CUDA events", 0.95 <= ratio <= 1.10, f"{ratio:.3f}",
+                        f"median {np.median(timed[3:]):.1f} ms vs {events:.1f} ms; wall clock "
+                        f"{np.median(wall[3:]):.1f} ms (launches included); GPT-2 eager, {shape}, bf16")]
+    if not peak:
+        return rows
     from model import peak_flops
-    listed = peak_flops(device)
-    return [
-        correctness("training", "step time: DeviceTimer / CUDA events", 0.95 <= ratio <= 1.10, f"{ratio:.3f}",
-                    f"median {np.median(timed[3:]):.1f} ms vs {events:.1f} ms, GPT-2 124M eager, 8 x 1024, bf16"),
+    measured, listed = devices.matmul_peak_flops(device, "bfloat16"), peak_flops(device)
+    return rows + [
         speed("training", "matmul peak: measured / data sheet", listed is not None and 0.4 <= measured / listed <= 1.05,
               f"{measured / listed:.2f}" if listed else "unlisted",
               f"{measured / 1e12:.0f} TFLOP/s measured (8192^3 bf16); "
@@ -527,8 +701,46 @@ def step_timer_row(device):
     ]
 
 
+def block_graphs(keys, device, dtype, model=None):
+    """torch._dynamo.explain on the training forward of one block (layer 1) of a 2-layer model (COMPILE_MODEL, RA
+    in every layer) with `keys`, under the dtype's autocast, as each block's forward is compiled
+    (parallel.compile_model): {graphs, breaks, why (the break reasons), kernel (whether a graph calls the fused
+    kernel's op)}. attn_impl='auto' measures its choices first, as train.py does."""
+    import devices
+    import ra_model
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    cfg = ra_model.RAConfig(**{**(model or COMPILE_MODEL), "ra_pattern": "all", **keys})
+    net = ra_model.RAGPT(cfg).to(device)
+    _, autocast = devices.precision(dtype, device)
+    if cfg.attn_impl == "auto":
+        ra_model.measure_auto(net, 2, device, autocast)
+    x = torch.randn(2, cfg.block_size, cfg.n_embd, device=device, requires_grad=True)
+    with autocast:
+        explained = torch._dynamo.explain(net.transformer.h[1])(x)
+    why = "; ".join(dict.fromkeys(str(b.reason).splitlines()[0][:120] for b in explained.break_reasons))
+    kernel = any("fused_forward" in graph.code for graph in explained.graphs)
+    return dict(graphs=explained.graph_count, breaks=explained.graph_break_count, why=why, kernel=kernel)
+
+
+def compile_rows(device, dtype="bfloat16", model=None):
+    """One row per attention path (COMPILE_PATHS): a compiled block is one graph with no break, and the
+    triton paths' graph calls the fused kernel (a fallback to SDPA is quiet inside a compiled call), or FAIL."""
+    rows = []
+    for name, keys in COMPILE_PATHS.items():
+        found = block_graphs(keys, device, dtype, model)
+        graphs, breaks = found["graphs"], found["breaks"]
+        runs = "the fused kernel" if found["kernel"] else "SDPA"
+        ok = graphs == 1 and breaks == 0 and (found["kernel"] or keys.get("attn_impl") != "triton")
+        rows.append(correctness("training", f"compiled block: {name}", ok,
+                                f"{graphs} graph{'s' * (graphs != 1)}, {breaks} break{'s' * (breaks != 1)}",
+                                found["why"] or f"torch._dynamo.explain of one block's training forward, {dtype}"
+                                + ("" if keys.get("ra_pattern") == "none" else f"; runs {runs}")))
+    return rows
+
+
 def ra_training_rows(directory):
-    """The fused kernel inside the model, eager and compiled (a graph break): the loss falls."""
+    """The fused kernel inside the model, eager and compiled (no graph break: compile_rows): the loss falls."""
     rows = []
     for compiled in (False, True):
         name = f"train RA mix attn_impl=triton{', compiled' if compiled else ''}"
@@ -564,7 +776,7 @@ def ra_auto_rows(directory):
 
 
 def training_rows(directory, device):
-    return (gpt2_speed_rows(directory, device) + step_timer_row(device) + parity_rows(directory)
+    return (compile_rows(device) + gpt2_speed_rows(directory, device) + step_timer_row(device) + parity_rows(directory)
             + head_rows(device) + ra_training_rows(directory) + ra_auto_rows(directory))
 
 
@@ -746,37 +958,109 @@ def determinism_rows(directory, device="cuda"):
 
 # ----------------------------------------------------------------------------- the command
 
+# ----------------------------------------------------------------------------- the dry run
+
+DRY_GPT2 = dict(n_layer=2, n_head=2, n_embd=32, block_size=64, vocab_size=256)  # the step timer's model
+DRY_COMPILE_MODEL = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, vocab_size=64)
+
+
+class HostEvent:
+    """torch.cuda.Event on the host clock, for a dry run's timings (a CPU op finishes before it returns)."""
+
+    def __init__(self, enable_timing=False):
+        self.time = None
+
+    def record(self, stream=None):
+        self.time = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end):
+        return 1000 * (end.time - self.time)
+
+
+class dry_run_setup:
+    """What --dry_run=True changes, restored on exit: the kernels under the Triton interpreter (TRITON_INTERPRET
+    must be set before Triton is imported: a fresh process), TMA forced there (INTERPRET_TMA) so the EVEN + TMA
+    rows run the descriptor loads, CUDA events on the host clock, a tiny GPT-2 and few timed repeats."""
+
+    def __enter__(self):
+        os.environ["TRITON_INTERPRET"] = "1"
+        from kernels import ra_attention as ra
+        if not ra.INTERPRET:
+            raise configurator.ConfigError("--dry_run=True runs the kernels under the Triton interpreter, which Triton "
+                                           "reads when it is imported: run it in a fresh process")
+        global GPT2, TIMING
+        self.saved = (GPT2, TIMING, ra.INTERPRET_TMA, torch.cuda.Event)
+        GPT2, TIMING, ra.INTERPRET_TMA, torch.cuda.Event = DRY_GPT2, dict(repeats=1, warmup=0), True, HostEvent
+        self.ra = ra
+        return self
+
+    def __exit__(self, *exc):
+        global GPT2, TIMING
+        GPT2, TIMING, self.ra.INTERPRET_TMA, torch.cuda.Event = self.saved
+
+
+def dry_training_rows(device):
+    """The training section's CPU-safe rows at tiny shapes: every compiled path's graphs, the step timer."""
+    return (compile_rows(device, "float32", DRY_COMPILE_MODEL) + step_timer_row(device, peak=False)
+            + [row("training", "train.py runs, MFU, parity, heads, auto", "skip", "dry run", "GPU only")])
+
+
+def gpu_only_rows(section):
+    return [row(section, f"{section} rows", "skip", "dry run", "GPU only")]
+
+
+def section_checks(directory, device, dry_run):
+    """{section: (function, *arguments)}: the GPU's sections, or a dry run's CPU-safe versions."""
+    if dry_run:
+        return dict(kernels=(kernel_rows, device, DRY_SHAPES), training=(dry_training_rows, device),
+                    memory=(gpu_only_rows, "memory"), distributed=(gpu_only_rows, "distributed"),
+                    determinism=(gpu_only_rows, "determinism"))
+    return dict(kernels=(kernel_rows, device), training=(training_rows, directory, device),
+                memory=(memory_rows, device), distributed=(distributed_rows, directory, torch.cuda.device_count()),
+                determinism=(determinism_rows, directory))
+
+
+# ----------------------------------------------------------------------------- the command
+
 def main(argv):
     options, extra = configurator.options_and_paths(argv, OPTIONS, text_keys=("json", "only"))
     if extra:
-        raise configurator.ConfigError(f"{extra[0]!r}: gpu_check.py takes only --json=PATH and --only=SECTIONS (--help)")
+        raise configurator.ConfigError(f"{extra[0]!r}: gpu_check.py takes only --json=PATH and --only=SECTIONS "
+                                       f"(and --dry_run=True; --help)")
     if not options["json"]:
         raise configurator.ConfigError("--json='': name the file the rows are written to")
     chosen = sections_to_run(options["only"])
+    if options["dry_run"]:
+        with dry_run_setup():
+            return run_sections(options, chosen, "cpu", "CPU (dry run: tiny shapes, Triton interpreter)")
     if not torch.cuda.is_available():
         print("gpu_check.py: no GPU is visible to PyTorch (torch.cuda.is_available() is False): nothing to check",
               file=sys.stderr)
         return 1
-    device = "cuda:0"
+    return run_sections(options, chosen, "cuda:0", torch.cuda.get_device_name("cuda:0"))
+
+
+def run_sections(options, chosen, device, name):
+    """Runs the chosen sections, prints the table, writes the JSON; the exit status."""
     started = time.perf_counter()
     rows, section_seconds = [], {}
     with tempfile.TemporaryDirectory() as directory:
         toy_data(os.path.join(directory, "data"))
-        checks = dict(kernels=(kernel_rows, device), training=(training_rows, directory, device),
-                      memory=(memory_rows, device), distributed=(distributed_rows, directory, torch.cuda.device_count()),
-                      determinism=(determinism_rows, directory))
+        checks = section_checks(directory, device, options["dry_run"])
         for section in chosen:
             fn, *args = checks[section]
             began = time.perf_counter()
             rows += guarded(section, fn, *args)
             section_seconds[section] = round(time.perf_counter() - began, 1)
             print(f"{section}: {section_seconds[section]:.0f} s", flush=True)
-    name = torch.cuda.get_device_name(device)
     seconds = time.perf_counter() - started
     print(f"{name}, torch {torch.__version__}, {seconds:.0f} s")
     print(table(rows))
     with open(options["json"], "w") as f:
-        json.dump(summary(rows, name, seconds, section_seconds), f, indent=1)
+        json.dump(dict(summary(rows, name, seconds, section_seconds), dry_run=options["dry_run"]), f, indent=1)
     print(f"wrote {options['json']}")
     return exit_status(rows)
 

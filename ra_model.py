@@ -161,16 +161,24 @@ def sdpa_takes_unequal_value_size(device, dtype):
     """Whether a fused SDPA backend (flash, memory-efficient, cuDNN; not the math kernel, which
     materializes the T x T scores) runs a value head size different from the query/key one on this
     device and dtype. Probed once with a tiny causal call; where none does, mix pads its values
-    (`sdpa`) and a one-line warning says so."""
+    (`sdpa`) and a one-line warning says so. Inside torch.compile the tracer calls it as it is and
+    keeps its answer as a constant (probe_as_constant, at model build): no graph break."""
     key = (str(device), dtype)
     if key not in _unequal_value_size:
-        # run eagerly even inside a compiled region (disable wraps at call time: importing dynamo
-        # with the module would import Triton before a test can choose its interpreter mode)
-        _unequal_value_size[key] = torch.compiler.disable(_probe_unequal_value_size)(device, dtype)
+        _unequal_value_size[key] = _probe_unequal_value_size(device, dtype)
         if not _unequal_value_size[key]:
             warn_once(f"reciprocal_sdpa: no fused SDPA backend takes a value head size unlike q's on {device} "
                       f"({dtype}); mix pads v to the doubled head size")
     return _unequal_value_size[key]
+
+
+def probe_as_constant():
+    """Marks sdpa_takes_unequal_value_size for torch.compile as a function whose answer is a constant:
+    Dynamo runs it while tracing (on the call's device and dtype, which the compiled graph is guarded on)
+    and bakes in the answer, where a call it traced into, or one it may not trace, would break the
+    graph. Done when a layer that mixes through SDPA is built, not at import: importing Dynamo imports
+    Triton, whose interpreter mode (TRITON_INTERPRET) a test chooses after importing this module."""
+    torch.compiler.assume_constant_result(sdpa_takes_unequal_value_size)
 
 
 def _probe_unequal_value_size(device, dtype):
@@ -257,10 +265,17 @@ def reciprocal_manual(q, k, v, mode, alpha, p, window, dropout_p):
     return attend(scores + alpha * recip.masked_fill(~near, 0.0), causal)
 
 
+_imported_kernels = []  # kernels/ra_attention.py once imported, which a compiled call reads without importing
+
+
 def fused_kernels():
     """kernels/ra_attention.py, imported on first use: importing Triton takes seconds and binds its
-    interpreter mode (TRITON_INTERPRET) for the life of the process."""
-    return importlib.import_module("kernels.ra_attention")
+    interpreter mode (TRITON_INTERPRET) for the life of the process. A layer that may run the kernels
+    calls this when it is built (setup_reciprocal): an import inside a compiled block, which Dynamo
+    cannot trace, broke its graph at every call; a list lookup it traces."""
+    if not _imported_kernels:
+        _imported_kernels.append(importlib.import_module("kernels.ra_attention"))
+    return _imported_kernels[0]
 
 
 def reciprocal_triton(q, k, v, mode, alpha, gate_logit, window, dropout_p, kq=None):
@@ -268,7 +283,8 @@ def reciprocal_triton(q, k, v, mode, alpha, gate_logit, window, dropout_p, kq=No
     ra_attention = fused_kernels()
     why = "the fused kernel has no attention dropout" if dropout_p > 0 else ra_attention.why_not_fused(q, k, v)
     if why is not None:
-        warn_once(f"attn_impl='triton': {why}; running the PyTorch SDPA path instead")
+        if not torch.compiler.is_compiling():  # a warning is a graph break: a compiled call falls back quietly
+            warn_once(f"attn_impl='triton': {why}; running the PyTorch SDPA path instead")
         p = torch.sigmoid(gate_logit) if gate_logit is not None else None
         return reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p, kq)
     return ra_attention.reciprocal_attention(q, k, v, mode, alpha=alpha if mode == "mix" else None,
@@ -396,6 +412,14 @@ class ReciprocalMixing:
             self.ra_alpha = nn.Parameter(torch.full((n,), float(config.ra_alpha)))
         if mode == "gate":
             self.ra_gate_logit = nn.Parameter(torch.full((1,), float(config.ra_gate_init)))
+        # What a compiled call must not do (an import, a probe) is done here: each would break its graph
+        if mode is not None and self.attn_impl in ("triton", "auto"):
+            fused_kernels()
+            if self.attn_impl == "triton" and self.dropout > 0:  # said here too: a compiled call cannot say it
+                warn_once(f"attn_impl='triton' with dropout={self.dropout}: the fused kernel has no attention "
+                          f"dropout; training forwards run the PyTorch SDPA path instead")
+        if mode == "mix" and self.attn_impl != "manual":
+            probe_as_constant()
 
     def alpha(self):
         if hasattr(self, "ra_alpha"):

@@ -27,7 +27,8 @@ alpha once per program); only the tiles cut by the band's edge keep the alpha te
 inside the causal set (and inside or outside the band) build no mask: each loop runs in masked and
 unmasked runs; where T is a multiple of both block sizes and D a power of two up to 64 (EVEN,
 _even_tiles; not on CDNA), no load, store or atomic add is masked either, and on Hopper (sm90)
-each loop's streamed tiles load by TMA, through tensor descriptors (_tma_tiles). The backward is one
+each loop's streamed tiles load by TMA, through tensor descriptors (_tma_tiles; RA_TMA=0 in the
+environment keeps the pointer loads, for an A/B comparison). The backward is one
 Delta launch (rowsum(dO * O)) and one column-parallel launch (one program per key block) holding dV,
 dK and mix's reciprocal half of dQ in registers; the row-side halves (dQ from S, mix's dK from alpha
 R) go into float32 buffers by atomic adds, as FlashAttention-2 adds dQ. dalpha is one number per key
@@ -69,6 +70,18 @@ except ImportError:  # ra_model runs its PyTorch paths instead
     triton = None
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"  # triton.jit reads it at decoration time too
+
+
+def tma_switch(value):
+    """RA_TMA, read once at import: '1' (or unset) lets sm90 launches load by TMA where the tiles allow it
+    (_tma_tiles), '0' keeps EVEN's pointer loads everywhere, for an A/B comparison of speed or results.
+    gpu_check.py flips the module's USE_TMA between its rows instead (a launch reads it each time)."""
+    if value not in (None, "0", "1"):
+        raise ValueError(f"RA_TMA={value!r}: use RA_TMA=0 (pointer loads only) or RA_TMA=1 (TMA on sm90, the default)")
+    return value != "0"
+
+
+USE_TMA = tma_switch(os.environ.get("RA_TMA"))
 
 
 def _per_head(x, like):
@@ -182,7 +195,8 @@ def tma_loads(target):
 
 def _tma_tiles(args):
     """TMA, decided per configuration after EVEN: the streamed tiles load through tensor descriptors
-    where the tiles are whole (EVEN) and the target has TMA (under the interpreter: INTERPRET_TMA).
+    where the tiles are whole (EVEN) and the target has TMA (under the interpreter: INTERPRET_TMA), unless
+    RA_TMA=0 (USE_TMA) turns it off.
     A descriptor needs 16-byte aligned rows: each operand's start and its strides."""
     if not (args["EVEN"] and args["BLOCK_DC"] == args["BLOCK_D"]):  # a descriptor loads whole rows of whole tiles
         return False
@@ -190,7 +204,7 @@ def _tma_tiles(args):
     row_bytes = [args[name] * operands[0].element_size() for name in ("stride_b", "stride_h", "stride_t")]
     aligned = all(x.data_ptr() % 16 == 0 for x in operands) and all(n % 16 == 0 for n in row_bytes)
     tma = INTERPRET_TMA if INTERPRET else tma_loads(gpu_target(torch.cuda.current_device()))
-    return aligned and tma
+    return aligned and tma and USE_TMA
 
 
 def is_cdna(target):

@@ -259,6 +259,68 @@ def test_tma_loads_give_the_pointer_loads_results_bit_for_bit(mode, window, dete
         assert torch.equal(t, p), name
 
 
+@pytest.mark.parametrize("T,tile,deterministic", [(64, (16, 64), False), (128, (128, 64), True),
+                                                   (192, (64, 64), False)])
+def test_gpt2s_even_and_tma_path_matches_the_reference_and_the_pointer_loads(T, tile, deterministic, monkeypatch):
+    """The path GPT-2 takes on an H100 (T = 1024 at D = 64: EVEN, and TMA on sm90) at T multiples of 64
+    under the interpreter, with the sm90 lists' tiles (128 x 64 and 64 x 64 forward, 16 x 64 column) and
+    D = 64, q, k, v strided views of one projection as the model passes them: every launch takes EVEN
+    (recorded), TMA forced (INTERPRET_TMA) loads by descriptor in every kernel, gives the pointer loads'
+    output and gradients bit for bit, and both match the float64 reference. RA_TMA=0 (USE_TMA False)
+    turns the forced TMA off again."""
+    B, H, D = 1, 2, 64
+    monkeypatch.setattr(ra, "INTERPRET_TILE", tile)
+    seen = collections.Counter()
+
+    def recorded(name):
+        def decide(args):
+            taken = ra.__dict__[name](args)
+            seen[name, taken] += 1
+            return taken
+        return decide
+
+    for tuned in (ra._fwd_tuned, ra._bwd_col_tuned, ra._bwd_row_tuned):
+        monkeypatch.setitem(tuned.fn.values, "EVEN", recorded("_even_tiles"))
+        monkeypatch.setitem(tuned.fn.values, "TMA", recorded("_tma_tiles"))
+    g = torch.Generator().manual_seed(T)
+    x = torch.randn(B, T, 3 * H * D, generator=g, dtype=torch.float64)
+    do = torch.randn(B, H, T, D, generator=g, dtype=torch.float64)
+    for mode, window in (("swap", 0), ("mix", 0), ("mix", 80), ("gate", 0)):
+        _, _, _, extra = _inputs((B, H, T, D), torch.float32, mode, per_head=True)
+        q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in x.float().split(H * D, dim=2))
+        assert not q.is_contiguous() and q.stride(-1) == 1
+        runs = {}
+        for tma, use in ((False, True), (True, True), (True, False)):
+            monkeypatch.setattr(ra, "INTERPRET_TMA", tma)
+            monkeypatch.setattr(ra, "USE_TMA", use)
+            seen.clear()
+            runs[tma and use] = _run(ra.reciprocal_attention, q, k, v, mode, extra, window, do,
+                                     deterministic=deterministic)
+            assert seen[("_even_tiles", False)] == 0 and seen[("_even_tiles", True)] > 0, (mode, seen)
+            assert dict(seen)[("_tma_tiles", tma and use)] > 0 and ("_tma_tiles", not (tma and use)) not in seen
+        assert torch.equal(runs[True][0], runs[False][0]), f"{mode} {window} output"
+        for name, t, p in zip(["dq", "dk", "dv"] + ["d" + n for n in extra], runs[True][1], runs[False][1]):
+            assert torch.equal(t, p), f"{mode} {window} {name}"
+        ref, ref_grads = _run(reference, q.double(), k.double(), v.double(), mode,
+                              {name: t.double() for name, t in extra.items()}, window, do)
+        _assert_close(runs[True][0], ref, torch.float32, f"{mode} window {window} output")
+        for name, grad, ref_grad in zip(["dq", "dk", "dv"] + ["d" + n for n in extra], runs[True][1], ref_grads):
+            _assert_close(grad, ref_grad, torch.float32, f"{mode} window {window} {name}")
+
+
+def test_ra_tma_is_read_once_and_refuses_other_values():
+    """RA_TMA (the A/B switch): unset or '1' keeps TMA where sm90 takes it, '0' turns it off; anything
+    else is refused naming the key."""
+    assert ra.tma_switch(None) and ra.tma_switch("1") and not ra.tma_switch("0")
+    with pytest.raises(ValueError, match="RA_TMA='off': use RA_TMA=0"):
+        ra.tma_switch("off")
+    env = dict(os.environ, RA_TMA="0", TRITON_INTERPRET="0")
+    code = "import kernels.ra_attention as ra; print(ra.USE_TMA)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(_PATH)))
+    assert out.stdout.strip() == "False", out.stderr
+
+
 def test_tma_only_on_hopper_for_whole_aligned_tiles(monkeypatch):
     """TMA (_tma_tiles, decided after EVEN): on sm90 only, the target it is compile-checked for (tma_loads), where the tiles are
     EVEN (there: D <= 64, mask_free_tiles) and whole rows, and each operand's rows start 16-byte

@@ -1,0 +1,88 @@
+"""A compiled block is one graph with no break, for every attention path (issue 59): torch._dynamo.explain
+on one block of a tiny 2-layer model, as parallel.compile_model compiles each block's forward. The kernel
+module is imported and the SDPA value-size probe marked constant when a layer is built (ra_model), not in
+the traced call, where each was a graph break at every step (sdpa mix: 7 graphs; triton: 6).
+
+The counting runs in a subprocess with TRITON_INTERPRET=1, so the triton paths run the fused kernel under the
+interpreter whatever imported Triton before in this process (tests do not depend on how they are started).
+It counts what gpu_check.py's compile rows count (gpu_check.block_graphs), on a GPU the real kernels."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import gpu_check
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+AUTO_TRITON = "RA mix, auto (the fused kernel chosen)"
+COUNT = f"""
+import json
+import gpu_check, ra_model
+found = {{name: gpu_check.block_graphs(keys, "cpu", "float32", gpu_check.DRY_COMPILE_MODEL)
+         for name, keys in gpu_check.COMPILE_PATHS.items()}}
+# attn_impl='auto' where its measurement chose the fused kernel (a CPU never does: it times GPUs only)
+ra_model.measure_choice = lambda *args: dict(impl="triton", sdpa_ms=2.0, fused_ms=1.0, reason="set by the test")
+ra_model.AUTO_CHOICES.clear()  # the row above recorded SDPA for this shape
+found[{AUTO_TRITON!r}] = gpu_check.block_graphs(dict(ra_mode="mix", attn_impl="auto"), "cpu", "float32",
+                                              gpu_check.DRY_COMPILE_MODEL)
+print(json.dumps(dict(interpreted=ra_model.fused_kernels().INTERPRET, found=found)))
+"""
+
+
+@pytest.fixture(scope="module")
+def counted():
+    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-c", COUNT], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["interpreted"]
+    return result["found"]
+
+
+@pytest.mark.parametrize("path", [*gpu_check.COMPILE_PATHS, AUTO_TRITON])
+def test_a_compiled_block_is_one_graph_without_a_break(counted, path):
+    found = counted[path]
+    assert (found["graphs"], found["breaks"]) == (1, 0), found["why"]
+    keys = dict(gpu_check.COMPILE_PATHS.get(path, dict(attn_impl="triton")))
+    # the triton paths run the kernel's op inside the graph; auto on a CPU measures nothing and keeps SDPA
+    assert found["kernel"] == (keys.get("attn_impl") == "triton"), path
+
+
+def test_a_graph_break_fails_the_compile_row(monkeypatch):
+    """Without the build-time marking, the probe traced inside the block breaks its graph: the row says
+    how many and FAILs (the check that gpu_check.py runs on the GPU, fed here a break of the old kind)."""
+    import ra_model
+
+    def unmarked(device, dtype):  # the probe as it was: called in the traced forward, answer not constant
+        return ra_model._probe_unequal_value_size(device, dtype)
+
+    monkeypatch.setattr(ra_model, "sdpa_takes_unequal_value_size", unmarked)
+    monkeypatch.setattr(ra_model, "probe_as_constant", lambda: None)
+    monkeypatch.setattr(gpu_check, "COMPILE_PATHS", {"RA mix, sdpa": dict(ra_mode="mix")})
+    (row,) = gpu_check.compile_rows("cpu", "float32", gpu_check.DRY_COMPILE_MODEL)
+    assert row["status"] == "FAIL" and not row["measured"].startswith("1 graph, 0 breaks"), row
+    monkeypatch.undo()
+    monkeypatch.setattr(gpu_check, "COMPILE_PATHS", {"RA mix, sdpa": dict(ra_mode="mix")})
+    (row,) = gpu_check.compile_rows("cpu", "float32", gpu_check.DRY_COMPILE_MODEL)
+    assert row["status"] == "pass" and row["measured"] == "1 graph, 0 breaks", row
+
+
+def test_the_compiled_block_computes_what_the_eager_one_does():
+    """The probe's answer, baked into the graph as a constant, is the eager one: same output and gradients."""
+    import ra_model
+    torch.manual_seed(0)
+    cfg = ra_model.RAConfig(**gpu_check.DRY_COMPILE_MODEL, ra_pattern="all", ra_mode="mix", ra_window=8)
+    block = ra_model.RAGPT(cfg).transformer.h[1]
+    x = torch.randn(2, cfg.block_size, cfg.n_embd, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    eager = block(x)
+    (dx,) = torch.autograd.grad(eager.sum(), x)
+    torch._dynamo.reset()
+    compiled = torch.compile(block, backend="aot_eager", fullgraph=True)(x)
+    (dx_c,) = torch.autograd.grad(compiled.sum(), x)
+    torch.testing.assert_close(compiled, eager, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(dx_c, dx, rtol=1e-6, atol=1e-6)
