@@ -8,7 +8,8 @@ Ranks are ordered (replicate, shard, tp) with tp innermost: a tensor-parallel re
 consecutive, data parallelism runs across replicas (dp = world / tp), and FSDP/HSDP shard over the
 data-parallel ranks that hold the same tensor-parallel position (sharding.py). One device mesh holds
 those dimensions; the layout hands out its groups. The training loop asks the layout how to wrap
-the model, when gradients are reduced, how to clip them and how to save and load a checkpoint.
+the model, when gradients are reduced and how to clip them; checkpointing.py asks it for the
+collectives a checkpoint needs.
 
 A run's checkpoint is out_dir/ckpt.pt (one file) or, written by sharded ranks, the directory that
 out_dir/dcp/latest names (sharding.py); `checkpoint_path` is the one place that knows which.
@@ -26,19 +27,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import configurator
-import rundir
 import sharding
 
 CHECKPOINT_FILE = "ckpt.pt"
 HEARTBEAT_SECONDS = 1.0
-# head_loss='auto' takes the full head where the run's memory estimate times this fits: the tolerance
-# the estimate is held to against the allocator's measured peaks (tests/test_sharding.py, gpu_check.py)
-FULL_HEAD_MARGIN = 1.25
-
-
-def gib(n_bytes):
-    return f"{n_bytes / 2**30:,.1f} GiB"
-
 
 class RankStalled(RuntimeError):
     pass
@@ -220,140 +212,19 @@ class ParallelLayout:
         dist.broadcast_object_list(holder, src=0, device=self.device if self.device.startswith("cuda") else None)
         return holder[0]
 
-    # ------------------------------------------------------------------------- memory
-
-    def memory_estimate(self, cfg, n_params, dtype):
-        """Bytes per rank (sharding.memory_estimate); a real tensor-parallel rank holds 1/tp of the weights."""
-        return sharding.memory_estimate(cfg, n_params // (self.tp if self.tp_group is not None else 1),
-                                        self.world_size, dtype, self.device.split(":")[0])
-
-    def available_memory(self):
-        """(bytes, where): a GPU's free memory plus what this process's allocator already holds (the
-        estimate counts those tensors; not the total: the CUDA context, created by now, and other
-        processes' memory are not ours), or this machine's RAM shared by the ranks on it."""
-        if self.device.startswith("cuda"):
-            free = torch.cuda.mem_get_info(self.device)[0] + torch.cuda.memory_reserved(self.device)
-            return free, f"the free memory of {self.device}"
-        ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // ranks_here
-        return available, "this machine's RAM" + (f" per rank ({ranks_here} ranks)" if ranks_here > 1 else "")
-
-    def check_memory(self, cfg, n_params, dtype):
-        """Refuse a run whose estimated peak (a training step's or an evaluation's) exceeds the device's
-        memory (a CPU's RAM shared by its ranks), before anything is allocated. head_loss='auto' is
-        estimated as the chunked head, the one it falls back to (choose_head_loss)."""
-        available, where = self.available_memory()
-        estimate = self.memory_estimate(cfg, n_params, dtype)
-        if estimate["total"] > available:
-            evaluating = estimate["total"] > estimate["step"]
-            parts = ", ".join(f"{k} {gib(estimate[k])}" for k in ("params", "grads", "optimizer", "overhead") + (
-                ("evaluation",) if evaluating else ("activations", "head")))
-            fix = ("lower batch_size or block_size (evaluation holds their vocab_size logits at once)" if evaluating else
-                   "shrink the model, lower batch_size or block_size, or turn on activation_checkpointing")
-            raise configurator.ConfigError(f"this run needs at least {gib(estimate['total'])} per rank ({parts}) but "
-                                           f"{where} is {gib(available)}: {fix}")
-
-    def choose_head_loss(self, cfg, n_params, dtype, available=None):
-        """(head_loss, why): the head a training step uses. head_loss='auto' takes the full head on a GPU
-        when the memory estimate of the run with its logits (2 x vocab_size float32 values per token)
-        fits the free memory (`available`, by default available_memory()) with FULL_HEAD_MARGIN to
-        spare: one matmul each way, where the chunked head adds each chunk's weight gradient into a
-        float32 (vocab, n_embd) buffer (2-2.5 ms of a 39 ms GPT-2 124M step on an H200). Otherwise, and on
-        CPUs (where the chunked head is no slower, docs/speed-and-memory.md), 'chunked'. Any other value is kept."""
-        if cfg["head_loss"] != "auto":
-            return cfg["head_loss"], "as set"
-        if not self.device.startswith("cuda"):
-            return "chunked", "auto: on a CPU the chunked head is no slower than the full one, and needs less memory"
-        if available is None:
-            available = self.available_memory()[0]
-        full = FULL_HEAD_MARGIN * self.memory_estimate(dict(cfg, head_loss="full"), n_params, dtype)["total"]
-        fits = full <= available
-        return ("full" if fits else "chunked"), (f"auto: the estimate with the full head's logits x {FULL_HEAD_MARGIN}, "
-                                                 f"{gib(full)}, {'fits' if fits else 'exceeds'} the {gib(available)} "
-                                                 f"free on {self.device}")
-
-    # ------------------------------------------------------------------------- checkpoints
-
-    def checkpoint_path(self, out_dir):
-        return checkpoint_path(out_dir, sharded=self.data_parallel != "ddp")
-
-    def check_resumable(self, out_dir):
-        """init_from='resume' needs a checkpoint of this layout's kind: one line naming the other kind."""
-        if self.checkpoint_path(out_dir):
-            return
-        if self.data_parallel == "ddp":
-            sharded = " (dcp/ holds a sharded one: resume with data_parallel='fsdp' or 'hsdp', or write a ckpt.pt " \
-                      "with export_checkpoint.py)" if checkpoint_path(out_dir, sharded=True) else ""
-            raise configurator.ConfigError(f"init_from='resume' but {out_dir}/{CHECKPOINT_FILE} does not exist{sharded}")
-        raise configurator.ConfigError(f"init_from='resume' with data_parallel={self.data_parallel!r} but {out_dir}/dcp/"
-                                       f"latest does not exist (an ordinary {CHECKPOINT_FILE} resumes with data_parallel='ddp')")
-
-    def read_checkpoint(self, out_dir):
-        """The checkpoint's contents; a sharded one's meta.pt with its directory as sharded_path (its weights
-        and optimizer state are read once the model is sharded: restore)."""
-        path = self.checkpoint_path(out_dir)
-        if self.data_parallel != "ddp":
-            return dict(sharding.read_meta(path), sharded_path=path)
-        return rundir.load_checkpoint_file(path)
-
-    def save(self, out_dir, iter_num, model, optimizer, meta):
-        """Write a checkpoint of the model, the optimizer, every rank's RNG state and `meta` (collective:
-        every rank calls it). A tensor-parallel model is gathered into its full (GPT-layout) weights; its
-        optimizer state stays sharded, a list with one state per tp rank."""
-        meta = dict(meta, rng=self.gathered_rng_states())
-        if self.data_parallel != "ddp":
-            sharding.save(out_dir, iter_num, model, optimizer, meta, self.master, self.tp_rank)
-            return
-        model_state, optimizer_state = model.state_dict(), optimizer.state_dict()
-        if self.tp_group is not None:
-            states = [None] * self.tp if self.tp_rank == 0 else None
-            # pickled tensors unpickle onto the device they left: CUDA state from rank 3 would land on
-            # cuda:3 in rank 0's process (or fail where each process sees one GPU), so it travels on the CPU
-            on_cpu = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.cpu(), optimizer_state)
-            dist.gather_object(on_cpu, states, dst=dist.get_global_rank(self.tp_group, 0), group=self.tp_group)
-            model_state, optimizer_state = model.full_state_dict(), states
-        if self.master:
-            rundir.save_checkpoint(os.path.join(out_dir, CHECKPOINT_FILE), dict(model=model_state, optimizer=optimizer_state, **meta))
-
-    def restore(self, checkpoint, model, optimizer):
-        """Fill the optimizer (and a sharded checkpoint's model) and this rank's RNG state; an RNG state
-        of another world size is left alone (dropout then differs from an uninterrupted run)."""
-        if "sharded_path" in checkpoint:  # written by any number of ranks
-            sharding.load(checkpoint["sharded_path"], model, optimizer, self.tp_rank)
-        else:
-            optimizer.load_state_dict(self.optimizer_state_of(checkpoint))
-        self.restore_rng(checkpoint)
-
-    def restore_rng(self, checkpoint):
-        if len(checkpoint["rng"]) == self.world_size:
-            set_rng_state(checkpoint["rng"][self.rank], self.device)
-
-    def optimizer_state_of(self, checkpoint):
-        """This rank's optimizer state; a sharded (list) state resumes only on the same tp layout."""
-        state = checkpoint["optimizer"]
-        if isinstance(state, list) != (self.tp_group is not None):
-            raise configurator.ConfigError(
-                "the checkpoint's optimizer state was written " + ("by tensor-parallel ranks" if isinstance(state, list)
-                                                                    else "without tensor parallelism")
-                + ": resume with the same torchrun layout (world size and tp_size)")
-        return state[self.tp_rank] if self.tp_group is not None else state
-
-    def gathered_rng_states(self):
-        """Every rank's RNG state (dropout masks differ per rank), collected on all ranks."""
-        own = {"torch": torch.get_rng_state()}
-        if self.device.startswith("cuda"):
-            own["cuda"] = torch.cuda.get_rng_state(self.device)
+    def all_gather_object(self, obj):
+        """[every rank's `obj`] in rank order, on every rank ([obj] on one process)."""
         if not self.distributed:
-            return [own]
-        states = [None] * self.world_size
-        dist.all_gather_object(states, own)
-        return states
+            return [obj]
+        gathered = [None] * self.world_size
+        dist.all_gather_object(gathered, obj)
+        return gathered
 
-
-def set_rng_state(state, device):
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and device.startswith("cuda"):
-        torch.cuda.set_rng_state(state["cuda"], device)
+    def gather_in_tp_group(self, obj):
+        """[each tensor-parallel rank's `obj`] on the replica's first tp rank, None on the others."""
+        gathered = [None] * self.tp if self.tp_rank == 0 else None
+        dist.gather_object(obj, gathered, dst=dist.get_global_rank(self.tp_group, 0), group=self.tp_group)
+        return gathered
 
 
 # ----------------------------------------------------------------------------- compiling

@@ -11,6 +11,7 @@ import functools
 import json
 import os
 
+import checkpointing
 import configurator
 import devices
 import optim
@@ -227,7 +228,7 @@ def validate(cfg, world_size):
         raise err(f"HellaSwag is tokenized with GPT-2's BPE, which needs vocab_size >= {tokendata.GPT2_VOCAB_SIZE}, "
                   f"not {cfg['vocab_size']}: set hellaswag_interval=0")
     if cfg["init_from"] == "resume":
-        layout.check_resumable(cfg["out_dir"])
+        checkpointing.check_resumable(cfg["out_dir"], cfg["data_parallel"])
     if cfg["fork_optimizer"] not in ("carry", "fresh"):
         raise err(f"fork_optimizer={cfg['fork_optimizer']!r}: use 'carry' or 'fresh'")
     if cfg["fork_start"] not in FORK_STARTS:
@@ -335,10 +336,10 @@ def build_model(cfg, checkpoint=None, tp_group=None):
 RESUMABLE_MODEL_KEYS = ("dropout", "activation_checkpointing", "attn_recompute", "head_loss")
 
 
-def load_checkpoint(cfg, layout):
-    """The checkpoint to resume from (the layout knows where it lives and reads it), with the model
-    keys a resume may change taken from cfg; a different model shape is refused."""
-    ckpt = layout.read_checkpoint(cfg["out_dir"])
+def load_checkpoint(cfg, checkpointer):
+    """The checkpoint to resume from (the checkpointing.Checkpointer knows where it lives and reads it),
+    with the model keys a resume may change taken from cfg; a different model shape is refused."""
+    ckpt = checkpointer.read()
     saved = ckpt["config"]
     keys = ["model_type"] + model_config_fields(model_classes(saved)[1])
     conflicts = {k: (saved.get(k, DEFAULTS[k]), cfg[k]) for k in keys
