@@ -16,6 +16,7 @@ import torch
 import configurator
 import eval as eval_script
 import evaluation
+import evaluator
 import hellaswag
 import rundir
 import runtime
@@ -105,7 +106,7 @@ def test_checkpoints_hold_only_tensors_and_plain_values(data_dir, tmp_path):
 
 def test_a_nan_evaluation_never_replaces_the_last_good_checkpoint(data_dir, tmp_path, monkeypatch):
     out = str(tmp_path / "run")
-    real_evaluate = train.evaluate
+    real_evaluate = evaluator.evaluate
     calls = []
 
     def evaluate_nan_the_third_time(*args, **kwargs):  # evaluations at iterations 0, 4, 8
@@ -113,7 +114,7 @@ def test_a_nan_evaluation_never_replaces_the_last_good_checkpoint(data_dir, tmp_
         losses = real_evaluate(*args, **kwargs)
         return {k: float("nan") for k in losses} if len(calls) == 3 else losses
 
-    monkeypatch.setattr(train, "evaluate", evaluate_nan_the_third_time)
+    monkeypatch.setattr(evaluator, "evaluate", evaluate_nan_the_third_time)
     with pytest.raises(train.TrainingDiverged, match="evaluation loss became train nan, val nan at iteration 8"):
         train.main(tiny_args(data_dir, out, "--eval_interval=4", "--max_iters=12", "--lr_decay_iters=12"))
     assert load_ckpt(out)["iter_num"] == 4

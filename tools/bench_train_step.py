@@ -110,6 +110,7 @@ def measure(args):
     import torch
 
     import devices
+    import memorycheck
     import parallel
     import runtime
     from model import GPT, GPTConfig
@@ -124,7 +125,7 @@ def measure(args):
     layout.device = device
     cfg = runtime.settle(dict(runtime.DEFAULTS, **shape, batch_size=args.batch_size, gradient_accumulation_steps=1,
                               head_loss=option["head_loss"], device=device, dtype=dtype))
-    head_loss, why = layout.choose_head_loss(cfg, runtime.count_params(cfg), dtype)  # as train.py settles 'auto'
+    head_loss = memorycheck.choose_head_loss(cfg, layout, runtime.count_params(cfg), dtype).head_loss  # as train.py settles 'auto'
     fake = torch._subclasses.fake_tensor.FakeTensorMode() if args.memory_only else None
     with fake or torch.device(device):
         torch.manual_seed(0)
