@@ -136,3 +136,28 @@ def test_messages_say_why_from_the_data():
                                              "at iter 4, 512 tokens, 2.0 s of training; best val loss 3.2500")
     assert messages.diverged(8, dict(train_loss=float("nan"), val_loss=1.0), kept=None).startswith(
         "iter 8: evaluation loss became train nan, val 1.0: stopping; no checkpoint was written")
+
+
+def test_a_pretrained_init_is_settled_before_building_and_trains(data_dir, tmp_path):
+    """init_from=<HF directory>: the config's model keys are the model's from resolve on (config.json,
+    the checkpoint), never updated after the model is built."""
+    import dataclasses
+    import json
+    import os
+
+    import export_checkpoint
+    import train
+    from model import GPT
+    from test_train_golden import args
+    first, hf, second = (str(tmp_path / name) for name in ("first", "hf", "second"))
+    train.main(args(data_dir, first, "--vocab_size=50304", "--n_embd=16", "--max_iters=2", "--lr_decay_iters=2",
+                    "--ln_placement=pre"))
+    export_checkpoint.main([f"--out_dir={first}", "--format=hf", f"--out={hf}"])
+    extra = ("--init_from=" + hf, "--max_iters=2", "--lr_decay_iters=2", "--dropout=0.1", "--head_loss=full")
+    settled = runtime.settle(dict(runtime.DEFAULTS, init_from=hf, dropout=0.1, head_loss="full"))
+    model = GPT.from_pretrained(hf, **{k: settled[k] for k in runtime.PRETRAINED_OVERRIDES})
+    assert {k: settled[k] for k in dataclasses.asdict(model.config)} == dataclasses.asdict(model.config)
+    train.main(args(data_dir, second, *extra))
+    written = json.load(open(os.path.join(second, "config.json")))
+    assert {k: written[k] for k in dataclasses.asdict(model.config)} == dataclasses.asdict(model.config)
+    assert written["n_embd"] == 16 and written["vocab_size"] == 50257
