@@ -291,7 +291,7 @@ def memory_estimate(cfg, n_params, world_size, dtype, device_type="cuda"):
     (cached for the forward and kept for the backward; FSDP gathers 16-bit weights instead), and on a
     GPU a reserve for cuBLAS/cuDNN workspaces, NCCL's buffers and the caching allocator's
     fragmentation (RESERVE_BYTES; not measured on hardware here). The CUDA context is outside the
-    allocator: ParallelLayout.check_memory compares against the memory free once it exists.
+    allocator: memorycheck.check_memory compares against the memory free once it exists.
     """
     bytes_ = 2 if dtype in ("bfloat16", "float16") else 4
     tokens = cfg["batch_size"] * cfg["block_size"]
