@@ -665,7 +665,7 @@ def test_a_fork_from_a_branch_or_at_the_budget_is_refused(data_dir, tmp_path):
 
 def test_a_nan_before_the_first_checkpoint_does_not_claim_one_exists(data_dir, tmp_path, monkeypatch):
     out = str(tmp_path / "run")
-    monkeypatch.setattr(train, "evaluate", lambda *a, **k: dict(train=float("nan"), val=float("nan")))
+    monkeypatch.setattr(evaluator, "evaluate", lambda *a, **k: dict(train=float("nan"), val=float("nan")))
     with pytest.raises(train.TrainingDiverged):
         train.main(tiny_args(data_dir, out))
     line = open(os.path.join(out, "log.txt")).read()
