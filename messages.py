@@ -1,6 +1,5 @@
 """The training run's words: every sentence train.py and its components print or log, written from the
 numbers they return (log.jsonl keeps those numbers as fields; these lines are for people)."""
-import math
 
 
 def checklist(fields):
@@ -90,7 +89,3 @@ def stopped_at_once(name, first, kept):
 
 def sample(text):
     return "sample:\n" + text
-
-
-def is_finite(*values):
-    return all(math.isfinite(v) for v in values)

@@ -12,7 +12,6 @@ why the file can be re-pinned after an intended change or on a new machine:
 import json
 import math
 import os
-import sys
 
 import rundir
 import train
