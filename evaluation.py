@@ -17,7 +17,7 @@ Perplexity. The first eval_tokens + 1 tokens of val.bin are cut into contiguous,
 block_size inputs, each with its targets shifted by one, so every evaluated token is predicted
 exactly once. A last window shorter than block_size is dropped (it would predict with a different
 context length), so `tokens` is eval_tokens rounded down to a multiple of block_size. Unlike
-a training run's evaluate (evaluator.py: spread windows, a few batches), this reads a fixed prefix: the number to
+a training run's evaluate (train.py: spread windows, a few batches), this reads a fixed prefix: the number to
 compare checkpoints with the same block_size on. Under torchrun rank r evaluates the windows
 i with i % world_size == r; the per-window sums are gathered and added in window order, so the
 result does not depend on the number of ranks beyond the rounding of the forward passes.

@@ -93,7 +93,7 @@ def load_weights(ckpt, model):
     """The trunk's tensors into the branch's model (built with its own seeded initialization):
     every tensor the two share in name and shape; the branch's extra parameters must be ones its
     model declares new. Returns the Loaded counts (the optimizer state and the position follow in
-    checkpointing.Checkpointer.continue_trunk)."""
+    parallel.Checkpointer.continue_trunk)."""
     trunk = unwrap_state_dict(ckpt["model"])
     own = model.state_dict()
     check_tensors({n: t.shape for n, t in trunk.items()}, model, f"fork_from={ckpt['config']['out_dir']!r}")

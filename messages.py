@@ -7,14 +7,17 @@ def checklist(fields):
 
 
 def head_choice(choice):
-    """The checklist's head_loss line, from memorycheck.HeadChoice."""
-    why = {"as set": "as set",
-           "cpu": "auto: on a CPU the chunked head is no slower than the full one, and needs less memory"}.get(
-        choice.reason)
-    if why is None:
-        why = (f"auto: the estimate with the full head's logits x {choice.margin}, {gib(choice.needed)}, "
-               f"{choice.reason} the {gib(choice.available)} free on {choice.device}")
-    return f"{choice.head_loss} ({why})"
+    """The checklist's head_loss line, from sharding.HeadChoice."""
+    return f"{choice.head_loss} ({head_reason(choice)})"
+
+
+def head_reason(choice):
+    if choice.reason == "as set":
+        return "as set"
+    if choice.reason == "cpu":
+        return "auto: on a CPU the chunked head is no slower than the full one, and needs less memory"
+    return (f"auto: the estimate with the full head's logits x {choice.margin}, {gib(choice.needed)}, "
+            f"{choice.reason} the {gib(choice.available)} free on {choice.device}")
 
 
 def gib(n_bytes):

@@ -11,7 +11,6 @@ import functools
 import json
 import os
 
-import checkpointing
 import configurator
 import devices
 import optim
@@ -250,7 +249,7 @@ def validate(cfg, world_size):
         raise err(f"HellaSwag is tokenized with GPT-2's BPE, which needs vocab_size >= {tokendata.GPT2_VOCAB_SIZE}, "
                   f"not {cfg['vocab_size']}: set hellaswag_interval=0")
     if cfg["init_from"] == "resume":
-        checkpointing.check_resumable(cfg["out_dir"], cfg["data_parallel"])
+        parallel.check_resumable(cfg["out_dir"], cfg["data_parallel"])
     if cfg["fork_optimizer"] not in ("carry", "fresh"):
         raise err(f"fork_optimizer={cfg['fork_optimizer']!r}: use 'carry' or 'fresh'")
     if cfg["fork_start"] not in FORK_STARTS:
@@ -357,7 +356,7 @@ RESUMABLE_MODEL_KEYS = ("dropout", "activation_checkpointing", "attn_recompute",
 
 
 def load_checkpoint(cfg, checkpointer):
-    """The checkpoint to resume from (the checkpointing.Checkpointer knows where it lives and reads it),
+    """The checkpoint to resume from (the parallel.Checkpointer knows where it lives and reads it),
     with the model keys a resume may change taken from cfg; a different model shape is refused."""
     ckpt = checkpointer.read()
     saved = ckpt["config"]

@@ -11,10 +11,10 @@ A run directory (out_dir) receives config.json, log.jsonl (one JSON object per e
 (the same, for people) and ckpt.pt (everything needed to continue exactly where it stopped), or
 with data_parallel='fsdp' / 'hsdp' the sharded checkpoint directory dcp/ (sharding.py).
 
-The loop (train) asks its components, each with its own cadence and state: the Evaluator
-(evaluator.py) evaluates when due, the Checkpointer (checkpointing.py) saves when due and restores
-the Position, StepMetrics (trainmetrics.py) reads the device when something needs the numbers and
-writes the train line; messages.py writes the sentences.
+The loop (train, at the end) asks its components, each with its own cadence and state: StepMetrics
+reads the device only when something needs the numbers and writes the train line, the Evaluator
+evaluates when due, the Checkpointer (parallel.py) saves when due and restores the Position;
+messages.py writes every sentence from the numbers they return.
 """
 import dataclasses
 import json
@@ -31,7 +31,6 @@ import configurator
 import devices
 import evaluation
 import forking
-import memorycheck
 import messages
 import optim
 import rundir
@@ -39,13 +38,10 @@ import runrecord
 import runtime
 import sharding
 import tokendata
-from checkpointing import Checkpointer, Position
-from evaluator import SAMPLE_PROMPT, Evaluator
 from model import peak_flops
-from parallel import (ParallelLayout, RankStalled, checkpoint_path, exit_distributed, launched_world_size,
-                      name_stalled_ranks)
+from parallel import (Checkpointer, ParallelLayout, Position, RankStalled, checkpoint_path, exit_distributed,
+                      launched_world_size, name_stalled_ranks)
 from tokendata import get_batch, train_offsets
-from trainmetrics import StepMetrics, TrainingDiverged, budget_reached
 
 
 class Interrupted(Exception):
@@ -58,9 +54,10 @@ class Interrupted(Exception):
 
 
 EXIT_STOPPED_BY_SIGNAL = 3  # a first signal: the step finished, a checkpoint was written, resume to go on
+SAMPLE_PROMPT = "\n"  # the end-of-run sample (sample_tokens) continues a new line
 
 
-# ----------------------------------------------------------------------------- schedule, stopping
+# ----------------------------------------------------------------------------- schedule
 
 def learning_rate_at(cfg, it):
     lr, min_lr, warmup = cfg["learning_rate"], cfg["min_lr"], cfg["warmup_iters"]
@@ -79,6 +76,222 @@ def learning_rate_at(cfg, it):
         return lr
     return lr - (lr - min_lr) * (it - decay_start) / max(1, end - decay_start)
 
+
+# ----------------------------------------------------------------------------- what a step measures
+# The host queues step after step while the GPU still runs the earlier ones; a step's loss, gradient
+# norm and timer lap stay on the device until a log line, an evaluation or a checkpoint next, the end
+# of the budget (max_time is checked there) or a signal to a lone process needs them, and are then
+# read in one go (read_steps), bit for bit the values a read after every step gives.
+
+class TrainingDiverged(RuntimeError):
+    """A loss (or, without a loss scaler, a gradient norm) became non-finite at iteration iter_num:
+    `fields` are the values, the log's diverged event."""
+
+    def __init__(self, iter_num, **fields):
+        self.iter_num, self.fields = iter_num, fields
+        super().__init__(f"{messages.what_diverged(fields)} at iteration {iter_num}")
+
+
+def budget_reached(cfg, position):
+    """'max_iters', 'max_tokens' or 'max_time' where that budget is spent, else None."""
+    if position.iter_num >= cfg["max_iters"]:
+        return "max_iters"
+    if cfg["max_tokens"] and position.tokens_seen >= cfg["max_tokens"]:
+        return "max_tokens"
+    if cfg["max_time"] and position.train_time >= cfg["max_time"]:
+        return "max_time"
+    return None
+
+
+def read_steps(unread, timer, layout, signalled):
+    """[(loss, grad norm, seconds)] of the steps the host has queued since the last read, and whether a
+    stop signal reached any rank: one wait for the device and one all-reduce, which gives every rank the
+    same losses and the same clock, so all ranks agree on when to stop (a disagreement would hang the
+    next collective). The values are the ones each step would have read at once, bit for bit."""
+    seconds = [timer.seconds(lap) for _, _, lap in unread]  # waits for the last step's last kernel
+    losses = torch.stack([loss for loss, _, _ in unread])
+    shared = torch.cat([losses, torch.tensor(seconds + [float(signalled)], device=losses.device)])
+    shared = layout.all_reduce(shared, mean=True).tolist()
+    grad_norms = torch.stack([grad_norm for _, grad_norm, _ in unread]).tolist()  # equal on every rank
+    n = len(unread)
+    return list(zip(shared[:n], grad_norms, shared[n:2 * n])), shared[-1] > 0
+
+
+@dataclasses.dataclass
+class Window:
+    """The training steps since the last log line."""
+    time: float = 0.0
+    iters: int = 0
+    peak_mib: float = 0.0
+
+
+class StepMetrics:
+    """Times each step, keeps its loss and gradient norm on the device until they are needed, checks
+    them, adds the steps' seconds to the run's training time and writes the train log line."""
+
+    def __init__(self, cfg, layout, raw_model, act_norms, log, dtype, peak_flops, scaler):
+        self.cfg, self.layout, self.raw_model, self.act_norms, self.log = cfg, layout, raw_model, act_norms, log
+        self.dtype, self.peak_flops, self.scaler = dtype, peak_flops, scaler
+        self.timer = devices.DeviceTimer(layout.device)
+        self.unread = []  # the steps queued since the host last read the device: (loss, grad norm, timer lap)
+        self.window = Window()
+        self.step_peak_since_eval = None  # MiB: the memory_ratio's numerator (a training step's, not evaluation's)
+        self.lr = None
+
+    def start_step(self):
+        devices.reset_peak_memory(self.layout.device)  # evaluation's peak (a batch's whole logits) is logged apart
+        self.timer.start()
+
+    def end_step(self, loss, grad_norm, lr, position, signals):
+        """Queue the step's values (still on the device), move `position` one step on, and read the
+        device where something needs the numbers. Returns the stop reason, or None to go on."""
+        self.unread.append((loss, grad_norm, self.timer.stop()))
+        self.lr = lr
+        step_peak = devices.peak_memory_mib(self.layout.device)  # the allocator's books, kept on the host
+        self.window.peak_mib = max(self.window.peak_mib, step_peak)
+        self.step_peak_since_eval = max(self.step_peak_since_eval or 0.0, step_peak)
+        position.iter_num += 1
+        position.tokens_seen += self.cfg["tokens_per_iter"]
+        signalled = self.read(position, signals) if self.read_due(position, signals) else False
+        return budget_reached(self.cfg, position) or ("signal" if signalled else None)
+
+    def read_due(self, position, signals):
+        """A log line, an evaluation or checkpoint next, the end of the budget, a signal to a lone process."""
+        cfg, it = self.cfg, position.iter_num
+        return (it % cfg["log_interval"] == 0 or it % cfg["eval_interval"] == 0 or it in cfg["eval_at"]
+                or budget_reached(cfg, position) is not None or (signals.received and not self.layout.distributed))
+
+    def read(self, position, signals):
+        """Read the queued steps, check them, log at log steps; returns whether any rank was signalled."""
+        steps, signalled = read_steps(self.unread, self.timer, self.layout, signals.received is not None)
+        self.unread = []
+        for it, (loss, grad_norm, seconds) in enumerate(steps, start=position.iter_num - len(steps) + 1):
+            position.train_time += seconds
+            self.window.time += seconds
+            self.window.iters += 1
+            if not math.isfinite(loss) or (not math.isfinite(grad_norm) and not self.scaler.is_enabled()):
+                raise TrainingDiverged(it, loss=loss, grad_norm=grad_norm)
+        if position.iter_num % self.cfg["log_interval"] == 0:
+            self.log_train(position, loss, grad_norm)
+        return signalled
+
+    def log_train(self, position, loss, grad_norm):
+        step_time = self.window.time / self.window.iters
+        tokens_per_iter = self.cfg["tokens_per_iter"]
+        tokens_per_sec = tokens_per_iter / step_time
+        mfu, self.peak_flops = devices.model_flops_utilization(
+            self.raw_model, tokens_per_sec / self.layout.world_size, self.layout.device, self.dtype, self.peak_flops)
+        record = dict(iter=position.iter_num, tokens=position.tokens_seen, loss=loss, lr=self.lr, grad_norm=grad_norm,
+                      **self.act_norms.read(), step_time_ms=1000 * step_time, tokens_per_sec=tokens_per_sec,
+                      mfu=mfu, mfu_peak_gflops=self.peak_flops / 1e9 if self.peak_flops else None,
+                      peak_memory_mib=self.window.peak_mib, tokens_per_iter=tokens_per_iter,
+                      load_average=runrecord.load_average())
+        self.log.event("train", messages.train_line(record), **record)
+        self.window = Window()
+
+    def take_step_peak(self):
+        """The highest training step's peak memory (MiB) since the last call (None before any step)."""
+        peak, self.step_peak_since_eval = self.step_peak_since_eval, None
+        return peak
+
+
+# ----------------------------------------------------------------------------- what a run evaluates
+
+@torch.no_grad()
+def evaluate(model, cfg, layout, data_dir, counts, autocast, final=False):
+    """Mean loss over the fixed windows of each split; batches are shared out across replicas. The
+    evaluations a report reads (the end of the budget, eval_at) read final_eval_iters val batches where
+    that is set."""
+    model.eval()
+    losses = {}
+    for split in ("train", "val"):
+        total = torch.zeros(2, device=layout.device)  # loss sum, batch count
+        batches = tokendata.eval_offsets(cfg, counts[split], cfg["final_eval_iters"] if final and split == "val" else 0)
+        for first in range(0, len(batches), layout.dp):
+            k = first + layout.dp_rank  # a replica's tensor-parallel ranks share each batch
+            counted = k < len(batches)
+            # A sharded model all-gathers in every forward, so every rank must run as many: a rank with
+            # no batch left in the last round recomputes batch 0 without counting it.
+            if not counted and not layout.sharded:
+                continue
+            x, y = get_batch(data_dir, split, batches[k if counted else 0], cfg["block_size"], layout.device)
+            with autocast:
+                _, loss = model(x, y)
+            total += float(counted) * torch.stack([loss.float(), torch.ones((), device=layout.device)])
+        losses[split] = (layout.all_reduce(total)[0] / total[1]).item()
+    model.train()
+    return losses
+
+
+class Evaluator:
+    """Evaluates when due and logs each result; `last` is the latest eval record (a checkpoint keeps it)."""
+
+    def __init__(self, cfg, layout, model, raw_model, optimizer, pruner, data, autocast, log, hellaswag=None):
+        self.cfg, self.layout, self.model, self.raw_model = cfg, layout, model, raw_model
+        self.optimizer, self.pruner, self.autocast, self.log = optimizer, pruner, autocast, log
+        self.data = data  # .dir, .counts (tokens per split), .codec (the sample's)
+        self.hellaswag = hellaswag  # the examples, on every rank, or None
+        self.weights_bytes = sharding.local_weights_bytes(raw_model)  # this rank's: its FSDP or tensor-parallel shards
+        self.last = None
+
+    def due(self, iter_num, stop_reason=None):
+        """At eval_interval, at eval_at and where the run stops; never after a signal (a preempted job
+        has seconds: it saves now and evaluates when it resumes)."""
+        return stop_reason != "signal" and (iter_num % self.cfg["eval_interval"] == 0 or bool(stop_reason)
+                                            or iter_num in self.cfg["eval_at"])
+
+    def run(self, position, stop_reason, step_peak_mib):
+        """Evaluate at `position` (updating its best_val_loss), then HellaSwag where due; returns the eval
+        record. step_peak_mib: the highest training step's peak memory since the last evaluation."""
+        device, it = self.layout.device, position.iter_num
+        devices.reset_peak_memory(device)  # evaluation's peak (a batch's whole logits) is logged apart
+        losses = evaluate(self.model, self.cfg, self.layout, self.data.dir, self.data.counts, self.autocast,
+                          final=stop_reason is not None or it in self.cfg["eval_at"])
+        if not all(math.isfinite(v) for v in losses.values()):  # never let a NaN model replace a good checkpoint
+            raise TrainingDiverged(it, train_loss=losses["train"], val_loss=losses["val"])
+        position.best_val_loss = min(position.best_val_loss, losses["val"])
+        record = dict(iter=it, tokens=position.tokens_seen, train_loss=losses["train"],
+                      val_loss=losses["val"], val_ppl=math.exp(losses["val"]), best_val_loss=position.best_val_loss,
+                      **self.raw_model.metrics(), **optim.optimizer_metrics(self.optimizer),
+                      **(self.pruner.metrics() if self.pruner is not None else {}),
+                      peak_memory_mib=devices.peak_memory_mib(device),
+                      # the pruning / MLA study's "training memory / model weights", per rank; None on CPUs (no reset)
+                      memory_ratio=step_peak_mib * 2**20 / self.weights_bytes
+                      if device.startswith("cuda") and step_peak_mib is not None else None)
+        self.log.event("eval", messages.eval_line(record), **record)
+        self.last = record
+        if self.hellaswag and (it % self.cfg["hellaswag_interval"] == 0 or stop_reason):
+            self.run_hellaswag(position)
+        return record
+
+    def run_hellaswag(self, position):
+        # Eager (the compiled blocks too): every batch has a different length and would recompile.
+        device, layout = self.layout.device, self.layout
+        devices.reset_peak_memory(device)
+        with torch.compiler.set_stance("force_eager"):
+            result = evaluation.evaluate_hellaswag(self.raw_model, self.hellaswag, device, autocast=self.autocast,
+                                                   replica=(layout.dp_rank, layout.dp, layout.dp_group), items=True)
+        items = result.pop("items")  # per example: what a report pairs item by item across variants
+        if layout.master:
+            evaluation.write_items(os.path.join(self.cfg["out_dir"], rundir.HELLASWAG_ITEMS), items,
+                                   append=True, iter=position.iter_num, tokens=position.tokens_seen)
+        record = dict(iter=position.iter_num, tokens=position.tokens_seen,
+                      peak_memory_mib=devices.peak_memory_mib(device), **result)
+        self.log.event("hellaswag", messages.hellaswag_line(record), **record)
+
+    def sample(self):
+        """The end-of-run sample (sample_tokens), or None. Every rank generates (a TP forward all-reduces,
+        a sharded one all-gathers: a master alone would wait for peers gone to the exit barrier), from one
+        seed: the same tokens."""
+        if not self.cfg["sample_tokens"]:
+            return None
+        torch.manual_seed(self.cfg["seed"])
+        with torch.compiler.set_stance("force_eager"):  # one more token, one more length: no recompiles
+            return evaluation.generate_text(self.raw_model, SAMPLE_PROMPT, self.cfg["sample_tokens"],
+                                            self.layout.device, self.data.codec, self.autocast)
+
+
+# ----------------------------------------------------------------------------- stopping
 
 class StopSignals:
     """SIGTERM (what Slurm and Kubernetes send before killing a job), SIGINT (Ctrl-C) and SIGHUP (a
@@ -146,7 +359,7 @@ class RunData:
 def check_before_building(cfg, layout, dtype):
     """The RunData: what can refuse the run, checked before a model exists."""
     if cfg["init_from"] in ("scratch", "resume"):
-        memorycheck.check_memory(cfg, layout, runtime.count_params(cfg), dtype)
+        sharding.check_memory(cfg, layout, runtime.count_params(cfg), dtype)
     if layout.device == "cpu":
         devices.keep_freed_memory()  # no mmap/page-fault/munmap of every activation in every step
     scan = layout.broadcast_object(tokendata.scan_data(cfg) if layout.rank == 0 else None)  # one scan a run
@@ -183,7 +396,7 @@ def build_for_training(cfg, layout, dtype, autocast, checkpoint, trunk):
     if trunk and cfg["fork_start"] == "preserve":  # new parameters start where the trunk's function is kept
         forking.preserve_start(raw_model)
     # head_loss='auto' settled by the memory estimate; config.json keeps what was asked, the checklist what runs
-    head = memorycheck.choose_head_loss(cfg, layout, runtime.count_params(cfg), dtype)
+    head = sharding.choose_head_loss(cfg, layout, runtime.count_params(cfg), dtype)
     raw_model.config.head_loss = head.head_loss
     # reduced_sync: count one tiny step's all-reduces against the schedule (before DDP's or FSDP's
     # hooks exist; it forks the RNG and clears its gradients)
@@ -231,7 +444,7 @@ def log_start(log, cfg, layout, run, data, dtype, act_norms, fork):
     FLOP/s peak MFU is against: on a CPU the matmul peak measured here for this dtype, on a GPU its
     data sheet's."""
     device, raw_model = layout.device, run.raw_model
-    memory = memorycheck.estimate(dict(cfg, head_loss=raw_model.config.head_loss), layout, runtime.count_params(cfg),
+    memory = sharding.memory_per_rank(dict(cfg, head_loss=raw_model.config.head_loss), layout, runtime.count_params(cfg),
                                   dtype)
     peak = devices.matmul_peak_flops(device, dtype) if device == "cpu" else peak_flops(device)
     checklist = runrecord.startup_checklist(cfg, layout, raw_model, data.counts, data.dir, dtype)

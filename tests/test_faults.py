@@ -16,7 +16,6 @@ import torch
 import configurator
 import eval as eval_script
 import evaluation
-import evaluator
 import hellaswag
 import rundir
 import runtime
@@ -106,7 +105,7 @@ def test_checkpoints_hold_only_tensors_and_plain_values(data_dir, tmp_path):
 
 def test_a_nan_evaluation_never_replaces_the_last_good_checkpoint(data_dir, tmp_path, monkeypatch):
     out = str(tmp_path / "run")
-    real_evaluate = evaluator.evaluate
+    real_evaluate = train.evaluate
     calls = []
 
     def evaluate_nan_the_third_time(*args, **kwargs):  # evaluations at iterations 0, 4, 8
@@ -114,7 +113,7 @@ def test_a_nan_evaluation_never_replaces_the_last_good_checkpoint(data_dir, tmp_
         losses = real_evaluate(*args, **kwargs)
         return {k: float("nan") for k in losses} if len(calls) == 3 else losses
 
-    monkeypatch.setattr(evaluator, "evaluate", evaluate_nan_the_third_time)
+    monkeypatch.setattr(train, "evaluate", evaluate_nan_the_third_time)
     with pytest.raises(train.TrainingDiverged, match="evaluation loss became train nan, val nan at iteration 8"):
         train.main(tiny_args(data_dir, out, "--eval_interval=4", "--max_iters=12", "--lr_decay_iters=12"))
     assert load_ckpt(out)["iter_num"] == 4
@@ -665,7 +664,7 @@ def test_a_fork_from_a_branch_or_at_the_budget_is_refused(data_dir, tmp_path):
 
 def test_a_nan_before_the_first_checkpoint_does_not_claim_one_exists(data_dir, tmp_path, monkeypatch):
     out = str(tmp_path / "run")
-    monkeypatch.setattr(evaluator, "evaluate", lambda *a, **k: dict(train=float("nan"), val=float("nan")))
+    monkeypatch.setattr(train, "evaluate", lambda *a, **k: dict(train=float("nan"), val=float("nan")))
     with pytest.raises(train.TrainingDiverged):
         train.main(tiny_args(data_dir, out))
     line = open(os.path.join(out, "log.txt")).read()

@@ -133,7 +133,7 @@ def test_auto_head_follows_the_memory_estimate(device, dtype):
     import runtime
     import sharding
     import messages
-    from memorycheck import FULL_HEAD_MARGIN, choose_head_loss
+    from sharding import FULL_HEAD_MARGIN, choose_head_loss
     from parallel import ParallelLayout
     cfg = runtime.settle(dict(runtime.DEFAULTS, batch_size=16, gradient_accumulation_steps=1))
     assert cfg["head_loss"] == "auto"

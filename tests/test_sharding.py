@@ -355,7 +355,7 @@ def test_memory_estimate_counts_buckets_autocast_copies_and_a_gpu_reserve():
 def test_memory_check_compares_against_the_free_gpu_memory(monkeypatch):
     """The CUDA context and other processes take their share: a run that fits the card's total but not
     its free memory is refused."""
-    from memorycheck import check_memory
+    from sharding import check_memory
     from parallel import ParallelLayout
     layout = ParallelLayout()
     layout.device = "cuda:0"

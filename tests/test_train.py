@@ -13,13 +13,11 @@ import torch
 
 import configurator
 import devices
-import evaluator
 import rundir
 import runrecord
 import runtime
 import tokendata
 import train
-import trainmetrics
 from model import GPT
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -170,8 +168,8 @@ def test_the_host_reads_the_device_only_at_log_steps_and_logs_the_same_values(da
     every = str(tmp_path / "every_step")
     train.main(tiny_args(data_dir, every, *args))
     reads = []
-    read_steps = trainmetrics.read_steps
-    monkeypatch.setattr(trainmetrics, "read_steps", lambda unread, *a: (reads.append(len(unread)), read_steps(unread, *a))[1])
+    read_steps = train.read_steps
+    monkeypatch.setattr(train, "read_steps", lambda unread, *a: (reads.append(len(unread)), read_steps(unread, *a))[1])
     sparse = str(tmp_path / "every_third")
     train.main(tiny_args(data_dir, sparse, *args, "--log_interval=3"))
     assert reads == [3, 2, 1, 1, 2, 1, 2]  # read at iterations 3, 5, 6, 7, 9, 10, 12: never per step in between
@@ -352,9 +350,9 @@ class QueuedDevice:
 
     def __init__(self, monkeypatch, seconds):
         self.pending, self.peak, self.seconds = 0.0, 0.0, seconds
-        get_batch, evaluate = train.get_batch, evaluator.evaluate
+        get_batch, evaluate = train.get_batch, train.evaluate
         monkeypatch.setattr(train, "get_batch", lambda *a: (self.queue(10.0), get_batch(*a))[1])
-        monkeypatch.setattr(evaluator, "evaluate", lambda *a, **k: (self.queue(1000.0), evaluate(*a, **k))[1])
+        monkeypatch.setattr(train, "evaluate", lambda *a, **k: (self.queue(1000.0), evaluate(*a, **k))[1])
         monkeypatch.setattr(devices, "synchronize", self.synchronize)
         monkeypatch.setattr(devices, "reset_peak_memory", lambda device: setattr(self, "peak", 0.0))
         monkeypatch.setattr(devices, "peak_memory_mib", lambda device: self.peak)

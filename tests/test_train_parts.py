@@ -8,11 +8,9 @@ import torch
 
 import messages
 import runtime
-from checkpointing import Checkpointer, Fork, Position, rng_state
-from evaluator import Evaluator
-from memorycheck import HeadChoice
-from parallel import ParallelLayout
-from trainmetrics import StepMetrics, TrainingDiverged, budget_reached
+from parallel import Checkpointer, Fork, ParallelLayout, Position, rng_state
+from sharding import HeadChoice
+from train import Evaluator, StepMetrics, TrainingDiverged, budget_reached
 
 
 def cfg_of(**keys):
