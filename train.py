@@ -57,7 +57,7 @@ EXIT_STOPPED_BY_SIGNAL = 3  # a first signal: the step finished, a checkpoint wa
 SAMPLE_PROMPT = "\n"  # the end-of-run sample (sample_tokens) continues a new line
 
 
-# ----------------------------------------------------------------------------- schedule
+# ----------------------------------------------------------------------------- the learning rate
 
 def learning_rate_at(cfg, it):
     lr, min_lr, warmup = cfg["learning_rate"], cfg["min_lr"], cfg["warmup_iters"]
@@ -196,6 +196,10 @@ class StepMetrics:
 
 
 # ----------------------------------------------------------------------------- what a run evaluates
+# Every eval_interval steps, at the eval_at points a report reads and where the run stops: the mean
+# loss of train and val windows; HellaSwag every hellaswag_interval steps and at the end; after
+# training, a sample of text. A non-finite evaluation loss stops the run before a checkpoint could
+# replace the last good one.
 
 @torch.no_grad()
 def evaluate(model, cfg, layout, data_dir, counts, autocast, final=False):
