@@ -6,7 +6,7 @@ HellaSwag (completion style). Each example becomes one row per ending, context t
 An ending's loss is the model's cross-entropy on the ending tokens only; acc picks the ending with
 the smallest summed loss, acc_norm the smallest mean loss per token (length-normalized), as in
 build-nanogpt. (lm-evaluation-harness normalizes by bytes instead, so its acc_norm differs a
-little.) GPT-2 124M reaches acc_norm ~0.295 on the 10,042 validation examples; chance is 0.25.
+little.) Chance is 0.25; GPT-2 124M's score: docs/experiments.md.
 
 Ties go to the lowest ending index. A tie is exact: a token's loss depends only on its logit and
 the set of logits at its position (not their vocabulary order, nor the row's place in the batch),
@@ -17,7 +17,7 @@ Perplexity. The first eval_tokens + 1 tokens of val.bin are cut into contiguous,
 block_size inputs, each with its targets shifted by one, so every evaluated token is predicted
 exactly once. A last window shorter than block_size is dropped (it would predict with a different
 context length), so `tokens` is eval_tokens rounded down to a multiple of block_size. Unlike
-train.py's evaluate (spread windows, a few batches), this reads a fixed prefix: the number to
+a training run's evaluate (train.py: spread windows, a few batches), this reads a fixed prefix: the number to
 compare checkpoints with the same block_size on. Under torchrun rank r evaluates the windows
 i with i % world_size == r; the per-window sums are gathered and added in window order, so the
 result does not depend on the number of ranks beyond the rounding of the forward passes.

@@ -10,6 +10,7 @@ follows the one schedule of the whole budget (the trunk ran it with the branch's
 A branch identical to the baseline reproduces the baseline's own continuation bit for bit.
 """
 import os
+from typing import NamedTuple
 
 import configurator
 import rundir
@@ -82,15 +83,22 @@ def read_trunk(cfg):
     return ckpt
 
 
+class Loaded(NamedTuple):
+    """load_weights' count of tensors: taken from the trunk, and the branch's own new ones."""
+    loaded: int
+    new: int
+
+
 def load_weights(ckpt, model):
     """The trunk's tensors into the branch's model (built with its own seeded initialization):
     every tensor the two share in name and shape; the branch's extra parameters must be ones its
-    model declares new. Returns (loaded, new) tensor counts."""
+    model declares new. Returns the Loaded counts (the optimizer state and the position follow in
+    parallel.Checkpointer.continue_trunk)."""
     trunk = unwrap_state_dict(ckpt["model"])
     own = model.state_dict()
     check_tensors({n: t.shape for n, t in trunk.items()}, model, f"fork_from={ckpt['config']['out_dir']!r}")
     model.load_state_dict({**own, **{n: trunk[n] for n in own if n in trunk}})
-    return len(own) - len(set(own) - set(trunk)), len(set(own) - set(trunk))
+    return Loaded(len(own) - len(set(own) - set(trunk)), len(set(own) - set(trunk)))
 
 
 def check_tensors(trunk, model, where):
@@ -173,44 +181,3 @@ def preserve_start(model):
                                        f"fork_start='own' (the report shows the loss jump at the fork) or run the "
                                        f"variant from scratch")
     return sorted(set(notes))
-
-
-def load_optimizer(ckpt, model, optimizer, fresh):
-    """The trunk's optimizer state of each shared parameter, matched by name (the branch's
-    parameter order may differ); the branch's new parameters start with an empty state, as does
-    everything with fresh=True. The trunk's group settings and whatever else its state holds
-    (AdamW-SPAM's gradient-norm history and reset clock) carry."""
-    if fresh:
-        return 0
-    trunk_state = ckpt["optimizer"]
-    index = {name: i for i, name in enumerate(ckpt["param_names"])}
-    own = optimizer.state_dict()
-    if len(own["param_groups"]) != len(trunk_state["param_groups"]):
-        raise configurator.ConfigError("the branch's optimizer has other parameter groups than its trunk's: use "
-                                       "fork_optimizer='fresh'")
-    state = {j: trunk_state["state"][index[name]] for j, name in enumerate(param_names(model, optimizer))
-             if name in index and index[name] in trunk_state["state"]}
-    groups = [dict(theirs, params=mine["params"]) for mine, theirs in zip(own["param_groups"],
-                                                                         trunk_state["param_groups"])]
-    optimizer.load_state_dict(dict(trunk_state, state=state, param_groups=groups))
-    return len(state)
-
-
-def continue_trunk(ckpt, model, optimizer, layout, cfg, loaded):
-    """After load_weights (which counted `loaded`, new): the trunk's optimizer state and RNG state,
-    and (iter_num, tokens_seen, train_time, best_val_loss, the log's fork event) to go on from."""
-    carried = load_optimizer(ckpt, model, optimizer, cfg["fork_optimizer"] == "fresh")
-    layout.restore_rng(ckpt)
-    event = dict(line=f"forked from {cfg['fork_from']} at iter {ckpt['iter_num']}: {loaded[0]} tensors from the trunk, "
-                 f"{loaded[1]} new, optimizer state of {carried} parameters carried",
-                 trunk=cfg["fork_from"], iter=ckpt["iter_num"], tokens=ckpt["tokens_seen"],
-                 train_time=ckpt["train_time"], loaded=loaded[0],
-                 new=loaded[1], optimizer_carried=carried, start=cfg.get("fork_start", "own"))
-    return ckpt["iter_num"], ckpt["tokens_seen"], ckpt["train_time"], ckpt["best_val_loss"], event
-
-
-def param_names(model, optimizer):
-    """The parameters' names in the optimizer's order (its state is indexed by position): saved with
-    every checkpoint so that a branch can match a trunk's state by name."""
-    names = {id(p): n for n, p in model.named_parameters()}
-    return [names[id(p)] for group in optimizer.param_groups for p in group["params"]]

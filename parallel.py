@@ -8,11 +8,21 @@ Ranks are ordered (replicate, shard, tp) with tp innermost: a tensor-parallel re
 consecutive, data parallelism runs across replicas (dp = world / tp), and FSDP/HSDP shard over the
 data-parallel ranks that hold the same tensor-parallel position (sharding.py). One device mesh holds
 those dimensions; the layout hands out its groups. The training loop asks the layout how to wrap
-the model, when gradients are reduced, how to clip them and how to save and load a checkpoint.
+the model, when gradients are reduced and how to clip them.
+
+The Checkpointer decides when a checkpoint is due, what it holds (the model, the optimizer, every
+rank's RNG state, the training Position) and where training goes on from it (a resume, or a
+branch's Fork from its trunk); it asks the layout for the collectives and the rank facts.
 
 A run's checkpoint is out_dir/ckpt.pt (one file) or, written by sharded ranks, the directory that
 out_dir/dcp/latest names (sharding.py); `checkpoint_path` is the one place that knows which.
+
+    checkpointer = Checkpointer(cfg, layout)
+    position = checkpointer.restore(checkpoint, model, optimizer, pruner, scaler)  # or Position(), or
+    fork = checkpointer.continue_trunk(trunk, model, optimizer, loaded)            # a branch's start
+    checkpointer.save(position, model, optimizer, stop_reason, scaler=..., ...)    # writes only when due
 """
+import dataclasses
 import datetime
 import os
 import re
@@ -31,14 +41,6 @@ import sharding
 
 CHECKPOINT_FILE = "ckpt.pt"
 HEARTBEAT_SECONDS = 1.0
-# head_loss='auto' takes the full head where the run's memory estimate times this fits: the tolerance
-# the estimate is held to against the allocator's measured peaks (tests/test_sharding.py, gpu_check.py)
-FULL_HEAD_MARGIN = 1.25
-
-
-def gib(n_bytes):
-    return f"{n_bytes / 2**30:,.1f} GiB"
-
 
 class RankStalled(RuntimeError):
     pass
@@ -220,140 +222,221 @@ class ParallelLayout:
         dist.broadcast_object_list(holder, src=0, device=self.device if self.device.startswith("cuda") else None)
         return holder[0]
 
-    # ------------------------------------------------------------------------- memory
+    def all_gather_object(self, obj):
+        """[every rank's `obj`] in rank order, on every rank ([obj] on one process)."""
+        if not self.distributed:
+            return [obj]
+        gathered = [None] * self.world_size
+        dist.all_gather_object(gathered, obj)
+        return gathered
 
-    def memory_estimate(self, cfg, n_params, dtype):
-        """Bytes per rank (sharding.memory_estimate); a real tensor-parallel rank holds 1/tp of the weights."""
-        return sharding.memory_estimate(cfg, n_params // (self.tp if self.tp_group is not None else 1),
-                                        self.world_size, dtype, self.device.split(":")[0])
+    def gather_in_tp_group(self, obj):
+        """[each tensor-parallel rank's `obj`] on the replica's first tp rank, None on the others."""
+        gathered = [None] * self.tp if self.tp_rank == 0 else None
+        dist.gather_object(obj, gathered, dst=dist.get_global_rank(self.tp_group, 0), group=self.tp_group)
+        return gathered
 
-    def available_memory(self):
-        """(bytes, where): a GPU's free memory plus what this process's allocator already holds (the
-        estimate counts those tensors; not the total: the CUDA context, created by now, and other
-        processes' memory are not ours), or this machine's RAM shared by the ranks on it."""
-        if self.device.startswith("cuda"):
-            free = torch.cuda.mem_get_info(self.device)[0] + torch.cuda.memory_reserved(self.device)
-            return free, f"the free memory of {self.device}"
-        ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // ranks_here
-        return available, "this machine's RAM" + (f" per rank ({ranks_here} ranks)" if ranks_here > 1 else "")
 
-    def check_memory(self, cfg, n_params, dtype):
-        """Refuse a run whose estimated peak (a training step's or an evaluation's) exceeds the device's
-        memory (a CPU's RAM shared by its ranks), before anything is allocated. head_loss='auto' is
-        estimated as the chunked head, the one it falls back to (choose_head_loss)."""
-        available, where = self.available_memory()
-        estimate = self.memory_estimate(cfg, n_params, dtype)
-        if estimate["total"] > available:
-            evaluating = estimate["total"] > estimate["step"]
-            parts = ", ".join(f"{k} {gib(estimate[k])}" for k in ("params", "grads", "optimizer", "overhead") + (
-                ("evaluation",) if evaluating else ("activations", "head")))
-            fix = ("lower batch_size or block_size (evaluation holds their vocab_size logits at once)" if evaluating else
-                   "shrink the model, lower batch_size or block_size, or turn on activation_checkpointing")
-            raise configurator.ConfigError(f"this run needs at least {gib(estimate['total'])} per rank ({parts}) but "
-                                           f"{where} is {gib(available)}: {fix}")
+# ----------------------------------------------------------------------------- checkpoints
 
-    def choose_head_loss(self, cfg, n_params, dtype, available=None):
-        """(head_loss, why): the head a training step uses. head_loss='auto' takes the full head on a GPU
-        when the memory estimate of the run with its logits (2 x vocab_size float32 values per token)
-        fits the free memory (`available`, by default available_memory()) with FULL_HEAD_MARGIN to
-        spare: one matmul each way, where the chunked head adds each chunk's weight gradient into a
-        float32 (vocab, n_embd) buffer (2-2.5 ms of a 39 ms GPT-2 124M step on an H200). Otherwise, and on
-        CPUs (where the chunked head is no slower, docs/speed-and-memory.md), 'chunked'. Any other value is kept."""
-        if cfg["head_loss"] != "auto":
-            return cfg["head_loss"], "as set"
-        if not self.device.startswith("cuda"):
-            return "chunked", "auto: on a CPU the chunked head is no slower than the full one, and needs less memory"
-        if available is None:
-            available = self.available_memory()[0]
-        full = FULL_HEAD_MARGIN * self.memory_estimate(dict(cfg, head_loss="full"), n_params, dtype)["total"]
-        fits = full <= available
-        return ("full" if fits else "chunked"), (f"auto: the estimate with the full head's logits x {FULL_HEAD_MARGIN}, "
-                                                 f"{gib(full)}, {'fits' if fits else 'exceeds'} the {gib(available)} "
-                                                 f"free on {self.device}")
+def checkpoint_path(out_dir, sharded=None):
+    """out_dir's checkpoint, or None: ckpt.pt (sharded=False), the newest complete sharded one named
+    by dcp/latest (sharded=True), or whichever exists, ckpt.pt first (None). train.py, its resume
+    check, export_checkpoint.py, eval.py, sample.py, hellaswag.py and sweep.py all ask here."""
+    file = os.path.join(out_dir, CHECKPOINT_FILE)
+    if sharded is not True and os.path.exists(file):
+        return file
+    return sharding.latest_checkpoint(out_dir) if sharded is not False else None
 
-    # ------------------------------------------------------------------------- checkpoints
 
-    def checkpoint_path(self, out_dir):
-        return checkpoint_path(out_dir, sharded=self.data_parallel != "ddp")
+@dataclasses.dataclass
+class Position:
+    """Where training stands: the next step's iteration, the tokens and the seconds trained so far,
+    and the best validation loss seen."""
+    iter_num: int = 0
+    tokens_seen: int = 0
+    train_time: float = 0.0
+    best_val_loss: float = float("inf")
 
-    def check_resumable(self, out_dir):
-        """init_from='resume' needs a checkpoint of this layout's kind: one line naming the other kind."""
-        if self.checkpoint_path(out_dir):
-            return
-        if self.data_parallel == "ddp":
-            sharded = " (dcp/ holds a sharded one: resume with data_parallel='fsdp' or 'hsdp', or write a ckpt.pt " \
-                      "with export_checkpoint.py)" if checkpoint_path(out_dir, sharded=True) else ""
-            raise configurator.ConfigError(f"init_from='resume' but {out_dir}/{CHECKPOINT_FILE} does not exist{sharded}")
-        raise configurator.ConfigError(f"init_from='resume' with data_parallel={self.data_parallel!r} but {out_dir}/dcp/"
-                                       f"latest does not exist (an ordinary {CHECKPOINT_FILE} resumes with data_parallel='ddp')")
 
-    def read_checkpoint(self, out_dir):
-        """The checkpoint's contents; a sharded one's meta.pt with its directory as sharded_path (its weights
-        and optimizer state are read once the model is sharded: restore)."""
-        path = self.checkpoint_path(out_dir)
-        if self.data_parallel != "ddp":
-            return dict(sharding.read_meta(path), sharded_path=path)
-        return rundir.load_checkpoint_file(path)
+@dataclasses.dataclass
+class Fork:
+    """A branch's start from its trunk's final checkpoint (forking.py): the log's fork event."""
+    trunk: str
+    iter: int
+    tokens: int
+    train_time: float
+    loaded: int  # tensors taken from the trunk
+    new: int  # the branch's own new tensors
+    optimizer_carried: int  # parameters whose optimizer state carried
+    start: str  # fork_start
+    best_val_loss: float
 
-    def save(self, out_dir, iter_num, model, optimizer, meta):
-        """Write a checkpoint of the model, the optimizer, every rank's RNG state and `meta` (collective:
-        every rank calls it). A tensor-parallel model is gathered into its full (GPT-layout) weights; its
-        optimizer state stays sharded, a list with one state per tp rank."""
-        meta = dict(meta, rng=self.gathered_rng_states())
-        if self.data_parallel != "ddp":
-            sharding.save(out_dir, iter_num, model, optimizer, meta, self.master, self.tp_rank)
+    def position(self):
+        return Position(self.iter, self.tokens, self.train_time, self.best_val_loss)
+
+    def event(self):
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "best_val_loss"}
+
+
+def check_resumable(out_dir, data_parallel):
+    """init_from='resume' needs a checkpoint of the layout's kind: one line naming the other kind."""
+    sharded = data_parallel != "ddp"
+    if checkpoint_path(out_dir, sharded=sharded):
+        return
+    if not sharded:
+        other = " (dcp/ holds a sharded one: resume with data_parallel='fsdp' or 'hsdp', or write a ckpt.pt " \
+                "with export_checkpoint.py)" if checkpoint_path(out_dir, sharded=True) else ""
+        raise configurator.ConfigError(f"init_from='resume' but {out_dir}/{CHECKPOINT_FILE} does not exist{other}")
+    raise configurator.ConfigError(f"init_from='resume' with data_parallel={data_parallel!r} but {out_dir}/dcp/"
+                                   f"latest does not exist (an ordinary {CHECKPOINT_FILE} resumes with data_parallel='ddp')")
+
+
+class Checkpointer:
+    """Saves on its own cadence (every eval_interval steps and at the end, when save_checkpoint is on
+    and the run has trained since it started or resumed) and restores a run's position."""
+
+    def __init__(self, cfg, layout):
+        self.cfg, self.layout = cfg, layout
+        self.out_dir, self.interval, self.enabled = cfg["out_dir"], cfg["eval_interval"], cfg["save_checkpoint"]
+        self.sharded = cfg["data_parallel"] != "ddp"
+        self.start_iter = 0  # the iteration this process started training at: nothing to save before it
+
+    # ------------------------------------------------------------------------- saving
+
+    def due(self, iter_num, stop_reason=None):
+        """A checkpoint is due at every evaluation interval and where the run stops."""
+        return iter_num % self.interval == 0 or bool(stop_reason)
+
+    def will_save(self, iter_num, stop_reason=None):
+        return self.enabled and self.due(iter_num, stop_reason) and iter_num > self.start_iter
+
+    def save(self, position, model, optimizer, stop_reason=None, **state):
+        """Write a checkpoint when one is due (collective: every rank calls it); returns whether it did.
+        `state`: what else a resume needs (scaler, pruning, metrics)."""
+        if not self.will_save(position.iter_num, stop_reason):
+            return False
+        whole = not (self.layout.sharded or self.layout.tp > 1)
+        meta = dict(config=dict(self.cfg), iter_num=position.iter_num, tokens_seen=position.tokens_seen,
+                    train_time=position.train_time, best_val_loss=position.best_val_loss,
+                    param_names=param_names(model, optimizer) if whole else None, **state)
+        self.write(position.iter_num, model, optimizer, meta)
+        return True
+
+    def write(self, iter_num, model, optimizer, meta):
+        """The model, the optimizer, every rank's RNG state and `meta`. A tensor-parallel model is gathered
+        into its full (GPT-layout) weights; its optimizer state stays sharded, one state per tp rank."""
+        layout = self.layout
+        meta = dict(meta, rng=layout.all_gather_object(rng_state(layout.device)))
+        if self.sharded:
+            sharding.save(self.out_dir, iter_num, model, optimizer, meta, layout.master, layout.tp_rank)
             return
         model_state, optimizer_state = model.state_dict(), optimizer.state_dict()
-        if self.tp_group is not None:
-            states = [None] * self.tp if self.tp_rank == 0 else None
+        if layout.tp_group is not None:
             # pickled tensors unpickle onto the device they left: CUDA state from rank 3 would land on
             # cuda:3 in rank 0's process (or fail where each process sees one GPU), so it travels on the CPU
             on_cpu = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.cpu(), optimizer_state)
-            dist.gather_object(on_cpu, states, dst=dist.get_global_rank(self.tp_group, 0), group=self.tp_group)
-            model_state, optimizer_state = model.full_state_dict(), states
-        if self.master:
-            rundir.save_checkpoint(os.path.join(out_dir, CHECKPOINT_FILE), dict(model=model_state, optimizer=optimizer_state, **meta))
+            model_state, optimizer_state = model.full_state_dict(), layout.gather_in_tp_group(on_cpu)
+        if layout.master:
+            rundir.save_checkpoint(os.path.join(self.out_dir, CHECKPOINT_FILE),
+                                   dict(model=model_state, optimizer=optimizer_state, **meta))
 
-    def restore(self, checkpoint, model, optimizer):
-        """Fill the optimizer (and a sharded checkpoint's model) and this rank's RNG state; an RNG state
-        of another world size is left alone (dropout then differs from an uninterrupted run)."""
+    # ------------------------------------------------------------------------- restoring
+
+    def read(self):
+        """The checkpoint's contents; a sharded one's meta.pt with its directory as sharded_path (its
+        weights and optimizer state are read once the model is sharded: restore)."""
+        path = checkpoint_path(self.out_dir, sharded=self.sharded)
+        if self.sharded:
+            return dict(sharding.read_meta(path), sharded_path=path)
+        return rundir.load_checkpoint_file(path)
+
+    def restore(self, checkpoint, model, optimizer, pruner, scaler):
+        """The optimizer (and a sharded checkpoint's model), the pruning masks, the loss scale and this
+        rank's RNG state from `checkpoint`; returns the position to go on from."""
         if "sharded_path" in checkpoint:  # written by any number of ranks
-            sharding.load(checkpoint["sharded_path"], model, optimizer, self.tp_rank)
+            sharding.load(checkpoint["sharded_path"], model, optimizer, self.layout.tp_rank)
         else:
             optimizer.load_state_dict(self.optimizer_state_of(checkpoint))
         self.restore_rng(checkpoint)
+        if pruner is not None and checkpoint.get("pruning"):  # a dense checkpoint starts with no masks
+            pruner.load_state_dict(checkpoint["pruning"])
+        scaler.load_state_dict(checkpoint["scaler"])
+        return self.started(Position(checkpoint["iter_num"], checkpoint["tokens_seen"], checkpoint["train_time"],
+                                     checkpoint["best_val_loss"]))
+
+    def continue_trunk(self, trunk, model, optimizer, loaded):
+        """A branch's start after forking.load_weights (which counted `loaded`: taken, new): the
+        trunk's optimizer state of each shared parameter and its RNG state. Returns the Fork."""
+        carried = load_optimizer(trunk, model, optimizer, self.cfg["fork_optimizer"] == "fresh")
+        self.restore_rng(trunk)
+        fork = Fork(trunk=self.cfg["fork_from"], iter=trunk["iter_num"], tokens=trunk["tokens_seen"],
+                    train_time=trunk["train_time"], loaded=loaded[0], new=loaded[1], optimizer_carried=carried,
+                    start=self.cfg.get("fork_start", "own"), best_val_loss=trunk["best_val_loss"])
+        self.started(fork.position())
+        return fork
+
+    def started(self, position):
+        self.start_iter = position.iter_num
+        return position
 
     def restore_rng(self, checkpoint):
-        if len(checkpoint["rng"]) == self.world_size:
-            set_rng_state(checkpoint["rng"][self.rank], self.device)
+        """This rank's RNG state; one of another world size is left alone (dropout then differs from an
+        uninterrupted run)."""
+        if len(checkpoint["rng"]) == self.layout.world_size:
+            set_rng_state(checkpoint["rng"][self.layout.rank], self.layout.device)
 
     def optimizer_state_of(self, checkpoint):
         """This rank's optimizer state; a sharded (list) state resumes only on the same tp layout."""
-        state = checkpoint["optimizer"]
-        if isinstance(state, list) != (self.tp_group is not None):
+        state, tp_sharded = checkpoint["optimizer"], self.layout.tp_group is not None
+        if isinstance(state, list) != tp_sharded:
             raise configurator.ConfigError(
                 "the checkpoint's optimizer state was written " + ("by tensor-parallel ranks" if isinstance(state, list)
                                                                     else "without tensor parallelism")
                 + ": resume with the same torchrun layout (world size and tp_size)")
-        return state[self.tp_rank] if self.tp_group is not None else state
+        return state[self.layout.tp_rank] if tp_sharded else state
 
-    def gathered_rng_states(self):
-        """Every rank's RNG state (dropout masks differ per rank), collected on all ranks."""
-        own = {"torch": torch.get_rng_state()}
-        if self.device.startswith("cuda"):
-            own["cuda"] = torch.cuda.get_rng_state(self.device)
-        if not self.distributed:
-            return [own]
-        states = [None] * self.world_size
-        dist.all_gather_object(states, own)
-        return states
+
+def rng_state(device):
+    """This process's RNG state (the CPU's, and its GPU's)."""
+    own = {"torch": torch.get_rng_state()}
+    if device.startswith("cuda"):
+        own["cuda"] = torch.cuda.get_rng_state(device)
+    return own
 
 
 def set_rng_state(state, device):
     torch.set_rng_state(state["torch"])
     if "cuda" in state and device.startswith("cuda"):
         torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def param_names(model, optimizer):
+    """The parameters' names in the optimizer's order (its state is indexed by position): saved with
+    every checkpoint so that a branch can match a trunk's state by name."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    return [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+
+
+def load_optimizer(ckpt, model, optimizer, fresh):
+    """The trunk's optimizer state of each shared parameter, matched by name (the branch's
+    parameter order may differ); the branch's new parameters start with an empty state, as does
+    everything with fresh=True. The trunk's group settings and whatever else its state holds
+    (AdamW-SPAM's gradient-norm history and reset clock) carry. Returns the parameters carried."""
+    if fresh:
+        return 0
+    trunk_state = ckpt["optimizer"]
+    index = {name: i for i, name in enumerate(ckpt["param_names"])}
+    own = optimizer.state_dict()
+    if len(own["param_groups"]) != len(trunk_state["param_groups"]):
+        raise configurator.ConfigError("the branch's optimizer has other parameter groups than its trunk's: use "
+                                       "fork_optimizer='fresh'")
+    state = {j: trunk_state["state"][index[name]] for j, name in enumerate(param_names(model, optimizer))
+             if name in index and index[name] in trunk_state["state"]}
+    groups = [dict(theirs, params=mine["params"]) for mine, theirs in zip(own["param_groups"],
+                                                                         trunk_state["param_groups"])]
+    optimizer.load_state_dict(dict(trunk_state, state=state, param_groups=groups))
+    return len(state)
 
 
 # ----------------------------------------------------------------------------- compiling
@@ -371,18 +454,6 @@ def compile_model(model):
     for block in model.transformer.h:
         block.forward = torch.compile(block.forward)
     return model
-
-
-# ----------------------------------------------------------------------------- where checkpoints live
-
-def checkpoint_path(out_dir, sharded=None):
-    """out_dir's checkpoint, or None: ckpt.pt (sharded=False), the newest complete sharded one named
-    by dcp/latest (sharded=True), or whichever exists, ckpt.pt first (None). train.py, its resume
-    check, export_checkpoint.py, eval.py, sample.py, hellaswag.py and sweep.py all ask here."""
-    file = os.path.join(out_dir, CHECKPOINT_FILE)
-    if sharded is not True and os.path.exists(file):
-        return file
-    return sharding.latest_checkpoint(out_dir) if sharded is not False else None
 
 
 # ----------------------------------------------------------------------------- devices and process groups

@@ -373,6 +373,11 @@ def choose_faster(time_sdpa, time_fused):
                 reason=f"measured: fused {fused_ms:.3f} ms, SDPA {sdpa_ms:.3f} ms (forward + backward)")
 
 
+def use_auto_choices(choices):
+    """Adopt choices measured elsewhere (another rank's measure_auto): the calls they cover take them."""
+    AUTO_CHOICES.update(choices)
+
+
 def measure_auto(model, batch_size, device, autocast):
     """attn_impl='auto' before training and before torch.compile: no-grad forwards of a batch of the
     training shape, in training mode and in evaluation mode (dropout on and off), in which every
@@ -746,6 +751,15 @@ class RAGPT(GPT):
                 keys = 2 * T
             total += (2 if mode == "gate" else 1) * 6 * keys * (width + C)
         return total
+
+    def measure_attn_auto(self, batch_size, device, autocast):
+        """attn_impl='auto': the choices for this model's training shapes (measure_auto)."""
+        return measure_auto(self, batch_size, device, autocast)
+
+    def use_attn_auto(self, choices):
+        """attn_impl='auto': run with these choices ({auto_key: record}, e.g. rank 0's measure_attn_auto,
+        so that every data-parallel rank runs the same kernels); the calls they cover are not measured."""
+        use_auto_choices(choices)
 
     def fork_new_parameters(self):
         """What a baseline trunk lacks and a branch forked from it keeps at its own initialization

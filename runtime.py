@@ -165,11 +165,33 @@ def resolve(cfg, world_size):
 
 
 def settle(cfg):
-    """A copy of cfg with the derived keys filled in, computed here only: gradient_accumulation_steps
-    from tokens_per_iter where it is 0, and tokens_per_iter from it (validate checks that they agree)."""
+    """A copy of cfg with the derived keys filled in, computed here only: a pretrained init_from's model
+    keys (pretrained_model_keys), gradient_accumulation_steps from tokens_per_iter where it is 0, and
+    tokens_per_iter from it (validate checks that they agree)."""
+    cfg = dict(cfg, **pretrained_model_keys(cfg))
     sequence_tokens = cfg["batch_size"] * cfg["block_size"]
     accum = cfg["gradient_accumulation_steps"] or (cfg["tokens_per_iter"] // sequence_tokens if sequence_tokens > 0 else 0)
     return dict(cfg, gradient_accumulation_steps=accum, tokens_per_iter=cfg["tokens_per_iter"] or accum * sequence_tokens)
+
+
+# GPT.from_pretrained's overrides: the keys a run with init_from=<HF directory> sets itself
+PRETRAINED_OVERRIDES = ("dropout", "attn_impl", "activation_checkpointing", "attn_recompute", "head_loss")
+
+
+def pretrained_model_keys(cfg):
+    """init_from=<a Hugging Face GPT-2 directory>: the model keys of the model GPT.from_pretrained builds
+    there (its config.json's shape, GPT-2's biases and tying, GPTConfig's defaults for the rest, the
+    run's own PRETRAINED_OVERRIDES), so that the config is settled before anything is built and read
+    as the model runs; {} otherwise (validate names a directory that is missing or not GPT-2's)."""
+    path = cfg.get("init_from", "scratch")
+    if path in ("scratch", "resume") or not os.path.isfile(os.path.join(path, "config.json")):
+        return {}
+    with open(os.path.join(path, "config.json")) as f:
+        hf = json.load(f)
+    shape = dict(n_layer=hf["n_layer"], n_head=hf["n_head"], n_embd=hf["n_embd"], block_size=hf["n_positions"],
+                 vocab_size=hf["vocab_size"], bias=True, tie_weights=hf.get("tie_word_embeddings", True))
+    defaults = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
+    return {**defaults, **shape, **{k: cfg[k] for k in PRETRAINED_OVERRIDES}}
 
 
 def validate(cfg, world_size):
@@ -227,7 +249,7 @@ def validate(cfg, world_size):
         raise err(f"HellaSwag is tokenized with GPT-2's BPE, which needs vocab_size >= {tokendata.GPT2_VOCAB_SIZE}, "
                   f"not {cfg['vocab_size']}: set hellaswag_interval=0")
     if cfg["init_from"] == "resume":
-        layout.check_resumable(cfg["out_dir"])
+        parallel.check_resumable(cfg["out_dir"], cfg["data_parallel"])
     if cfg["fork_optimizer"] not in ("carry", "fresh"):
         raise err(f"fork_optimizer={cfg['fork_optimizer']!r}: use 'carry' or 'fresh'")
     if cfg["fork_start"] not in FORK_STARTS:
@@ -325,9 +347,7 @@ def build_model(cfg, checkpoint=None, tp_group=None):
         if checkpoint is not None and "model" in checkpoint:
             getattr(model, "load_full_state_dict", model.load_state_dict)(unwrap_state_dict(checkpoint["model"]))
         return model
-    return GPT.from_pretrained(cfg["init_from"], dropout=cfg["dropout"], attn_impl=cfg["attn_impl"],
-                               activation_checkpointing=cfg["activation_checkpointing"],
-                               attn_recompute=cfg["attn_recompute"], head_loss=cfg["head_loss"])
+    return GPT.from_pretrained(cfg["init_from"], **{k: cfg[k] for k in PRETRAINED_OVERRIDES})
 
 
 # Model keys that change how the weights are trained, not what they are: a resumed run may change
@@ -335,10 +355,10 @@ def build_model(cfg, checkpoint=None, tp_group=None):
 RESUMABLE_MODEL_KEYS = ("dropout", "activation_checkpointing", "attn_recompute", "head_loss")
 
 
-def load_checkpoint(cfg, layout):
-    """The checkpoint to resume from (the layout knows where it lives and reads it), with the model
-    keys a resume may change taken from cfg; a different model shape is refused."""
-    ckpt = layout.read_checkpoint(cfg["out_dir"])
+def load_checkpoint(cfg, checkpointer):
+    """The checkpoint to resume from (the parallel.Checkpointer knows where it lives and reads it),
+    with the model keys a resume may change taken from cfg; a different model shape is refused."""
+    ckpt = checkpointer.read()
     saved = ckpt["config"]
     keys = ["model_type"] + model_config_fields(model_classes(saved)[1])
     conflicts = {k: (saved.get(k, DEFAULTS[k]), cfg[k]) for k in keys

@@ -10,12 +10,19 @@ configurator.py).
 A run directory (out_dir) receives config.json, log.jsonl (one JSON object per event), log.txt
 (the same, for people) and ckpt.pt (everything needed to continue exactly where it stopped), or
 with data_parallel='fsdp' / 'hsdp' the sharded checkpoint directory dcp/ (sharding.py).
+
+The loop (train, at the end) asks its components, each with its own cadence and state: StepMetrics
+reads the device only when something needs the numbers and writes the train line, the Evaluator
+evaluates when due, the Checkpointer (parallel.py) saves when due and restores the Position;
+messages.py writes every sentence from the numbers they return.
 """
+import dataclasses
 import json
 import math
 import os
 import signal
 import sys
+import types
 from contextlib import nullcontext
 
 import torch
@@ -24,21 +31,17 @@ import configurator
 import devices
 import evaluation
 import forking
+import messages
 import optim
-import ra_model
 import rundir
 import runrecord
 import runtime
 import sharding
 import tokendata
-from model import GPTConfig, model_config_fields, peak_flops
-from parallel import (ParallelLayout, RankStalled, checkpoint_path, exit_distributed, launched_world_size,
-                      name_stalled_ranks)
+from model import peak_flops
+from parallel import (Checkpointer, ParallelLayout, Position, RankStalled, checkpoint_path, exit_distributed,
+                      launched_world_size, name_stalled_ranks)
 from tokendata import get_batch, train_offsets
-
-
-class TrainingDiverged(RuntimeError):
-    pass
 
 
 class Interrupted(Exception):
@@ -54,7 +57,7 @@ EXIT_STOPPED_BY_SIGNAL = 3  # a first signal: the step finished, a checkpoint wa
 SAMPLE_PROMPT = "\n"  # the end-of-run sample (sample_tokens) continues a new line
 
 
-# ----------------------------------------------------------------------------- schedule, metrics, stopping
+# ----------------------------------------------------------------------------- the learning rate
 
 def learning_rate_at(cfg, it):
     lr, min_lr, warmup = cfg["learning_rate"], cfg["min_lr"], cfg["warmup_iters"]
@@ -73,6 +76,130 @@ def learning_rate_at(cfg, it):
         return lr
     return lr - (lr - min_lr) * (it - decay_start) / max(1, end - decay_start)
 
+
+# ----------------------------------------------------------------------------- what a step measures
+# The host queues step after step while the GPU still runs the earlier ones; a step's loss, gradient
+# norm and timer lap stay on the device until a log line, an evaluation or a checkpoint next, the end
+# of the budget (max_time is checked there) or a signal to a lone process needs them, and are then
+# read in one go (read_steps), bit for bit the values a read after every step gives.
+
+class TrainingDiverged(RuntimeError):
+    """A loss (or, without a loss scaler, a gradient norm) became non-finite at iteration iter_num:
+    `fields` are the values, the log's diverged event."""
+
+    def __init__(self, iter_num, **fields):
+        self.iter_num, self.fields = iter_num, fields
+        super().__init__(f"{messages.what_diverged(fields)} at iteration {iter_num}")
+
+
+def budget_reached(cfg, position):
+    """'max_iters', 'max_tokens' or 'max_time' where that budget is spent, else None."""
+    if position.iter_num >= cfg["max_iters"]:
+        return "max_iters"
+    if cfg["max_tokens"] and position.tokens_seen >= cfg["max_tokens"]:
+        return "max_tokens"
+    if cfg["max_time"] and position.train_time >= cfg["max_time"]:
+        return "max_time"
+    return None
+
+
+def read_steps(unread, timer, layout, signalled):
+    """[(loss, grad norm, seconds)] of the steps the host has queued since the last read, and whether a
+    stop signal reached any rank: one wait for the device and one all-reduce, which gives every rank the
+    same losses and the same clock, so all ranks agree on when to stop (a disagreement would hang the
+    next collective). The values are the ones each step would have read at once, bit for bit."""
+    seconds = [timer.seconds(lap) for _, _, lap in unread]  # waits for the last step's last kernel
+    losses = torch.stack([loss for loss, _, _ in unread])
+    shared = torch.cat([losses, torch.tensor(seconds + [float(signalled)], device=losses.device)])
+    shared = layout.all_reduce(shared, mean=True).tolist()
+    grad_norms = torch.stack([grad_norm for _, grad_norm, _ in unread]).tolist()  # equal on every rank
+    n = len(unread)
+    return list(zip(shared[:n], grad_norms, shared[n:2 * n])), shared[-1] > 0
+
+
+@dataclasses.dataclass
+class Window:
+    """The training steps since the last log line."""
+    time: float = 0.0
+    iters: int = 0
+    peak_mib: float = 0.0
+
+
+class StepMetrics:
+    """Times each step, keeps its loss and gradient norm on the device until they are needed, checks
+    them, adds the steps' seconds to the run's training time and writes the train log line."""
+
+    def __init__(self, cfg, layout, raw_model, act_norms, log, dtype, peak_flops, scaler):
+        self.cfg, self.layout, self.raw_model, self.act_norms, self.log = cfg, layout, raw_model, act_norms, log
+        self.dtype, self.peak_flops, self.scaler = dtype, peak_flops, scaler
+        self.timer = devices.DeviceTimer(layout.device)
+        self.unread = []  # the steps queued since the host last read the device: (loss, grad norm, timer lap)
+        self.window = Window()
+        self.step_peak_since_eval = None  # MiB: the memory_ratio's numerator (a training step's, not evaluation's)
+        self.lr = None
+
+    def start_step(self):
+        devices.reset_peak_memory(self.layout.device)  # evaluation's peak (a batch's whole logits) is logged apart
+        self.timer.start()
+
+    def end_step(self, loss, grad_norm, lr, position, signals):
+        """Queue the step's values (still on the device), move `position` one step on, and read the
+        device where something needs the numbers. Returns the stop reason, or None to go on."""
+        self.unread.append((loss, grad_norm, self.timer.stop()))
+        self.lr = lr
+        step_peak = devices.peak_memory_mib(self.layout.device)  # the allocator's books, kept on the host
+        self.window.peak_mib = max(self.window.peak_mib, step_peak)
+        self.step_peak_since_eval = max(self.step_peak_since_eval or 0.0, step_peak)
+        position.iter_num += 1
+        position.tokens_seen += self.cfg["tokens_per_iter"]
+        signalled = self.read(position, signals) if self.read_due(position, signals) else False
+        return budget_reached(self.cfg, position) or ("signal" if signalled else None)
+
+    def read_due(self, position, signals):
+        """A log line, an evaluation or checkpoint next, the end of the budget, a signal to a lone process."""
+        cfg, it = self.cfg, position.iter_num
+        return (it % cfg["log_interval"] == 0 or it % cfg["eval_interval"] == 0 or it in cfg["eval_at"]
+                or budget_reached(cfg, position) is not None or (signals.received and not self.layout.distributed))
+
+    def read(self, position, signals):
+        """Read the queued steps, check them, log at log steps; returns whether any rank was signalled."""
+        steps, signalled = read_steps(self.unread, self.timer, self.layout, signals.received is not None)
+        self.unread = []
+        for it, (loss, grad_norm, seconds) in enumerate(steps, start=position.iter_num - len(steps) + 1):
+            position.train_time += seconds
+            self.window.time += seconds
+            self.window.iters += 1
+            if not math.isfinite(loss) or (not math.isfinite(grad_norm) and not self.scaler.is_enabled()):
+                raise TrainingDiverged(it, loss=loss, grad_norm=grad_norm)
+        if position.iter_num % self.cfg["log_interval"] == 0:
+            self.log_train(position, loss, grad_norm)
+        return signalled
+
+    def log_train(self, position, loss, grad_norm):
+        step_time = self.window.time / self.window.iters
+        tokens_per_iter = self.cfg["tokens_per_iter"]
+        tokens_per_sec = tokens_per_iter / step_time
+        mfu, self.peak_flops = devices.model_flops_utilization(
+            self.raw_model, tokens_per_sec / self.layout.world_size, self.layout.device, self.dtype, self.peak_flops)
+        record = dict(iter=position.iter_num, tokens=position.tokens_seen, loss=loss, lr=self.lr, grad_norm=grad_norm,
+                      **self.act_norms.read(), step_time_ms=1000 * step_time, tokens_per_sec=tokens_per_sec,
+                      mfu=mfu, mfu_peak_gflops=self.peak_flops / 1e9 if self.peak_flops else None,
+                      peak_memory_mib=self.window.peak_mib, tokens_per_iter=tokens_per_iter,
+                      load_average=runrecord.load_average())
+        self.log.event("train", messages.train_line(record), **record)
+        self.window = Window()
+
+    def take_step_peak(self):
+        """The highest training step's peak memory (MiB) since the last call (None before any step)."""
+        peak, self.step_peak_since_eval = self.step_peak_since_eval, None
+        return peak
+
+
+# ----------------------------------------------------------------------------- what a run evaluates
+# Every eval_interval steps, at the eval_at points a report reads and where the run stops: the mean
+# loss of train and val windows; HellaSwag every hellaswag_interval steps and at the end; after
+# training, a sample of text. A non-finite evaluation loss stops the run before a checkpoint could
+# replace the last good one.
 
 @torch.no_grad()
 def evaluate(model, cfg, layout, data_dir, counts, autocast, final=False):
@@ -100,29 +227,75 @@ def evaluate(model, cfg, layout, data_dir, counts, autocast, final=False):
     return losses
 
 
-def budget_reached(cfg, iter_num, tokens_seen, train_time):
-    if iter_num >= cfg["max_iters"]:
-        return "max_iters"
-    if cfg["max_tokens"] and tokens_seen >= cfg["max_tokens"]:
-        return "max_tokens"
-    if cfg["max_time"] and train_time >= cfg["max_time"]:
-        return "max_time"
-    return None
+class Evaluator:
+    """Evaluates when due and logs each result; `last` is the latest eval record (a checkpoint keeps it)."""
+
+    def __init__(self, cfg, layout, model, raw_model, optimizer, pruner, data, autocast, log, hellaswag=None):
+        self.cfg, self.layout, self.model, self.raw_model = cfg, layout, model, raw_model
+        self.optimizer, self.pruner, self.autocast, self.log = optimizer, pruner, autocast, log
+        self.data = data  # .dir, .counts (tokens per split), .codec (the sample's)
+        self.hellaswag = hellaswag  # the examples, on every rank, or None
+        self.weights_bytes = sharding.local_weights_bytes(raw_model)  # this rank's: its FSDP or tensor-parallel shards
+        self.last = None
+
+    def due(self, iter_num, stop_reason=None):
+        """At eval_interval, at eval_at and where the run stops; never after a signal (a preempted job
+        has seconds: it saves now and evaluates when it resumes)."""
+        return stop_reason != "signal" and (iter_num % self.cfg["eval_interval"] == 0 or bool(stop_reason)
+                                            or iter_num in self.cfg["eval_at"])
+
+    def run(self, position, stop_reason, step_peak_mib):
+        """Evaluate at `position` (updating its best_val_loss), then HellaSwag where due; returns the eval
+        record. step_peak_mib: the highest training step's peak memory since the last evaluation."""
+        device, it = self.layout.device, position.iter_num
+        devices.reset_peak_memory(device)  # evaluation's peak (a batch's whole logits) is logged apart
+        losses = evaluate(self.model, self.cfg, self.layout, self.data.dir, self.data.counts, self.autocast,
+                          final=stop_reason is not None or it in self.cfg["eval_at"])
+        if not all(math.isfinite(v) for v in losses.values()):  # never let a NaN model replace a good checkpoint
+            raise TrainingDiverged(it, train_loss=losses["train"], val_loss=losses["val"])
+        position.best_val_loss = min(position.best_val_loss, losses["val"])
+        record = dict(iter=it, tokens=position.tokens_seen, train_loss=losses["train"],
+                      val_loss=losses["val"], val_ppl=math.exp(losses["val"]), best_val_loss=position.best_val_loss,
+                      **self.raw_model.metrics(), **optim.optimizer_metrics(self.optimizer),
+                      **(self.pruner.metrics() if self.pruner is not None else {}),
+                      peak_memory_mib=devices.peak_memory_mib(device),
+                      # the pruning / MLA study's "training memory / model weights", per rank; None on CPUs (no reset)
+                      memory_ratio=step_peak_mib * 2**20 / self.weights_bytes
+                      if device.startswith("cuda") and step_peak_mib is not None else None)
+        self.log.event("eval", messages.eval_line(record), **record)
+        self.last = record
+        if self.hellaswag and (it % self.cfg["hellaswag_interval"] == 0 or stop_reason):
+            self.run_hellaswag(position)
+        return record
+
+    def run_hellaswag(self, position):
+        # Eager (the compiled blocks too): every batch has a different length and would recompile.
+        device, layout = self.layout.device, self.layout
+        devices.reset_peak_memory(device)
+        with torch.compiler.set_stance("force_eager"):
+            result = evaluation.evaluate_hellaswag(self.raw_model, self.hellaswag, device, autocast=self.autocast,
+                                                   replica=(layout.dp_rank, layout.dp, layout.dp_group), items=True)
+        items = result.pop("items")  # per example: what a report pairs item by item across variants
+        if layout.master:
+            evaluation.write_items(os.path.join(self.cfg["out_dir"], rundir.HELLASWAG_ITEMS), items,
+                                   append=True, iter=position.iter_num, tokens=position.tokens_seen)
+        record = dict(iter=position.iter_num, tokens=position.tokens_seen,
+                      peak_memory_mib=devices.peak_memory_mib(device), **result)
+        self.log.event("hellaswag", messages.hellaswag_line(record), **record)
+
+    def sample(self):
+        """The end-of-run sample (sample_tokens), or None. Every rank generates (a TP forward all-reduces,
+        a sharded one all-gathers: a master alone would wait for peers gone to the exit barrier), from one
+        seed: the same tokens."""
+        if not self.cfg["sample_tokens"]:
+            return None
+        torch.manual_seed(self.cfg["seed"])
+        with torch.compiler.set_stance("force_eager"):  # one more token, one more length: no recompiles
+            return evaluation.generate_text(self.raw_model, SAMPLE_PROMPT, self.cfg["sample_tokens"],
+                                            self.layout.device, self.data.codec, self.autocast)
 
 
-def read_steps(unread, timer, layout, signalled):
-    """[(loss, grad norm, seconds)] of the steps the host has queued since the last read, and whether a
-    stop signal reached any rank: one wait for the device and one all-reduce, which gives every rank the
-    same losses and the same clock, so all ranks agree on when to stop (a disagreement would hang the
-    next collective). The values are the ones each step would have read at once, bit for bit."""
-    seconds = [timer.seconds(lap) for _, _, lap in unread]  # waits for the last step's last kernel
-    losses = torch.stack([loss for loss, _, _ in unread])
-    shared = torch.cat([losses, torch.tensor(seconds + [float(signalled)], device=losses.device)])
-    shared = layout.all_reduce(shared, mean=True).tolist()
-    grad_norms = torch.stack([grad_norm for _, grad_norm, _ in unread]).tolist()  # equal on every rank
-    n = len(unread)
-    return list(zip(shared[:n], grad_norms, shared[n:2 * n])), shared[-1] > 0
-
+# ----------------------------------------------------------------------------- stopping
 
 class StopSignals:
     """SIGTERM (what Slurm and Kubernetes send before killing a job), SIGINT (Ctrl-C) and SIGHUP (a
@@ -152,31 +325,18 @@ class StopSignals:
     def handle(self, signum, frame):
         name = signal.Signals(signum).name
         if self.received or not self.training:
-            kept = checkpoint_path(self.out_dir)
-            truth = f"{kept} holds the last checkpoint written" if kept else "no checkpoint was written"
-            when = f"second signal ({name} after {self.received})" if self.received else f"{name} before the first step"
-            raise Interrupted(f"{when}: stopped at once; {truth}", signum)
+            raise Interrupted(messages.stopped_at_once(name, self.received, checkpoint_path(self.out_dir)), signum)
         self.received = name
         # os.write, not print: a handler that prints while the interrupted code prints raises "reentrant call"
-        until = " and those up to the next log step (every rank stops after the same one)" if self.distributed else ""
-        os.write(2, f"{name} received: finishing this step{until}, then writing a checkpoint and stopping "
-                    f"(send it again to stop at once)\n".encode())
-
-
-def diverged(log, cfg, iter_num, what, **fields):
-    kept = checkpoint_path(cfg["out_dir"])
-    truth = f"the last good checkpoint is untouched in {kept}" if kept else \
-        "no checkpoint was written (none was due yet): lower the learning rate or check the data and start again"
-    log.event("diverged", f"iter {iter_num}: {what}: stopping; {truth}", iter=iter_num, **fields)
-    log.close()
-    raise TrainingDiverged(f"{what} at iteration {iter_num}")
+        os.write(2, messages.signal_received(name, self.distributed).encode())
 
 
 # ----------------------------------------------------------------------------- the run
 
 def main(argv):
     world_size = launched_world_size()  # torchrun's; the process group comes later
-    cfg = runtime.resolve(configurator.apply_config(runtime.DEFAULTS, argv), world_size)  # before any work
+    # settled and checked before any work, then read-only: a key means one thing for the whole run
+    cfg = types.MappingProxyType(runtime.resolve(configurator.apply_config(runtime.DEFAULTS, argv), world_size))
     layout = ParallelLayout.plan(cfg, world_size).start(cfg["device"], cfg["dist_timeout"])
     try:
         with rundir.out_dir_lock(cfg["out_dir"]) if layout.master else nullcontext(), \
@@ -193,10 +353,17 @@ def main(argv):
         sys.exit(code)
 
 
+@dataclasses.dataclass
+class RunData:
+    dir: str
+    counts: dict  # tokens per split
+    codec: tuple = None  # (encode, decode) of the end-of-run sample, where sample_tokens asks for one
+
+
 def check_before_building(cfg, layout, dtype):
-    """(data_dir, token counts, sample codec): what can refuse the run, checked before a model exists."""
+    """The RunData: what can refuse the run, checked before a model exists."""
     if cfg["init_from"] in ("scratch", "resume"):
-        layout.check_memory(cfg, runtime.count_params(cfg), dtype)
+        sharding.check_memory(cfg, layout, runtime.count_params(cfg), dtype)
     if layout.device == "cpu":
         devices.keep_freed_memory()  # no mmap/page-fault/munmap of every activation in every step
     scan = layout.broadcast_object(tokendata.scan_data(cfg) if layout.rank == 0 else None)  # one scan a run
@@ -204,52 +371,63 @@ def check_before_building(cfg, layout, dtype):
     codec = tokendata.text_codec(data_dir, cfg["vocab_size"]) if cfg["sample_tokens"] else None
     if codec:
         codec[0](SAMPLE_PROMPT)  # a prompt the model cannot read is refused now, not after training
-    return data_dir, counts, codec
+    return RunData(data_dir, counts, codec)
+
+
+@dataclasses.dataclass
+class Training:
+    """What a step trains with, built from one seed on every rank."""
+    raw_model: torch.nn.Module
+    model: torch.nn.Module  # raw_model compiled and wrapped (DDP, FSDP)
+    optimizer: torch.optim.Optimizer
+    pruner: optim.Pruner
+    scaler: torch.amp.GradScaler
+    trunk_tensors: forking.Loaded  # a branch's: the tensors taken from its trunk and its new ones
+    report: dict  # the checklist's lines about the model: the head chosen, attn_impl='auto's choices
+
+    def resume_state(self, eval_record):
+        """What a checkpoint keeps beside the model, the optimizer and the position."""
+        return dict(scaler=self.scaler.state_dict(), metrics=eval_record,
+                    pruning=self.pruner.state_dict() if self.pruner is not None else None)
 
 
 def build_for_training(cfg, layout, dtype, autocast, checkpoint, trunk):
-    """(raw model, wrapped model, optimizer, pruner, scaler, fork record, model report). The initial
-    weights come from one seed on every rank; a branch then takes its trunk's tensors."""
+    """The Training. The initial weights come from one seed on every rank; a branch then takes its
+    trunk's tensors."""
     torch.manual_seed(tokendata.seed_of(cfg, "init"))
     raw_model = runtime.build_model(cfg, checkpoint, layout.tp_group).to(layout.device)
-    forked = forking.load_weights(trunk, raw_model) if trunk else None  # (tensors loaded, new ones)
+    loaded = forking.load_weights(trunk, raw_model) if trunk else None
     if trunk and cfg["fork_start"] == "preserve":  # new parameters start where the trunk's function is kept
         forking.preserve_start(raw_model)
-    if cfg["init_from"] not in ("scratch", "resume"):
-        cfg.update({k: getattr(raw_model.config, k) for k in model_config_fields(GPTConfig)})
     # head_loss='auto' settled by the memory estimate; config.json keeps what was asked, the checklist what runs
-    raw_model.config.head_loss, why = layout.choose_head_loss(cfg, runtime.count_params(cfg), dtype)
+    head = sharding.choose_head_loss(cfg, layout, runtime.count_params(cfg), dtype)
+    raw_model.config.head_loss = head.head_loss
     # reduced_sync: count one tiny step's all-reduces against the schedule (before DDP's or FSDP's
     # hooks exist; it forks the RNG and clears its gradients)
-    model_report = dict(head_loss=f"{raw_model.config.head_loss} ({why})",
-                        **(raw_model.startup_report(layout.device) if hasattr(raw_model, "startup_report") else {}))
+    report = dict(head_loss=messages.head_choice(head),
+                  **(raw_model.startup_report(layout.device) if hasattr(raw_model, "startup_report") else {}))
     if cfg["attn_impl"] == "auto":  # measured eagerly before compiling: the compiled blocks read these choices
-        choices = layout.broadcast_object(ra_model.measure_auto(raw_model, cfg["batch_size"], layout.device, autocast)
+        choices = layout.broadcast_object(raw_model.measure_attn_auto(cfg["batch_size"], layout.device, autocast)
                                           if layout.rank == 0 else None)
-        ra_model.AUTO_CHOICES.update(choices)  # every rank runs rank 0's choices
-        model_report["attn_auto"] = list(choices.values())
+        raw_model.use_attn_auto(choices)  # every rank runs rank 0's choices
+        report["attn_auto"] = list(choices.values())
     model = layout.wrap(raw_model, dtype, cfg)
     optimizer = optim.build_optimizer(raw_model, cfg)
     pruner = optim.Pruner(raw_model, optimizer, cfg, runtime.last_iter(cfg)) if cfg["pruning"] != "none" else None
     scaler = torch.amp.GradScaler(layout.device.split(":")[0], enabled=dtype == "float16")
-    return raw_model, model, optimizer, pruner, scaler, forked, model_report
+    return Training(raw_model, model, optimizer, pruner, scaler, loaded, report)
 
 
-def restore_position(cfg, layout, checkpoint, trunk, raw_model, optimizer, pruner, scaler, forked):
-    """(iter_num, tokens_seen, train_time, best_val, forked): where training goes on, from a resumed
-    checkpoint, a trunk's continuation, or the start."""
+def start_position(cfg, layout, checkpointer, checkpoint, trunk, run):
+    """(Position, Fork or None): where training goes on, from a resumed checkpoint, a trunk's
+    continuation, or the start."""
     torch.manual_seed(cfg["seed"] + layout.dp_rank)  # dropout masks differ across replicas
-    position = 0, 0, 0.0, float("inf")
     if checkpoint is not None:
-        layout.restore(checkpoint, raw_model, optimizer)
-        if pruner is not None and checkpoint.get("pruning"):  # a dense checkpoint starts with no masks
-            pruner.load_state_dict(checkpoint["pruning"])
-        scaler.load_state_dict(checkpoint["scaler"])
-        position = (checkpoint["iter_num"], checkpoint["tokens_seen"], checkpoint["train_time"],
-                    checkpoint["best_val_loss"])
+        return checkpointer.restore(checkpoint, run.raw_model, run.optimizer, run.pruner, run.scaler), None
     if trunk:  # the trunk's continuation, with this run's model
-        return forking.continue_trunk(trunk, raw_model, optimizer, layout, cfg, forked)
-    return (*position, forked)
+        fork = checkpointer.continue_trunk(trunk, run.raw_model, run.optimizer, run.trunk_tensors)
+        return fork.position(), fork
+    return Position(), None
 
 
 def record_start(cfg, layout, command, facts, data_changes, resumed):
@@ -258,203 +436,132 @@ def record_start(cfg, layout, command, facts, data_changes, resumed):
         return
     with rundir.write_errors_named(f"{cfg['out_dir']}/config.json and run_info.json", "nothing was trained"):
         with rundir.atomic_write(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
-            json.dump(cfg, f, indent=2, allow_nan=False)
+            json.dump(dict(cfg), f, indent=2, allow_nan=False)
         start = runrecord.provenance(runtime.REPO_DIR, list(command), layout.device, layout.world_size)
         if data_changes:
             start["data_changed"] = data_changes  # allowed by allow_data_change; reports refuse to compare it
         runrecord.write_run_info(cfg["out_dir"], runtime.REPO_DIR, start, facts, resumed)
 
 
-def log_checklist(log, cfg, layout, raw_model, counts, data_dir, dtype, extra):
-    """The start-up checklist (console and log.jsonl); returns the FLOP/s peak MFU is against: on a
-    CPU the matmul peak measured here for this dtype, on a GPU its data sheet's."""
-    device = layout.device
-    memory = layout.memory_estimate(dict(cfg, head_loss=raw_model.config.head_loss), runtime.count_params(cfg), dtype)
+def log_start(log, cfg, layout, run, data, dtype, act_norms, fork):
+    """The start-up checklist (console and log.jsonl), the fork, the batch, the pruning; returns the
+    FLOP/s peak MFU is against: on a CPU the matmul peak measured here for this dtype, on a GPU its
+    data sheet's."""
+    device, raw_model = layout.device, run.raw_model
+    memory = sharding.memory_per_rank(dict(cfg, head_loss=raw_model.config.head_loss), layout, runtime.count_params(cfg),
+                                  dtype)
     peak = devices.matmul_peak_flops(device, dtype) if device == "cpu" else peak_flops(device)
-    checklist = runrecord.startup_checklist(cfg, layout, raw_model, counts, data_dir, dtype)
+    checklist = runrecord.startup_checklist(cfg, layout, raw_model, data.counts, data.dir, dtype)
     checklist.update(data_parallel_replicas=layout.dp, data_parallel=layout.describe(),
                      memory_per_gpu_estimate=sharding.describe_memory(memory),
-                     **{f"memory_estimate_{k}": v for k, v in memory.items()}, **extra,
+                     **{f"memory_estimate_{k}": v for k, v in memory.items()}, **run.report,
+                     act_rms_after_layers=", ".join(map(str, act_norms.layers)),
                      **devices.device_facts(cfg, device, dtype, peak))
-    log.event("checklist", "\n".join(f"{k:>26}: {v}" for k, v in checklist.items()), **checklist)
+    log.event("checklist", messages.checklist(checklist), **checklist)
+    if fork is not None:
+        log.event("fork", messages.fork(fork), **fork.event())
+    log.say(messages.tokens_per_iter(cfg, layout.dp))
+    if run.pruner is not None:
+        log.event("pruning", run.pruner.describe(), pruned=list(run.pruner.params), excluded=run.pruner.excluded)
     return peak
+
+
+class Batches:
+    """The training batches in order (a function of the data seed and the step), each read one
+    micro-step ahead, while the device computes the current one."""
+
+    def __init__(self, cfg, layout, data, iter_num):
+        self.cfg, self.layout, self.data = cfg, layout, data
+        self.accum = cfg["gradient_accumulation_steps"] // layout.dp  # micro-steps per rank
+        self.current = self.fetch(iter_num, 0)
+
+    def fetch(self, it, micro):
+        offsets = train_offsets(self.cfg, self.data.counts["train"], it, micro * self.layout.dp + self.layout.dp_rank)
+        return get_batch(self.data.dir, "train", offsets, self.cfg["block_size"], self.layout.device)
+
+    def advance(self, it, micro):
+        """After step it's micro-batch: the next one (after the last, the next step's first)."""
+        self.current = self.fetch(*divmod(it * self.accum + micro + 1, self.accum))
+
+
+def train_step(cfg, layout, run, batches, iter_num, lr, autocast):
+    """One optimizer step of grad_accum micro-steps; returns its mean loss and gradient norm, on the device."""
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    loss_sum = torch.zeros((), device=layout.device)
+    for micro in range(batches.accum):
+        x, y = batches.current
+        with layout.gradient_sync(run.model, last=micro == batches.accum - 1):
+            with autocast:
+                _, loss = run.model(x, y)
+            batches.advance(iter_num, micro)  # the next micro-batch, read while the device computes
+            loss_sum += loss.detach().float()
+            run.scaler.scale(loss / batches.accum).backward()
+    if run.pruner is not None:
+        run.pruner.mask_grads()  # before clipping: pruned weights add nothing to the norm
+    run.scaler.unscale_(run.optimizer)
+    layout.agree_on_skipping(run.scaler, run.optimizer)
+    grad_norm = layout.clip_grad_norm(run.raw_model, cfg["grad_clip"] or float("inf"))
+    run.scaler.step(run.optimizer, **optim.step_kwargs(run.optimizer, grad_norm))
+    run.scaler.update()
+    run.optimizer.zero_grad(set_to_none=True)
+    if run.pruner is not None:
+        run.pruner.step(iter_num + 1)  # re-apply the masks; recompute them on the schedule
+    return loss_sum / batches.accum, grad_norm
 
 
 def train(cfg, layout, signals, command):
     """Train with a resolved cfg on this layout, out_dir locked; returns the stop reason."""
-    device = layout.device
     devices.use_deterministic_algorithms(cfg["deterministic"])
-    dtype, autocast = devices.precision(cfg["dtype"], device)
-    data_dir, counts, codec = check_before_building(cfg, layout, dtype)
-    checkpoint = runtime.load_checkpoint(cfg, layout) if cfg["init_from"] == "resume" else None
+    dtype, autocast = devices.precision(cfg["dtype"], layout.device)
+    data = check_before_building(cfg, layout, dtype)
+    checkpointer = Checkpointer(cfg, layout)
+    checkpoint = runtime.load_checkpoint(cfg, checkpointer) if cfg["init_from"] == "resume" else None
     resumed = checkpoint is not None
     trunk = forking.read_trunk(cfg) if cfg["fork_from"] and not resumed else None
-    data_changes = runrecord.data_changes_since_start(cfg, data_dir, counts) if resumed else None
-    hellaswag_examples = (evaluation.load_examples_on_ranks(cfg["hellaswag_input"] or "val", cfg["hellaswag_limit"],
-                                                            layout) if cfg["hellaswag_interval"] else None)
-    raw_model, model, optimizer, pruner, scaler, forked, model_report = build_for_training(
-        cfg, layout, dtype, autocast, checkpoint, trunk)
-    weights_bytes = sharding.local_weights_bytes(raw_model)  # this rank's: its FSDP or tensor-parallel shards
-    act_norms = evaluation.ActivationNorms(raw_model, cfg["log_act_norm_layers"])
-    iter_num, tokens_seen, train_time, best_val, forked = restore_position(
-        cfg, layout, checkpoint, trunk, raw_model, optimizer, pruner, scaler, forked)
+    data_changes = runrecord.data_changes_since_start(cfg, data.dir, data.counts) if resumed else None
+    hellaswag = (evaluation.load_examples_on_ranks(cfg["hellaswag_input"] or "val", cfg["hellaswag_limit"], layout)
+                 if cfg["hellaswag_interval"] else None)
+    run = build_for_training(cfg, layout, dtype, autocast, checkpoint, trunk)
+    act_norms = evaluation.ActivationNorms(run.raw_model, cfg["log_act_norm_layers"])
+    position, fork = start_position(cfg, layout, checkpointer, checkpoint, trunk, run)
     del checkpoint
 
-    log = rundir.RunLog(cfg, layout.master)
-    facts = None if resumed else runrecord.run_facts(cfg, layout, raw_model, optimizer, data_dir, counts, dtype)
+    log = rundir.RunLog(dict(cfg), layout.master)
+    facts = None if resumed else runrecord.run_facts(cfg, layout, run.raw_model, run.optimizer, data.dir, data.counts,
+                                                     dtype)
     record_start(cfg, layout, command, facts, data_changes, resumed)
-    peak_flops = log_checklist(log, cfg, layout, raw_model, counts, data_dir, dtype, dict(
-        model_report, act_rms_after_layers=", ".join(map(str, act_norms.layers))))
-    if trunk:
-        log.event("fork", **forked)
-    grad_accum_local, tokens_per_iter, metrics = cfg["gradient_accumulation_steps"] // layout.dp, cfg["tokens_per_iter"], None
-    log.say(f"tokens per iteration = batch_size {cfg['batch_size']} x block_size {cfg['block_size']} x "
-            f"gradient_accumulation_steps {cfg['gradient_accumulation_steps']} "
-            f"({grad_accum_local} per rank x {layout.dp} data-parallel ranks) = {tokens_per_iter:,}")
-    if pruner is not None:
-        log.event("pruning", pruner.describe(), pruned=list(pruner.params), excluded=pruner.excluded)
-
-    start_iter = iter_num
-    window = dict(time=0.0, iters=0, peak_mib=0.0)  # training steps since the last log line
-    step_peak_since_eval = None  # MiB: the memory_ratio's numerator (a training step's, not evaluation's)
-    timer = devices.DeviceTimer(device)
-    unread = []  # the steps queued since the host last read the device: (loss, grad norm, timer lap)
-
-    def fetch(it, micro):
-        offsets = train_offsets(cfg, counts["train"], it, micro * layout.dp + layout.dp_rank)
-        return get_batch(data_dir, "train", offsets, cfg["block_size"], device)
-
-    batch = fetch(iter_num, 0)
-    stop_reason = budget_reached(cfg, iter_num, tokens_seen, train_time)
+    peak = log_start(log, cfg, layout, run, data, dtype, act_norms, fork)
+    evaluator = Evaluator(cfg, layout, run.model, run.raw_model, run.optimizer, run.pruner, data, autocast, log,
+                          hellaswag)
+    metrics = StepMetrics(cfg, layout, run.raw_model, act_norms, log, dtype, peak, run.scaler)
+    batches = Batches(cfg, layout, data, position.iter_num)
+    stop_reason = budget_reached(cfg, position)
     signals.training = True
-    while True:
-        checkpoint_due = iter_num % cfg["eval_interval"] == 0 or stop_reason
-        read_here = iter_num in cfg["eval_at"]  # a point a report reads (an equal-FLOPs point): evaluate as at the end
-        if (checkpoint_due or read_here) and stop_reason != "signal":  # a preempted job has seconds: save now, evaluate later
-            devices.reset_peak_memory(device)  # evaluation's peak (a batch's whole logits) is logged apart
-            losses = evaluate(model, cfg, layout, data_dir, counts, autocast,
-                              final=stop_reason is not None or read_here)
-            if not all(math.isfinite(v) for v in losses.values()):  # never let a NaN model replace a good checkpoint
-                diverged(log, cfg, iter_num, f"evaluation loss became train {losses['train']}, val {losses['val']}",
-                         train_loss=losses["train"], val_loss=losses["val"])
-            best_val = min(best_val, losses["val"])
-            metrics = dict(iter=iter_num, tokens=tokens_seen, train_loss=losses["train"],
-                           val_loss=losses["val"], val_ppl=math.exp(losses["val"]), best_val_loss=best_val,
-                           **raw_model.metrics(), **optim.optimizer_metrics(optimizer),
-                           **(pruner.metrics() if pruner is not None else {}),
-                           peak_memory_mib=devices.peak_memory_mib(device),
-                           # the pruning / MLA study's "training memory / model weights", per rank; None on CPUs (no reset)
-                           memory_ratio=step_peak_since_eval * 2**20 / weights_bytes
-                           if device.startswith("cuda") and step_peak_since_eval is not None else None)
-            log.event("eval", f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
-                      f"val ppl {metrics['val_ppl']:.2f}", **metrics)
-            step_peak_since_eval = None
-            if hellaswag_examples and (iter_num % cfg["hellaswag_interval"] == 0 or stop_reason):
-                # Eager (the compiled blocks too): every batch has a different length and would recompile.
-                devices.reset_peak_memory(device)
-                with torch.compiler.set_stance("force_eager"):
-                    result = evaluation.evaluate_hellaswag(raw_model, hellaswag_examples, device, autocast=autocast,
-                                                          replica=(layout.dp_rank, layout.dp, layout.dp_group),
-                                                          items=True)
-                items = result.pop("items")  # per example: what a report pairs item by item across variants
-                if layout.master:
-                    evaluation.write_items(os.path.join(cfg["out_dir"], rundir.HELLASWAG_ITEMS), items,
-                                           append=True, iter=iter_num, tokens=tokens_seen)
-                log.event("hellaswag", f"step {iter_num}: hellaswag acc {result['acc']:.4f}, acc_norm "
-                          f"{result['acc_norm']:.4f} ({result['n']} examples)", iter=iter_num, tokens=tokens_seen,
-                          peak_memory_mib=devices.peak_memory_mib(device), **result)
-        if checkpoint_due and cfg["save_checkpoint"] and iter_num > start_iter:
-            layout.save(cfg["out_dir"], iter_num, raw_model, optimizer, dict(
-                scaler=scaler.state_dict(), config=cfg, iter_num=iter_num, tokens_seen=tokens_seen,
-                param_names=None if layout.sharded or layout.tp > 1 else forking.param_names(raw_model, optimizer),
-                train_time=train_time, best_val_loss=best_val, metrics=metrics,
-                pruning=pruner.state_dict() if pruner is not None else None))
-        if stop_reason:
-            break
+    try:
+        while True:
+            if evaluator.due(position.iter_num, stop_reason):
+                evaluator.run(position, stop_reason, metrics.take_step_peak())
+            checkpointer.save(position, run.raw_model, run.optimizer, stop_reason, **run.resume_state(evaluator.last))
+            if stop_reason:
+                break
+            metrics.start_step()
+            lr = learning_rate_at(cfg, position.iter_num)
+            loss, grad_norm = train_step(cfg, layout, run, batches, position.iter_num, lr, autocast)
+            stop_reason = metrics.end_step(loss, grad_norm, lr, position, signals)
+    except TrainingDiverged as e:
+        log.event("diverged", messages.diverged(e.iter_num, e.fields, checkpoint_path(cfg["out_dir"])),
+                  iter=e.iter_num, **e.fields)
+        log.close()
+        raise
 
-        devices.reset_peak_memory(device)
-        timer.start()
-        lr = learning_rate_at(cfg, iter_num)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        loss_sum = torch.zeros((), device=device)
-        for micro in range(grad_accum_local):
-            x, y = batch
-            with layout.gradient_sync(model, last=micro == grad_accum_local - 1):
-                with autocast:
-                    _, loss = model(x, y)
-                # the next micro-batch (after the last, the next step's first), read while the device computes
-                batch = fetch(*divmod(iter_num * grad_accum_local + micro + 1, grad_accum_local))
-                loss_sum += loss.detach().float()
-                scaler.scale(loss / grad_accum_local).backward()
-        if pruner is not None:
-            pruner.mask_grads()  # before clipping: pruned weights add nothing to the norm
-        scaler.unscale_(optimizer)
-        layout.agree_on_skipping(scaler, optimizer)
-        grad_norm = layout.clip_grad_norm(raw_model, cfg["grad_clip"] or float("inf"))
-        scaler.step(optimizer, **optim.step_kwargs(optimizer, grad_norm))
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        if pruner is not None:
-            pruner.step(iter_num + 1)  # re-apply the masks; recompute them on the schedule
-
-        unread.append((loss_sum / grad_accum_local, grad_norm, timer.stop()))  # still on the device
-        step_peak = devices.peak_memory_mib(device)  # the allocator's books, kept on the host
-        window["peak_mib"] = max(window["peak_mib"], step_peak)
-        step_peak_since_eval = max(step_peak_since_eval or 0.0, step_peak)
-        iter_num += 1
-        tokens_seen += tokens_per_iter
-
-        # The host reads the device only where the loop needs the numbers: a log line, an evaluation or a
-        # checkpoint next, the end of the budget (max_time is checked here), a signal to a lone process.
-        # In between it queues the next steps while the GPU still runs this one.
-        log_due = iter_num % cfg["log_interval"] == 0
-        if not (log_due or iter_num % cfg["eval_interval"] == 0 or iter_num in cfg["eval_at"]
-                or budget_reached(cfg, iter_num, tokens_seen, train_time) or signals.received and not layout.distributed):
-            continue
-        steps, signalled = read_steps(unread, timer, layout, signals.received is not None)
-        unread = []
-        for it, (train_loss, grad_norm, dt) in enumerate(steps, start=iter_num - len(steps) + 1):
-            train_time += dt
-            window["time"] += dt
-            window["iters"] += 1
-            if not math.isfinite(train_loss) or (not math.isfinite(grad_norm) and not scaler.is_enabled()):
-                diverged(log, cfg, it, f"loss became {train_loss} (grad norm {grad_norm})", loss=train_loss,
-                         grad_norm=grad_norm)
-
-        if log_due:
-            step_time = window["time"] / window["iters"]
-            tokens_per_sec = tokens_per_iter / step_time
-            mfu, peak_flops = devices.model_flops_utilization(raw_model, tokens_per_sec / layout.world_size, device, dtype,
-                                                      peak_flops)
-            record = dict(iter=iter_num, tokens=tokens_seen, loss=train_loss, lr=lr, grad_norm=grad_norm,
-                          **act_norms.read(), step_time_ms=1000 * step_time, tokens_per_sec=tokens_per_sec,
-                          mfu=mfu, mfu_peak_gflops=peak_flops / 1e9 if peak_flops else None,
-                          peak_memory_mib=window["peak_mib"], tokens_per_iter=tokens_per_iter,
-                          load_average=runrecord.load_average())
-            mfu_text = "n/a" if mfu is None else f"{100 * mfu:.1f}%"
-            log.event("train", f"iter {iter_num}: loss {train_loss:.4f}, lr {lr:.3e}, grad norm {grad_norm:.3f}, "
-                      f"{1000 * step_time:.1f} ms/iter, {tokens_per_sec:,.0f} tok/s, mfu {mfu_text}, "
-                      f"peak mem {record['peak_memory_mib']:.0f} MiB", **record)
-            window = dict(time=0.0, iters=0, peak_mib=0.0)
-        stop_reason = budget_reached(cfg, iter_num, tokens_seen, train_time) or ("signal" if signalled else None)
-
-    by = stop_reason
-    if stop_reason == "signal":
-        saved = cfg["save_checkpoint"] and iter_num > start_iter
-        by = f"{signals.received or 'a signal to another rank'}" + (" (checkpoint written; resume with "
-                                                                       "--init_from=resume)" if saved else "")
-    log.event("end", f"stopped by {by} at iter {iter_num}, {tokens_seen:,} tokens, "
-              f"{train_time:.1f} s of training; best val loss {best_val:.4f}", stop_reason=stop_reason,
-              signal=signals.received, iter=iter_num, tokens=tokens_seen, train_time=train_time, best_val_loss=best_val,
-              load_average=runrecord.load_average())
-    if cfg["sample_tokens"]:
-        # Every rank generates (a TP forward all-reduces, a sharded one all-gathers: a master alone would
-        # wait for peers gone to the exit barrier), from one seed: the same tokens; the master prints them.
-        torch.manual_seed(cfg["seed"])
-        with torch.compiler.set_stance("force_eager"):  # one more token, one more length: no recompiles
-            text = evaluation.generate_text(raw_model, SAMPLE_PROMPT, cfg["sample_tokens"], device, codec, autocast)
-        log.say("sample:\n" + text)
+    end = dict(stop_reason=stop_reason, signal=signals.received, iter=position.iter_num, tokens=position.tokens_seen,
+               train_time=position.train_time, best_val_loss=position.best_val_loss,
+               load_average=runrecord.load_average())
+    log.event("end", messages.end(end, saved=checkpointer.will_save(position.iter_num, stop_reason)), **end)
+    sample = evaluator.sample()
+    if sample is not None:
+        log.say(messages.sample(sample))
     log.close()
     return stop_reason
 

@@ -123,6 +123,23 @@ def test_measure_auto_measures_the_training_shape_and_keeps_the_random_state(mon
     assert {record["q_shape"] for record in choices.values()} == {(3, 2, 12, 8)}
 
 
+def test_a_model_handed_another_ranks_choices_runs_them_unmeasured(monkeypatch):
+    """What train.py does under torchrun: rank 0 measures (measure_attn_auto), every rank's model takes
+    the choices (use_attn_auto) and runs them without timing anything itself."""
+    fused_calls = fake_gpu(monkeypatch, 2.0, 1.0)
+    model = tiny_ra_model(**dict(VARIANTS["alternate-gate"], n_layer=2), attn_impl="auto")
+    choices = model.measure_attn_auto(2, "cpu", torch.autocast("cpu", enabled=False))
+    assert {record["impl"] for record in choices.values()} == {"triton"}
+    monkeypatch.setattr(ra_model, "AUTO_CHOICES", {})  # another rank: nothing measured there
+    monkeypatch.setattr(ra_model, "measure_choice", lambda *a: pytest.fail("a handed-over choice was measured"))
+    other = tiny_ra_model(**dict(VARIANTS["alternate-gate"], n_layer=2), attn_impl="auto")
+    other.use_attn_auto(choices)
+    fused_calls.clear()
+    with torch.no_grad():
+        other(tokens((2, 12)))
+    assert ra_model.AUTO_CHOICES == choices and fused_calls == [False]  # the chosen kernel, untimed
+
+
 def test_compiling_never_measures_and_reads_the_recorded_choice(monkeypatch):
     fused_calls = fake_gpu(monkeypatch, 2.0, 1.0)
     model = tiny_ra_model(**dict(VARIANTS["all-mix-window"], n_layer=1), attn_impl="auto")

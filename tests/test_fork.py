@@ -16,6 +16,7 @@ import torch
 import configurator
 import forking
 import optim
+import parallel
 import rundir
 import runtime
 import sweep
@@ -93,7 +94,7 @@ def test_a_variant_takes_the_trunks_tensors_and_optimizer_state_and_keeps_its_ow
         want = own_init[name] if name in news else ckpt["model"][name]
         assert torch.equal(p.detach(), want), name
     optimizer = optim.build_optimizer(model, cfg)
-    assert forking.load_optimizer(ckpt, model, optimizer, fresh=False) == len(ckpt["param_names"])
+    assert parallel.load_optimizer(ckpt, model, optimizer, fresh=False) == len(ckpt["param_names"])
     trunk_state = {n: ckpt["optimizer"]["state"][i] for i, n in enumerate(ckpt["param_names"])}
     for name, p in model.named_parameters():
         state = optimizer.state.get(p, {})
@@ -103,7 +104,7 @@ def test_a_variant_takes_the_trunks_tensors_and_optimizer_state_and_keeps_its_ow
             assert torch.equal(state["exp_avg"], trunk_state[name]["exp_avg"]), name
             assert torch.equal(state["step"], trunk_state[name]["step"]), name
     fresh = optim.build_optimizer(model, cfg)
-    assert forking.load_optimizer(ckpt, model, fresh, fresh=True) == 0 and not fresh.state
+    assert parallel.load_optimizer(ckpt, model, fresh, fresh=True) == 0 and not fresh.state
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -132,7 +132,9 @@ def test_auto_head_follows_the_memory_estimate(device, dtype):
     estimate as train.py asks for it, against a fake device memory size."""
     import runtime
     import sharding
-    from parallel import FULL_HEAD_MARGIN, ParallelLayout
+    import messages
+    from sharding import FULL_HEAD_MARGIN, choose_head_loss
+    from parallel import ParallelLayout
     cfg = runtime.settle(dict(runtime.DEFAULTS, batch_size=16, gradient_accumulation_steps=1))
     assert cfg["head_loss"] == "auto"
     n_params = runtime.count_params(cfg)
@@ -142,14 +144,17 @@ def test_auto_head_follows_the_memory_estimate(device, dtype):
     full, chunked = FULL_HEAD_MARGIN * estimate("full"), estimate("chunked")
     assert chunked < full < 141 * 2**30  # the chunked head holds one chunk of logits, not all of them
 
-    head, why = layout.choose_head_loss(cfg, n_params, dtype, available=141 * 2**30)  # an H200
-    assert head == "full" and why.startswith("auto: the estimate with the full head's logits x 1.25") and "fits" in why
-    assert layout.choose_head_loss(cfg, n_params, dtype, available=int(full) + 1)[0] == "full"
-    head, why = layout.choose_head_loss(cfg, n_params, dtype, available=int(full) - 2**20)
-    assert head == "chunked" and f"{full / 2**30:,.1f} GiB, exceeds the" in why and "\n" not in why
-    assert layout.choose_head_loss(dict(cfg, head_loss="full"), n_params, dtype, available=chunked) == ("full", "as set")
+    choice = choose_head_loss(cfg, layout, n_params, dtype, available=141 * 2**30)  # an H200
+    assert (choice.head_loss, choice.reason, choice.needed) == ("full", "fits", full)
+    assert messages.head_choice(choice).startswith("full (auto: the estimate with the full head's logits x 1.25")
+    assert choose_head_loss(cfg, layout, n_params, dtype, available=int(full) + 1).head_loss == "full"
+    choice = choose_head_loss(cfg, layout, n_params, dtype, available=int(full) - 2**20)
+    why = messages.head_choice(choice)
+    assert choice.head_loss == "chunked" and f"{full / 2**30:,.1f} GiB, exceeds the" in why and "\n" not in why
+    choice = choose_head_loss(dict(cfg, head_loss="full"), layout, n_params, dtype, available=chunked)
+    assert (choice.head_loss, messages.head_choice(choice)) == ("full", "full (as set)")
     layout.device = "cpu"
-    assert layout.choose_head_loss(cfg, n_params, dtype, available=10**15)[0] == "chunked"
+    assert choose_head_loss(cfg, layout, n_params, dtype, available=10**15).head_loss == "chunked"
 
 
 def test_compiles_into_one_graph_with_the_same_loss_and_gradients(monkeypatch):

@@ -355,6 +355,7 @@ def test_memory_estimate_counts_buckets_autocast_copies_and_a_gpu_reserve():
 def test_memory_check_compares_against_the_free_gpu_memory(monkeypatch):
     """The CUDA context and other processes take their share: a run that fits the card's total but not
     its free memory is refused."""
+    from sharding import check_memory
     from parallel import ParallelLayout
     layout = ParallelLayout()
     layout.device = "cuda:0"
@@ -362,9 +363,9 @@ def test_memory_check_compares_against_the_free_gpu_memory(monkeypatch):
     need = sharding.memory_estimate(cfg, runtime.count_params(cfg), 1, "bfloat16")["total"]
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (need - 1, 80 * 2**30))
     with pytest.raises(configurator.ConfigError, match="but the free memory of cuda:0 is"):
-        layout.check_memory(cfg, runtime.count_params(cfg), "bfloat16")
+        check_memory(cfg, layout, runtime.count_params(cfg), "bfloat16")
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (need, 80 * 2**30))
-    layout.check_memory(cfg, runtime.count_params(cfg), "bfloat16")
+    check_memory(cfg, layout, runtime.count_params(cfg), "bfloat16")
 
 
 def _local_weights(rank, world):

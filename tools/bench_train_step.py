@@ -110,8 +110,10 @@ def measure(args):
     import torch
 
     import devices
+    import messages
     import parallel
     import runtime
+    import sharding
     from model import GPT, GPTConfig
 
     option = {**PLAIN, **STEP_OPTIONS[args.child]}
@@ -124,7 +126,8 @@ def measure(args):
     layout.device = device
     cfg = runtime.settle(dict(runtime.DEFAULTS, **shape, batch_size=args.batch_size, gradient_accumulation_steps=1,
                               head_loss=option["head_loss"], device=device, dtype=dtype))
-    head_loss, why = layout.choose_head_loss(cfg, runtime.count_params(cfg), dtype)  # as train.py settles 'auto'
+    head = sharding.choose_head_loss(cfg, layout, runtime.count_params(cfg), dtype)  # as train.py settles 'auto'
+    head_loss, why = head.head_loss, messages.head_reason(head)
     fake = torch._subclasses.fake_tensor.FakeTensorMode() if args.memory_only else None
     with fake or torch.device(device):
         torch.manual_seed(0)
