@@ -34,6 +34,16 @@ def tiny_args(data_dir, out_dir, *extra):
             "--max_iters=8", "--lr_decay_iters=8", *extra]
 
 
+def golden_args(data_dir, out_dir, *extra):
+    """The runs tests/golden/train_events.json pins: tiny_args's, kept apart so that the golden never
+    changes with those."""
+    return [f"--data_dir={data_dir}", f"--out_dir={out_dir}", "--dataset=toy", f"--vocab_size={VOCAB}",
+            "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=4",
+            "--gradient_accumulation_steps=2", "--dtype=float32", "--eval_iters=2", "--eval_interval=4",
+            "--log_interval=1", "--warmup_iters=2", "--learning_rate=1e-2", "--min_lr=1e-3",
+            "--max_iters=8", "--lr_decay_iters=8", *extra]
+
+
 def read_log(out_dir):
     return rundir.read_events(out_dir)
 

@@ -146,7 +146,7 @@ def test_a_pretrained_init_is_settled_before_building_and_trains(data_dir, tmp_p
     import export_checkpoint
     import train
     from model import GPT
-    from test_train_golden import args
+    from helpers import golden_args as args
     first, hf, second = (str(tmp_path / name) for name in ("first", "hf", "second"))
     train.main(args(data_dir, first, "--vocab_size=50304", "--n_embd=16", "--max_iters=2", "--lr_decay_iters=2",
                     "--ln_placement=pre"))
