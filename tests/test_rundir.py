@@ -23,7 +23,7 @@ def cfg(out_dir, **keys):
 def test_the_lock_refuses_a_second_holder_naming_the_first_and_frees_on_exit(tmp_path):
     with rundir.out_dir_lock(str(tmp_path)):
         assert open(tmp_path / rundir.LOCK_FILE).read() == str(os.getpid())
-        with pytest.raises(rundir.RunDirError) as refused:  # a second open file: flock refuses it as it would another process
+        with pytest.raises(rundir.RunDirError) as refused:  # flock refuses a second open file as another process
             with rundir.out_dir_lock(str(tmp_path)):
                 pass
         assert str(refused.value) == (f"{tmp_path} is in use by another run (pid {os.getpid()}): wait for it to end, "
@@ -95,16 +95,17 @@ def test_the_digest_tells_a_changed_value_dtype_or_order_apart():
     base = dict(model={"a": torch.zeros(3), "b": torch.ones(2)}, iter_num=1)
     digest = rundir.state_digest(base)
     assert rundir.state_digest(dict(base)) == digest
-    assert rundir.state_digest(dict(base, iter_num=2)) != digest
-    assert rundir.state_digest(dict(base, model={"a": torch.zeros(3, dtype=torch.float64), "b": torch.ones(2)})) != digest
-    assert rundir.state_digest(dict(base, model={"b": torch.ones(2), "a": torch.zeros(3)})) != digest
-    assert rundir.state_digest(dict(base, model={"a": torch.zeros(3).view(3, 1), "b": torch.ones(2)})) != digest
+    changed = [dict(base, iter_num=2),
+               dict(base, model={"a": torch.zeros(3, dtype=torch.float64), "b": torch.ones(2)}),  # the dtype
+               dict(base, model={"b": torch.ones(2), "a": torch.zeros(3)}),  # the order
+               dict(base, model={"a": torch.zeros(3).view(3, 1), "b": torch.ones(2)})]  # the shape
+    assert all(rundir.state_digest(state) != digest for state in changed)
 
 
 def test_a_checkpoint_whose_digest_disagrees_is_named_damaged(tmp_path):
     path = tmp_path / "ckpt.pt"
-    torch.save({"model": {"w": torch.ones(4)}, rundir.DIGEST_KEY: rundir.state_digest({"model": {"w": torch.zeros(4)}})},
-               path)
+    other = rundir.state_digest({"model": {"w": torch.zeros(4)}})
+    torch.save({"model": {"w": torch.ones(4)}, rundir.DIGEST_KEY: other}, path)
     with pytest.raises(rundir.RunDirError, match=r"ckpt.pt is damaged: its contents do not match the sha256"):
         rundir.load_checkpoint_file(str(path))
 
