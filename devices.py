@@ -31,14 +31,14 @@ def check_dtype(dtype, device):
 def precision(dtype, device):
     """The autocast dtype to use ('' picks the best supported one; check_dtype checked it) and its
     autocast context. Used by every script that runs a model, so training and evaluation compute alike.
-    On a GPU, float32 matmuls run as TF32 (NVIDIA's tensor cores, ~8x IEEE fp32; the start-up
-    checklist records it): torch's default would leave the tensor cores idle in a float32 run."""
+    On a GPU, float32 matmuls run as TF32 on the tensor cores (the start-up checklist records it;
+    docs/speed-and-memory.md): torch's default would leave the tensor cores idle in a float32 run."""
     if not dtype and device.startswith("cuda"):
         # emulated bf16 (V100, T4: no bf16 units) is slower than native fp16 with a GradScaler
         dtype = "bfloat16" if torch.cuda.is_bf16_supported(including_emulation=False) else "float16"
     elif not dtype:
-        # bf16 matmuls run ~2.8x faster than fp32 on CPUs with AVX512-BF16/AMX, and are emulated
-        # (slowly) elsewhere.
+        # bf16 matmuls are native on CPUs with AVX512-BF16/AMX (faster than fp32 there:
+        # docs/speed-and-memory.md) and emulated (slowly) elsewhere.
         dtype = "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
     if dtype == "float32":
         if device.startswith("cuda"):

@@ -1,4 +1,4 @@
-"""The GPU self-check: a user's first hour on one GPU in one command (about 10 minutes on an H100).
+"""The GPU self-check: a user's first hour on one GPU in one command (how long it takes: docs/speed-and-memory.md).
 
     python gpu_check.py                        # prints one table, writes gpu_check.json
     python gpu_check.py --json=out.json

@@ -31,8 +31,8 @@ HEAD_LOSSES = ("full", "chunked", "liger", "cce")  # the implementations
 HEAD_LOSS_CHOICES = ("auto",) + HEAD_LOSSES
 CUDA_LIBRARIES = {"liger": "liger_kernel", "cce": "cut_cross_entropy"}  # head_loss -> module
 # Logits per chunk at most: 2**25 (128 MiB in fp32, ~670 tokens at V=50304; every token at a small
-# vocabulary). Smaller chunks starve the grad_weight matmul (its inner dimension is the chunk): at the
-# CPU twin 2**23 made the whole step cost 1.3x the CPU time of the plain head's step; 2**25 costs the same.
+# vocabulary). Smaller chunks starve the grad_weight matmul (its inner dimension is the chunk; the CPU
+# twin's step time at 2**23 and 2**25: docs/speed-and-memory.md).
 CHUNK_LOGITS = 2**25
 
 

@@ -3,6 +3,7 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # must precede torch's import to take effect
 
 import getpass
+import subprocess
 import sys
 import tempfile
 
@@ -21,8 +22,6 @@ except ImportError:
 else:
     torch.set_num_threads(1)  # the suite should stay fast on 2 CPU cores
 
-
-import subprocess  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

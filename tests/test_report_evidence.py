@@ -442,6 +442,7 @@ def test_the_equal_flops_view_is_holm_over_its_own_family_and_agrees_with_its_in
                                        + 0.01 * s + 0.003 * (-1) ** s * (i + 1), [100.0] * 5, flops_per_token=1100)
     result = compare.compare(suite_of(runs), runs)
     matched = {n: v["compute_matched"] for n, v in result["variants"].items() if v.get("compute_matched")}
+    assert sorted(matched) == ["a", "b", "c"]  # every variant spends more FLOPs per token: none left out of the family
     raw = [m["p_value"] for m in matched.values()]
     assert [m["p_holm"] for m in matched.values()] == pytest.approx(stats.holm(raw, 0.05))
     for m in matched.values():
