@@ -3,6 +3,7 @@ fault or input as the operator met it, on the tiny RA recipe (2 layers x 32 wide
 Each ends in one line (an event or an error), with nothing lost and no hang (docs/faults.md)."""
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -110,3 +111,57 @@ def test_a_signal_in_the_step_that_spends_the_budget_is_recorded_as_a_signal(dat
     train.main(tiny_args(data_dir, out, *RA, "--log_interval=1000", "--init_from=resume"))
     end = events(out, "end")[-1]
     assert (end["stop_reason"], end["iter"]) == ("max_iters", 8) and events(out, "eval")[-1]["iter"] == 8
+
+
+# ----------------------------------------------------------------------------- 4-6. the ideas registry, edited
+
+QK_ENTRY = '''    "QK-norm": Idea(
+        keys=("qk_norm",), layers=all_layers_if("qk_norm"), attention=QKNorm, layer_params=lambda config: 0,
+        new_parameters=(), gpt2_function=False, example=dict(qk_norm=True)),
+'''
+EDITS = {  # the operator's edit: file, text, replacement
+    "entry removed": ("ra_model.py", QK_ENTRY, ""),
+    "layers always empty": ("ra_model.py", 'layers=all_layers_if("qk_norm")', "layers=lambda config: range(0)"),
+    "field missing": ("ra_model.py", ", example=dict(qk_norm=True)),", "),"),
+    "default removed": ("runtime.py", "    qk_norm=False,", "    # qk_norm=False,"),
+}
+
+
+def edited_repository(tmp_path, edit):
+    """A copy of the scripts with one registration edited as the operator did, in the file itself."""
+    copy = tmp_path / "repo"
+    shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(".git", "tests", "reports", "docs", "__pycache__"))
+    name, old, new = EDITS[edit]
+    text = (copy / name).read_text()
+    assert text.count(old) == 1, (edit, name)
+    (copy / name).write_text(text.replace(old, new))
+    return copy
+
+
+@pytest.mark.parametrize("edit, keys, message", [
+    ("entry removed", ("--model_type=gpt", "--qk_norm=True"),
+     "RAConfig.qk_norm is owned by 0 ideas in ra_model.IDEAS (none): register the idea that reads it, once"),
+    ("layers always empty", ("--model_type=ra", "--qk_norm=True"),
+     "qk_norm=True switches on the idea 'QK-norm', which runs in none of the 2 layers (ra_model.IDEAS['QK-norm']"
+     ".layers is empty): make layers() return the layers that run it, or leave qk_norm at False"),
+    ("field missing", ("--model_type=gpt",),
+     "idea 'QK-norm' in ra_model.IDEAS lacks example: give its entry every field of Idea (docs/new-idea.md's "
+     "table says what each is for)"),
+    ("default removed", ("--model_type=gpt",),
+     "RAConfig has the fields ['qk_norm'], which are no keys of runtime.DEFAULTS: add each with its default and "
+     "meaning"),
+])
+def test_a_broken_idea_registration_is_refused_in_one_line_before_any_work(data_dir, tmp_path, edit, keys, message):
+    """4: QK-norm's IDEAS entry removed, --model_type=gpt --qk_norm=True trained plain GPT; 5: an entry whose
+    layers() is always empty trained the baseline; 6: a key removed from runtime.DEFAULTS ended every gpt run
+    in KeyError: 'qk_norm', an Idea missing a field every script in a TypeError traceback at import."""
+    copy = edited_repository(tmp_path, edit)
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "train.py", *tiny_args(data_dir, str(out), *keys)], cwd=copy, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+    assert (proc.returncode, proc.stderr.strip()) == (1, f"error: {message}")
+    assert not out.exists()  # refused before the run directory
+    if edit == "field missing":  # the scripts import again: --help answers
+        helped = subprocess.run([sys.executable, "sample.py", "--help"], cwd=copy, env=ENV, capture_output=True,
+                                text=True, timeout=300)
+        assert helped.returncode == 0, helped.stderr[-2000:]
