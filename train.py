@@ -87,8 +87,8 @@ def learning_rate_at(cfg, it):
 # (StepMetrics.time_may_be_spent) and decided on the device's, once read, as before.
 
 class TrainingDiverged(RuntimeError):
-    """A loss (or, without a loss scaler, a gradient norm) became non-finite at iteration iter_num:
-    `fields` are the values, the log's diverged event."""
+    """A loss (or, without a loss scaler, a gradient norm) became non-finite at iteration iter_num, or an
+    evaluation's val loss too large for a perplexity: `fields` are the values, the log's diverged event."""
 
     def __init__(self, iter_num, **fields):
         self.iter_num, self.fields = iter_num, fields
@@ -164,7 +164,8 @@ class StepMetrics:
         return "signal" if signalled else budget_reached(self.cfg, position)
 
     def read_due(self, position, signals):
-        """A log line, an evaluation or checkpoint next, the end of the budget, a signal to a lone process."""
+        """A log line, an evaluation or checkpoint next, the end of the budget (max_time by the host's clock),
+        a signal to a lone process."""
         cfg, it = self.cfg, position.iter_num
         return (it % cfg["log_interval"] == 0 or it % cfg["eval_interval"] == 0 or it in cfg["eval_at"]
                 or budget_reached(cfg, position) is not None or self.time_may_be_spent(position)
@@ -218,8 +219,8 @@ class StepMetrics:
 # ----------------------------------------------------------------------------- what a run evaluates
 # Every eval_interval steps, at the eval_at points a report reads and where the run stops: the mean
 # loss of train and val windows; HellaSwag every hellaswag_interval steps and at the end; after
-# training, a sample of text. A non-finite evaluation loss stops the run before a checkpoint could
-# replace the last good one.
+# training, a sample of text. A non-finite evaluation loss, or a val loss beyond exp's range, stops the
+# run before a checkpoint could replace the last good one.
 
 @torch.no_grad()
 def evaluate(model, cfg, layout, data_dir, counts, autocast, final=False):
@@ -272,7 +273,7 @@ class Evaluator:
         losses = evaluate(self.model, self.cfg, self.layout, self.data.dir, self.data.counts, self.autocast,
                           final=stop_reason is not None or it in self.cfg["eval_at"])
         # never let a NaN model replace a good checkpoint; nor one whose val loss is finite but beyond
-        # exp's range (> 709.78, some 170 times the uniform guess's ln(vocab_size)): that model has diverged
+        # exp's range (> 709.78, some 65 times the uniform guess's ln(50304)): that model has diverged
         val_ppl = math.exp(losses["val"]) if losses["val"] <= MAX_EXP_ARG else math.inf
         if not all(math.isfinite(v) for v in (*losses.values(), val_ppl)):
             raise TrainingDiverged(it, train_loss=losses["train"], val_loss=losses["val"])
