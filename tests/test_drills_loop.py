@@ -10,12 +10,8 @@ import sys
 import time
 
 import pytest
-import torch
 
-import configurator
 import messages
-import ra_model
-import runtime
 import train
 from helpers import ENV, LONG, events, load_ckpt, tiny_args
 
