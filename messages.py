@@ -1,5 +1,6 @@
 """The training run's words: every sentence train.py and its components print or log, written from the
 numbers they return (log.jsonl keeps those numbers as fields; these lines are for people)."""
+import math
 
 
 def checklist(fields):
@@ -55,7 +56,12 @@ def train_line(r):
 def what_diverged(fields):
     """What went non-finite, from a TrainingDiverged's fields."""
     if "val_loss" in fields:
-        return f"evaluation loss became train {fields['train_loss']}, val {fields['val_loss']}"
+        train, val = fields["train_loss"], fields["val_loss"]
+        if math.isfinite(train) and math.isfinite(val):  # finite, but beyond exp's range
+            return f"evaluation loss became train {train}, val {val}, too large for a perplexity (exp overflows)"
+        return f"evaluation loss became train {train}, val {val}"
+    if math.isfinite(fields["loss"]):  # the loss held: the gradient norm tripped
+        return f"grad norm became {fields['grad_norm']} (loss {fields['loss']})"
     return f"loss became {fields['loss']} (grad norm {fields['grad_norm']})"
 
 

@@ -85,6 +85,7 @@ class RAConfig(GPTConfig):
         super().__post_init__()
         check_ideas(type(self))
         check_ra_config(self)
+        check_ideas_run(self)
 
     def reciprocal_layers(self):
         n = self.n_layer
@@ -611,15 +612,17 @@ class QKNorm:
 
 @dataclass(frozen=True)
 class Idea:
-    """Everything the workbench must know of one idea of model_type='ra' (see IDEAS)."""
-    keys: tuple  # the RAConfig keys it owns (each also a key of runtime.DEFAULTS); the first switches it on
-    layers: object  # layers(config): the indices of the layers that run it (none when it is off)
-    attention: type  # composed into those layers' attention: a mixin that overrides forward, heads_output or
-    # attend and calls super(), or an nn.Module with its own projections (MLA) in place of RAAttention
-    layer_params: object  # layer_params(config): parameters it adds to one such layer (negative: removes)
-    new_parameters: tuple  # names of its parameters a baseline trunk lacks: a fork keeps them at their init
-    gpt2_function: bool  # whether a model running it still computes GPT-2's function (Hugging Face export)
-    example: dict  # keys that switch it on in a tiny model: test_all_architectures smoke-checks it
+    """Everything the workbench must know of one idea of model_type='ra' (see IDEAS). Every field but
+    score_streams is required; each defaults to None only so that an entry leaving one out is named in
+    one line by check_ideas when a run starts, not a TypeError traceback when any script imports this."""
+    keys: tuple = None  # the RAConfig keys it owns (each also a key of runtime.DEFAULTS); the first switches it on
+    layers: object = None  # layers(config): the indices of the layers that run it (none when it is off)
+    attention: type = None  # composed into those layers' attention: a mixin that overrides forward, heads_output
+    # or attend and calls super(), or an nn.Module with its own projections (MLA) in place of RAAttention
+    layer_params: object = None  # layer_params(config): parameters it adds to one such layer (negative: removes)
+    new_parameters: tuple = None  # names of its parameters a baseline trunk lacks: a fork keeps them at their init
+    gpt2_function: bool = None  # whether a model running it still computes GPT-2's function (Hugging Face export)
+    example: dict = None  # keys that switch it on in a tiny model: test_all_architectures smoke-checks it
     score_streams: object = None  # score_streams(cfg): T x T softmax weights per layer under attn_impl='manual'
     # (sharding.memory_estimate); None: one, as the baseline
 
@@ -665,7 +668,13 @@ IDEAS = {
 
 def check_ideas(config_cls):
     """Every key of the RA model's config (beyond GPTConfig's) is owned by exactly one idea in IDEAS
-    and every idea's key is a field: a key no idea reads would build the baseline under a variant's name."""
+    and every idea's key is a field: a key no idea reads would build the baseline under a variant's name.
+    Every entry gives every required field of Idea."""
+    for name, idea in IDEAS.items():
+        missing = [f.name for f in fields(Idea) if f.name != "score_streams" and getattr(idea, f.name) is None]
+        if missing:
+            raise ConfigError(f"idea {name!r} in ra_model.IDEAS lacks {', '.join(missing)}: give its entry every "
+                              f"field of Idea (docs/new-idea.md's table says what each is for)")
     own = [f.name for f in fields(config_cls) if f.name not in {g.name for g in fields(GPTConfig)}]
     owners = {key: [name for name, idea in IDEAS.items() if key in idea.keys] for key in own}
     for key, names in owners.items():
@@ -677,6 +686,18 @@ def check_ideas(config_cls):
         if stray:
             raise ConfigError(f"idea {name!r} in ra_model.IDEAS owns {stray}, which {config_cls.__name__} lacks: "
                               f"add the field (and its runtime.DEFAULTS key)")
+
+
+def check_ideas_run(config):
+    """An idea switched on (its first key off its default) runs in at least one layer: one whose layers()
+    comes back empty would train the baseline under the variant's name."""
+    for name, idea in IDEAS.items():
+        switch = next(f for f in fields(config) if f.name == idea.keys[0])
+        if getattr(config, switch.name) != switch.default and not list(idea.layers(config)):
+            raise ConfigError(f"{switch.name}={getattr(config, switch.name)!r} switches on the idea {name!r}, which "
+                              f"runs in none of the {config.n_layer} layers (ra_model.IDEAS[{name!r}].layers is "
+                              f"empty): make layers() return the layers that run it, or leave {switch.name} at "
+                              f"{switch.default!r}")
 
 
 _composed = {}  # (mixins, base) -> the attention class of a layer running those ideas

@@ -19,7 +19,7 @@ import rundir
 import tokendata
 from kernels.linear_cross_entropy import check_head_loss_trains
 from model import GPT, GPTConfig, model_config_fields, unwrap_state_dict
-from ra_model import IDEAS, RAConfig, RAGPT
+from ra_model import IDEAS, RAConfig, RAGPT, check_ideas
 from reduced_sync_model import ReducedSyncConfig, ReducedSyncGPT
 
 REPO_DIR = os.path.dirname(os.path.abspath(__file__))  # the repository: data/, config/, the scripts
@@ -148,7 +148,7 @@ DEFAULTS = dict(
 # DEFAULTS, so each model's options are set like any other key.
 MODEL_TYPES = {"gpt": (GPT, GPTConfig), "ra": (RAGPT, RAConfig), "reduced_sync": (ReducedSyncGPT, ReducedSyncConfig)}
 # The keys that switch a model type's ideas on (check_model_keys_apply): for 'ra', each idea's first key.
-MODEL_SWITCHES = {"ra": tuple(idea.keys[0] for idea in IDEAS.values()),
+MODEL_SWITCHES = {"ra": tuple(idea.keys[0] for idea in IDEAS.values() if idea.keys),  # (no keys: check_ideas)
                   "reduced_sync": ("block_pattern", "block_types", "sync_every", "sync_layers")}
 LR_SCHEDULES = ("cosine", "constant", "wsd")
 FORK_STARTS = ("own", "preserve")  # forking.preserve_start
@@ -200,6 +200,7 @@ def validate(cfg, world_size):
     err = configurator.ConfigError
     if not cfg["out_dir"]:
         raise err("out_dir is empty: name the run directory (--out_dir=out-NAME)")
+    check_model_registries()
     model_config(cfg)  # shape checks (n_embd divisible by n_head, ...), head_loss's name
     device = parallel.pick_device(cfg["device"])
     check_head_loss_trains(cfg["head_loss"], device.split(":")[0], cfg["dtype"])
@@ -323,13 +324,27 @@ def model_classes(cfg):
     return MODEL_TYPES[model_type]
 
 
-def model_config(cfg):
-    """The model's config dataclass filled from a run config (or a checkpoint's)."""
-    _, config_cls = model_classes(cfg)
+def check_model_registries():
+    """Every model type's registrations, whatever the run's type: each config field a key of DEFAULTS
+    (a key left out would end every run in a KeyError while the keys are checked) and ra_model.IDEAS
+    whole (check_ideas: an idea no longer registered would let its key on model_type='gpt' pass unread,
+    the baseline trained under the variant's name)."""
+    for _, config_cls in MODEL_TYPES.values():
+        check_fields_are_keys(config_cls)
+    check_ideas(MODEL_TYPES["ra"][1])
+
+
+def check_fields_are_keys(config_cls):
     unknown = [k for k in model_config_fields(config_cls) if k not in DEFAULTS]
     if unknown:  # a config file could not set it, and a run would silently build its default
         raise configurator.ConfigError(f"{config_cls.__name__} has the fields {unknown}, which are no keys of "
                                        f"runtime.DEFAULTS: add each with its default and meaning")
+
+
+def model_config(cfg):
+    """The model's config dataclass filled from a run config (or a checkpoint's)."""
+    _, config_cls = model_classes(cfg)
+    check_fields_are_keys(config_cls)
     # A checkpoint written before a field existed gets its default. The dataclass checks itself
     # and raises ConfigError, like every other key's check.
     return config_cls(**{k: cfg[k] for k in model_config_fields(config_cls) if k in cfg})

@@ -22,6 +22,7 @@ import math
 import os
 import signal
 import sys
+import time
 import types
 from contextlib import nullcontext
 
@@ -55,6 +56,7 @@ class Interrupted(Exception):
 
 EXIT_STOPPED_BY_SIGNAL = 3  # a first signal: the step finished, a checkpoint was written, resume to go on
 SAMPLE_PROMPT = "\n"  # the end-of-run sample (sample_tokens) continues a new line
+MAX_EXP_ARG = math.log(sys.float_info.max)  # 709.78: a val loss above it has no perplexity a float holds
 
 
 # ----------------------------------------------------------------------------- the learning rate
@@ -80,12 +82,13 @@ def learning_rate_at(cfg, it):
 # ----------------------------------------------------------------------------- what a step measures
 # The host queues step after step while the GPU still runs the earlier ones; a step's loss, gradient
 # norm and timer lap stay on the device until a log line, an evaluation or a checkpoint next, the end
-# of the budget (max_time is checked there) or a signal to a lone process needs them, and are then
-# read in one go (read_steps), bit for bit the values a read after every step gives.
+# of the budget or a signal to a lone process needs them, and are then read in one go (read_steps), bit
+# for bit the values a read after every step gives. max_time is watched on the host's clock every step
+# (StepMetrics.time_may_be_spent) and decided on the device's, once read, as before.
 
 class TrainingDiverged(RuntimeError):
-    """A loss (or, without a loss scaler, a gradient norm) became non-finite at iteration iter_num:
-    `fields` are the values, the log's diverged event."""
+    """A loss (or, without a loss scaler, a gradient norm) became non-finite at iteration iter_num, or an
+    evaluation's val loss too large for a perplexity: `fields` are the values, the log's diverged event."""
 
     def __init__(self, iter_num, **fields):
         self.iter_num, self.fields = iter_num, fields
@@ -137,15 +140,19 @@ class StepMetrics:
         self.window = Window()
         self.step_peak_since_eval = None  # MiB: the memory_ratio's numerator (a training step's, not evaluation's)
         self.lr = None
+        self.host_started = None
+        self.host_unread = 0.0  # seconds the host spent in the unread steps (max_time's watch, time_may_be_spent)
 
     def start_step(self):
         devices.reset_peak_memory(self.layout.device)  # evaluation's peak (a batch's whole logits) is logged apart
+        self.host_started = time.perf_counter()  # around the timer's marks: on a CPU a host lap covers its lap
         self.timer.start()
 
     def end_step(self, loss, grad_norm, lr, position, signals):
         """Queue the step's values (still on the device), move `position` one step on, and read the
         device where something needs the numbers. Returns the stop reason, or None to go on."""
         self.unread.append((loss, grad_norm, self.timer.stop()))
+        self.host_unread += time.perf_counter() - self.host_started
         self.lr = lr
         step_peak = devices.peak_memory_mib(self.layout.device)  # the allocator's books, kept on the host
         self.window.peak_mib = max(self.window.peak_mib, step_peak)
@@ -153,18 +160,32 @@ class StepMetrics:
         position.iter_num += 1
         position.tokens_seen += self.cfg["tokens_per_iter"]
         signalled = self.read(position, signals) if self.read_due(position, signals) else False
-        return budget_reached(self.cfg, position) or ("signal" if signalled else None)
+        # a signal first: a run paused in the step that also spent its budget resumes to its final evaluation
+        return "signal" if signalled else budget_reached(self.cfg, position)
 
     def read_due(self, position, signals):
-        """A log line, an evaluation or checkpoint next, the end of the budget, a signal to a lone process."""
+        """A log line, an evaluation or checkpoint next, the end of the budget (max_time by the host's clock),
+        a signal to a lone process."""
         cfg, it = self.cfg, position.iter_num
         return (it % cfg["log_interval"] == 0 or it % cfg["eval_interval"] == 0 or it in cfg["eval_at"]
-                or budget_reached(cfg, position) is not None or (signals.received and not self.layout.distributed))
+                or budget_reached(cfg, position) is not None or self.time_may_be_spent(position)
+                or (signals.received and not self.layout.distributed))
+
+    def time_may_be_spent(self, position):
+        """Whether max_time may be spent, by the host's clock: the steps read so far (train_time) plus the
+        host's laps of those queued since, no device sync. On a CPU a host lap covers the timer's, so the
+        read comes no later than the step that spends the budget; a GPU's queue can trail the host by the
+        steps it holds. The read then decides on train_time, so where a run stops is what a read after
+        every step gives, and a resumed run counts on from its checkpoint's train_time. Under torchrun
+        each rank's clock differs and a read is a collective that every rank must join, so there the
+        budget is checked where the ranks read anyway (log steps: log_interval bounds the overshoot)."""
+        return (bool(self.cfg["max_time"]) and not self.layout.distributed
+                and position.train_time + self.host_unread >= self.cfg["max_time"])
 
     def read(self, position, signals):
         """Read the queued steps, check them, log at log steps; returns whether any rank was signalled."""
         steps, signalled = read_steps(self.unread, self.timer, self.layout, signals.received is not None)
-        self.unread = []
+        self.unread, self.host_unread = [], 0.0
         for it, (loss, grad_norm, seconds) in enumerate(steps, start=position.iter_num - len(steps) + 1):
             position.train_time += seconds
             self.window.time += seconds
@@ -198,8 +219,8 @@ class StepMetrics:
 # ----------------------------------------------------------------------------- what a run evaluates
 # Every eval_interval steps, at the eval_at points a report reads and where the run stops: the mean
 # loss of train and val windows; HellaSwag every hellaswag_interval steps and at the end; after
-# training, a sample of text. A non-finite evaluation loss stops the run before a checkpoint could
-# replace the last good one.
+# training, a sample of text. A non-finite evaluation loss, or a val loss beyond exp's range, stops the
+# run before a checkpoint could replace the last good one.
 
 @torch.no_grad()
 def evaluate(model, cfg, layout, data_dir, counts, autocast, final=False):
@@ -251,11 +272,14 @@ class Evaluator:
         devices.reset_peak_memory(device)  # evaluation's peak (a batch's whole logits) is logged apart
         losses = evaluate(self.model, self.cfg, self.layout, self.data.dir, self.data.counts, self.autocast,
                           final=stop_reason is not None or it in self.cfg["eval_at"])
-        if not all(math.isfinite(v) for v in losses.values()):  # never let a NaN model replace a good checkpoint
+        # never let a NaN model replace a good checkpoint; nor one whose val loss is finite but beyond
+        # exp's range (> 709.78, some 65 times the uniform guess's ln(50304)): that model has diverged
+        val_ppl = math.exp(losses["val"]) if losses["val"] <= MAX_EXP_ARG else math.inf
+        if not all(math.isfinite(v) for v in (*losses.values(), val_ppl)):
             raise TrainingDiverged(it, train_loss=losses["train"], val_loss=losses["val"])
         position.best_val_loss = min(position.best_val_loss, losses["val"])
         record = dict(iter=it, tokens=position.tokens_seen, train_loss=losses["train"],
-                      val_loss=losses["val"], val_ppl=math.exp(losses["val"]), best_val_loss=position.best_val_loss,
+                      val_loss=losses["val"], val_ppl=val_ppl, best_val_loss=position.best_val_loss,
                       **self.raw_model.metrics(), **optim.optimizer_metrics(self.optimizer),
                       **(self.pruner.metrics() if self.pruner is not None else {}),
                       peak_memory_mib=devices.peak_memory_mib(device),
