@@ -422,10 +422,14 @@ def load_suite_dir(suite_dir):
     suite.update(record=read_suite_record(suite_dir), declared_seeds=declared.get("seeds"),
                  tuning=current_tuning(declared.get("tuning")))
     suite["variants"], runs = {}, {}
+    looked = max(compare.looks_taken(suite["record"]), default=0)
     for run_name, (variant, seed) in suite_runs(declared, suite["record"]).items():
         suite["variants"].setdefault(variant, []).append(seed)
         runs[(variant, seed)] = rundir.read_run(os.path.join(suite_dir, run_name))
-        if declared.get("fork_at") and not runs[(variant, seed)]["events"]:
+        if len(suite["variants"][variant]) <= looked and not os.path.exists(os.path.join(suite_dir, run_name)):
+            runs[(variant, seed)]["not_started"] = (f"missing after a look: a report at {looked} seeds read it, and "
+                                                    f"its directory was deleted since: restore it")
+        if declared.get("fork_at") and not runs[(variant, seed)]["events"] and not runs[(variant, seed)].get("not_started"):
             runs[(variant, seed)]["not_started"] = trunk_problem(suite_dir, seed)
     return suite, runs
 
