@@ -194,7 +194,7 @@ def finite_value(run, metric, tokens, problems):
     logged = metric_by_tokens(run, metric)
     value = logged.get(tokens)
     if tokens in logged and (value is None or not math.isfinite(value)):  # null: how a NaN reaches a JSON log
-        problems.append(dict(file=os.path.join(run["out_dir"], "log.jsonl"), metric=metric, value=str(value),
+        problems.append(dict(file=os.path.join(run["out_dir"], "log.jsonl"), metric=metric, value="null" if value is None else str(value),
                              tokens=tokens))
         return None
     return value

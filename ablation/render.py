@@ -463,6 +463,12 @@ def forest_plot(report, compared, plt):
     return fig, "paired_differences.png"
 
 
+def finite_points(run, metric):
+    """{tokens: value} of a run's finite evaluations: a value logged as null or NaN is left out of a plot
+    (the report names the run as non-finite)."""
+    return {t: v for t, v in metric_by_tokens(run, metric).items() if v is not None and math.isfinite(v)}
+
+
 def differences_over_tokens(report, runs, names, plt):
     """Per variant, variant - baseline at every evaluation both runs of a seed share, one line per seed:
     whether a difference is steady or only where the comparison happens to be made."""
@@ -472,7 +478,7 @@ def differences_over_tokens(report, runs, names, plt):
             base = runs.get((report["baseline"], seed))
             if variant != name or base is None or run["status"] != "finished" or base["status"] != "finished":
                 continue
-            mine, theirs = metric_by_tokens(run, report["metric"]), metric_by_tokens(base, report["metric"])
+            mine, theirs = finite_points(run, report["metric"]), finite_points(base, report["metric"])
             xs = sorted(set(mine) & set(theirs))[1:]  # from the first evaluation after the start
             ax.plot(xs, [mine[x] - theirs[x] for x in xs], marker=".", label=f"seed {seed}")
         ax.axhline(0, color="gray", linestyle=":")

@@ -417,6 +417,11 @@ def main(argv):
     # the recipe, frozen: every run is checked against it before its value is used
     options["frozen"] = {v: configurator.apply_config(runtime.DEFAULTS, [*body["config"], *(
         f"--{k}={val!r}" for k, val in body.items() if k != "config")]) for v, body in suite["variants"].items()}
+    for variant, cfg in options["frozen"].items():  # what train.py would refuse, refused before the first run
+        try:
+            runtime.resolve(dict(cfg, out_dir=cfg["out_dir"] or "out"), 1)
+        except configurator.ConfigError as e:
+            raise configurator.ConfigError(f"variant {variant!r}: {e}") from None
     recipe = options["frozen"][suite["baseline"]]
     base_lr, ratio = recipe["learning_rate"], recipe["min_lr"] / recipe["learning_rate"]
     options["sweep_dir"] = options["sweep_dir"] or f"out-tune-{suite['name']}"
