@@ -187,7 +187,8 @@ def test_tune_lr_refuses_bad_input_in_one_line_before_any_run(tmp_path, trainer,
     assert trainer["started"] == []
 
 
-def test_sigterm_to_tune_lr_stops_its_runs_with_a_checkpoint_and_the_restart_resumes_them(data_dir, tmp_path):
+def test_sigterm_to_tune_lr_stops_its_runs_with_a_checkpoint_and_the_restart_resumes_them(data_dir, tmp_path,
+                                                                                         monkeypatch):
     """A real train.py child: SIGTERM to the tool reaches it once (it saves and exits 3), the tool ends in
     one line, and the same command resumes the run from its checkpoint (never a second training beside it)."""
     suite, recipe = tiny_suite(tmp_path)
@@ -207,8 +208,25 @@ def test_sigterm_to_tune_lr_stops_its_runs_with_a_checkpoint_and_the_restart_res
     events = rundir.read_events(str(first))
     assert events[-1]["event"] == "end" and events[-1]["stop_reason"] == "signal"  # the child stopped, saved
     assert os.path.exists(first / "ckpt.pt")
-    # the restart resumes it: the argv it would start gets --init_from=resume (checked without training it all)
     assert rundir.run_status(events) == "preempted"
+    # the restart (train.py replaced by a recorder) accepts the real run's config.json as the frozen recipe's
+    # and resumes it from its checkpoint, in its own directory, once
+    launched = []
+
+    class Records:
+        def __init__(self, argv, **kwargs):
+            launched.append(argv[2:])
+            cfg = configurator.apply_config(runtime.DEFAULTS, argv[2:])
+            write_run(cfg["out_dir"], cfg, bowl(cfg["learning_rate"], cfg["seed"]))
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setattr(tune_lr.subprocess, "Popen", Records)
+    monkeypatch.setattr(tune_lr.time, "sleep", lambda s: None)
+    tune_lr.main([suite, f"--sweep_dir={runs}", "--cpu_runs=1", "--variants=False"])
+    resumed = [argv for argv in launched if f"--out_dir={first}" in argv]
+    assert len(resumed) == 1 and resumed[0][-1] == "--init_from=resume"
 
 
 # ----------------------------------------------------------------------------- reports and suites
