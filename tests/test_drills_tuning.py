@@ -5,11 +5,9 @@ from the arguments and the recipe file as it reads then, log.jsonl) unless a dri
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 

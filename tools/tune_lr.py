@@ -458,4 +458,9 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    configurator.run_script(main, Interrupted, rundir.RunDirError)
+    try:
+        configurator.run_script(main, Interrupted, rundir.RunDirError)
+    except KeyboardInterrupt:  # before or after the runs (during them, run_missing stops them first)
+        print("error: interrupted before any run started or after the last ended: nothing is running; run the "
+              "same command again to go on", file=sys.stderr)
+        sys.exit(130)
