@@ -47,7 +47,7 @@ def written_runs(monkeypatch):
 
 def write_suite(tmp_path, lr=1e-3):
     recipe = tmp_path / "recipe.py"
-    recipe.write_text(f"# the recipe\nlearning_rate = {lr!r}\nmin_lr = {lr / 10!r}\nmax_iters = 4\n")
+    recipe.write_text(f"# the recipe\nlearning_rate = {lr!r}\nmin_lr = {lr / 10!r}\nmax_iters = 4\nwarmup_iters = 1\n")
     suite = tmp_path / "suite_tune.py"
     suite.write_text("variants = {'base': {'config': 'recipe.py', 'model_type': 'ra'},\n"
                      "            'other': {'config': 'recipe.py', 'model_type': 'ra', 'ra_pattern': 'all'}}\n"
