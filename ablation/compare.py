@@ -194,8 +194,8 @@ def finite_value(run, metric, tokens, problems):
     logged = metric_by_tokens(run, metric)
     value = logged.get(tokens)
     if tokens in logged and (value is None or not math.isfinite(value)):  # null: how a NaN reaches a JSON log
-        problems.append(dict(file=os.path.join(run["out_dir"], "log.jsonl"), metric=metric, value="null" if value is None else str(value),
-                             tokens=tokens))
+        problems.append(dict(file=os.path.join(run["out_dir"], "log.jsonl"), metric=metric,
+                             value="null" if value is None else str(value), tokens=tokens))
         return None
     return value
 
@@ -363,8 +363,8 @@ def about(reference, tokens):
 
 def measurement_problems(runs, allowed):
     """What makes the metric differ between any two runs of the report (variants and seeds alike): each
-    problem a dict with its `code` (data_changed, designs, recipe, differs, seed_mismatch, duplicate_seed) naming the runs and both
-    values. Runs without the record are left to `incomplete`."""
+    problem a dict with its `code` (data_changed, designs, recipe, differs, seed_mismatch, duplicate_seed) naming
+    the runs and both values. Runs without the record are left to `incomplete`."""
     problems = []
     recorded = [r for r in runs.values() if r["config"] is not None]
     if not recorded:
