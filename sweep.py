@@ -116,6 +116,9 @@ def parse_args(argv):
             spec["configs"].append(arg)
     if options["launcher"] not in ("local", "slurm"):
         raise configurator.ConfigError(f"--launcher={options['launcher']!r}: use 'local' or 'slurm'")
+    if options["cpu_runs"] < 0:  # a negative count made no slots: nothing started and the sweep waited forever
+        raise configurator.ConfigError(f"--cpu_runs={options['cpu_runs']}: runs at once, an integer >= 1 "
+                                       f"(or 0 = one per nproc cores)")
     if options["grid"]:
         spec["grid"].append(parse_grid(options["grid"]))
     spec["allow_confounds"] = options["allow_confounds"]
@@ -615,7 +618,7 @@ def main(argv, launch=launch_subprocess):
         return show_status(runs, suite, sweep_dir)
     slurm = slurm_jobs.resources(options, spec["slurm"], nproc, OPTIONS) if options["launcher"] == "slurm" else None
     print(f"{len(runs)} runs in {sweep_dir}:")
-    for name, _, run_argv in runs:
+    for name, _, run_argv in family_order(runs):  # the order run_all launches them in
         print(f"  {name}: {'torchrun --nproc_per_node=%d' % nproc if nproc > 1 else 'python'} train.py "
               f"{' '.join(run_argv)}")
     if options["plan"]:

@@ -191,10 +191,11 @@ def finite_value(run, metric, tokens, problems):
     file, the value as text: JSON has no NaN) in problems."""
     if run["status"] != "finished":
         return None
-    value = metric_by_tokens(run, metric).get(tokens)
-    if value is not None and not math.isfinite(value):
-        problems.append(dict(file=os.path.join(run["out_dir"], "log.jsonl"), metric=metric, value=str(value),
-                             tokens=tokens))
+    logged = metric_by_tokens(run, metric)
+    value = logged.get(tokens)
+    if tokens in logged and (value is None or not math.isfinite(value)):  # null: how a NaN reaches a JSON log
+        problems.append(dict(file=os.path.join(run["out_dir"], "log.jsonl"), metric=metric,
+                             value="null" if value is None else str(value), tokens=tokens))
         return None
     return value
 
@@ -362,8 +363,8 @@ def about(reference, tokens):
 
 def measurement_problems(runs, allowed):
     """What makes the metric differ between any two runs of the report (variants and seeds alike): each
-    problem a dict with its `code` (data_changed, designs, recipe, differs) naming the runs and both
-    values. Runs without the record are left to `incomplete`."""
+    problem a dict with its `code` (data_changed, designs, recipe, differs, seed_mismatch, duplicate_seed) naming
+    the runs and both values. Runs without the record are left to `incomplete`."""
     problems = []
     recorded = [r for r in runs.values() if r["config"] is not None]
     if not recorded:
@@ -399,8 +400,28 @@ def measurement_problems(runs, allowed):
             if facts.get(fact) != ref_facts.get(fact):
                 problems.append(dict(code="differs", key=fact, run=name(run), value=facts.get(fact),
                                      other=name(ref), other_value=ref_facts.get(fact)))
+    problems += duplicated_seeds(runs)
     unique = {json.dumps(p, sort_keys=True, default=str): p for p in problems}
     return list(unique.values())
+
+
+def duplicated_seeds(runs):
+    """Runs that are not the seed they are filed as, by their own record: a config whose seed is another
+    (a seed-1 directory copied as seed 2), or two seeds of one variant that started from the same weights
+    on the same batches (a copy: a second seed with sd 0, or a seed's values copied into another's)."""
+    problems, seen = [], {}
+    name = lambda r: os.path.basename(os.path.normpath(r["out_dir"]))
+    for (variant, seed), run in runs.items():
+        if run["config"] is not None and run["config"].get("seed") not in (None, seed):
+            problems.append(dict(code="seed_mismatch", run=name(run), seed=seed, config_seed=run["config"]["seed"]))
+        facts = measured_facts(run)
+        if not facts.get("init_weights") or not facts.get("data_order"):
+            continue
+        key = (variant, json.dumps([facts["init_weights"], facts["data_order"]], sort_keys=True, default=str))
+        if key in seen:
+            problems.append(dict(code="duplicate_seed", run=name(run), other=name(seen[key])))
+        seen.setdefault(key, run)
+    return problems
 
 
 # ----------------------------------------------------------------------------- evidence, cost, HellaSwag per item

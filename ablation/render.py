@@ -7,6 +7,8 @@ a suite, the seed plan before it) and report.py (the report rebuilt from run dir
 import json
 import math
 import os
+import re
+import warnings
 
 import numpy as np
 
@@ -75,11 +77,33 @@ def margin_question(report):
             f"should be read at that shrinkage.")
 
 
+def tuned_rate(line):
+    """The best rate a recipe's lr_tuning line (tools/tune_lr.py's summary) names, or None."""
+    found = re.search(r"\bbest (\d[\d.e+-]*) \(", line or "")
+    try:
+        return float(found.group(1)) if found else None
+    except ValueError:
+        return None
+
+
+def is_tuned(report):
+    """The baseline trains at the rate its tuning found: a recipe's lr_tuning line names its best rate, and a
+    run at another rate (--learning_rate=0.003 over a recipe tuned to 0.01) is untuned."""
+    a = report.get("about") or {}
+    if report.get("tuning"):
+        return True  # sweep.py checked that the baseline trains at the suite's tuned rate (suites.check_tuning)
+    best, lr = tuned_rate(a.get("lr_tuning")), a.get("learning_rate")
+    return bool(a.get("lr_tuning")) and (best is None or lr is None or math.isclose(float(f"{lr:.3g}"), best, rel_tol=1e-3))
+
+
 def tuning_text(report):
     """How the recipe's learning rate was chosen: the suite's tuning, else the runs' lr_tuning, else UNTUNED."""
     a, tuning = report.get("about") or {}, report.get("tuning")
     if tuning:
         return tuning["summary"]
+    if a.get("lr_tuning") and not is_tuned(report):
+        return (f"**untuned**: the recipe's tuning found {fmt(tuned_rate(a['lr_tuning']))}, but these runs train at "
+                f"{fmt(a.get('learning_rate'))} (its tuning: {a['lr_tuning']})")
     if a.get("lr_tuning"):
         return a["lr_tuning"]
     return ("**untuned**: no tuning is recorded for this learning rate (tools/tune_lr.py tunes a suite's recipe); "
@@ -357,9 +381,13 @@ def make_plots(report, runs, out_dir):
         if not curves:
             continue
         xs = sorted(set.intersection(*(set(c) for c in curves)))
-        ys = np.array([[c[x] for x in xs] for c in curves])
-        ax.plot(xs, ys.mean(axis=0), label=f"{name} ({len(curves)} seeds)")
-        ax.fill_between(xs, ys.min(axis=0), ys.max(axis=0), alpha=0.2)
+        # a value logged as null (or NaN) is left out of the line: the report names such a run as non-finite
+        ys = np.array([[math.nan if c[x] is None else c[x] for x in xs] for c in curves], dtype=float)
+        ys[~np.isfinite(ys)] = math.nan
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column: no point there
+            ax.plot(xs, np.nanmean(ys, axis=0), label=f"{name} ({len(curves)} seeds)")
+            ax.fill_between(xs, np.nanmin(ys, axis=0), np.nanmax(ys, axis=0), alpha=0.2)
         later += [y for y in ys[:, 1:].ravel().tolist() if math.isfinite(y)]  # a NaN run is named in the report
     if later:
         pad = 0.05 * (max(later) - min(later) or 1.0)
@@ -435,6 +463,12 @@ def forest_plot(report, compared, plt):
     return fig, "paired_differences.png"
 
 
+def finite_points(run, metric):
+    """{tokens: value} of a run's finite evaluations: a value logged as null or NaN is left out of a plot
+    (the report names the run as non-finite)."""
+    return {t: v for t, v in metric_by_tokens(run, metric).items() if v is not None and math.isfinite(v)}
+
+
 def differences_over_tokens(report, runs, names, plt):
     """Per variant, variant - baseline at every evaluation both runs of a seed share, one line per seed:
     whether a difference is steady or only where the comparison happens to be made."""
@@ -444,7 +478,7 @@ def differences_over_tokens(report, runs, names, plt):
             base = runs.get((report["baseline"], seed))
             if variant != name or base is None or run["status"] != "finished" or base["status"] != "finished":
                 continue
-            mine, theirs = metric_by_tokens(run, report["metric"]), metric_by_tokens(base, report["metric"])
+            mine, theirs = finite_points(run, report["metric"]), finite_points(base, report["metric"])
             xs = sorted(set(mine) & set(theirs))[1:]  # from the first evaluation after the start
             ax.plot(xs, [mine[x] - theirs[x] for x in xs], marker=".", label=f"seed {seed}")
         ax.axhline(0, color="gray", linestyle=":")
@@ -731,7 +765,7 @@ def headline(report):
     if not names:
         return []
     a = report.get("about") or {}
-    recipe = (f"at learning rate {fmt(a.get('learning_rate'))} ({'tuned' if report.get('tuning') or a.get('lr_tuning') else '**untuned**'})"
+    recipe = (f"at learning rate {fmt(a.get('learning_rate'))} ({'tuned' if is_tuned(report) else '**untuned**'})"
               if a.get("learning_rate") is not None else "")
     return ["", f"**What this suite found** {recipe} (Holm over {report['comparisons']} at family-wise alpha "
                 f"{report['alpha']:.3g}; ±{fmt(report.get('min_effect'))} is the smallest effect that matters):", "",
@@ -998,7 +1032,11 @@ MEASUREMENT = {  # compare.measurement_problems' code -> why the metric is not m
     "designs": lambda m: f"design: {runs_of_designs(m)}: runs of different designs answer different questions and "
                          f"are never pooled",
     "recipe": lambda m: f"recipe: {m['run']} has {m['key']}={m['value']!r}, {m['other']} {m['other_value']!r}",
-    "differs": lambda m: f"{m['key']}: {m['run']} has {m['value']!r}, {m['other']} {m['other_value']!r}"}
+    "differs": lambda m: f"{m['key']}: {m['run']} has {m['value']!r}, {m['other']} {m['other_value']!r}",
+    "seed_mismatch": lambda m: f"seed: {m['run']} is filed as seed {m['seed']} but its config.json says seed "
+                               f"{m['config_seed']} (a copied run directory?): it is not a seed of its own",
+    "duplicate_seed": lambda m: f"duplicated seed: {m['run']} started from the same weights on the same batches as "
+                                f"{m['other']} (run_info.json): a copy counts as no second seed"}
 
 
 def measurement_text(m):

@@ -5,10 +5,12 @@ sweep.py reads and freezes suites here; report.py and sweep.py build a suite's r
 numbers come from compare.py (and ablation/ladder.py across sizes), the words and plots from render.py.
 """
 import difflib
+import hashlib
 import json
 import math
 import os
 import re
+import statistics
 import time
 
 import rundir
@@ -79,6 +81,10 @@ def read_suite(namespace, name, here, known_keys):
             raise err(f"variant {variant!r} sets unknown keys {sorted(unknown)}")
         configs = body.get("config", [])
         body["config"] = [os.path.normpath(os.path.join(here, c)) for c in ([configs] if isinstance(configs, str) else configs)]
+    allowed = namespace["allowed"]
+    if not (isinstance(allowed, (list, tuple)) and all(isinstance(k, str) for k in allowed)):
+        raise err(f"allowed={allowed!r}: a list of the keys a variant may change, e.g. allowed = [{allowed!r}]"
+                  if isinstance(allowed, str) else f"allowed={allowed!r}: a list of key names, e.g. ['ra_pattern']")
     fixed = sorted(set(namespace["allowed"]) & set(compare.MEASUREMENT_KEYS))
     if fixed:
         raise err(f"allowed names {fixed}: these define how the metric is measured and must be equal in every run")
@@ -187,6 +193,9 @@ def read_tuning(path, here, seeds):
     (so the report states it without the file): the grid, seeds, best rate and each variant's best factor."""
     if path is None:
         return None
+    if not isinstance(path, str):
+        raise ConfigError(f"tuning={path!r}: the path of the tuning.json tools/tune_lr.py wrote, a string such as "
+                          f"'../reports/tune_<suite>/tuning.json' (the tuned rate itself goes into the recipe)")
     full = os.path.normpath(os.path.join(here, path))
     try:
         kept = tuning_facts(full)
@@ -200,11 +209,52 @@ def read_tuning(path, here, seeds):
     return kept
 
 
+TUNING_FREE_KEYS = ("learning_rate", "min_lr", "lr_tuning")  # what a tuning sets, or records about itself
+
+
+def recipe_fingerprint(cfg):
+    """The recipe a tuning ran on, but for its rate and the run's bookkeeping (seed, out_dir, W&B)."""
+    kept = {k: v for k, v in cfg.items() if k not in (*TUNING_FREE_KEYS, *compare.BOOKKEEPING)
+            and not k.startswith("wandb_")}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def chosen_rate(rows, best, rule):
+    """The index of the rate a tuning chooses from rows [(lr, mean, per-seed values)] ascending: the lowest
+    mean (`best`) or, under 'one_se', the lowest rate whose per-seed differences from the best's have a mean
+    within one standard error of 0. tools/tune_lr.py chooses with it, and a tuning.json is checked by it."""
+    if rule == "lowest_mean":
+        return best
+    for i, (_, mean, values) in enumerate(rows):
+        diffs = [v - b for v, b in zip(values, rows[best][2])]
+        if i == best or (math.isfinite(mean) and statistics.mean(diffs) <= statistics.stdev(diffs) / math.sqrt(len(diffs))):
+            return i
+
+
+def check_tuning_record(result):
+    """A tuning.json against its own grid: each row's mean is its values' mean, the best rate is the one its
+    rule chooses from them, and `bracketed` is what the grid shows (a hand-edited best rate is refused)."""
+    rows = [(row["lr"], row["mean"], row["values"]) for row in result["grid"]]
+    if [lr for lr, _, _ in rows] != sorted(lr for lr, _, _ in rows):
+        raise ValueError("its grid is not in ascending order of rate")
+    for lr, mean, values in rows:
+        if not math.isclose(mean, sum(values) / len(values), rel_tol=1e-9) and not (math.isinf(mean) and mean in values):
+            raise ValueError(f"the mean at {lr:g} is not the mean of its values")
+    best = min(range(len(rows)), key=lambda i: rows[i][1])
+    chosen = rows[chosen_rate(rows, best, result.get("rule", "lowest_mean"))][0]
+    if not math.isclose(result["best_lr"], chosen, rel_tol=1e-9):
+        raise ValueError(f"best_lr={result['best_lr']:g} is not the best of its own grid ({chosen:g} by its rule "
+                         f"{result.get('rule', 'lowest_mean')!r}): the file was edited")
+    if result["bracketed"] and best in (0, len(rows) - 1):
+        raise ValueError("it says bracketed, but its lowest mean is at the grid's edge")
+
+
 def tuning_facts(path):
     with open(path) as f:
         result = json.load(f)
+    check_tuning_record(result)
     kept = {k: result[k] for k in ("summary", "best_lr", "seeds", "bracketed", "date", "commit")}
-    return dict(kept, path=path, grid=[row["lr"] for row in result["grid"]],
+    return dict(kept, path=path, grid=[row["lr"] for row in result["grid"]], recipe=result.get("recipe_fingerprint"),
                 best_factors={v: c["best_factor"] for v, c in result["variants"].items()})
 
 
@@ -228,6 +278,12 @@ def check_tuning(tuning, baseline_cfg):
         raise ConfigError(f"the baseline trains at learning_rate={baseline_cfg['learning_rate']:g} but its tuning found "
                           f"{tuning['best_lr']:.4g}: write the tuned rate into the recipe (tools/tune_lr.py --write) "
                           f"or drop `tuning` from the suite")
+    # a tuning of another recipe (another budget, model or data) says nothing about this one's rate; a
+    # tuning.json written before tune_lr recorded its recipe has no fingerprint to compare
+    if tuning and tuning.get("recipe") and tuning["recipe"] != recipe_fingerprint(baseline_cfg):
+        raise ConfigError(f"tuning={tuning['path']} was run on another recipe than this suite's baseline (only the "
+                          f"rate may differ): tune this suite's recipe (python tools/tune_lr.py SUITE), or declare "
+                          f"the tuning of this recipe")
 
 
 def check_bridge_seeds(seeds, fork_at, sizes):
@@ -366,10 +422,14 @@ def load_suite_dir(suite_dir):
     suite.update(record=read_suite_record(suite_dir), declared_seeds=declared.get("seeds"),
                  tuning=current_tuning(declared.get("tuning")))
     suite["variants"], runs = {}, {}
+    looked = max(compare.looks_taken(suite["record"]), default=0)
     for run_name, (variant, seed) in suite_runs(declared, suite["record"]).items():
         suite["variants"].setdefault(variant, []).append(seed)
         runs[(variant, seed)] = rundir.read_run(os.path.join(suite_dir, run_name))
-        if declared.get("fork_at") and not runs[(variant, seed)]["events"]:
+        if len(suite["variants"][variant]) <= looked and not os.path.exists(os.path.join(suite_dir, run_name)):
+            runs[(variant, seed)]["not_started"] = (f"missing after a look: a report at {looked} seeds read it, and "
+                                                    f"its directory was deleted since: restore it")
+        if declared.get("fork_at") and not runs[(variant, seed)]["events"] and not runs[(variant, seed)].get("not_started"):
             runs[(variant, seed)]["not_started"] = trunk_problem(suite_dir, seed)
     return suite, runs
 

@@ -14,7 +14,8 @@ def a_run(variant, seed, final_loss, tokens=1000, config=None, facts=None, event
     events = events or [dict(event="eval", tokens=0, iter=0, val_loss=4.0),
                         dict(event="eval", tokens=tokens, iter=10, val_loss=final_loss),
                         dict(event="end", tokens=tokens, iter=10, train_time=1.0)]
-    info = dict(facts=dict(dict(data_order="same", init_weights={"wte": [[4, 2], "x"]}), **(facts or {})),
+    # a seed's own batches and initial weights (as a real run's fingerprints depend on its seed)
+    info = dict(facts=dict(dict(data_order=f"order{seed}", init_weights={"wte": [[4, 2], f"x{seed}"]}), **(facts or {})),
                 code_versions=["x"])
     return dict(out_dir=f"{variant}-seed{seed}", config=dict(dict(seed=seed, out_dir=f"{variant}-seed{seed}"),
                                                              **(config or {})), info=info, events=events)

@@ -27,13 +27,15 @@ def written_runs(monkeypatch):
     started = []
 
     def run_missing(jobs, metric, slots):
-        for argv, out in jobs:
+        for argv, out, _ in jobs:
             if tune_lr.final_value(out, metric) is not None:
                 continue
             cfg = configurator.apply_config(runtime.DEFAULTS, argv)
             variant = os.path.basename(out).split("-lr")[0]
             started.append((variant, cfg["learning_rate"], cfg["min_lr"], cfg["seed"]))
             os.makedirs(out, exist_ok=True)
+            with open(os.path.join(out, "config.json"), "w") as f:
+                json.dump(cfg, f)  # what train.py records: the config the run trained with
             with open(os.path.join(out, "log.jsonl"), "w") as f:
                 for i, v in enumerate([4.0, surface(variant, cfg["learning_rate"], cfg["seed"])]):
                     f.write(json.dumps(dict(event="eval", iter=i, tokens=1000 * i, val_loss=v)) + "\n")
@@ -45,7 +47,7 @@ def written_runs(monkeypatch):
 
 def write_suite(tmp_path, lr=1e-3):
     recipe = tmp_path / "recipe.py"
-    recipe.write_text(f"# the recipe\nlearning_rate = {lr!r}\nmin_lr = {lr / 10!r}\nmax_iters = 4\n")
+    recipe.write_text(f"# the recipe\nlearning_rate = {lr!r}\nmin_lr = {lr / 10!r}\nmax_iters = 4\nwarmup_iters = 1\n")
     suite = tmp_path / "suite_tune.py"
     suite.write_text("variants = {'base': {'config': 'recipe.py', 'model_type': 'ra'},\n"
                      "            'other': {'config': 'recipe.py', 'model_type': 'ra', 'ra_pattern': 'all'}}\n"

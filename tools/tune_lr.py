@@ -20,13 +20,18 @@ not 1x is named (an idea can move the best rate), and a suite's "same rate" answ
 --write rewrites the `learning_rate` and `min_lr` lines of the recipe file the suite reads, and
 tuning.json / tuning.md (in --out) hold the grid, seeds, every run's value, the best, the date and
 commit: a suite that declares `tuning = "<that tuning.json>"` carries it into its report's header.
-Runs go to --sweep_dir (finished ones are reused, so a stopped tuning resumes).
+Runs go to --sweep_dir (finished ones are reused, so a stopped tuning resumes; one stopped by a signal
+resumes from its checkpoint). The recipe is frozen when the tuning starts: a run in --sweep_dir trained
+with another recipe (the recipe edited since, or while the grid ran) is refused in one line, never pooled.
+The sweep_dir is locked as sweep.py locks its own: a second tuning on it is refused.
 """
+import ctypes
 import datetime
 import json
 import math
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -36,6 +41,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # a tool imports the workbench's modules from the repository root
 
 import configurator  # noqa: E402
+import parallel  # noqa: E402
 import rundir  # noqa: E402
 import runrecord  # noqa: E402
 import runtime  # noqa: E402
@@ -53,13 +59,71 @@ OPTIONS = dict(
     write="",  # the recipe file whose learning_rate and min_lr lines get the tuned values ('' = none)
     out="",  # where tuning.json and tuning.md go ('' = the sweep directory)
     sweep_dir="",  # the runs ('' = out-tune-<suite>)
-    cpu_runs=2,  # runs at a time, each with its share of the cores
+    cpu_runs=2,  # runs at a time, each with its share of the cores (0 = one per core, as sweep.py's default)
 )
 CHECK_FACTORS = (0.5, 1.0, 2.0)  # each variant around the baseline's best rate
 
 
 def rate_text(lr):
     return f"{lr:.3g}"
+
+
+MIN_RATIO = 1.02  # neighbouring rates at least 2% apart: their 3-digit names (rate_text) never collide
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM to the tool: its running runs were told to save and stop, and have."""
+    def __init__(self, message, signum):
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
+def planned_config(options, variant, lr, ratio, seed):
+    """The config a run of the frozen recipe trains with (the recipe as read when this tuning started)."""
+    cfg = dict(options["frozen"][variant], learning_rate=lr, min_lr=lr * ratio, seed=seed,
+               out_dir=run_dir(options["sweep_dir"], variant, lr, seed), lr_tuning="", wandb_log=False)
+    return runtime.settle(cfg)
+
+
+def recipe_problem(out_dir, planned):
+    """None when the run in out_dir (if any) trained with `planned`, else the one-line difference."""
+    try:
+        with open(os.path.join(out_dir, "config.json")) as f:
+            ran = json.load(f)
+    except (OSError, ValueError):
+        return None  # never started (or no config: final_value finds no result to use)
+    ran = runtime.settle({**runtime.DEFAULTS, **{k: v for k, v in ran.items() if k in runtime.DEFAULTS}})
+    diffs = compare.config_differences(ran, planned, ("lr_tuning", "wandb_log"))
+    if ran["seed"] != planned["seed"]:
+        diffs["seed"] = (ran["seed"], planned["seed"])
+    if not diffs:
+        return None
+    return ", ".join(f"{k}={a!r} there, {b!r} in the recipe" for k, (a, b) in diffs.items())
+
+
+def stale_runs_problem(options, suite, ratio):
+    """Before any training: every run already in sweep_dir trained with the frozen recipe, or one line.
+    (Reusing a 40-step run for an 80-step recipe would tune the new recipe on the old one's results.)"""
+    stale = []
+    for name in sorted(os.listdir(options["sweep_dir"])) if os.path.isdir(options["sweep_dir"]) else []:
+        found = re.fullmatch(r"(.+)-lr(.+)-seed(\d+)", name)
+        if not found or found.group(1) not in suite["variants"]:
+            continue
+        out = os.path.join(options["sweep_dir"], name)
+        try:
+            with open(os.path.join(out, "config.json")) as f:
+                lr = json.load(f)["learning_rate"]
+        except (OSError, ValueError, KeyError):
+            continue
+        planned = dict(planned_config(options, found.group(1), lr, ratio, int(found.group(3))), out_dir=out)
+        problem = recipe_problem(out, planned)
+        if problem:
+            stale.append(f"{name} ({problem})")
+    if stale:
+        raise configurator.ConfigError(
+            f"{len(stale)} run(s) in {options['sweep_dir']} trained with another recipe than the one tuned now: "
+            f"{'; '.join(stale[:2])}{' ...' if len(stale) > 2 else ''}: restore the recipe they ran with, or give "
+            f"this recipe its own --sweep_dir (runs of two recipes are never pooled)")
 
 
 def run_dir(sweep_dir, variant, lr, seed):
@@ -79,6 +143,12 @@ def final_value(out_dir, metric):
     return values[max(values)] if values else None
 
 
+def die_with_parent():
+    """In a training process before it starts: SIGTERM when the tool dies, even by kill -9 (Linux)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def train_argv(body, lr, ratio, seed, out_dir):
     return [*body["config"], *(f"--{k}={v!r}" for k, v in body.items() if k != "config"),
             f"--learning_rate={lr!r}", f"--min_lr={lr * ratio!r}", f"--seed={seed}", f"--out_dir={out_dir}",
@@ -86,34 +156,77 @@ def train_argv(body, lr, ratio, seed, out_dir):
 
 
 def run_missing(jobs, metric, slots):
-    """Train every (argv, out_dir) whose run has no final value yet, `slots` at a time (one thread each
-    share of the cores); a run that fails is named and left out, never retried in a loop."""
-    todo = [(argv, out) for argv, out in jobs if final_value(out, metric) is None]
+    """Train every (argv, out_dir, planned config) whose run has no final value yet, `slots` at a time (one
+    thread each share of the cores); a diverged run is a result (inf), the same on every call. A run that
+    fails, or that trained with another recipe than `planned` (the recipe edited while the grid ran), is
+    named and left out, never retried in a loop or used. Ctrl-C or SIGTERM to the tool reaches each run
+    once (each saves a checkpoint and stops; the same command resumes them), and ends in one line."""
+    todo = [job for job in jobs if final_value(job[1], metric) is None]
     running, failed = [], []
     threads = str(max(1, (os.cpu_count() or 1) // slots))
-    while todo or running:
-        while todo and len(running) < slots:
-            argv, out = todo.pop(0)
-            os.makedirs(out, exist_ok=True)
-            log = open(os.path.join(out, "console.log"), "a")
-            env = dict(os.environ, OMP_NUM_THREADS=threads)
-            print(f"start {out}", flush=True)
-            running.append((subprocess.Popen([sys.executable, os.path.join(REPO, "train.py"), *argv], env=env,
-                                             stdout=log, stderr=subprocess.STDOUT, cwd=REPO), out, log))
-        time.sleep(1)
-        for entry in [r for r in running if r[0].poll() is not None]:
-            running.remove(entry)
-            entry[2].close()
-            if entry[0].returncode != 0 or final_value(entry[1], metric) is None:
-                failed.append(entry[1])
-                print(f"FAILED {entry[1]} (exit {entry[0].returncode}; see its console.log)", flush=True)
+
+    def stop(signum, frame):
+        raise Interrupted("", signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        while todo or running:
+            while todo and len(running) < slots:
+                argv, out, planned = todo.pop(0)
+                os.makedirs(out, exist_ok=True)
+                if parallel.checkpoint_path(out):  # stopped by a signal after a checkpoint: resume, never restart
+                    argv = [*argv, "--init_from=resume"]
+                log = open(os.path.join(out, "console.log"), "a")
+                env = dict(os.environ, OMP_NUM_THREADS=threads)
+                print(f"start {out}", flush=True)
+                # a session of its own: a terminal's Ctrl-C reaches the tool only, which forwards one signal
+                running.append((subprocess.Popen([sys.executable, os.path.join(REPO, "train.py"), *argv], env=env,
+                                                 stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                                                 start_new_session=True, preexec_fn=die_with_parent),
+                                out, log, planned))
+            time.sleep(1)
+            for entry in [r for r in running if r[0].poll() is not None]:
+                running.remove(entry)
+                entry[2].close()
+                problem = recipe_problem(entry[1], entry[3])
+                if problem:
+                    failed.append(f"{entry[1]} trained with another recipe: {problem}")
+                    print(f"FAILED {failed[-1]}", flush=True)
+                elif final_value(entry[1], metric) is None:
+                    failed.append(entry[1])
+                    print(f"FAILED {entry[1]} (exit {entry[0].returncode}; see its console.log)", flush=True)
+    except (KeyboardInterrupt, Interrupted) as e:
+        signum = getattr(e, "exit_code", 128 + signal.SIGINT) - 128
+        for proc, *_ in running:
+            proc.send_signal(signal.SIGTERM)  # one signal: each run finishes its step and saves a checkpoint
+        for proc, *_ in running:
+            proc.wait()
+        raise Interrupted(f"interrupted by {signal.Signals(signum).name}: {len(running)} running run(s) saved a "
+                          f"checkpoint and stopped; run the same command again to resume them", signum) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if failed:
-        raise configurator.ConfigError(f"{len(failed)} tuning run(s) failed ({', '.join(failed)}): fix the cause and "
+        raise configurator.ConfigError(f"{len(failed)} tuning run(s) failed ({'; '.join(failed)}): fix the cause "
+                                       f"(a recipe edited while the tuning ran: restore it, and remove those runs) and "
                                        f"run the same command again (finished runs are kept)")
 
 
-def mean_over_seeds(sweep_dir, variant, lr, seeds, metric):
-    values = [final_value(run_dir(sweep_dir, variant, lr, s), metric) for s in seeds]
+def jobs_at(options, variant, body, lr, ratio, seeds):
+    return [(train_argv(body, lr, ratio, s, run_dir(options["sweep_dir"], variant, lr, s)),
+             run_dir(options["sweep_dir"], variant, lr, s), planned_config(options, variant, lr, ratio, s))
+            for s in seeds]
+
+
+def mean_over_seeds(options, variant, lr, ratio, seeds, metric):
+    """Mean and per-seed values; each run checked against the frozen recipe before its value is used."""
+    values = []
+    for s in seeds:
+        out = run_dir(options["sweep_dir"], variant, lr, s)
+        problem = recipe_problem(out, planned_config(options, variant, lr, ratio, s))
+        if problem:
+            raise configurator.ConfigError(f"{out} trained with another recipe than this tuning's ({problem}): "
+                                           f"restore the recipe, or give it its own --sweep_dir")
+        values.append(final_value(out, metric))
     return sum(values) / len(values), values
 
 
@@ -125,10 +238,13 @@ def tune_baseline(suite, base_lr, ratio, options, seeds):
 
     def rows_at(exponents):
         rates = [base_lr * step ** e for e in sorted(exponents)]
-        run_missing([(train_argv(body, lr, ratio, s, run_dir(options["sweep_dir"], name, lr, s)),
-                      run_dir(options["sweep_dir"], name, lr, s)) for lr in rates for s in seeds],
+        names = [rate_text(lr) for lr in rates]
+        if len(set(names)) != len(names):  # two rates would train into one directory
+            raise configurator.ConfigError(f"rates {', '.join(repr(lr) for lr in rates)} share directory names "
+                                           f"({', '.join(names)}): use factors and a --step at least {MIN_RATIO}x apart")
+        run_missing([job for lr in rates for job in jobs_at(options, name, body, lr, ratio, seeds)],
                     metric, options["cpu_runs"])
-        rows = [(lr, *mean_over_seeds(options["sweep_dir"], name, lr, seeds, metric)) for lr in rates]
+        rows = [(lr, *mean_over_seeds(options, name, lr, ratio, seeds, metric)) for lr in rates]
         return rows, min(range(len(rows)), key=lambda i: rows[i][1])
 
     exponents = sorted({round(math.log(f, step), 6) for f in options["factors"]})
@@ -147,14 +263,8 @@ def tune_baseline(suite, base_lr, ratio, options, seeds):
 
 
 def chosen_rate(rows, best, rule):
-    """The index of the rate the recipe gets: the lowest mean (`best`) or, under 'one_se', the lowest rate
-    whose per-seed differences from the best's have a mean within one standard error of 0."""
-    if rule == "lowest_mean":
-        return best
-    for i, (_, mean, values) in enumerate(rows):
-        diffs = [v - b for v, b in zip(values, rows[best][2])]
-        if i == best or (math.isfinite(mean) and statistics.mean(diffs) <= statistics.stdev(diffs) / math.sqrt(len(diffs))):
-            return i
+    """The index of the rate the recipe gets (suites.chosen_rate: a tuning.json is checked by the same rule)."""
+    return suites.chosen_rate(rows, best, rule)
 
 
 def check_variants(suite, best_lr, ratio, options, seeds):
@@ -164,13 +274,11 @@ def check_variants(suite, best_lr, ratio, options, seeds):
         if variant == suite["baseline"]:
             continue
         for f in CHECK_FACTORS:
-            for s in seeds:
-                d = run_dir(options["sweep_dir"], variant, best_lr * f, s)
-                jobs.append((train_argv(body, best_lr * f, ratio, s, d), d))
+            jobs += jobs_at(options, variant, body, best_lr * f, ratio, seeds)
     run_missing(jobs, metric, options["cpu_runs"])
     for variant in suite["variants"]:
         if variant != suite["baseline"]:
-            out[variant] = [(f, *mean_over_seeds(options["sweep_dir"], variant, best_lr * f, seeds, metric))
+            out[variant] = [(f, *mean_over_seeds(options, variant, best_lr * f, ratio, seeds, metric))
                             for f in CHECK_FACTORS]
     return out
 
@@ -227,19 +335,66 @@ def markdown(result):
     return "\n".join(lines) + "\n"
 
 
+def check_recipe_file(path):
+    """--write's file, checked before any run: it exists and assigns learning_rate and min_lr once each."""
+    if not os.path.isfile(path):
+        raise configurator.ConfigError(f"--write={path}: not a file (the recipe file the suite reads)")
+    text = open(path).read()
+    for key in ("learning_rate", "min_lr"):
+        if len(re.findall(rf"^{key} = .*$", text, re.M)) != 1:
+            raise configurator.ConfigError(f"--write={path}: it must assign {key} exactly once at the start of a line")
+    return text
+
+
 def write_recipe(path, lr, min_lr, line):
     """Rewrite the recipe file's learning_rate and min_lr assignments (one each, at top level)."""
-    text = open(path).read()
+    text = check_recipe_file(path)
     for key, value in (("learning_rate", lr), ("min_lr", min_lr)):
         pattern = re.compile(rf"^{key} = .*$", re.M)
-        if len(pattern.findall(text)) != 1:
-            raise configurator.ConfigError(f"--write={path}: it must assign {key} exactly once at the start of a line")
         text = pattern.sub(f"{key} = {float(f'{value:.4g}')!r}", text)
     pattern = re.compile(r"^lr_tuning = .*$", re.M)
     assignment = f"lr_tuning = {line!r}"
     text = pattern.sub(lambda _: assignment, text) if pattern.search(text) else text.rstrip("\n") + "\n" + assignment + "\n"
     with rundir.atomic_write(path, "w") as f:
         f.write(text)
+
+
+def read_tuned_suite(path):
+    """The suite file, checked: a train config (no `variants`) is named as such, not as a misspelled key."""
+    namespace = configurator.read_config_file(path)
+    if "variants" not in namespace:
+        raise configurator.ConfigError(f"{path} is not a suite file (it sets no `variants`; a train config?): give "
+                                       f"the suite whose recipe to tune, e.g. suites/ra_shakespeare.py")
+    namespace.pop("tuning", None)  # the suite's own tuning is what this writes, not an input
+    return suites.read_suite(namespace, os.path.splitext(os.path.basename(path))[0],
+                             os.path.dirname(os.path.abspath(path)), runtime.DEFAULTS)
+
+
+def check_options(options):
+    """Every option that needs no suite, in one line each, before anything is read or written."""
+    if options["cpu_runs"] < 0:  # a negative count started nothing and waited forever
+        raise configurator.ConfigError(f"--cpu_runs={options['cpu_runs']}: runs at once, an integer >= 1 (or 0 = one "
+                                       f"per core, as sweep.py)")
+    options["cpu_runs"] = options["cpu_runs"] or (os.cpu_count() or 1)
+    try:
+        options["factors"] = [float(f) for f in str(options["factors"]).split(",")]
+    except ValueError:
+        raise configurator.ConfigError(f"--factors={options['factors']!r}: positive numbers, comma-separated") from None
+    if not all(f > 0 for f in options["factors"]) or options["step"] <= 1 or options["max_points"] < 3 or options["refine"] < 0:
+        raise configurator.ConfigError("--factors must be > 0, --step > 1, --max_points >= 3 and --refine >= 0")
+    factors = sorted(options["factors"])
+    if options["step"] ** 0.5 ** options["refine"] < MIN_RATIO or any(b / a < MIN_RATIO for a, b in zip(factors, factors[1:])):
+        raise configurator.ConfigError(
+            f"--factors={','.join(f'{f:g}' for f in options['factors'])} --step={options['step']:g} "
+            f"--refine={options['refine']}: rates closer than {MIN_RATIO}x share a run directory name (3 digits): "
+            f"use factors and a step (its 2**refine-th root) at least {MIN_RATIO}x apart")
+    if options["rule"] not in ("one_se", "lowest_mean"):
+        raise configurator.ConfigError(f"--rule={options['rule']!r}: use 'one_se' or 'lowest_mean'")
+    for key in ("out", "sweep_dir"):
+        if options[key] and os.path.exists(options[key]) and not os.path.isdir(options[key]):
+            raise configurator.ConfigError(f"--{key}={options[key]}: a file is in the way: give a directory")
+    if options["write"]:
+        check_recipe_file(options["write"])
 
 
 def main(argv):
@@ -253,41 +408,34 @@ def main(argv):
     check_seeds = [int(s) for s in str(options["check_seeds"]).split(",")] if options["check_seeds"] != "" else seeds
     if len(check_seeds) < 2 or len(set(check_seeds)) != len(check_seeds) or not set(check_seeds) <= set(seeds):
         raise configurator.ConfigError(f"--check_seeds={options['check_seeds']!r}: at least 2 distinct tuning seeds")
-    try:
-        options["factors"] = [float(f) for f in str(options["factors"]).split(",")]
-    except ValueError:
-        raise configurator.ConfigError(f"--factors={options['factors']!r}: positive numbers, comma-separated") from None
-    if not all(f > 0 for f in options["factors"]) or options["step"] <= 1 or options["max_points"] < 3 or options["refine"] < 0:
-        raise configurator.ConfigError("--factors must be > 0, --step > 1, --max_points >= 3 and --refine >= 0")
-    if options["rule"] not in ("one_se", "lowest_mean"):
-        raise configurator.ConfigError(f"--rule={options['rule']!r}: use 'one_se' or 'lowest_mean'")
+    check_options(options)
     path = paths[0]
-    namespace = {"__file__": os.path.abspath(path)}
-    try:
-        exec(compile(open(path).read(), path, "exec"), namespace)
-        namespace.pop("tuning", None)  # the suite's own tuning is what this writes, not an input
-        suite = suites.read_suite(namespace, os.path.splitext(os.path.basename(path))[0],
-                                  os.path.dirname(os.path.abspath(path)), runtime.DEFAULTS)
-    except (OSError, SyntaxError) as e:
-        raise configurator.ConfigError(f"{path}: {e}") from None
+    suite = read_tuned_suite(path)
     used = sorted(set(seeds) & set(suite["seeds"] + (suite["bridge_seeds"] or [])))
     if used:
         raise configurator.ConfigError(f"--seeds: {used} are seeds the suite compares on: tune on seeds no comparison uses")
-    if options["write"] and not os.path.isfile(options["write"]):
-        raise configurator.ConfigError(f"--write={options['write']}: not a file (the recipe file the suite reads)")
-    body = suite["variants"][suite["baseline"]]
-    recipe = configurator.apply_config(runtime.DEFAULTS, [*body["config"], *(f"--{k}={v!r}" for k, v in body.items()
-                                                                             if k != "config")])
+    # the recipe, frozen: every run is checked against it before its value is used
+    options["frozen"] = {v: configurator.apply_config(runtime.DEFAULTS, [*body["config"], *(
+        f"--{k}={val!r}" for k, val in body.items() if k != "config")]) for v, body in suite["variants"].items()}
+    for variant, cfg in options["frozen"].items():  # what train.py would refuse, refused before the first run
+        try:
+            runtime.resolve(dict(cfg, out_dir=cfg["out_dir"] or "out"), 1)
+        except configurator.ConfigError as e:
+            raise configurator.ConfigError(f"variant {variant!r}: {e}") from None
+    recipe = options["frozen"][suite["baseline"]]
     base_lr, ratio = recipe["learning_rate"], recipe["min_lr"] / recipe["learning_rate"]
     options["sweep_dir"] = options["sweep_dir"] or f"out-tune-{suite['name']}"
     out = options["out"] or options["sweep_dir"]
-    rows, best, bracketed = tune_baseline(suite, base_lr, ratio, options, seeds)
-    chosen = chosen_rate(rows, best, options["rule"])
-    best_lr = rows[chosen][0]
-    checks = check_variants(suite, best_lr, ratio, options, check_seeds) if options["variants"] else {}
+    with rundir.out_dir_lock(options["sweep_dir"], holder="sweep"):  # two tunings would train twice into each run
+        stale_runs_problem(options, suite, ratio)
+        rows, best, bracketed = tune_baseline(suite, base_lr, ratio, options, seeds)
+        chosen = chosen_rate(rows, best, options["rule"])
+        best_lr = rows[chosen][0]
+        checks = check_variants(suite, best_lr, ratio, options, check_seeds) if options["variants"] else {}
     result = dict(suite=suite["name"], baseline=suite["baseline"], metric=suite["metric"], seeds=seeds, check_seeds=check_seeds,
                   step=options["step"], refine=options["refine"], min_lr_ratio=ratio, recipe_lr=base_lr, best_lr=best_lr,
                   lowest_mean_lr=rows[best][0], rule=options["rule"], bracketed=bracketed,
+                  recipe_fingerprint=suites.recipe_fingerprint(runtime.settle(recipe)),
                   grid=[dict(lr=lr, mean=m, values=v) for lr, m, v in rows],
                   variants={v: dict(points=[dict(factor=f, lr=best_lr * f, mean=m, values=vals) for f, m, vals in c],
                                     best_factor=min(c, key=lambda p: p[1])[0]) for v, c in checks.items()},
@@ -298,11 +446,21 @@ def main(argv):
         json.dump(result, f, indent=1)
     with rundir.atomic_write(os.path.join(out, "tuning.md"), "w") as f:
         f.write(markdown(result))
-    if options["write"]:
+    valid = bracketed and math.isfinite(rows[chosen][1])
+    if options["write"] and valid:
         write_recipe(options["write"], best_lr, best_lr * ratio, result["summary"])
     print(markdown(result))
-    return 0 if bracketed else 1
+    if options["write"] and not valid:
+        print(f"{options['write']} left unchanged: the best rate is "
+              f"{'not finite (every rate diverged)' if not math.isfinite(rows[chosen][1]) else 'not bracketed'}",
+              file=sys.stderr)
+    return 0 if valid else 1
 
 
 if __name__ == "__main__":
-    configurator.run_script(main)
+    try:
+        configurator.run_script(main, Interrupted, rundir.RunDirError)
+    except KeyboardInterrupt:  # before or after the runs (during them, run_missing stops them first)
+        print("error: interrupted before any run started or after the last ended: nothing is running; run the "
+              "same command again to go on", file=sys.stderr)
+        sys.exit(130)
