@@ -399,8 +399,10 @@ def build_for_training(cfg, layout, dtype, autocast, checkpoint, trunk):
     loaded = forking.load_weights(trunk, raw_model) if trunk else None
     if trunk and cfg["fork_start"] == "preserve":  # new parameters start where the trunk's function is kept
         forking.preserve_start(raw_model)
-    # head_loss='auto' settled by the memory estimate; config.json keeps what was asked, the checklist what runs
-    head = sharding.choose_head_loss(cfg, layout, runtime.count_params(cfg), dtype)
+    # head_loss='auto' settled by the memory estimate on rank 0, for every rank (a rank choosing alone could
+    # disagree and run another head); config.json keeps what was asked, the checklist what runs
+    head = layout.broadcast_object(sharding.choose_head_loss(cfg, layout, runtime.count_params(cfg), dtype)
+                                   if layout.rank == 0 else None)
     raw_model.config.head_loss = head.head_loss
     # reduced_sync: count one tiny step's all-reduces against the schedule (before DDP's or FSDP's
     # hooks exist; it forks the RNG and clears its gradients)
@@ -493,7 +495,7 @@ def train_step(cfg, layout, run, batches, iter_num, lr, autocast):
         x, y = batches.current
         with layout.gradient_sync(run.model, last=micro == batches.accum - 1):
             with autocast:
-                _, loss = run.model(x, y)
+                loss = run.model(x, y)[1]  # not kept: the full head's logits would live through backward
             batches.advance(iter_num, micro)  # the next micro-batch, read while the device computes
             loss_sum += loss.detach().float()
             run.scaler.scale(loss / batches.accum).backward()
