@@ -22,6 +22,7 @@ import math
 import os
 import signal
 import sys
+import time
 import types
 from contextlib import nullcontext
 
@@ -120,9 +121,10 @@ def read_steps(unread, timer, layout, signalled):
 @dataclasses.dataclass
 class Window:
     """The training steps since the last log line."""
-    time: float = 0.0
+    time: float = 0.0  # seconds of device work (the timer's laps)
     iters: int = 0
     peak_mib: float = 0.0
+    wall_time: float = 0.0  # host seconds from each first step's start to the read after it, host gaps included
 
 
 class StepMetrics:
@@ -136,10 +138,19 @@ class StepMetrics:
         self.unread = []  # the steps queued since the host last read the device: (loss, grad norm, timer lap)
         self.window = Window()
         self.step_peak_since_eval = None  # MiB: the memory_ratio's numerator (a training step's, not evaluation's)
+        self.peak_reset_due = True  # at the first step and after an evaluation, whose peak is logged apart
+        self.wall_start = None  # the host clock when the first step since the last read started
+        self.iter_num = None  # the iteration the last step ended at (None before the first)
         self.lr = None
 
     def start_step(self):
-        devices.reset_peak_memory(self.layout.device)  # evaluation's peak (a batch's whole logits) is logged apart
+        if self.peak_reset_due:  # evaluation's peak (a batch's whole logits) is not a training step's
+            devices.reset_peak_memory(self.layout.device)
+            self.peak_reset_due = False
+        if self.wall_start is None:
+            self.wall_start = time.perf_counter()
+        # the activation norms of the steps a log line reads (its latest micro-step's), not of every step
+        self.act_norms.active = self.iter_num is None or (self.iter_num + 1) % self.cfg["log_interval"] == 0
         self.timer.start()
 
     def end_step(self, loss, grad_norm, lr, position, signals):
@@ -147,10 +158,8 @@ class StepMetrics:
         device where something needs the numbers. Returns the stop reason, or None to go on."""
         self.unread.append((loss, grad_norm, self.timer.stop()))
         self.lr = lr
-        step_peak = devices.peak_memory_mib(self.layout.device)  # the allocator's books, kept on the host
-        self.window.peak_mib = max(self.window.peak_mib, step_peak)
-        self.step_peak_since_eval = max(self.step_peak_since_eval or 0.0, step_peak)
         position.iter_num += 1
+        self.iter_num = position.iter_num
         position.tokens_seen += self.cfg["tokens_per_iter"]
         signalled = self.read(position, signals) if self.read_due(position, signals) else False
         return budget_reached(self.cfg, position) or ("signal" if signalled else None)
@@ -165,6 +174,9 @@ class StepMetrics:
         """Read the queued steps, check them, log at log steps; returns whether any rank was signalled."""
         steps, signalled = read_steps(self.unread, self.timer, self.layout, signals.received is not None)
         self.unread = []
+        self.window.wall_time += time.perf_counter() - self.wall_start  # the device has finished the steps
+        self.wall_start = None
+        self.read_peak()
         for it, (loss, grad_norm, seconds) in enumerate(steps, start=position.iter_num - len(steps) + 1):
             position.train_time += seconds
             self.window.time += seconds
@@ -176,9 +188,11 @@ class StepMetrics:
         return signalled
 
     def log_train(self, position, loss, grad_norm):
-        step_time = self.window.time / self.window.iters
+        step_time = self.window.time / self.window.iters  # the device's (CUDA events): step_time_ms
         tokens_per_iter = self.cfg["tokens_per_iter"]
-        tokens_per_sec = tokens_per_iter / step_time
+        # tokens_per_sec (and MFU) by the host's clock from each read to the next, the host's gaps between
+        # steps included (the device's laps leave them out): what a run's throughput is
+        tokens_per_sec = tokens_per_iter * self.window.iters / self.window.wall_time
         mfu, self.peak_flops = devices.model_flops_utilization(
             self.raw_model, tokens_per_sec / self.layout.world_size, self.layout.device, self.dtype, self.peak_flops)
         record = dict(iter=position.iter_num, tokens=position.tokens_seen, loss=loss, lr=self.lr, grad_norm=grad_norm,
@@ -188,10 +202,21 @@ class StepMetrics:
                       load_average=runrecord.load_average())
         self.log.event("train", messages.train_line(record), **record)
         self.window = Window()
+        self.act_norms.active = False  # evaluation's forwards record nothing
+
+    def read_peak(self):
+        """The allocator's peak since the last read (a host call, but not free: once per read, not per step),
+        then a new peak: the window's peak is the max of its reads, the steps' since the last evaluation too."""
+        step_peak = devices.peak_memory_mib(self.layout.device)
+        devices.reset_peak_memory(self.layout.device)
+        self.window.peak_mib = max(self.window.peak_mib, step_peak)
+        self.step_peak_since_eval = max(self.step_peak_since_eval or 0.0, step_peak)
 
     def take_step_peak(self):
-        """The highest training step's peak memory (MiB) since the last call (None before any step)."""
+        """The highest training step's peak memory (MiB) since the last call (None before any step). Called
+        before an evaluation, which resets the peak for its own: the next step starts a new one."""
         peak, self.step_peak_since_eval = self.step_peak_since_eval, None
+        self.peak_reset_due = True
         return peak
 
 
