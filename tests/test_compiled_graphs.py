@@ -135,3 +135,14 @@ def test_the_compiled_head_computes_the_eager_loss_and_gradients(head_loss):
     torch.testing.assert_close(compiled_loss, loss, rtol=1e-5, atol=1e-6)
     for compiled_grad, grad in zip(compiled_grads, grads):
         torch.testing.assert_close(compiled_grad, grad, rtol=1e-5, atol=1e-6)
+
+
+def test_compile_defaults_to_on_where_a_cuda_device_trains():
+    """compile=None (the default) is settled once, by the device: on for CUDA, off for CPUs and MPS; a set value stays."""
+    import runtime
+    settled = lambda **keys: runtime.settle(dict(runtime.DEFAULTS, out_dir="unused", **keys))["compile"]
+    assert runtime.DEFAULTS["compile"] is None
+    assert settled(device="cuda") is True and settled(device="cuda:1") is True
+    assert settled(device="cpu") is False and settled(device="mps") is False
+    assert settled(device="") is torch.cuda.is_available()
+    assert settled(device="cuda", compile=False) is False and settled(device="cpu", compile=True) is True

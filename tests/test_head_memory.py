@@ -126,3 +126,21 @@ def test_a_kept_logits_tensor_lives_through_backward():
     _, dropped = head_peaks(512, 2048, "float32")
     assert mem.peak - dropped == pytest.approx(4 * 512 * 2048, rel=0.01)
     del logits
+
+
+def test_every_rank_runs_rank_0s_head_choice(monkeypatch):
+    """head_loss='auto' is decided on rank 0 and broadcast (issue 59): a rank other than 0 does not choose,
+    and runs what the broadcast gives it, whatever its own free memory would have said."""
+    import devices
+    import train
+    from parallel import ParallelLayout
+    cfg = runtime.resolve(dict(runtime.DEFAULTS, out_dir="unused", n_layer=1, n_head=2, n_embd=16, block_size=8,
+                               vocab_size=32, device="cpu", dtype="float32", compile=False), 1)
+    layout = ParallelLayout.plan(cfg, 1).start("cpu")
+    sent = []
+    monkeypatch.setattr(layout, "broadcast_object", lambda obj: sent.append(obj) or sharding.HeadChoice("full", "fits", 1e9, 2e9, device="cuda:0"))
+    monkeypatch.setattr(sharding, "choose_head_loss", lambda *a: pytest.fail("only rank 0 chooses"))
+    layout.rank = 1
+    _, autocast = devices.precision("float32", "cpu")
+    run = train.build_for_training(cfg, layout, "float32", autocast, None, None)
+    assert sent == [None] and run.raw_model.config.head_loss == "full" and run.report["head_loss"].startswith("full")
