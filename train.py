@@ -138,13 +138,13 @@ class StepMetrics:
         self.unread = []  # the steps queued since the host last read the device: (loss, grad norm, timer lap)
         self.window = Window()
         self.step_peak_since_eval = None  # MiB: the memory_ratio's numerator (a training step's, not evaluation's)
-        self.peak_reset_due = True  # at the first step and after an evaluation, whose peak is logged apart
+        self.peak_reset_due = True  # at the first step and the first after a read (evaluation's peak is logged apart)
         self.wall_start = None  # the host clock when the first step since the last read started
         self.iter_num = None  # the iteration the last step ended at (None before the first)
         self.lr = None
 
     def start_step(self):
-        if self.peak_reset_due:  # evaluation's peak (a batch's whole logits) is not a training step's
+        if self.peak_reset_due:  # evaluation's (a batch's whole logits) and a checkpoint's are not a training step's
             devices.reset_peak_memory(self.layout.device)
             self.peak_reset_due = False
         if self.wall_start is None:
@@ -205,10 +205,11 @@ class StepMetrics:
         self.act_norms.active = False  # evaluation's forwards record nothing
 
     def read_peak(self):
-        """The allocator's peak since the last read (a host call, but not free: once per read, not per step),
-        then a new peak: the window's peak is the max of its reads, the steps' since the last evaluation too."""
+        """The allocator's peak since the steps after the last read began (a host call, but not free: once per
+        read, not per step); the window's peak is the max of its reads, the steps' since the last evaluation
+        too. The next step resets it: what runs between (an evaluation, a checkpoint) is no step's."""
         step_peak = devices.peak_memory_mib(self.layout.device)
-        devices.reset_peak_memory(self.layout.device)
+        self.peak_reset_due = True
         self.window.peak_mib = max(self.window.peak_mib, step_peak)
         self.step_peak_since_eval = max(self.step_peak_since_eval or 0.0, step_peak)
 
