@@ -154,6 +154,8 @@ def set_key(config, defaults, key, value, source):
 
 
 def check_type(key, value, default, source):
+    if default is None:  # settled at start-up from other keys (runtime.settle), which checks the value
+        return value
     expected = type(default)
     if expected is float and type(value) is int:
         return float(value)  # exact: 3 means 3.0, nothing is lost

@@ -288,11 +288,14 @@ def generate_text(model, prompt, max_new_tokens, device, codec, autocast=nullcon
 
 class ActivationNorms:
     """Forward hooks that keep the RMS of the residual stream after chosen layers, from the latest
-    micro-step. A reduced_sync model has the whole stream only at its sync points: a layer inside a
-    parallel run is measured after the run's last layer (the start-up checklist lists them)."""
+    micro-step while `active` (train.StepMetrics sets it for the steps a log line reads: each record is
+    3 kernels per layer and micro-step, not worth running at every step). A reduced_sync model has the
+    whole stream only at its sync points: a layer inside a parallel run is measured after the run's last
+    layer (the start-up checklist lists them)."""
 
     def __init__(self, model, layers):
         self.latest = {}
+        self.active = True
         n = len(model.transformer.h)
         self.layers = sorted({model.residual_layer(l % n) for l in layers})
         for layer in self.layers:
@@ -300,7 +303,8 @@ class ActivationNorms:
 
     def hook(self, layer):
         def record(module, inputs, output):
-            self.latest[layer] = output.detach().float().pow(2).mean().sqrt()
+            if self.active:
+                self.latest[layer] = output.detach().float().pow(2).mean().sqrt()
         return record
 
     def read(self):

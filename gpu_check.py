@@ -92,7 +92,7 @@ TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone")
 SMALL = dict(dataset="toy", vocab_size=256, n_layer=4, n_head=4, n_embd=256, block_size=256, batch_size=8,
              gradient_accumulation_steps=1, max_iters=30, lr_decay_iters=30, warmup_iters=5, learning_rate=3e-3,
              eval_interval=1000, eval_iters=2, log_interval=1, dtype="bfloat16", save_checkpoint=False,
-             device="cuda")
+             device="cuda", compile=False)  # compile's default is True on CUDA: the rows that compile say so
 GPT2 = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304)
 
 

@@ -133,6 +133,10 @@ class AdamWSPAM(torch.optim.Optimizer):
       multiplying whatever schedule train.py sets in group['lr'].
 
     The norm history and the step clock are part of state_dict(), so resume is exact.
+
+    No step reads the device: the norm history (float64, as Python's floats were), the spike test and
+    the spike and clipping counts stay on it, and `spam` reads them when asked (a log's metrics, a
+    checkpoint). A spike scales m and v by a factor of 1 when there is none, bit for bit the same.
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=EPS, weight_decay=0.0, theta=50.0,
@@ -142,10 +146,25 @@ class AdamWSPAM(torch.optim.Optimizer):
         self.reset_interval, self.rewarm = reset_interval, rewarm
         self.spam = dict(total_step=0, norms=[], spikes=0, resets=0, clipped=0)
 
+    @property
+    def spam(self):
+        """{total_step, norms, spikes, resets, clipped}: the host's dict, brought up to date with what
+        the steps since the last read left on the device (a wait for the device, when there are such)."""
+        if self._unread is not None:
+            history, spikes, clipped = self._unread
+            self._spam.update(norms=history.tolist(), spikes=self._spam["spikes"] + int(spikes),
+                              clipped=self._spam["clipped"] + int(clipped))
+            self._unread = None
+        return self._spam
+
+    @spam.setter
+    def spam(self, value):
+        self._spam, self._unread, self._history = value, None, None  # history: rebuilt from value["norms"]
+
     def lr_scale(self, step=None):
         """The re-warm multiplier for optimizer step `step` (1-based; default: the next one): a
         cosine from ~0 to 1 over the `rewarm` steps that start at each reset."""
-        step = self.spam["total_step"] + 1 if step is None else step
+        step = self._spam["total_step"] + 1 if step is None else step  # the host's count: no device read
         if not self.reset_interval or step <= self.reset_interval:
             return 1.0
         since = (step - 1) % self.reset_interval  # 0 at a reset step
@@ -153,13 +172,14 @@ class AdamWSPAM(torch.optim.Optimizer):
             return 1.0
         return 0.5 * (1.0 - math.cos(math.pi * (since + 1) / self.rewarm))
 
-    def is_spike(self, norm):
-        history = self.spam["norms"]
+    def is_spike(self, history, norm):
+        """Whether `norm`'s z-score against the `history` (float64 tensors on the device) exceeds spike_z:
+        a bool tensor, None (no spike) under two norms (a z-score needs a spread)."""
         if len(history) < 2:
-            return False
-        mean = sum(history) / len(history)
-        std = math.sqrt(sum((x - mean) ** 2 for x in history) / (len(history) - 1))
-        return std > 0 and (norm - mean) / std > self.spike_z
+            return None
+        mean = history.sum() / len(history)
+        std = ((history - mean) ** 2).sum().div(len(history) - 1).sqrt()
+        return (std > 0) & ((norm - mean) / std > self.spike_z)
 
     @torch.no_grad()
     def step(self, closure=None, grad_norm=None):
@@ -170,18 +190,23 @@ class AdamWSPAM(torch.optim.Optimizer):
         grads = [p.grad for group in self.param_groups for p in group["params"] if p.grad is not None]
         if grad_norm is None:
             grad_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
-        norm = float(grad_norm)
-        spam = self.spam
-        spike = self.is_spike(norm)
-        spam["norms"] = (spam["norms"] + [norm])[-self.window:]
+        device = grads[0].device if grads else torch.device("cpu")
+        norm = torch.as_tensor(grad_norm, device=device).detach().to(torch.float64).reshape(())
+        if self._history is None:  # the first step, or after load_state_dict
+            self._history = torch.tensor(self._spam["norms"], dtype=torch.float64, device=device)
+        spike = self.is_spike(self._history, norm)
+        self._history = torch.cat([self._history, norm[None]])[-self.window:]
+        spam = self._spam  # the host's counters; the device's wait in `_unread`
         spam["total_step"] += 1
         step = spam["total_step"]
         # Reset after every reset_interval completed steps: before steps interval+1, 2*interval+1, ...
         reset = self.reset_interval > 0 and step > 1 and (step - 1) % self.reset_interval == 0
         spam["resets"] += reset
-        spam["spikes"] += spike
         scale = self.lr_scale(step)
-        clipped = 0
+        clipped = torch.zeros((), dtype=torch.int64, device=device)
+        if spike is not None:  # m *= 0.5 and v *= 0.9 on a spike, else * 1 (exact)
+            m_factor = torch.where(spike, 0.5, 1.0).float()
+            v_factor = torch.where(spike, 0.9, 1.0).float()
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
             lr = group["lr"] * scale
@@ -202,9 +227,9 @@ class AdamWSPAM(torch.optim.Optimizer):
                     over = (g.abs() > limit) & (v > 0)
                     clipped += over.sum()
                     g = torch.where(over, g.sign() * limit, g)
-                if spike:
-                    m.mul_(0.5)
-                    v.mul_(0.9)
+                if spike is not None:
+                    m.mul_(m_factor)
+                    v.mul_(v_factor)
                 state["step"] += 1
                 p.mul_(1 - lr * group["weight_decay"])
                 m.mul_(beta1).add_(g, alpha=1 - beta1)
@@ -212,7 +237,10 @@ class AdamWSPAM(torch.optim.Optimizer):
                 torch.maximum(v_max, v, out=v_max)
                 denom = (v_max / (1 - beta2 ** state["step"])).sqrt_().add_(group["eps"])
                 p.addcdiv_(m, denom, value=-lr / (1 - beta1 ** state["step"]))
-        spam["clipped"] += int(clipped)
+        spikes = spike.long() if spike is not None else torch.zeros((), dtype=torch.int64, device=device)
+        if self._unread is not None:
+            spikes, clipped = spikes + self._unread[1], clipped + self._unread[2]
+        self._unread = (self._history, spikes, clipped)
         return loss
 
     def metrics(self):

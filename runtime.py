@@ -11,6 +11,8 @@ import functools
 import json
 import os
 
+import torch
+
 import configurator
 import devices
 import optim
@@ -129,7 +131,7 @@ DEFAULTS = dict(
     device="",  # '' picks cuda when available, else cpu
     dist_timeout=600.0,  # seconds a rank waits in a collective for the others before the job ends (a frozen rank)
     dtype="",  # 'bfloat16', 'float16', 'float32'; '' picks bfloat16 where supported
-    compile=False,  # torch.compile the model (a cold compile takes 20-35 s)
+    compile=None,  # torch.compile the model (a cold compile takes 20-35 s); None: on where a CUDA device trains, else off
     deterministic=False,  # PyTorch's deterministic algorithms and cuBLAS's fixed workspace: a GPU run repeats bit for bit, slower
     seed=1337,  # initial weights, training batches and dropout (the one seed users set)
     init_seed=-1,  # >= 0: the initial weights from this seed instead (a noise budget varies each source alone)
@@ -167,11 +169,20 @@ def resolve(cfg, world_size):
 def settle(cfg):
     """A copy of cfg with the derived keys filled in, computed here only: a pretrained init_from's model
     keys (pretrained_model_keys), gradient_accumulation_steps from tokens_per_iter where it is 0, and
-    tokens_per_iter from it (validate checks that they agree)."""
+    tokens_per_iter from it (validate checks that they agree), and compile=None as the device's default
+    (compile_default)."""
     cfg = dict(cfg, **pretrained_model_keys(cfg))
+    cfg["compile"] = compile_default(cfg["device"]) if cfg["compile"] is None else cfg["compile"]
     sequence_tokens = cfg["batch_size"] * cfg["block_size"]
     accum = cfg["gradient_accumulation_steps"] or (cfg["tokens_per_iter"] // sequence_tokens if sequence_tokens > 0 else 0)
     return dict(cfg, gradient_accumulation_steps=accum, tokens_per_iter=cfg["tokens_per_iter"] or accum * sequence_tokens)
+
+
+def compile_default(device):
+    """compile=None: True where a CUDA device trains (device 'cuda', 'cuda:N', or '' with a GPU visible, the
+    device parallel.pick_device picks), False on CPUs and MPS, where a cold compile costs more than it saves
+    in a short run. config.json records the settled value."""
+    return (device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda")
 
 
 # GPT.from_pretrained's overrides: the keys a run with init_from=<HF directory> sets itself
@@ -202,6 +213,8 @@ def validate(cfg, world_size):
         raise err("out_dir is empty: name the run directory (--out_dir=out-NAME)")
     check_model_registries()
     model_config(cfg)  # shape checks (n_embd divisible by n_head, ...), head_loss's name
+    if not isinstance(cfg["compile"], bool):
+        raise err(f"compile={cfg['compile']!r}: use True, False, or leave it unset (None: True on a CUDA device)")
     device = parallel.pick_device(cfg["device"])
     check_head_loss_trains(cfg["head_loss"], device.split(":")[0], cfg["dtype"])
     devices.check_dtype(cfg["dtype"], device)

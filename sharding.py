@@ -265,6 +265,12 @@ def attention_weights(cfg, tokens, device_type):
 
 
 RESERVE_BYTES = 2**30  # a GPU's workspaces, NCCL buffers and allocator fragmentation: a stated allowance
+# Bytes per logit (tokens x vocab_size) that the full head holds at its peaks, measured by counting the live
+# tensors of model.GPT.head under a training step (tests/test_head_memory.py, docs/speed-and-memory.md):
+# float32 logits 8 forward (logits, saved log-softmax) and 12 backward (the saved log-softmax, the NLL's
+# float32 gradient, log-softmax-backward's output); bfloat16 autocast 10 forward (bf16 logits, their float32
+# copy, log-softmax) and 12 backward. The estimate takes the larger, 12, whatever the dtype.
+FULL_HEAD_BYTES_PER_LOGIT = dict(forward=10, backward=12)
 
 
 def memory_estimate(cfg, n_params, world_size, dtype, device_type="cuda"):
@@ -278,9 +284,10 @@ def memory_estimate(cfg, n_params, world_size, dtype, device_type="cuda"):
     Korthikanti et al. (2022), flash/SDPA attention (no T x T scores kept): per layer and token
     about 34 x n_embd bytes at 2-byte precision, double at float32; with activation_checkpointing
     only each block's input is kept plus one block's activations in the recomputation. Attention
-    that materializes its T x T weights adds them (`attention_weights`, on `device_type`). The head
-    keeps logits and their gradient (2 x vocab_size float32 values per token), gone before the
-    first block is recomputed; head_loss 'chunked' (and the CUDA kernels 'liger', 'cce') hold one
+    that materializes its T x T weights adds them (`attention_weights`, on `device_type`). The full
+    head peaks at FULL_HEAD_BYTES_PER_LOGIT's larger value (12 bytes per logit, measured: in backward the
+    saved float32 log-softmax, the NLL's float32 gradient and log-softmax-backward's output), gone before
+    the first block is recomputed; head_loss 'chunked' (and the CUDA kernels 'liger', 'cce') hold one
     chunk of logits (compute dtype), its float32 probabilities and its gradient, plus a float32
     gradient of the head's weight. Evaluation keeps no activations but the whole logits of a
     batch: the model's output, cross_entropy's float32 copy and its float32 log-softmax. `step` is
@@ -309,7 +316,7 @@ def memory_estimate(cfg, n_params, world_size, dtype, device_type="cuda"):
     weights_kept, weights_peak = attention_weights(cfg, tokens, device_type)
     per_layer = 34 * width * tokens * bytes_ // 2 + weights_kept
     if cfg["head_loss"] == "full":
-        head = 2 * vocab * tokens * 4
+        head = max(FULL_HEAD_BYTES_PER_LOGIT.values()) * vocab * tokens
     else:
         head = min(tokens * vocab, CHUNK_LOGITS) * (2 * bytes_ + 4) + 4 * vocab * width
     if cfg["activation_checkpointing"]:
@@ -397,7 +404,7 @@ class HeadChoice:
 
 def choose_head_loss(cfg, layout, n_params, dtype, available=None):
     """The HeadChoice. head_loss='auto' takes the full head on a GPU when the memory estimate of the
-    run with its logits (2 x vocab_size float32 values per token) fits the free memory (`available`,
+    run with its logits (the measured FULL_HEAD_BYTES_PER_LOGIT, 12 bytes per logit at the backward peak) fits the free memory (`available`,
     by default available_memory()) with FULL_HEAD_MARGIN to spare: one matmul each way, where the
     chunked head adds each chunk's weight gradient into a float32 (vocab, n_embd) buffer (its cost:
     docs/speed-and-memory.md). Otherwise, and on CPUs (where the chunked head is no slower), 'chunked'.

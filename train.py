@@ -123,9 +123,10 @@ def read_steps(unread, timer, layout, signalled):
 @dataclasses.dataclass
 class Window:
     """The training steps since the last log line."""
-    time: float = 0.0
+    time: float = 0.0  # seconds of device work (the timer's laps)
     iters: int = 0
     peak_mib: float = 0.0
+    wall_time: float = 0.0  # host seconds from each first step's start to the read after it, host gaps included
 
 
 class StepMetrics:
@@ -139,12 +140,21 @@ class StepMetrics:
         self.unread = []  # the steps queued since the host last read the device: (loss, grad norm, timer lap)
         self.window = Window()
         self.step_peak_since_eval = None  # MiB: the memory_ratio's numerator (a training step's, not evaluation's)
+        self.peak_reset_due = True  # at the first step and the first after a read (evaluation's peak is logged apart)
+        self.wall_start = None  # the host clock when the first step since the last read started
+        self.iter_num = None  # the iteration the last step ended at (None before the first)
         self.lr = None
         self.host_started = None
         self.host_unread = 0.0  # seconds the host spent in the unread steps (max_time's watch, time_may_be_spent)
 
     def start_step(self):
-        devices.reset_peak_memory(self.layout.device)  # evaluation's peak (a batch's whole logits) is logged apart
+        if self.peak_reset_due:  # evaluation's (a batch's whole logits) and a checkpoint's are not a training step's
+            devices.reset_peak_memory(self.layout.device)
+            self.peak_reset_due = False
+        if self.wall_start is None:
+            self.wall_start = time.perf_counter()
+        # the activation norms of the steps a log line reads (its latest micro-step's), not of every step
+        self.act_norms.active = self.iter_num is None or (self.iter_num + 1) % self.cfg["log_interval"] == 0
         self.host_started = time.perf_counter()  # around the timer's marks: on a CPU a host lap covers its lap
         self.timer.start()
 
@@ -154,10 +164,8 @@ class StepMetrics:
         self.unread.append((loss, grad_norm, self.timer.stop()))
         self.host_unread += time.perf_counter() - self.host_started
         self.lr = lr
-        step_peak = devices.peak_memory_mib(self.layout.device)  # the allocator's books, kept on the host
-        self.window.peak_mib = max(self.window.peak_mib, step_peak)
-        self.step_peak_since_eval = max(self.step_peak_since_eval or 0.0, step_peak)
         position.iter_num += 1
+        self.iter_num = position.iter_num
         position.tokens_seen += self.cfg["tokens_per_iter"]
         signalled = self.read(position, signals) if self.read_due(position, signals) else False
         # a signal first: a run paused in the step that also spent its budget resumes to its final evaluation
@@ -186,6 +194,9 @@ class StepMetrics:
         """Read the queued steps, check them, log at log steps; returns whether any rank was signalled."""
         steps, signalled = read_steps(self.unread, self.timer, self.layout, signals.received is not None)
         self.unread, self.host_unread = [], 0.0
+        self.window.wall_time += time.perf_counter() - self.wall_start  # the device has finished the steps
+        self.wall_start = None
+        self.read_peak()
         for it, (loss, grad_norm, seconds) in enumerate(steps, start=position.iter_num - len(steps) + 1):
             position.train_time += seconds
             self.window.time += seconds
@@ -197,9 +208,11 @@ class StepMetrics:
         return signalled
 
     def log_train(self, position, loss, grad_norm):
-        step_time = self.window.time / self.window.iters
+        step_time = self.window.time / self.window.iters  # the device's (CUDA events): step_time_ms
         tokens_per_iter = self.cfg["tokens_per_iter"]
-        tokens_per_sec = tokens_per_iter / step_time
+        # tokens_per_sec (and MFU) by the host's clock from each read to the next, the host's gaps between
+        # steps included (the device's laps leave them out): what a run's throughput is
+        tokens_per_sec = tokens_per_iter * self.window.iters / self.window.wall_time
         mfu, self.peak_flops = devices.model_flops_utilization(
             self.raw_model, tokens_per_sec / self.layout.world_size, self.layout.device, self.dtype, self.peak_flops)
         record = dict(iter=position.iter_num, tokens=position.tokens_seen, loss=loss, lr=self.lr, grad_norm=grad_norm,
@@ -209,10 +222,22 @@ class StepMetrics:
                       load_average=runrecord.load_average())
         self.log.event("train", messages.train_line(record), **record)
         self.window = Window()
+        self.act_norms.active = False  # evaluation's forwards record nothing
+
+    def read_peak(self):
+        """The allocator's peak since the steps after the last read began (a host call, but not free: once per
+        read, not per step); the window's peak is the max of its reads, the steps' since the last evaluation
+        too. The next step resets it: what runs between (an evaluation, a checkpoint) is no step's."""
+        step_peak = devices.peak_memory_mib(self.layout.device)
+        self.peak_reset_due = True
+        self.window.peak_mib = max(self.window.peak_mib, step_peak)
+        self.step_peak_since_eval = max(self.step_peak_since_eval or 0.0, step_peak)
 
     def take_step_peak(self):
-        """The highest training step's peak memory (MiB) since the last call (None before any step)."""
+        """The highest training step's peak memory (MiB) since the last call (None before any step). Called
+        before an evaluation, which resets the peak for its own: the next step starts a new one."""
         peak, self.step_peak_since_eval = self.step_peak_since_eval, None
+        self.peak_reset_due = True
         return peak
 
 
@@ -423,8 +448,10 @@ def build_for_training(cfg, layout, dtype, autocast, checkpoint, trunk):
     loaded = forking.load_weights(trunk, raw_model) if trunk else None
     if trunk and cfg["fork_start"] == "preserve":  # new parameters start where the trunk's function is kept
         forking.preserve_start(raw_model)
-    # head_loss='auto' settled by the memory estimate; config.json keeps what was asked, the checklist what runs
-    head = sharding.choose_head_loss(cfg, layout, runtime.count_params(cfg), dtype)
+    # head_loss='auto' settled by the memory estimate on rank 0, for every rank (a rank choosing alone could
+    # disagree and run another head); config.json keeps what was asked, the checklist what runs
+    head = layout.broadcast_object(sharding.choose_head_loss(cfg, layout, runtime.count_params(cfg), dtype)
+                                   if layout.rank == 0 else None)
     raw_model.config.head_loss = head.head_loss
     # reduced_sync: count one tiny step's all-reduces against the schedule (before DDP's or FSDP's
     # hooks exist; it forks the RNG and clears its gradients)
@@ -517,7 +544,7 @@ def train_step(cfg, layout, run, batches, iter_num, lr, autocast):
         x, y = batches.current
         with layout.gradient_sync(run.model, last=micro == batches.accum - 1):
             with autocast:
-                _, loss = run.model(x, y)
+                loss = run.model(x, y)[1]  # not kept: the full head's logits would live through backward
             batches.advance(iter_num, micro)  # the next micro-batch, read while the device computes
             loss_sum += loss.detach().float()
             run.scaler.scale(loss / batches.accum).backward()

@@ -86,3 +86,63 @@ def test_the_compiled_block_computes_what_the_eager_one_does():
     (dx_c,) = torch.autograd.grad(compiled.sum(), x)
     torch.testing.assert_close(compiled, eager, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(dx_c, dx, rtol=1e-6, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- the head (issue 59)
+# parallel.compile_model compiles the head (ln_f, lm_head, the loss) as one more region: fullgraph, fixed shape.
+
+def tiny_head_model(head_loss):
+    from model import GPT, GPTConfig
+    torch.manual_seed(0)
+    return GPT(GPTConfig(**dict(gpu_check.DRY_COMPILE_MODEL, head_loss=head_loss, dropout=0.0)))
+
+
+def head_inputs(model):
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(2, model.config.block_size, model.config.n_embd, generator=generator, requires_grad=True)
+    y = torch.randint(model.config.vocab_size, (2, model.config.block_size), generator=generator)
+    y[0, :3] = -1  # ignored targets, as a padded batch has
+    return x, y
+
+
+@pytest.mark.parametrize("head_loss", ["full", "chunked"])
+def test_the_compiled_head_is_one_graph_without_a_break(head_loss):
+    model = tiny_head_model(head_loss)
+    torch._dynamo.reset()
+    found = torch._dynamo.explain(model.head)(*head_inputs(model))
+    assert (found.graph_count, found.graph_break_count) == (1, 0), found.break_reasons
+
+
+def test_compile_model_compiles_the_settled_head_and_leaves_kernel_heads_eager():
+    from parallel import compile_model
+    compiled = lambda model: hasattr(model.head, "_torchdynamo_orig_callable")
+    assert compiled(compile_model(tiny_head_model("full"))) and compiled(compile_model(tiny_head_model("chunked")))
+    assert not compiled(compile_model(tiny_head_model("liger")))  # reads a count with .item(): a break
+
+
+@pytest.mark.parametrize("head_loss", ["full", "chunked"])
+def test_the_compiled_head_computes_the_eager_loss_and_gradients(head_loss):
+    """Inductor (what train.py's compile runs), fullgraph at a fixed shape: the eager head's loss and the
+    gradients of its input and weight, to float32 rounding (fusion reorders the sums)."""
+    model = tiny_head_model(head_loss)
+    x, y = head_inputs(model)
+    loss = model.head(x, y)[1]
+    grads = torch.autograd.grad(loss, (x, model.lm_head.weight, model.transformer.ln_f.weight))
+    torch._dynamo.reset()
+    head = torch.compile(model.head, fullgraph=True, dynamic=False)
+    compiled_loss = head(x, y)[1]
+    compiled_grads = torch.autograd.grad(compiled_loss, (x, model.lm_head.weight, model.transformer.ln_f.weight))
+    torch.testing.assert_close(compiled_loss, loss, rtol=1e-5, atol=1e-6)
+    for compiled_grad, grad in zip(compiled_grads, grads):
+        torch.testing.assert_close(compiled_grad, grad, rtol=1e-5, atol=1e-6)
+
+
+def test_compile_defaults_to_on_where_a_cuda_device_trains():
+    """compile=None (the default) is settled once, by the device: on for CUDA, off for CPUs and MPS; a set value stays."""
+    import runtime
+    settled = lambda **keys: runtime.settle(dict(runtime.DEFAULTS, out_dir="unused", **keys))["compile"]
+    assert runtime.DEFAULTS["compile"] is None
+    assert settled(device="cuda") is True and settled(device="cuda:1") is True
+    assert settled(device="cpu") is False and settled(device="mps") is False
+    assert settled(device="") is torch.cuda.is_available()
+    assert settled(device="cuda", compile=False) is False and settled(device="cpu", compile=True) is True

@@ -83,7 +83,10 @@ def pinned_form(resolved):
     alone), as JSON; a suite or sweep maps each run name to that."""
     if "out_dir" not in resolved:
         return {name: pinned_form(cfg) for name, cfg in resolved.items()}
-    changed = {k: v for k, v in resolved.items() if k not in runtime.DEFAULTS or v != runtime.DEFAULTS[k]}
+    # compile's default (None) is settled by the device: unsettled, or settled as on a CPU, it is the default
+    settled = dict(runtime.DEFAULTS, compile=runtime.compile_default("cpu"))
+    changed = {k: v for k, v in resolved.items()
+               if k not in runtime.DEFAULTS or (v != runtime.DEFAULTS[k] and v != settled[k])}
     return json.loads(json.dumps(changed, sort_keys=True, default=repr))
 
 

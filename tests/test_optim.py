@@ -170,6 +170,31 @@ def test_spam_spike_is_detected_clipped_and_training_stays_finite():
     assert torch.isfinite(w).all() and (w - 1).abs().max() < 1.0
 
 
+def test_spam_steps_without_reading_the_device():
+    """No float(grad_norm), no int(clipped): a step queues its work (issue 59); `spam` reads the device when
+    asked, and the counts and history are those of the step-by-step reads (the spike test above)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Reads(TorchDispatchMode):  # .item(), float(), int() and .tolist() of a tensor all come here
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Reads.count += func is torch.ops.aten._local_scalar_dense.default
+            return func(*args, **(kwargs or {}))
+
+    w, opt = spam(reset_interval=5)
+    signs = torch.randn(64, generator=torch.Generator().manual_seed(0)).sign()
+    norms = []
+    with Reads():
+        for step in range(1, 13):
+            w.grad = (1e4 if step == 9 else 0.01 + 0.002 * (step % 2)) * signs
+            norms.append(torch.linalg.vector_norm(w.grad))
+            opt.step(grad_norm=norms[-1])
+    assert Reads.count == 0
+    assert opt.spam["spikes"] == 1 and opt.spam["clipped"] == 64 and opt.spam["resets"] == 2
+    assert opt.spam["norms"] == [float(n) for n in norms] and opt.spam["total_step"] == 12
+
+
 def test_spam_does_not_freeze_entries_without_gradient_history():
     """An embedding row gets its first gradient only when its token first appears: v == 0 there
     must not mean a clipping limit of 0."""
