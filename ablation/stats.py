@@ -532,3 +532,69 @@ def decide_blocked(c, diffs, alpha, goal, min_effect, plan, n, scale):
         if plan:
             reasons.append(dict(code="seed_plan", seeds_needed=plan["seeds_needed"], min_effect=min_effect))
     return dict(out, verdict="inconclusive", reasons=reasons)
+
+
+# ----------------------------------------------------------------------------- calibration (tools/calibrate_analysis.py)
+
+def simulate_tables(arm_sds, seed_sd, n, tables, rng, effects=None):
+    """`tables` arms x seeds tables (baseline first): a seed effect shared by every arm of a seed, each arm's own
+    noise, and `effects` added to the variants' rows (the null without)."""
+    sds = np.asarray(arm_sds, dtype=np.float64)
+    y = rng.normal(0.0, seed_sd, (tables, 1, n)) + rng.standard_normal((tables, len(sds), n)) * sds[:, None]
+    if effects is not None:
+        y[:, 1:] += np.asarray(effects, dtype=np.float64)[:, None]
+    return y
+
+
+def paired_holm_rejects(y, alpha):
+    """(tables, k) rejections of the paired analysis: each variant's paired t on n - 1 df, Holm over k."""
+    from scipy import special
+    d = y[:, 1:] - y[:, :1]
+    n = d.shape[-1]
+    t = d.mean(-1) / (d.std(-1, ddof=1) / math.sqrt(n))
+    p = 2 * special.stdtr(n - 1, -np.abs(t))
+    k = p.shape[1]
+    order = np.argsort(p, axis=1)
+    ranked = np.take_along_axis(p, order, 1) * (k - np.arange(k))
+    adjusted = np.minimum(1.0, np.maximum.accumulate(ranked, axis=1))
+    out = np.empty_like(adjusted)
+    np.put_along_axis(out, order, adjusted, 1)
+    return out < alpha
+
+
+def pooled_dunnett_rejects(y, alpha):
+    """(tables, k) rejections of the pooled blocked Dunnett: one residual mean square over all arms ((K - 1)(n - 1)
+    df), contrasts' correlation 1/2: it assumes every arm is as noisy as the others."""
+    K, n = y.shape[1], y.shape[2]
+    r = y - y.mean(2, keepdims=True) - y.mean(1, keepdims=True) + y.mean((1, 2), keepdims=True)
+    df = (K - 1) * (n - 1)
+    ms = (r ** 2).sum((1, 2)) / df
+    t = (y[:, 1:].mean(2) - y[:, :1].mean(2)) / np.sqrt(2 * ms / n)[:, None]
+    R = np.full((K - 1, K - 1), 0.5)
+    np.fill_diagonal(R, 1.0)
+    critical = np.quantile(max_abs_t(R, df), 1 - alpha)
+    return np.abs(t) > critical
+
+
+def blocked_rejects(y, alpha, draws=MAX_T_DRAWS):
+    """(tables, k) rejections of the declared blocked analysis (blocked_test on each table)."""
+    return np.array([[c["p_adjusted"] < alpha for c in blocked_test(t, alpha, draws=draws)["contrasts"]] for t in y])
+
+
+def equal_variance_check_rejects(y, alpha, check_level=0.05, draws=MAX_T_DRAWS):
+    """(tables, k) rejections of check-then-choose: Bartlett's test on the arms' block-adjusted residuals picks the
+    pooled Dunnett when it passes (p >= check_level), the blocked analysis when it fails."""
+    from scipy import stats as st
+    r = y - y.mean(2, keepdims=True) - y.mean(1, keepdims=True) + y.mean((1, 2), keepdims=True)
+    pooled = pooled_dunnett_rejects(y, alpha)
+    out = np.empty_like(pooled)
+    for i, table in enumerate(y):
+        passes = st.bartlett(*r[i]).pvalue >= check_level
+        out[i] = pooled[i] if passes else [c["p_adjusted"] < alpha for c in blocked_test(table, alpha, draws=draws)["contrasts"]]
+    return out
+
+
+def family_rate(rejects):
+    """(share of tables with any rejection, its Monte Carlo standard error)."""
+    rate = float(np.asarray(rejects).any(axis=1).mean())
+    return rate, math.sqrt(rate * (1 - rate) / len(rejects))
