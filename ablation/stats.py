@@ -330,18 +330,18 @@ DEFAULT_ANALYSIS = "blocked"
 MAX_T_DRAWS = 20_000  # Monte Carlo draws of the largest |t| (fixed seed: the same table gives the same answer)
 
 
-def arm_variances(table):
+def arm_variances(table, floor=0.1):
     """Each arm's own residual variance in an arms x seeds table (K >= 3 arms, n >= 2 seeds), the seed effects
     estimated from all arms: W_a = the arm's block-adjusted residual sum of squares / (n - 1) has expectation
     (1 - 2/K) var_a + sum(var) / K^2, solved for var_a (Shukla 1972). A negative estimate (noise) is floored at a
-    tenth of the arms' mean."""
+    tenth of the arms' mean (`floor`; None: the unbiased estimate itself, which can be negative)."""
     y = np.asarray(table, dtype=np.float64)
     K, n = y.shape[-2], y.shape[-1]
     r = y - y.mean(-1, keepdims=True) - y.mean(-2, keepdims=True) + y.mean((-2, -1), keepdims=True)
     w = (r ** 2).sum(-1) / (n - 1)
     total = w.sum(-1, keepdims=True) * K / (K - 1)
     var = K / (K - 2) * (w - total / K ** 2)
-    return np.maximum(var, 0.1 * total / K)
+    return var if floor is None else np.maximum(var, floor * total / K)
 
 
 def satterthwaite_df(var_base, var_variant, df):
@@ -402,7 +402,7 @@ def blocked_test(table, alpha, min_effect=None, draws=MAX_T_DRAWS):
         if min_effect:
             row["tost_p"] = tail(draws, min((min_effect - mean[v]) / se[v], (min_effect + mean[v]) / se[v]))
         out.append(row)
-    return dict(arms=K, seeds=n, arm_sd=np.sqrt(var).tolist(), family_df=family_df, critical=critical,
+    return dict(arms=K, n=n, arm_sd=np.sqrt(var).tolist(), family_df=family_df, critical=critical,
                 correlation=R.tolist(), contrasts=out)
 
 
