@@ -325,7 +325,7 @@ def blocked_table(report):
 def arm_sds(table):
     """Each arm's own sd (baseline first) in the blocked table: Shukla's block-adjusted estimate with three or
     more arms; with two, the arms cannot be told apart and the contrast's sd over sqrt(2) stands for each."""
-    if table.shape[1] < 2:
+    if table.shape[1] < 2 or len(table) < 2:  # no seed spread, or no testable variant
         return []
     if len(table) >= 3:
         return [float(x) for x in np.sqrt(stats.arm_variances(table))]

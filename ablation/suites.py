@@ -251,6 +251,16 @@ def check_bridge_seeds(seeds, fork_at, sizes):
     return list(seeds)
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def portable_variants(variants):
+    """The variants as suite.json keeps them: config files inside the repository relative to its root, so a
+    committed declaration names no directory of the machine that ran it (nothing reads these paths back to run)."""
+    inside = lambda c: os.path.relpath(c, REPO) if os.path.isabs(c) and not os.path.relpath(c, REPO).startswith("..") else c
+    return {v: dict(body, config=[inside(c) for c in body.get("config", [])]) for v, body in variants.items()}
+
+
 def freeze_suite(suite, runs, sweep_dir):
     """suite.json: the declaration as of the first run, written once and never rewritten. Its metric,
     baseline, alpha, min_effect and looks cannot change afterwards (the report must not pick the most
@@ -264,7 +274,8 @@ def freeze_suite(suite, runs, sweep_dir):
     if first is None:
         os.makedirs(sweep_dir, exist_ok=True)
         with rundir.atomic_write(path, "w") as f:  # a torn suite.json would lose the plan
-            json.dump(dict(suite, analysis=suite.get("analysis") or stats.DEFAULT_ANALYSIS, runs=wanted,
+            json.dump(dict(suite, variants=portable_variants(suite["variants"]),
+                           analysis=suite.get("analysis") or stats.DEFAULT_ANALYSIS, runs=wanted,
                            **({"bridge_runs": scratch} if scratch else {})), f, indent=1)
     else:
         record = read_suite_record(sweep_dir)

@@ -115,15 +115,18 @@ def test_aa_suite_and_positive_control(data_dir, tmp_path, capsys):
     assert adhoc["comparisons"] == 1  # two variants here: one comparison, so a wider level than the suite's
     assert adhoc["variants"]["lr_low"]["diff_mean"] == pytest.approx(low["diff_mean"])
     assert not adhoc["allowed_declared"] and adhoc["allowed"] == ["learning_rate", "min_lr"]
-    # The seed planner reads this suite as a pilot: each variant's own paired sd, the seeds 0.01 would need.
+    # The seed planner reads this suite as a pilot with the analysis it declared (blocked, the default): each
+    # arm's own sd, the analysis's own df and critical value, the seeds 0.01 would need.
+    assert result["analysis"] == "blocked" and result["blocked_analysis"]["seeds"] == [1, 2, 3]
     capsys.readouterr()
     sweep.main([*suite_args(data_dir, path), "--plan=True", f"--pilot={suite_dir}"], launch=in_process(calls))
     planned = capsys.readouterr().out
-    plan = stats.plan_variants(compare.difference_sds(result), 3, 2, 0.05, 0.01)
+    plan = result["plan"]
+    assert plan["analysis"] == "blocked" and f"baseline: sd {plan['baseline_sd']:.4g}" in planned
     for name, own in plan["per_variant"].items():
-        assert f"{name}: sd {own['sd']:.4g} ({own['df']} df)" in planned
-    assert "2 comparison(s)" in planned and f"noisiest, {plan['noisiest']}" in planned
-    assert f"needs {plan['seeds_needed']} seeds" in planned
+        assert f"{name}: sd {own['sd']:.4g}, bound {own['sd_upper']:.4g}" in planned
+    assert "2 many-to-one comparison(s)" in planned and f"the noisiest: {plan['noisiest']}" in planned
+    assert (f"needs {plan['seeds_needed']} seeds" if plan["seeds_needed"] else "more seeds than") in planned
     assert "warning: the pilot ran seeds" not in planned  # its own runs: the suite itself, no other pilot
     # Issue 40: another suite planned from this one as its pilot is told to take disjoint seeds: seeds the
     # pilot ran would be the pilot's own runs, bit for bit, a look before its report
@@ -426,3 +429,13 @@ def test_the_blocked_report_says_its_analysis_and_decides_on_the_whole_tables_co
     assert "**blocked**" in render.analysis_text(report) and "seed(s) complete in every tested arm (1, 2, 3, 4, 5)" \
         in render.analysis_text(report)
     assert "simultaneous p = " in render.why(a)
+
+
+def test_suite_json_names_config_files_relative_to_the_repository(tmp_path):
+    from ablation import suites
+    suite = declared(tmp_path)
+    suite["variants"]["a"]["config"] = [os.path.join(runtime.REPO_DIR, "config", "train_ra_late.py"), "/elsewhere/x.py"]
+    suites.freeze_suite(suite, [("a-seed1", dict(variant="a", seed=1), [])], str(tmp_path / "out"))
+    frozen = json.load(open(tmp_path / "out" / "suite.json"))
+    assert frozen["variants"]["a"]["config"] == [os.path.join("config", "train_ra_late.py"), "/elsewhere/x.py"]
+    assert suites.check_declaration(declared(tmp_path), str(tmp_path / "out")) is not None  # it resumes
