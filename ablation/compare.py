@@ -254,8 +254,15 @@ def compare(suite, runs):
     report["looked_at_seeds"] = seeds
     report["alpha"], report["look"] = sequential_alpha(suite, seeds)
     report["level"] = stats.family_level(report["alpha"], k)
-    plan = stats.plan_variants(difference_sds(report), max(len(s) for s in suite["variants"].values()), k,
-                               report["alpha"], report["min_effect"])
+    report["analysis"] = suite.get("analysis") or "paired"  # a suite declared before the key: the paired analysis
+    planned_seeds = max(len(s) for s in suite["variants"].values())
+    if report["analysis"] == "blocked":
+        names, seeds_used, table = blocked_table(report)
+        report["blocked_analysis"] = dict(variants=names, seeds=seeds_used, arm_sds=arm_sds(table))
+        plan = stats.plan_blocked(report["blocked_analysis"]["arm_sds"], names, len(seeds_used), planned_seeds,
+                                  report["alpha"], report["min_effect"]) if names and len(seeds_used) >= 2 else None
+    else:
+        plan = stats.plan_variants(difference_sds(report), planned_seeds, k, report["alpha"], report["min_effect"])
     if plan:
         report["plan"] = plan
     decide(report)
@@ -299,10 +306,61 @@ def add_comparison(entry, report, suite, own, base_runs, base_values, values, re
                  blocked=blocked_verdict(confounds, incomplete, test["n"]))
 
 
+def untestable(report, v):
+    return v["blocked"] is not None or bool(report["measurement_problems"] and not v["confounds"])
+
+
+def blocked_table(report):
+    """(variants, seeds, table) of the blocked analysis: the baseline's row first, then every variant that can
+    be tested (no confound, no unfinished run, the metric measured alike), over the seeds complete across all
+    of them (declared: the whole table's complete seeds, so every contrast rests on the same blocks; a seed
+    missing in one tested arm leaves the table)."""
+    base = report["variants"][report["baseline"]]
+    names = [n for n, v in report["variants"].items() if n != report["baseline"] and not untestable(report, v)]
+    rows = [base["runs"]] + [report["variants"][n]["runs"] for n in names]
+    seeds = [s for s in base["runs"] if all((row.get(s) or {}).get("value") is not None for row in rows)]
+    table = np.array([[row[s]["value"] for s in seeds] for row in rows], dtype=np.float64).reshape(len(rows), len(seeds))
+    return names, [int(s.removeprefix("seed")) for s in seeds], table
+
+
+def arm_sds(table):
+    """Each arm's own sd (baseline first) in the blocked table: Shukla's block-adjusted estimate with three or
+    more arms; with two, the arms cannot be told apart and the contrast's sd over sqrt(2) stands for each."""
+    if table.shape[1] < 2 or len(table) < 2:  # no seed spread, or no testable variant
+        return []
+    if len(table) >= 3:
+        return [float(x) for x in np.sqrt(stats.arm_variances(table))]
+    return [float(np.std(table[1] - table[0], ddof=1) / math.sqrt(2))] * len(table)
+
+
+def decide_blocked(report):
+    """The blocked many-to-one analysis (stats.judge_blocked) over the whole table's complete seeds; what
+    cannot be tested keeps its blocked verdict, as in the paired analysis."""
+    names, seeds, table = blocked_table(report)
+    decisions, family = stats.judge_blocked(table, report["alpha"], report["goal"], report["min_effect"],
+                                            report.get("plan")) if names else ([], None)
+    report["blocked_analysis"].update(family or {})
+    decided = dict(zip(names, decisions))
+    for name, v in report["variants"].items():
+        if name == report["baseline"]:
+            continue
+        if report["measurement_problems"] and not v["confounds"]:
+            v["verdict"], v["reasons"] = "not comparable", [dict(code="measurement")]
+        elif v["blocked"]:
+            v["verdict"], v["reasons"] = v["blocked"]
+        else:
+            v.update(decided[name])
+        v.setdefault("p_holm", None)
+        v.setdefault("interval", None)
+        del v["blocked"], v["test"]
+
+
 def decide(report):
     """Holm over the family's raw p-values (stats.judge), then each comparison's verdict, with the
     interval at the level its Holm step tested. A comparison without a test counts as p = 1, so the
-    family keeps its planned size k."""
+    family keeps its planned size k. A suite that declared the blocked analysis: decide_blocked."""
+    if report.get("analysis") == "blocked":
+        return decide_blocked(report)
     compared = [v for n, v in report["variants"].items() if n != report["baseline"]]
     blocked = lambda v: v["blocked"] is not None or (report["measurement_problems"] and not v["confounds"])
     decisions = stats.judge([None if blocked(v) else v["test"] for v in compared], report["alpha"], report["goal"],

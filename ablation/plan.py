@@ -50,16 +50,15 @@ def pilot_plan_lines(suite, pilot_dir, budget_s, slots, own_dir=None):
         return ["no pilot: pass --pilot=SUITE_DIR (a finished suite; several, comma-separated, compare designs) "
                 "for the detectable effect, the seeds needed and the time"]
     label, pilot, runs = pilot_runs(suite, pilot_dir)
-    report = compare.compare(dict(pilot, alpha=alpha, min_effect=min_effect, record=[], looks=None), runs)
-    measured = compare.difference_sds(report)
-    parts = {v: measured.get(v) for v in suite["variants"] if v != suite["baseline"]}
+    analysis = suite.get("analysis") or stats.DEFAULT_ANALYSIS
+    report = compare.compare(dict(pilot, alpha=alpha, min_effect=min_effect, record=[], looks=None,
+                                  analysis=analysis), runs)
     lines = [f"from pilot {label} ({render.design_text(report)}):"]
-    plan = stats.plan_variants(parts, len(suite["seeds"]), k, alpha, min_effect)
+    plan, detect, needed = planned(report, suite, alpha, min_effect)
     if plan is None:
         return lines + [f"  no variant of this suite has two paired seeds in the pilot (its arms: "
                         f"{', '.join(pilot['variants'])}; this suite's: {', '.join(suite['variants'])}), so no sd to "
                         f"plan from"]
-    sd = plan["sd"]
     lines.append(render.describe_plan(plan))
     pilot_seeds = sorted({s for seeds in pilot["variants"].values() for s in seeds})
     own = own_dir is not None and os.path.realpath(pilot_dir) == os.path.realpath(own_dir)
@@ -83,15 +82,15 @@ def pilot_plan_lines(suite, pilot_dir, budget_s, slots, own_dir=None):
         lines.append(f"  the bridge adds about {bridge_s / slots / 60:.0f} min ({len(suite['bridge_seeds'])} seeds x "
                      f"{len(suite['variants'])} runs of about {run_s + trunk_s:.0f} s)")
     if min_effect:
-        for label, s in (("at the sd", sd), ("at its upper bound", plan["sd_upper"])):
-            n = stats.seeds_needed(s, min_effect, level)
+        for label, bound in (("at the sd", False), ("at its upper bound", True)):
+            n = needed(bound)
             lines.append(f"  min_effect {min_effect:g} {label}: " + (f"{n} seeds, about {minutes(n):.0f} min"
                                                                     if n else "out of reach"))
     for budget in [budget_s] if budget_s else BUDGETS_S:
         n = int(budget * slots // per_seed)
-        found = stats.detectable_effect(sd, n, level)  # the noisiest planned variant's
+        found = detect(n, False)  # the noisiest planned variant's
         lines.append(f"  budget {budget / 60:.0f} min: {n} seeds" + (
-            f" (about {minutes(n):.0f} min) detect {found:.3g} ({stats.detectable_effect(plan['sd_upper'], n, level):.3g} "
+            f" (about {minutes(n):.0f} min) detect {found:.3g} ({detect(n, True):.3g} "
             f"at the sd's upper bound)" if found else ": too few to detect anything"))
     if budget_s:
         n = int(budget_s * slots // per_seed)
@@ -99,6 +98,38 @@ def pilot_plan_lines(suite, pilot_dir, budget_s, slots, own_dir=None):
                      + ("" if own else " (disjoint from the pilot's)") + ", declared before its runs" if n >= 2 else
                      f"  so: {budget_s:g} s fits {n} seed(s), fewer than the 2 a paired test needs: raise --budget")
     return lines
+
+
+def planned(report, suite, alpha, min_effect):
+    """(plan, detect(n, at_bound), needed(at_bound)) from a pilot's report for this suite's declared analysis:
+    the paired analysis plans each variant on its own n - 1 df at Holm's alpha / k; the blocked analysis plans
+    with its own df and simultaneous critical value from the pilot's per-arm sds (stats.plan_blocked)."""
+    k = len(suite["variants"]) - 1
+    if report.get("analysis") == "blocked":
+        found = report.get("blocked_analysis") or {}
+        keep = [i for i, v in enumerate(found.get("variants", [])) if v in suite["variants"]]
+        sds = found.get("arm_sds") or []
+        if not keep or len(sds) < 2:
+            return None, None, None
+        arms, names = [sds[0]] + [sds[i + 1] for i in keep], [found["variants"][i] for i in keep]
+        plan = stats.plan_blocked(arms, names, len(found["seeds"]), len(suite["seeds"]), alpha, min_effect)
+        if plan is None:
+            return None, None, None
+        plan["unplanned"] = sorted(set(suite["variants"]) - {suite["baseline"], *names})
+        bounds = [stats.sd_upper_bound(sd, len(found["seeds"]) - 1) for sd in arms]
+        pick = lambda bound: bounds if bound else arms
+        detect = lambda n, bound: max(stats.blocked_detectable(pick(bound), n, alpha)) if n >= 2 else None
+        needed = lambda bound: stats.blocked_seeds_needed(pick(bound), min_effect, alpha)
+        return plan, detect, needed
+    measured = compare.difference_sds(report)
+    parts = {v: measured.get(v) for v in suite["variants"] if v != suite["baseline"]}
+    plan = stats.plan_variants(parts, len(suite["seeds"]), k, alpha, min_effect)
+    if plan is None:
+        return None, None, None
+    level = plan["level"]
+    detect = lambda n, bound: stats.detectable_effect(plan["sd_upper"] if bound else plan["sd"], n, level)
+    needed = lambda bound: stats.seeds_needed(plan["sd_upper"] if bound else plan["sd"], min_effect, level)
+    return plan, detect, needed
 
 
 def ladder_plan_text(suite, n_runs, ladder_dir, budget_s=None, slots=1):

@@ -44,6 +44,8 @@ def interval_cell(v):
     """The interval(s) a verdict rests on, each with its confidence and what it is: the Holm step's
     interval for a decision about 0 (not simultaneous), the family's simultaneous 1 - alpha/k interval
     for every claim about the margin (equivalent, negligible, beyond it)."""
+    if v.get("contrast") and v.get("interval"):  # the blocked analysis: one simultaneous interval decides everything
+        return f"{span(v['interval'])} {pct(v['interval_confidence'])} simultaneous"
     holm = f"{span(v['interval'])} {pct(v['interval_confidence'])} Holm step" if v.get("interval") else None
     margin = (f"{span(v['equivalence_interval'])} {pct(v['equivalence_confidence'])} simultaneous"
               if v.get("equivalence_interval") else None)
@@ -144,13 +146,7 @@ def header_lines(report):
             f"**{fmt(tokens)} tokens**, the largest token count at which every finished run was evaluated "
             f"(final token counts: {fmt(min(finals, default=None))} to {fmt(max(finals, default=None))}).",
             f"Paired differences are variant minus baseline (`{report['baseline']}`) on the same seed. "
-            f"**{report['comparisons']} comparison(s), Holm** at family-wise alpha {report['alpha']:.3g}: the p column "
-            f"is each paired t-test's raw p, p (Holm) the adjusted one that decides; each better/worse interval is at "
-            f"the level its Holm step tested (so it excludes 0 exactly when the verdict is better or worse; these "
-            f"step-level intervals are not simultaneous), and every claim about the margin (equivalent, negligible, "
-            f"beyond ±min_effect) rests on the simultaneous interval at 1 - alpha/k "
-            f"({pct(1 - report['level'])}, Bonferroni: all {report['comparisons']} cover together with "
-            f"probability >= {pct(1 - report['alpha'])}; TOST at alpha/2k per side). "
+            + analysis_text(report) +
             f"Smallest effect of interest (min_effect): "
             + (f"**±{report['min_effect']:g}** {UNITS.get(metric, '')}: a decided difference inside it is "
                f"reported as negligible." + margin_question(report) if report["min_effect"] else
@@ -160,6 +156,30 @@ def header_lines(report):
             + ("." if report["allowed_declared"] else " (no suite declared them: every config difference "
                                                       "between these runs is treated as intended)."),
             f"Looks: {sequential_text(report['look'])}."]
+
+
+def analysis_text(report):
+    """The analysis the suite declared before its runs (compare: report['analysis']), with its df."""
+    if report.get("analysis") == "blocked":
+        b = report.get("blocked_analysis") or {}
+        df = (f" on {b['family_df']:.3g} df (Welch-Satterthwaite, the least of the contrasts'), simultaneous critical "
+              f"|t| {b['critical']:.3g}" if b.get("family_df") else "")
+        return (f"Analysis (declared before the runs): **blocked**, the whole arms x seeds table with the seed as block, "
+                f"over the {len(b.get('seeds', []))} seed(s) complete in every tested arm ({', '.join(map(str, b.get('seeds', [])))}); "
+                f"**{report['comparisons']} many-to-one comparison(s)** against the baseline at family-wise alpha "
+                f"{report['alpha']:.3g}: each variant's variance and the baseline's estimated on their own from the "
+                f"block-adjusted residuals (the level holds when arms differ in noise), the contrasts' correlation through "
+                f"the shared baseline in a multivariate t{df}. The p (Holm) column holds the single-step simultaneous "
+                f"p, the p column the paired t-test's raw p (evidence); one simultaneous {pct(1 - report['alpha'])} "
+                f"interval per variant decides about 0 and about the margin (equivalence: it lies inside ±min_effect). ")
+    return (f"Analysis (declared before the runs): **paired**, **{report['comparisons']} comparison(s), Holm** at "
+            f"family-wise alpha {report['alpha']:.3g}, each paired t-test on its own n - 1 df: the p column "
+            f"is each paired t-test's raw p, p (Holm) the adjusted one that decides; each better/worse interval is at "
+            f"the level its Holm step tested (so it excludes 0 exactly when the verdict is better or worse; these "
+            f"step-level intervals are not simultaneous), and every claim about the margin (equivalent, negligible, "
+            f"beyond ±min_effect) rests on the simultaneous interval at 1 - alpha/k "
+            f"({pct(1 - report['level'])}, Bonferroni: all {report['comparisons']} cover together with "
+            f"probability >= {pct(1 - report['alpha'])}; TOST at alpha/2k per side). ")
 
 
 def markdown(report, plots):
@@ -695,7 +715,7 @@ def answer_of(report, name):
     v = report["variants"][name]
     return (report.get("answers") or {}).get(name) or dict({k: v.get(k) for k in (
         "verdict", "reasons", "n", "diff_mean", "interval", "interval_confidence", "equivalence_interval",
-        "equivalence_confidence", "p_holm")}, source="forked" if report.get("fork_at") is not None else "from_scratch",
+        "equivalence_confidence", "p_holm", "contrast")}, source="forked" if report.get("fork_at") is not None else "from_scratch",
         replaces=None)
 
 
@@ -710,7 +730,7 @@ def answer_design(report, a):
 
 def answer_interval(a):
     """The interval an answer is quoted with: the simultaneous one for claims about the margin, else the Holm step's."""
-    if a["verdict"] in ("equivalent",) or a["verdict"].endswith("negligible"):
+    if a["verdict"] in ("equivalent",) or a["verdict"].endswith("negligible") or a.get("contrast"):
         return a["equivalence_interval"], a["equivalence_confidence"], "simultaneous"
     return a["interval"], a["interval_confidence"], "Holm step"
 
@@ -767,7 +787,8 @@ def headline(report):
     a = report.get("about") or {}
     recipe = (f"at learning rate {fmt(a.get('learning_rate'))} ({'tuned' if is_tuned(report) else '**untuned**'})"
               if a.get("learning_rate") is not None else "")
-    return ["", f"**What this suite found** {recipe} (Holm over {report['comparisons']} at family-wise alpha "
+    family = "blocked many-to-one" if report.get("analysis") == "blocked" else "Holm"
+    return ["", f"**What this suite found** {recipe} ({family} over {report['comparisons']} at family-wise alpha "
                 f"{report['alpha']:.3g}; ±{fmt(report.get('min_effect'))} is the smallest effect that matters):", "",
             *[sentence(report, n) for n in names], "", f"How far it carries: {carry_text(report)}." if a else ""]
 
@@ -871,6 +892,11 @@ def step_interval(r):
            f"not simultaneous)"
 
 
+def blocked_interval(r):
+    return (f"the simultaneous {pct(r['confidence'])} interval {span(r['interval'])} (blocked many-to-one, |t| "
+            f"critical {r['critical']:.3g} on {r['family_df']:.3g} df; this contrast's own df {r['df']:.3g})")
+
+
 def simultaneous(r):
     return f"the simultaneous {pct(r['confidence'])} interval {span(r['interval'])}"
 
@@ -922,6 +948,9 @@ REASONS = {  # reason code -> its words, from the numbers the reason carries
                                  f"above the level {r['level']:.3g}: this verdict rests on the t-test's normality",
     "equivalent": lambda r: f"equivalent within ±{r['min_effect']:g}: {within_margin(r)}",
     "holm_holds_zero": lambda r: f"Holm-adjusted p = {r['p_holm']:.3g}; {step_interval(r)} holds 0",
+    "blocked_rejects": lambda r: f"simultaneous p = {r['p_adjusted']:.3g} < {r['alpha']:g}; {blocked_interval(r)} "
+                                 f"excludes 0",
+    "blocked_holds_zero": lambda r: f"simultaneous p = {r['p_adjusted']:.3g}; {blocked_interval(r)} holds 0",
     "reaches_margin": lambda r: f"{simultaneous(r)} reaches beyond ±{r['min_effect']:g}",
     "seed_plan": lambda r: "the suite's seed plan: " + (f"{r['seeds_needed']} seeds for {r['min_effect']:g}"
                                                         if r["seeds_needed"] else "see it below"),
@@ -1112,6 +1141,8 @@ def with_words(data):
 # ----------------------------------------------------------------------------- the seed plan and a ladder's plan
 
 def describe_plan(plan):
+    if plan.get("analysis") == "blocked":
+        return describe_blocked_plan(plan)
     if plan.get("per_variant"):
         return describe_variant_plan(plan)
     return describe_one_plan(plan)
@@ -1143,6 +1174,35 @@ def describe_variant_plan(plan):
     if plan["unplanned"]:
         lines.append(f"unplanned: {', '.join(plan['unplanned'])} (no two paired seeds to take an sd from: "
                      f"their noise is unknown, and the plan does not cover them)")
+    if plan["underpowered"]:
+        lines.append(f"warning: underpowered: {plan['seeds']} planned seeds cannot reliably detect "
+                     f"{plan['min_effect']:g} in {plan['noisiest']}; plan {plan['seeds_needed'] or 'far more'} or "
+                     f"declare a larger min_effect")
+    return "\n".join(lines)
+
+
+def describe_blocked_plan(plan):
+    """The blocked analysis's plan (stats.plan_blocked): per-arm sds and their bounds, and what the planned seeds
+    detect with the analysis's own df and simultaneous critical value."""
+    lines = [f"the blocked analysis's own df and critical value: per-arm sds from the table's block-adjusted residuals "
+             f"({plan['df']} df each), planned with their {pct(plan['sd_confidence'])} upper confidence bounds; "
+             f"{plan['comparisons']} many-to-one comparison(s) at family-wise alpha {plan['alpha']:g}, 80% power, "
+             f"{plan['seeds']} seeds"
+             + (f" ({plan['family_df']:.3g} df, critical |t| {plan['critical']:.3g} at the bounds):"
+                if plan.get("family_df") else ":"),
+             f"  baseline: sd {plan['baseline_sd']:.4g}, bound {plan['baseline_sd_upper']:.4g} (its variance enters "
+             f"every comparison)"]
+    for name, p in plan["per_variant"].items():
+        lines.append(f"  {name}: sd {p['sd']:.4g}, bound {p['sd_upper']:.4g}: detects "
+                     + (f"{p['detectable']:.3g} at the bounds ({p['detectable_at_sd']:.3g} at the sds)"
+                        if p["detectable"] else "nothing with so few seeds"))
+    if plan["min_effect"]:
+        lines.append(f"min_effect {plan['min_effect']:g} needs "
+                     + (f"{plan['seeds_needed']} seeds" if plan["seeds_needed"] else "more seeds than the planner "
+                        "searches") + f" in every variant at the bounds (the noisiest: {plan['noisiest']})")
+    if plan["unplanned"]:
+        lines.append(f"unplanned: {', '.join(plan['unplanned'])} (not in the pilot's table: their noise is unknown, "
+                     f"and the plan does not cover them)")
     if plan["underpowered"]:
         lines.append(f"warning: underpowered: {plan['seeds']} planned seeds cannot reliably detect "
                      f"{plan['min_effect']:g} in {plan['noisiest']}; plan {plan['seeds_needed'] or 'far more'} or "

@@ -313,3 +313,288 @@ def plan_variants(parts, seeds, k, alpha, min_effect):
     noisiest = max(per_variant, key=lambda name: per_variant[name]["sd_upper"] or 0.0)
     return dict(per_variant[noisiest], noisiest=noisiest, per_variant=per_variant,
                 unplanned=sorted(set(parts) - set(planned)))
+
+
+# ----------------------------------------------------------------------------- the blocked many-to-one analysis
+# A suite's whole arms x seeds table (arm 0 the baseline, complete seeds only), seed as block. Each variant's
+# contrast d_v = variant - baseline per seed removes the seed effect exactly; its variance is the baseline's
+# plus the variant's, each estimated on its own from the block-adjusted residuals of all arms (Shukla's 1972
+# stability variances: unbiased when arms differ in noise), with Welch-Satterthwaite degrees of freedom. The
+# k contrasts share the baseline, so their t statistics are correlated (var_0 / sqrt((var_0 + var_v)(var_0 +
+# var_w))): a seeded Monte Carlo of the largest |t| of that multivariate t gives the simultaneous critical value
+# and the single-step adjusted p (Dunnett's many-to-one, without its equal-variance pooling, which lets the
+# baseline's variance into every comparison: docs/ablation.md, The blocked analysis, measures both).
+
+ANALYSES = ("blocked", "paired")  # a suite's `analysis`; a suite.json from before the key means "paired"
+DEFAULT_ANALYSIS = "blocked"
+MAX_T_DRAWS = 20_000  # Monte Carlo draws of the largest |t| (fixed seed: the same table gives the same answer)
+
+
+def arm_variances(table, floor=0.1):
+    """Each arm's own residual variance in an arms x seeds table (K >= 3 arms, n >= 2 seeds), the seed effects
+    estimated from all arms: W_a = the arm's block-adjusted residual sum of squares / (n - 1) has expectation
+    (1 - 2/K) var_a + sum(var) / K^2, solved for var_a (Shukla 1972). A negative estimate (noise) is floored at a
+    tenth of the arms' mean (`floor`; None: the unbiased estimate itself, which can be negative)."""
+    y = np.asarray(table, dtype=np.float64)
+    K, n = y.shape[-2], y.shape[-1]
+    r = y - y.mean(-1, keepdims=True) - y.mean(-2, keepdims=True) + y.mean((-2, -1), keepdims=True)
+    w = (r ** 2).sum(-1) / (n - 1)
+    total = w.sum(-1, keepdims=True) * K / (K - 1)
+    var = K / (K - 2) * (w - total / K ** 2)
+    return var if floor is None else np.maximum(var, floor * total / K)
+
+
+def satterthwaite_df(var_base, var_variant, df):
+    """Welch-Satterthwaite degrees of freedom of var_base + var_variant, each estimated with df."""
+    return (var_base + var_variant) ** 2 / ((var_base ** 2 + var_variant ** 2) / df)
+
+
+@functools.lru_cache(maxsize=4)
+def _max_t_draws(k, draws=MAX_T_DRAWS):
+    rng = np.random.default_rng(20250806)
+    return rng.standard_normal((draws, k)), rng.random(draws)
+
+
+def max_abs_t(correlation, df, draws=MAX_T_DRAWS):
+    """Seeded draws of max_v |T_v| for a k-variate t with this correlation matrix and df (sorted)."""
+    from scipy import special
+    R = np.asarray(correlation, dtype=np.float64)
+    z, u = _max_t_draws(len(R), draws)
+    chi = special.chdtri(df, u) / df  # chi-square(df) / df from the fixed uniforms
+    t = (z @ np.linalg.cholesky(R).T) / np.sqrt(chi)[:, None]
+    return np.sort(np.abs(t).max(axis=1))
+
+
+def tail(sorted_max, value):
+    """P(max |T| >= value) from the sorted draws."""
+    return float((len(sorted_max) - np.searchsorted(sorted_max, value, side="left")) / len(sorted_max))
+
+
+def blocked_test(table, alpha, min_effect=None, draws=MAX_T_DRAWS):
+    """The blocked many-to-one analysis of one arms x seeds table (row 0 the baseline, complete seeds):
+    per variant its mean contrast, se, t, df, the single-step adjusted p and the simultaneous 1 - alpha
+    interval, and (with min_effect) the simultaneous TOST p. With two arms the arms' variances cannot be
+    told apart: the paired t of the one contrast."""
+    y = np.asarray(table, dtype=np.float64)
+    K, n = y.shape
+    d = y[1:] - y[0]
+    mean = d.mean(axis=1)
+    if K == 2:
+        var = np.array([0.0, float(d.var(ddof=1))])
+        df = np.array([n - 1.0])
+    else:
+        var = arm_variances(y)
+        df = satterthwaite_df(var[0], var[1:], n - 1)
+    contrast_var = var[0] + var[1:]
+    se = np.sqrt(contrast_var / n)
+    R = var[0] / np.sqrt(np.outer(contrast_var, contrast_var))
+    np.fill_diagonal(R, 1.0)
+    family_df = float(df.min())  # one df for the family: the contrast whose variance is the least certain
+    draws = max_abs_t(R, family_df, draws)
+    critical = float(np.quantile(draws, 1 - alpha))
+    t = mean / se
+    out = []
+    for v in range(K - 1):
+        row = dict(mean=float(mean[v]), se=float(se[v]), t=float(t[v]), df=float(df[v]), family_df=family_df,
+                   critical=critical, p_adjusted=tail(draws, abs(t[v])),
+                   interval=[float(mean[v] - critical * se[v]), float(mean[v] + critical * se[v])],
+                   confidence=1 - alpha, tost_p=None)
+        if min_effect:
+            row["tost_p"] = tail(draws, min((min_effect - mean[v]) / se[v], (min_effect + mean[v]) / se[v]))
+        out.append(row)
+    return dict(arms=K, n=n, arm_sd=np.sqrt(var).tolist(), family_df=family_df, critical=critical,
+                correlation=R.tolist(), contrasts=out)
+
+
+def blocked_power(effect, sd, n, df, critical):
+    """Power of one blocked contrast's two-sided test at the family's critical value: |T| > critical with T a
+    noncentral t (df, noncentrality effect * sqrt(n) / sd), sd the per-seed contrast sd."""
+    from scipy import stats as st
+    nc = effect * math.sqrt(n) / sd
+    return float(st.nct.sf(critical, df, nc) + st.nct.sf(critical, df, -nc))
+
+
+def blocked_design(arm_sds, n, alpha, draws=MAX_T_DRAWS):
+    """(per-variant contrast sds, their dfs, the family's df, the critical value) of the blocked analysis at n
+    seeds when the arms' sds are arm_sds (baseline first): the analysis's own df and critical value."""
+    var = np.asarray(arm_sds, dtype=np.float64) ** 2
+    contrast = var[0] + var[1:]
+    df = satterthwaite_df(var[0], var[1:], n - 1) if len(var) > 2 else np.array([n - 1.0])
+    R = var[0] / np.sqrt(np.outer(contrast, contrast))
+    np.fill_diagonal(R, 1.0)
+    critical = float(np.quantile(max_abs_t(R, float(df.min()), draws), 1 - alpha))
+    return np.sqrt(contrast), df, float(df.min()), critical
+
+
+def blocked_detectable(arm_sds, n, alpha, power=POWER):
+    """Each variant's smallest |effect| the blocked analysis at n seeds detects with `power` (its family df and
+    critical value, not n - 1 per variant): the root of blocked_power, checked by putting it back in."""
+    from scipy.optimize import brentq
+    sds, _, df, critical = blocked_design(arm_sds, n, alpha)
+    found = []
+    for sd in sds:
+        short = lambda e: blocked_power(e, sd, n, df, critical) - power
+        high = sd
+        while short(high) < 0:
+            high *= 2
+        effect = brentq(short, 0.0, high, xtol=1e-12 * sd)
+        if abs(short(effect)) > 1e-6:
+            raise ArithmeticError("the solver's root fails its check", dict(n=n, effect=effect))
+        found.append(effect)
+    return found
+
+
+def blocked_seeds_needed(arm_sds, min_effect, alpha, power=POWER, most=1000):
+    """Fewest seeds (at least MIN_SEEDS) at which the blocked analysis detects min_effect in every variant with
+    `power`: a bisection over n (None beyond `most`)."""
+    enough = lambda n: max(blocked_detectable(arm_sds, n, alpha, power)) <= min_effect
+    if not min_effect or not enough(most):
+        return None
+    low, high = MIN_SEEDS - 1, MIN_SEEDS
+    while not enough(high):
+        low, high = high, min(2 * high, most)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if enough(mid) else (mid, high)
+    return high
+
+
+def plan_blocked(arm_sds, names, n_table, seeds, alpha, min_effect):
+    """The seed plan of the blocked analysis: from the table's per-arm sds (baseline first, each from n_table
+    seeds), each bounded at its SD_CONFIDENCE upper bound (n_table - 1 df), what `seeds` seeds detect per
+    variant with the analysis's own df and critical value, and the seeds min_effect needs at the bounds."""
+    if n_table < 2 or len(arm_sds) < 2 or not all(arm_sds):
+        return None
+    upper = [sd_upper_bound(sd, n_table - 1) for sd in arm_sds]
+    at_sd = blocked_detectable(arm_sds, seeds, alpha) if seeds >= 2 else [None] * len(names)
+    at_bound = blocked_detectable(upper, seeds, alpha) if seeds >= 2 else [None] * len(names)
+    needed = blocked_seeds_needed(upper, min_effect, alpha) if min_effect else None
+    _, df, family_df, critical = blocked_design(upper, seeds, alpha) if seeds >= 2 else (None, None, None, None)
+    per_variant = {name: dict(sd=arm_sds[i + 1], sd_upper=upper[i + 1], detectable=at_bound[i],
+                              detectable_at_sd=at_sd[i]) for i, name in enumerate(names)}
+    noisiest = max(per_variant, key=lambda name: per_variant[name]["detectable"] or 0.0)
+    return dict(analysis="blocked", baseline_sd=arm_sds[0], baseline_sd_upper=upper[0], df=n_table - 1,
+                sd_confidence=SD_CONFIDENCE, seeds=seeds, comparisons=len(names), alpha=alpha, level=alpha,
+                family_df=family_df, critical=critical, min_effect=min_effect, seeds_needed=needed,
+                per_variant=per_variant, noisiest=noisiest, sd_upper=per_variant[noisiest]["sd_upper"],
+                unplanned=[], underpowered=bool(min_effect and (needed is None or needed > seeds)))
+
+
+def judge_blocked(table, alpha, goal, min_effect=None, plan=None, draws=MAX_T_DRAWS):
+    """Verdicts of the blocked analysis for the variants in `table` (row 0 the baseline; complete seeds):
+    one simultaneous 1 - alpha interval per variant decides about 0 (it excludes 0 exactly when the adjusted p
+    is below alpha) and about the margin (equivalent, negligible, beyond it), so no Holm step is needed."""
+    y = np.asarray(table, dtype=np.float64)
+    n = y.shape[1]
+    if n < MIN_SEEDS:
+        return [dict(verdict="too few seeds", p_holm=None, interval=None, reasons=[dict(
+            code="too_few_seeds", n=n, needed=MIN_SEEDS)]) for _ in range(len(y) - 1)], None
+    scale = float(np.abs(y).max())
+    if all(np.ptp(d) <= DETERMINISTIC_RTOL * scale for d in y[1:] - y[0]):  # no variance to test against
+        return [dict(verdict="deterministic", p_holm=None, interval=None, reasons=[dict(
+            code="deterministic", exact=not np.any(d), offset=float(d[0]), rtol=DETERMINISTIC_RTOL)])
+            for d in y[1:] - y[0]], None
+    result = blocked_test(y, alpha, min_effect, draws)
+    decisions = [decide_blocked(c, d, alpha, goal, min_effect, plan, n, scale)
+                 for c, d in zip(result["contrasts"], y[1:] - y[0])]
+    return decisions, {k: v for k, v in result.items() if k != "contrasts"}
+
+
+def decide_blocked(c, diffs, alpha, goal, min_effect, plan, n, scale):
+    """One variant's verdict under the blocked analysis (judge_blocked): codes and numbers only."""
+    ci = c["interval"]
+    out = dict(p_holm=c["p_adjusted"], interval=ci, interval_confidence=c["confidence"], equivalence_interval=ci
+               if min_effect else None, equivalence_confidence=c["confidence"] if min_effect else None,
+               tost_p=c["tost_p"], contrast=dict(c))
+    if np.ptp(diffs) <= DETERMINISTIC_RTOL * scale:
+        return dict(out, verdict="deterministic", p_holm=None, reasons=[dict(
+            code="deterministic", exact=not np.any(diffs), offset=float(diffs[0]), rtol=DETERMINISTIC_RTOL)])
+    step = dict(p_adjusted=c["p_adjusted"], alpha=alpha, interval=ci, confidence=c["confidence"], df=c["df"],
+                family_df=c["family_df"], critical=c["critical"])
+    inside = bool(min_effect) and -min_effect < ci[0] and ci[1] < min_effect
+    margin = dict(interval=ci, confidence=c["confidence"], min_effect=min_effect)
+    within = dict(margin, tost_p=c["tost_p"], tost_level=alpha)
+    if c["p_adjusted"] < alpha:
+        word = "better" if (c["mean"] < 0) == (goal == "lower") else "worse"
+        reasons = [dict(code="blocked_rejects", **step)]
+        if inside:
+            word = f"{word}, but negligible"
+            reasons.append(dict(code="negligible", **within))
+        elif min_effect:
+            beyond = ci[0] >= min_effect or ci[1] <= -min_effect
+            reasons.append(dict(code="beyond_margin" if beyond else "not_beyond_margin", **margin))
+        return dict(out, verdict=word, reasons=reasons)
+    if inside:
+        return dict(out, verdict="equivalent", reasons=[dict(code="equivalent", **within)])
+    reasons = [dict(code="blocked_holds_zero", **step)]
+    if min_effect:
+        reasons.append(dict(code="reaches_margin", **margin))
+        if plan:
+            reasons.append(dict(code="seed_plan", seeds_needed=plan["seeds_needed"], min_effect=min_effect))
+    return dict(out, verdict="inconclusive", reasons=reasons)
+
+
+# ----------------------------------------------------------------------------- calibration (tools/calibrate_analysis.py)
+
+def simulate_tables(arm_sds, seed_sd, n, tables, rng, effects=None):
+    """`tables` arms x seeds tables (baseline first): a seed effect shared by every arm of a seed, each arm's own
+    noise, and `effects` added to the variants' rows (the null without)."""
+    sds = np.asarray(arm_sds, dtype=np.float64)
+    y = rng.normal(0.0, seed_sd, (tables, 1, n)) + rng.standard_normal((tables, len(sds), n)) * sds[:, None]
+    if effects is not None:
+        y[:, 1:] += np.asarray(effects, dtype=np.float64)[:, None]
+    return y
+
+
+def paired_holm_rejects(y, alpha):
+    """(tables, k) rejections of the paired analysis: each variant's paired t on n - 1 df, Holm over k."""
+    from scipy import special
+    d = y[:, 1:] - y[:, :1]
+    n = d.shape[-1]
+    t = d.mean(-1) / (d.std(-1, ddof=1) / math.sqrt(n))
+    p = 2 * special.stdtr(n - 1, -np.abs(t))
+    k = p.shape[1]
+    order = np.argsort(p, axis=1)
+    ranked = np.take_along_axis(p, order, 1) * (k - np.arange(k))
+    adjusted = np.minimum(1.0, np.maximum.accumulate(ranked, axis=1))
+    out = np.empty_like(adjusted)
+    np.put_along_axis(out, order, adjusted, 1)
+    return out < alpha
+
+
+def pooled_dunnett_rejects(y, alpha):
+    """(tables, k) rejections of the pooled blocked Dunnett: one residual mean square over all arms ((K - 1)(n - 1)
+    df), contrasts' correlation 1/2: it assumes every arm is as noisy as the others."""
+    K, n = y.shape[1], y.shape[2]
+    r = y - y.mean(2, keepdims=True) - y.mean(1, keepdims=True) + y.mean((1, 2), keepdims=True)
+    df = (K - 1) * (n - 1)
+    ms = (r ** 2).sum((1, 2)) / df
+    t = (y[:, 1:].mean(2) - y[:, :1].mean(2)) / np.sqrt(2 * ms / n)[:, None]
+    R = np.full((K - 1, K - 1), 0.5)
+    np.fill_diagonal(R, 1.0)
+    critical = np.quantile(max_abs_t(R, df), 1 - alpha)
+    return np.abs(t) > critical
+
+
+def blocked_rejects(y, alpha, draws=MAX_T_DRAWS):
+    """(tables, k) rejections of the declared blocked analysis (blocked_test on each table)."""
+    return np.array([[c["p_adjusted"] < alpha for c in blocked_test(t, alpha, draws=draws)["contrasts"]] for t in y])
+
+
+def equal_variance_check_rejects(y, alpha, check_level=0.05, draws=MAX_T_DRAWS):
+    """(tables, k) rejections of check-then-choose: Bartlett's test on the arms' block-adjusted residuals picks the
+    pooled Dunnett when it passes (p >= check_level), the blocked analysis when it fails."""
+    from scipy import stats as st
+    r = y - y.mean(2, keepdims=True) - y.mean(1, keepdims=True) + y.mean((1, 2), keepdims=True)
+    pooled = pooled_dunnett_rejects(y, alpha)
+    out = np.empty_like(pooled)
+    for i, table in enumerate(y):
+        passes = st.bartlett(*r[i]).pvalue >= check_level
+        out[i] = pooled[i] if passes else [c["p_adjusted"] < alpha for c in blocked_test(table, alpha, draws=draws)["contrasts"]]
+    return out
+
+
+def family_rate(rejects):
+    """(share of tables with any rejection, its Monte Carlo standard error)."""
+    rate = float(np.asarray(rejects).any(axis=1).mean())
+    return rate, math.sqrt(rate * (1 - rate) / len(rejects))

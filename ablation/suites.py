@@ -19,7 +19,7 @@ from configurator import ConfigError
 
 SUITE_KEYS = ("variants", "baseline", "seeds", "metric", "allowed")
 SUITE_OPTIONS = ("nproc", "heatmap", "alpha", "min_effect", "looks", "ladder", "fork_at", "bridge_seeds",
-                 "fork_cold_starts", "tuning")
+                 "fork_cold_starts", "tuning", "analysis")
 FILE_KEYS = ("base", "overrides", "suite_dir", "sweep_dir", "slurm")  # what sweep.py reads from a suite file besides the suite
 
 
@@ -117,10 +117,15 @@ def read_suite(namespace, name, here, known_keys):
         raise err(f"fork_cold_starts={cold!r}: names of variants (not the baseline) that may fork without a "
                   f"function-preserving start, in a suite with fork_at")
     tuning = read_tuning(namespace.get("tuning"), here, list(seeds) + (bridge_seeds or []))
+    analysis = namespace.get("analysis")  # None: the default for a new suite, or what an existing suite.json declared
+    if analysis is not None and analysis not in stats.ANALYSES:
+        raise err(f"analysis={analysis!r}: the test declared before the runs, one of {stats.ANALYSES} ('blocked': the "
+                  f"whole arms x seeds table, seed as block, many-to-one simultaneous intervals; 'paired': a paired "
+                  f"t-test per variant, Holm)")
     return dict(name=name, variants=variants, baseline=namespace["baseline"], seeds=list(seeds),
                 metric=namespace["metric"], allowed=list(namespace["allowed"]), nproc=nproc, heatmap=heatmap,
                 alpha=alpha, min_effect=min_effect, looks=looks, ladder=sizes, fork_at=fork_at,
-                bridge_seeds=bridge_seeds, fork_cold_starts=list(cold), tuning=tuning)
+                bridge_seeds=bridge_seeds, fork_cold_starts=list(cold), tuning=tuning, analysis=analysis)
 
 
 def check_ladder(spec, variants):
@@ -302,6 +307,16 @@ def check_bridge_seeds(seeds, fork_at, sizes):
     return list(seeds)
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def portable_variants(variants):
+    """The variants as suite.json keeps them: config files inside the repository relative to its root, so a
+    committed declaration names no directory of the machine that ran it (nothing reads these paths back to run)."""
+    inside = lambda c: os.path.relpath(c, REPO) if os.path.isabs(c) and not os.path.relpath(c, REPO).startswith("..") else c
+    return {v: dict(body, config=[inside(c) for c in body.get("config", [])]) for v, body in variants.items()}
+
+
 def freeze_suite(suite, runs, sweep_dir):
     """suite.json: the declaration as of the first run, written once and never rewritten. Its metric,
     baseline, alpha, min_effect and looks cannot change afterwards (the report must not pick the most
@@ -315,7 +330,9 @@ def freeze_suite(suite, runs, sweep_dir):
     if first is None:
         os.makedirs(sweep_dir, exist_ok=True)
         with rundir.atomic_write(path, "w") as f:  # a torn suite.json would lose the plan
-            json.dump(dict(suite, runs=wanted, **({"bridge_runs": scratch} if scratch else {})), f, indent=1)
+            json.dump(dict(suite, variants=portable_variants(suite["variants"]),
+                           analysis=suite.get("analysis") or stats.DEFAULT_ANALYSIS, runs=wanted,
+                           **({"bridge_runs": scratch} if scratch else {})), f, indent=1)
     else:
         record = read_suite_record(sweep_dir)
         known = suite_runs(first, record)
@@ -350,12 +367,23 @@ def check_declaration(suite, sweep_dir):
         first = read_suite_json(path)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    for key in ("metric", "baseline", "alpha", "min_effect", "looks", "fork_at"):  # fork_at: the trunks on disk
+    for key in ("metric", "baseline", "alpha", "min_effect", "looks", "fork_at", "analysis"):  # fork_at: the trunks
+        if key == "analysis":  # on disk; analysis: a suite.json from before the key declared the paired analysis
+            if suite.get("analysis") not in (None, declared_analysis(first)):  # unset: the frozen one stands
+                raise ConfigError(
+                    f"{path} declared analysis={declared_analysis(first)!r} before its runs (a suite.json without the "
+                    f"key declared 'paired'); this suite says {suite['analysis']!r}: keep it, or start a new suite_dir")
+            continue
         if first.get(key) != suite.get(key) and (key in first or suite.get(key) is not None):
             raise ConfigError(
                 f"{path} declared {key}={first.get(key)!r} before its runs; this suite says {suite.get(key)!r}: "
                 f"keep it, or start a new suite_dir")
     return first
+
+
+def declared_analysis(declared):
+    """The analysis a frozen suite.json declared: one written before the key existed declared the paired one."""
+    return declared.get("analysis") or "paired"
 
 
 def read_suite_record(suite_dir):
@@ -420,6 +448,7 @@ def load_suite_dir(suite_dir):
     suite = {k: declared.get(k) for k in ("name", "metric", "baseline", "allowed", "heatmap", "alpha", "min_effect",
                                           "looks")}
     suite.update(record=read_suite_record(suite_dir), declared_seeds=declared.get("seeds"),
+                 analysis=declared_analysis(declared),
                  tuning=current_tuning(declared.get("tuning")))
     suite["variants"], runs = {}, {}
     looked = max(compare.looks_taken(suite["record"]), default=0)

@@ -115,15 +115,18 @@ def test_aa_suite_and_positive_control(data_dir, tmp_path, capsys):
     assert adhoc["comparisons"] == 1  # two variants here: one comparison, so a wider level than the suite's
     assert adhoc["variants"]["lr_low"]["diff_mean"] == pytest.approx(low["diff_mean"])
     assert not adhoc["allowed_declared"] and adhoc["allowed"] == ["learning_rate", "min_lr"]
-    # The seed planner reads this suite as a pilot: each variant's own paired sd, the seeds 0.01 would need.
+    # The seed planner reads this suite as a pilot with the analysis it declared (blocked, the default): each
+    # arm's own sd, the analysis's own df and critical value, the seeds 0.01 would need.
+    assert result["analysis"] == "blocked" and result["blocked_analysis"]["seeds"] == [1, 2, 3]
     capsys.readouterr()
     sweep.main([*suite_args(data_dir, path), "--plan=True", f"--pilot={suite_dir}"], launch=in_process(calls))
     planned = capsys.readouterr().out
-    plan = stats.plan_variants(compare.difference_sds(result), 3, 2, 0.05, 0.01)
+    plan = result["plan"]
+    assert plan["analysis"] == "blocked" and f"baseline: sd {plan['baseline_sd']:.4g}" in planned
     for name, own in plan["per_variant"].items():
-        assert f"{name}: sd {own['sd']:.4g} ({own['df']} df)" in planned
-    assert "2 comparison(s)" in planned and f"noisiest, {plan['noisiest']}" in planned
-    assert f"needs {plan['seeds_needed']} seeds" in planned
+        assert f"{name}: sd {own['sd']:.4g}, bound {own['sd_upper']:.4g}" in planned
+    assert "2 many-to-one comparison(s)" in planned and f"the noisiest: {plan['noisiest']}" in planned
+    assert (f"needs {plan['seeds_needed']} seeds" if plan["seeds_needed"] else "more seeds than") in planned
     assert "warning: the pilot ran seeds" not in planned  # its own runs: the suite itself, no other pilot
     # Issue 40: another suite planned from this one as its pilot is told to take disjoint seeds: seeds the
     # pilot ran would be the pilot's own runs, bit for bit, a look before its report
@@ -371,3 +374,68 @@ def test_declared_looks_keep_the_family_wise_error_at_alpha_and_unplanned_looks_
     assert naive.mean() > 0.1, naive.mean()
     alpha, note = compare.sequential_alpha(dict(alpha=0.05, record=record[:2]), 10)  # no plan: said, not hidden
     assert alpha == 0.05 and note["code"] == "unplanned_looks" and note["looks"] == [3, 6, 10]
+
+
+def declared(tmp_path, **keys):
+    """A suite file's declaration read as sweep.py reads it (ablation/suites.read_suite)."""
+    from ablation import suites
+    namespace = dict(variants={"base": {}, "a": {"learning_rate": 1e-3}, "b": {"learning_rate": 2e-3}},
+                     baseline="base", seeds=[1, 2, 3], metric="val_loss", allowed=["learning_rate"], **keys)
+    return suites.read_suite(namespace, "suite_declared", str(tmp_path), ["learning_rate"])
+
+
+def test_a_suite_declares_its_analysis_before_its_runs_and_cannot_change_it(tmp_path):
+    from ablation import suites
+    with pytest.raises(configurator.ConfigError, match="analysis='pooled'.*one of"):
+        declared(tmp_path, analysis="pooled")
+    runs = [(f"{v}-seed{s}", dict(variant=v, seed=s), []) for v in ("base", "a", "b") for s in (1, 2, 3)]
+    new = str(tmp_path / "new")
+    suites.freeze_suite(declared(tmp_path), runs, new)  # a new suite: the blocked analysis, frozen
+    assert json.load(open(os.path.join(new, "suite.json")))["analysis"] == "blocked" == stats.DEFAULT_ANALYSIS
+    assert suites.load_suite_dir(new)[0]["analysis"] == "blocked"
+    with pytest.raises(configurator.ConfigError, match="declared analysis='blocked' before its runs.*'paired'"):
+        suites.check_declaration(declared(tmp_path, analysis="paired"), new)
+    # a suite.json written before the key declared the paired analysis: it keeps it, resumes, and refuses a change
+    old = str(tmp_path / "old")
+    suites.freeze_suite(declared(tmp_path, analysis="paired"), runs, old)
+    frozen = json.load(open(os.path.join(old, "suite.json")))
+    del frozen["analysis"]
+    json.dump(frozen, open(os.path.join(old, "suite.json"), "w"))
+    assert suites.load_suite_dir(old)[0]["analysis"] == "paired"
+    assert suites.check_declaration(declared(tmp_path), old) is not None  # the suite file unchanged: it resumes
+    with pytest.raises(configurator.ConfigError, match="declared analysis='paired'.*without the key"):
+        suites.check_declaration(declared(tmp_path, analysis="blocked"), old)
+
+
+def test_the_blocked_report_says_its_analysis_and_decides_on_the_whole_tables_complete_seeds():
+    rng = np.random.default_rng(4)
+    values = {("base", s): 2.0 + 0.01 * rng.standard_normal() for s in range(1, 7)}
+    values.update({("a", s): values[("base", s)] + 0.05 + 0.005 * rng.standard_normal() for s in range(1, 7)})
+    values.update({("b", s): values[("base", s)] + 0.005 * rng.standard_normal() for s in range(1, 7)})
+    report = {"baseline": "base", "measurement_problems": [], "alpha": 0.05, "goal": "lower", "min_effect": 0.01,
+              "analysis": "blocked", "variants": {}}
+    for v in ("base", "a", "b"):
+        runs = {f"seed{s}": dict(value=None if (v, s) == ("b", 6) else values[(v, s)]) for s in range(1, 7)}
+        report["variants"][v] = dict(runs=runs, blocked=None, confounds={}, test=None)
+    names, seeds, table = compare.blocked_table(report)
+    assert names == ["a", "b"] and seeds == [1, 2, 3, 4, 5] and table.shape == (3, 5)  # seed 6 lacks b: out
+    report["blocked_analysis"] = dict(variants=names, seeds=seeds)
+    compare.decide(report)
+    a, b = report["variants"]["a"], report["variants"]["b"]
+    assert a["verdict"] == "worse" and a["reasons"][0]["code"] == "blocked_rejects"
+    assert b["verdict"] in ("inconclusive", "equivalent")
+    assert report["blocked_analysis"]["family_df"] > len(seeds) - 1  # more df than one paired t-test's
+    report.update(comparisons=2, level=0.05)
+    assert "**blocked**" in render.analysis_text(report) and "seed(s) complete in every tested arm (1, 2, 3, 4, 5)" \
+        in render.analysis_text(report)
+    assert "simultaneous p = " in render.why(a)
+
+
+def test_suite_json_names_config_files_relative_to_the_repository(tmp_path):
+    from ablation import suites
+    suite = declared(tmp_path)
+    suite["variants"]["a"]["config"] = [os.path.join(runtime.REPO_DIR, "config", "train_ra_late.py"), "/elsewhere/x.py"]
+    suites.freeze_suite(suite, [("a-seed1", dict(variant="a", seed=1), [])], str(tmp_path / "out"))
+    frozen = json.load(open(tmp_path / "out" / "suite.json"))
+    assert frozen["variants"]["a"]["config"] == [os.path.join("config", "train_ra_late.py"), "/elsewhere/x.py"]
+    assert suites.check_declaration(declared(tmp_path), str(tmp_path / "out")) is not None  # it resumes

@@ -1,0 +1,114 @@
+"""Calibrate a suite's declared analysis by simulation: family-wise false positives under heteroscedastic
+nulls, and the detectable effect at several seed counts.
+
+    python tools/calibrate_analysis.py                      # docs/ablation.md holds its output
+    python tools/calibrate_analysis.py --tables=1000 --power_tables=300   # quicker, rougher
+
+Each simulated table is one from-scratch suite: 5 arms (the baseline first) x n seeds, a seed effect shared by
+the arms of a seed (sd 0.0048) and each arm's own noise. The arms' sds are the flagship's measured ones
+(reports/ra_shakespeare: baseline 0.0124, variants 0.0073-0.0105), then the baseline twice as noisy as the
+variants, then all equal. Under each null it prints the share of tables in which any variant is called better
+or worse (family-wise rate, with its Monte Carlo standard error) for:
+- paired-Holm: each variant's paired t on n - 1 df, Holm over the 4 (the analysis of suites declared before
+  the `analysis` key);
+- pooled Dunnett: the blocked table's residual pooled over all arms ((K - 1)(n - 1) df), correlation 1/2;
+- check-then-choose: Bartlett on the block-adjusted residuals, pooled Dunnett when it passes, else blocked;
+- blocked (declared): ablation/stats.blocked_test, the default `analysis` of a new suite.
+Then, at the flagship's sds, the effect each analysis detects with 80% power at 5, 8, 10 and 18 seeds (the
+planner's answers: paired-Holm at Holm's first step alpha/k on the noisiest variant's paired sd; pooled Dunnett
+on the pooled sd with (K - 1)(n - 1) df; blocked from stats.blocked_detectable, its own df and critical value),
+and the blocked analysis's simulated power at its planned effect (placed in the noisiest variant).
+"""
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)  # a tool imports the workbench's modules from the repository root
+
+import configurator  # noqa: E402
+from ablation import stats  # noqa: E402
+
+OPTIONS = dict(
+    tables=4000,  # simulated tables per null
+    power_tables=1000,  # simulated tables per seed count for the power check
+    seeds=5,  # seeds per table under the nulls
+    alpha=0.05,  # family-wise level
+    seed=2026,  # the simulation's random seed
+)
+FLAGSHIP = [0.0124, 0.0073, 0.0085, 0.0095, 0.0105]  # reports/ra_shakespeare: each arm's seed-to-seed sd
+SEED_SD = 0.0048  # the flagship's seed effect
+VARIANT_MEAN = float(np.mean(FLAGSHIP[1:]))
+NULLS = {"flagship sds": FLAGSHIP, "baseline sd twice the variants'": [2 * VARIANT_MEAN] + [VARIANT_MEAN] * 4,
+         "equal sds": [float(np.sqrt(np.mean(np.square(FLAGSHIP))))] * 5}
+ANALYSES = {"paired-Holm": stats.paired_holm_rejects, "pooled Dunnett": stats.pooled_dunnett_rejects,
+            "check-then-choose": stats.equal_variance_check_rejects, "blocked (declared)": stats.blocked_rejects}
+SEED_COUNTS = (5, 8, 10, 18)
+
+
+def null_rows(options, rng):
+    rows = []
+    for null, sds in NULLS.items():
+        y = stats.simulate_tables(sds, SEED_SD, options["seeds"], options["tables"], rng)
+        rates = [stats.family_rate(reject(y, options["alpha"])) for reject in ANALYSES.values()]
+        rows.append(f"| {null} ({', '.join(f'{s:.4g}' for s in sds)}) | "
+                    + " | ".join(f"{100 * r:.1f}% ± {100 * e:.1f}" for r, e in rates) + " |")
+    return rows
+
+
+def pooled_detectable(sds, n, alpha):
+    """The pooled Dunnett's detectable effect when its pooled sd is the arms' root mean square (its own view)."""
+    from scipy import stats as st
+    from scipy.optimize import brentq
+    K, df = len(sds), (len(sds) - 1) * (n - 1)
+    R = np.full((K - 1, K - 1), 0.5)
+    np.fill_diagonal(R, 1.0)
+    critical = float(np.quantile(stats.max_abs_t(R, df), 1 - alpha))
+    sd = math.sqrt(2 * np.mean(np.square(sds)))
+    power = lambda e: st.nct.sf(critical, df, e * math.sqrt(n) / sd) + st.nct.sf(critical, df, -e * math.sqrt(n) / sd)
+    return brentq(lambda e: power(e) - stats.POWER, 0.0, 10 * sd)
+
+
+def power_rows(options, rng):
+    rows = []
+    k, alpha = len(FLAGSHIP) - 1, options["alpha"]
+    paired_sd = math.sqrt(FLAGSHIP[0] ** 2 + max(FLAGSHIP[1:]) ** 2)
+    for n in SEED_COUNTS:
+        blocked = stats.blocked_detectable(FLAGSHIP, n, alpha)
+        _, _, df, critical = stats.blocked_design(FLAGSHIP, n, alpha)
+        effects = np.zeros(k)
+        effects[int(np.argmax(blocked))] = max(blocked)
+        y = stats.simulate_tables(FLAGSHIP, SEED_SD, n, options["power_tables"], rng, effects)
+        found = stats.blocked_rejects(y, alpha)[:, int(np.argmax(blocked))]
+        power = float(found.mean())
+        rows.append(f"| {n} | {stats.detectable_effect(paired_sd, n, alpha / k):.4f} | "
+                    f"{pooled_detectable(FLAGSHIP, n, alpha):.4f} | {min(blocked):.4f}-{max(blocked):.4f} | "
+                    f"{df:.3g}, {critical:.3f} | {100 * power:.1f}% ± {100 * math.sqrt(power * (1 - power) / len(y)):.1f} |")
+    return rows
+
+
+def main(argv):
+    options, paths = configurator.options_and_paths(argv, OPTIONS)
+    if paths or options["tables"] < 100 or options["power_tables"] < 100 or options["seeds"] < 3 \
+            or not 0 < options["alpha"] < 1:
+        raise configurator.ConfigError("--tables and --power_tables >= 100, --seeds >= 3, --alpha in (0, 1); no paths "
+                                       "(python tools/calibrate_analysis.py --help)")
+    rng, start = np.random.default_rng(options["seed"]), time.time()
+    lines = [f"Family-wise false-positive rate under the null, {options['seeds']} seeds x 5 arms, seed effect sd "
+             f"{SEED_SD}, alpha {options['alpha']:g}, {options['tables']} tables per null (± one Monte Carlo se):", "",
+             "| null (arm sds, baseline first) | " + " | ".join(ANALYSES) + " |", "|---" * (len(ANALYSES) + 1) + "|",
+             *null_rows(options, rng), "",
+             f"Detectable effect (80% power, family-wise alpha {options['alpha']:g}) at the flagship's sds, and the "
+             f"blocked analysis's simulated power at its planned effect in the noisiest variant "
+             f"({options['power_tables']} tables per row):", "",
+             "| seeds | paired-Holm | pooled Dunnett (pooled sd) | blocked (declared), per variant | blocked df, critical |t| "
+             "| blocked power at its planned effect |", "|---|---|---|---|---|---|", *power_rows(options, rng), "",
+             f"({time.time() - start:.0f} s; seed {options['seed']})"]
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    configurator.run_script(main)
