@@ -1171,14 +1171,21 @@ def describe_variant_plan(plan):
         lines.append(f"the plan covers the noisiest, {plan['noisiest']} (bound {plan['sd_upper']:.4g})"
                      + (f": min_effect {plan['min_effect']:g} needs {plan['seeds_needed']} seeds"
                         if plan["min_effect"] and plan["seeds_needed"] else ""))
+    lines += plan_warnings(plan, "no two paired seeds to take an sd from")
+    return "\n".join(lines)
+
+
+def plan_warnings(plan, why_unplanned):
+    """A plan's closing lines: the variants it could not plan (and why), and a plan too small for min_effect."""
+    lines = []
     if plan["unplanned"]:
-        lines.append(f"unplanned: {', '.join(plan['unplanned'])} (no two paired seeds to take an sd from: "
-                     f"their noise is unknown, and the plan does not cover them)")
+        lines.append(f"unplanned: {', '.join(plan['unplanned'])} ({why_unplanned}: their noise is unknown, and "
+                     f"the plan does not cover them)")
     if plan["underpowered"]:
         lines.append(f"warning: underpowered: {plan['seeds']} planned seeds cannot reliably detect "
                      f"{plan['min_effect']:g} in {plan['noisiest']}; plan {plan['seeds_needed'] or 'far more'} or "
                      f"declare a larger min_effect")
-    return "\n".join(lines)
+    return lines
 
 
 def describe_blocked_plan(plan):
@@ -1200,13 +1207,7 @@ def describe_blocked_plan(plan):
         lines.append(f"min_effect {plan['min_effect']:g} needs "
                      + (f"{plan['seeds_needed']} seeds" if plan["seeds_needed"] else "more seeds than the planner "
                         "searches") + f" in every variant at the bounds (the noisiest: {plan['noisiest']})")
-    if plan["unplanned"]:
-        lines.append(f"unplanned: {', '.join(plan['unplanned'])} (not in the pilot's table: their noise is unknown, "
-                     f"and the plan does not cover them)")
-    if plan["underpowered"]:
-        lines.append(f"warning: underpowered: {plan['seeds']} planned seeds cannot reliably detect "
-                     f"{plan['min_effect']:g} in {plan['noisiest']}; plan {plan['seeds_needed'] or 'far more'} or "
-                     f"declare a larger min_effect")
+    lines += plan_warnings(plan, "not in the pilot's table")
     return "\n".join(lines)
 
 

@@ -111,12 +111,17 @@ def seeds_needed(sd, min_effect, level, power=POWER):
     MOST_SEEDS would be needed (or there is no sd or no min_effect): render.describe_plan says which."""
     if not sd or not min_effect:
         return None
-    enough = lambda n: t_power(min_effect / sd, n, level) >= power
-    if not enough(MOST_SEEDS):
+    return fewest_seeds(lambda n: t_power(min_effect / sd, n, level) >= power, MOST_SEEDS)
+
+
+def fewest_seeds(enough, most):
+    """The fewest n in [MIN_SEEDS, most] for which enough(n) holds, enough growing with n: doubling, then a
+    bisection. None when even `most` is not enough."""
+    if not enough(most):
         return None
     low, high = MIN_SEEDS - 1, MIN_SEEDS
     while not enough(high):
-        low, high = high, min(2 * high, MOST_SEEDS)
+        low, high = high, min(2 * high, most)
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (low, mid) if enough(mid) else (mid, high)
@@ -447,16 +452,9 @@ def blocked_detectable(arm_sds, n, alpha, power=POWER):
 def blocked_seeds_needed(arm_sds, min_effect, alpha, power=POWER, most=1000):
     """Fewest seeds (at least MIN_SEEDS) at which the blocked analysis detects min_effect in every variant with
     `power`: a bisection over n (None beyond `most`)."""
-    enough = lambda n: max(blocked_detectable(arm_sds, n, alpha, power)) <= min_effect
-    if not min_effect or not enough(most):
+    if not min_effect:
         return None
-    low, high = MIN_SEEDS - 1, MIN_SEEDS
-    while not enough(high):
-        low, high = high, min(2 * high, most)
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (low, mid) if enough(mid) else (mid, high)
-    return high
+    return fewest_seeds(lambda n: max(blocked_detectable(arm_sds, n, alpha, power)) <= min_effect, most)
 
 
 def plan_blocked(arm_sds, names, n_table, seeds, alpha, min_effect):
