@@ -10,10 +10,11 @@ import resource
 import statistics
 import sys
 import time
+import warnings
 from contextlib import nullcontext
 
 import torch
-from torch.nn.attention import SDPBackend
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from configurator import ConfigError
 
@@ -74,18 +75,37 @@ def sdpa_calls(cfg):
     return tuple(calls)
 
 
+def fused_sdpa_takes_unequal_value_size(device, dtype):
+    """Whether a fused SDPA backend (flash, memory-efficient, cuDNN; not the math kernel) runs a value head
+    size unlike the query/key one on this device and dtype (torch dtype): one tiny causal call, tried."""
+    q, v = torch.zeros(1, 1, 16, 32, device=device, dtype=dtype), torch.zeros(1, 1, 16, 16, device=device, dtype=dtype)
+    fused = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
+    try:
+        with warnings.catch_warnings(), sdpa_kernel(fused):
+            warnings.simplefilter("ignore")  # each refusing backend warns why
+            torch.nn.functional.scaled_dot_product_attention(q, q, v, is_causal=True)
+        return True
+    except RuntimeError:
+        return False
+
+
 def sdpa_call_backend(call, device, dtype, n_head, head_dim, block_size, window=0, dropout=0.0):
-    """The kernel the dispatcher picks for one of sdpa_calls' calls at this shape (see sdpa_backend)."""
+    """The kernel the dispatcher picks for one of sdpa_calls' calls at this shape (see sdpa_backend). Mix
+    passes v of the head size where a fused kernel takes that (fused_sdpa_takes_unequal_value_size), else
+    v zero-padded to q's doubled size, as ra_model.mix_sdpa does."""
     T, D, windowed = block_size, head_dim, 0 < window < block_size
     dtype = getattr(torch, dtype)
     keys, size = (2 * T if windowed else T, 2 * D) if call == "mix" else (T, D)
     q = torch.zeros(1, n_head, T, size, device=device, dtype=dtype, requires_grad=True)
     k = torch.zeros(1, n_head, keys, size, device=device, dtype=dtype, requires_grad=True)
+    v = k
+    if call == "mix" and fused_sdpa_takes_unequal_value_size(device, dtype):
+        v = torch.zeros(1, n_head, keys, D, device=device, dtype=dtype, requires_grad=True)
     mask = None
     if call != "attention" and windowed:  # a bool mask as reciprocal_sdpa builds it (T x keys)
         mask = torch.ones(T, keys, dtype=torch.bool, device=device)
     scale = 1.0 / D**0.5 if call == "mix" else None
-    return SDPBackend(torch._fused_sdp_choice(q, k, k, mask, dropout, mask is None, scale=scale)).name
+    return SDPBackend(torch._fused_sdp_choice(q, k, v, mask, dropout, mask is None, scale=scale)).name
 
 
 def sdpa_probe(cfg, device, dtype):

@@ -395,24 +395,6 @@ def tma_bitwise_row(attention, ra, device, T, D, H):
                + ("swap, mix, gate equal bit for bit" if not differ else "; ".join(differ)))
 
 
-def mix_call_backend(device, dtype, n_head, head_dim, block_size, window=0):
-    """The SDPA kernel mix's own call gets (ra_model.mix_sdpa): q and k doubled to 2 x head size, v of the head
-    size where a fused backend takes that (ra_model.sdpa_takes_unequal_value_size), else zero-padded to 2 x;
-    windowed: 2T keys and a (T, 2T) bool mask."""
-    from torch.nn.attention import SDPBackend
-    from ra_model import sdpa_takes_unequal_value_size
-    T, D, windowed = block_size, head_dim, 0 < window < block_size
-    dtype = getattr(torch, dtype)
-    keys = 2 * T if windowed else T
-    dv = D if sdpa_takes_unequal_value_size(torch.device(device), dtype) else 2 * D
-    q = torch.zeros(1, n_head, T, 2 * D, device=device, dtype=dtype, requires_grad=True)
-    k = torch.zeros(1, n_head, keys, 2 * D, device=device, dtype=dtype, requires_grad=True)
-    v = torch.zeros(1, n_head, keys, dv, device=device, dtype=dtype, requires_grad=True)
-    mask = torch.ones(T, keys, dtype=torch.bool, device=device) if windowed else None
-    choice = torch._fused_sdp_choice(q, k, v, mask, 0.0, mask is None, scale=1.0 / D**0.5)
-    return SDPBackend(choice).name, dv
-
-
 def sdpa_probe_rows(device):
     """Which SDPA kernel each of RA's calls gets at GPT-2's shape in bf16: MATH is a warning."""
     import devices
@@ -421,10 +403,6 @@ def sdpa_probe_rows(device):
     for mode, window in (("mix", 0), ("mix", 128), ("swap", 0), ("gate", 128)):
         cfg = dict(runtime.DEFAULTS, **GPT2, model_type="ra", ra_pattern="all", ra_mode=mode, ra_window=window)
         probe = devices.sdpa_probe(cfg, device, "bfloat16")
-        if mode == "mix":  # the probe passes v = k (2 x head size); mix passes v of the head size where it can
-            backend, dv = mix_call_backend(device, "bfloat16", GPT2["n_head"], GPT2["n_embd"] // GPT2["n_head"],
-                                           GPT2["block_size"], window)
-            probe = {f"mix (v of {dv} columns)": backend}
         rows.append(speed("kernels", f"SDPA kernel for RA {mode}, window {window}", devices.sdpa_warning(probe) is None,
                           ", ".join(sorted(set(probe.values()))),
                           ", ".join(f"{c}: {b}" for c, b in probe.items()) + " (MATH materializes the scores)"))

@@ -50,7 +50,7 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 from configurator import ConfigError
-from devices import device_ms
+from devices import device_ms, fused_sdpa_takes_unequal_value_size
 from model import (GPT, Block, CausalSelfAttention, GPTConfig, attention_core, attention_params, block_params,
                    causal_attention)
 
@@ -166,7 +166,7 @@ def sdpa_takes_unequal_value_size(device, dtype):
     keeps its answer as a constant (probe_as_constant, at model build): no graph break."""
     key = (str(device), dtype)
     if key not in _unequal_value_size:
-        _unequal_value_size[key] = _probe_unequal_value_size(device, dtype)
+        _unequal_value_size[key] = fused_sdpa_takes_unequal_value_size(device, dtype)
         if not _unequal_value_size[key]:
             warn_once(f"reciprocal_sdpa: no fused SDPA backend takes a value head size unlike q's on {device} "
                       f"({dtype}); mix pads v to the doubled head size")
@@ -180,19 +180,6 @@ def probe_as_constant():
     graph. Done when a layer that mixes through SDPA is built, not at import: importing Dynamo imports
     Triton, whose interpreter mode (TRITON_INTERPRET) a test chooses after importing this module."""
     torch.compiler.assume_constant_result(sdpa_takes_unequal_value_size)
-
-
-def _probe_unequal_value_size(device, dtype):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    q, v = torch.zeros(1, 1, 16, 32, device=device, dtype=dtype), torch.zeros(1, 1, 16, 16, device=device, dtype=dtype)
-    fused = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
-    try:
-        with warnings.catch_warnings(), sdpa_kernel(fused):
-            warnings.simplefilter("ignore")  # each refusing backend warns why
-            F.scaled_dot_product_attention(q, q, v, is_causal=True)
-        return True
-    except RuntimeError:
-        return False
 
 
 def reciprocal_sdpa(q, k, v, mode, alpha, p, window, dropout_p, kq=None):

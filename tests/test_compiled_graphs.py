@@ -56,10 +56,11 @@ def test_a_compiled_block_is_one_graph_without_a_break(counted, path):
 def test_a_graph_break_fails_the_compile_row(monkeypatch):
     """Without the build-time marking, the probe traced inside the block breaks its graph: the row says
     how many and FAILs (the check that gpu_check.py runs on the GPU, fed here a break of the old kind)."""
+    import devices
     import ra_model
 
     def unmarked(device, dtype):  # the probe as it was: called in the traced forward, answer not constant
-        return ra_model._probe_unequal_value_size(device, dtype)
+        return devices.fused_sdpa_takes_unequal_value_size(device, dtype)
 
     monkeypatch.setattr(ra_model, "sdpa_takes_unequal_value_size", unmarked)
     monkeypatch.setattr(ra_model, "probe_as_constant", lambda: None)

@@ -213,3 +213,20 @@ def test_a_users_cublas_workspace_setting_is_kept(monkeypatch, restore_determini
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
     devices.use_deterministic_algorithms(True)
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+
+
+@pytest.mark.parametrize("takes_unequal", [True, False])
+def test_the_mix_probe_asks_for_the_value_size_mix_passes(monkeypatch, takes_unequal):
+    """mix passes v of the head size where a fused kernel takes that, else v padded to q's 2 x head size:
+    the checklist's probe asks the dispatcher about that call, not about v = k."""
+    seen = []
+    monkeypatch.setattr(devices, "fused_sdpa_takes_unequal_value_size", lambda device, dtype: takes_unequal)
+    monkeypatch.setattr(torch, "_fused_sdp_choice", lambda q, k, v, *args, **kwargs: seen.append(
+        (q.shape[-1], k.shape[-1], v.shape[-1])) or 0)
+    devices.sdpa_call_backend("mix", "cpu", "float32", n_head=2, head_dim=16, block_size=8)
+    assert seen == [(32, 32, 16 if takes_unequal else 32)]
+
+
+def test_the_unequal_value_size_probe_answers_for_this_build():
+    """The probe runs a real fused call: on a CPU build its flash kernel refuses a value size unlike q's."""
+    assert devices.fused_sdpa_takes_unequal_value_size("cpu", torch.float32) is False
