@@ -425,9 +425,8 @@ def test_the_blocked_report_says_its_analysis_and_decides_on_the_whole_tables_co
     assert b["verdict"] in ("inconclusive", "equivalent")
     assert report["blocked_analysis"]["family_df"] > len(seeds) - 1  # more df than one paired t-test's
     report.update(comparisons=2, level=0.05)
-    assert "**blocked**" in render.analysis_text(report) and "seed(s) complete in every tested arm (1, 2, 3, 4, 5)" \
-        in render.analysis_text(report)
-    assert "simultaneous p = " in render.why(a)
+    assert report["analysis"] == "blocked" and report["blocked_analysis"]["seeds"] == [1, 2, 3, 4, 5]
+    assert a["reasons"][0]["p_adjusted"] < a["reasons"][0]["alpha"] == 0.05  # the simultaneous p decides
 
 
 def test_suite_json_names_config_files_relative_to_the_repository(tmp_path):
