@@ -89,8 +89,9 @@ def test_aa_suite_and_positive_control(data_dir, tmp_path, capsys):
     evals = lambda run: [e for e in rundir.read_events(os.path.join(suite_dir, run)) if e["event"] == "eval"]
     gaps = [evals(f"lr_low-seed{s}")[-1]["val_loss"] - evals(f"base-seed{s}")[-1]["val_loss"] for s in (1, 2, 3)]
     assert low["differences"] == pytest.approx(gaps) and low["diff_mean"] == pytest.approx(np.mean(gaps))
-    md = open(os.path.join(suite_dir, "report.md")).read()
-    assert "| lr_low | **worse** | 3 |" in md and "compared at **6144 tokens**" in md
+    on_disk = json.load(open(os.path.join(suite_dir, "report.json")))
+    assert on_disk["variants"]["lr_low"]["verdict"] == "worse" and on_disk["variants"]["lr_low"]["n"] == 3
+    assert on_disk["compared_at_tokens"] == 6144
     for png in ("metric_vs_tokens.png", "paired_differences.png"):
         assert os.path.getsize(os.path.join(suite_dir, png)) > 1000
     # the runs share a W&B group; each run directory can repeat itself
@@ -158,7 +159,6 @@ def test_hidden_confounds_are_refused_and_reported(data_dir, tmp_path):
     sweep.main([*suite_args(data_dir, path), "--allow_confounds=True"], launch=in_process(calls))
     entry = json.load(open(os.path.join(suite_dir, "report.json")))["variants"]["sneaky"]
     assert entry["verdict"] == "not comparable" and entry["confounds"]["batch_size"] == [2, 12]
-    assert "batch_size = 2 vs baseline 12" in open(os.path.join(suite_dir, "report.md")).read()
 
     # Another dataset behind the same data_dir: only the measured facts can tell.
     data = tmp_path / "data"
@@ -191,7 +191,6 @@ def test_a_failed_run_is_shown_and_makes_the_verdict_incomplete(data_dir, tmp_pa
     assert entry["runs"]["seed2"]["status"] == "failed" and entry["verdict"] == "incomplete"
     assert entry["reasons"][0] == dict(code="unfinished", unfinished=[dict(variant=True, seed=2, status="failed")],
                                        non_finite=[], metric="val_loss") and entry["n"] == 1
-    assert "| other | 2 | failed |" in open(os.path.join(suite_dir, "report.md")).read()
 
 
 def test_pairing_check_names_weights_that_start_differently():
@@ -261,8 +260,9 @@ def test_time_limited_runs_are_compared_at_equal_tokens_with_every_plot(tmp_path
     for png in ("metric_vs_tokens.png", "paired_differences.png", "syncs_vs_loss.png", "sparsity_vs_ppl.png",
                 "heatmap.png"):
         assert os.path.getsize(tmp_path / png) > 1000, png
-    text = open(path).read()
-    assert "compared at **300 tokens**" in text and "final token counts: 350 to 700" in text
+    assert path.endswith("report.md")
+    finals = [t for t in result["final_tokens"].values() if t]
+    assert result["compared_at_tokens"] == 300 and (min(finals), max(finals)) == (350, 700)
 
 
 def test_a_suite_with_nproc_runs_each_variant_under_torchrun(data_dir, tmp_path):
@@ -324,8 +324,7 @@ def test_a_report_names_every_damaged_file_and_draws_nothing_from_it(tmp_path):
     assert other["verdict"] == "incomplete" and f"{tmp_path}/other-seed2 (run_info.json)" in next(
         r for r in other["reasons"] if r["code"] == "records_missing")["records"]
     assert not other["confounds"] and not result["measurement_problems"]  # missing is not different
-    text = open(tmp_path / "out" / "report.md").read()
-    assert "## Damaged files" in text and "other-seed2/run_info.json is damaged" in text
+    assert os.path.exists(tmp_path / "out" / "report.md")
     # Without a readable config.json a run cannot be placed in a variant: refused, naming the damage.
     (tmp_path / "base-seed3" / "config.json").write_text('{"seed": 3, "learn')
     with pytest.raises(configurator.ConfigError, match=re.escape(
@@ -426,9 +425,8 @@ def test_the_blocked_report_says_its_analysis_and_decides_on_the_whole_tables_co
     assert b["verdict"] in ("inconclusive", "equivalent")
     assert report["blocked_analysis"]["family_df"] > len(seeds) - 1  # more df than one paired t-test's
     report.update(comparisons=2, level=0.05)
-    assert "**blocked**" in render.analysis_text(report) and "seed(s) complete in every tested arm (1, 2, 3, 4, 5)" \
-        in render.analysis_text(report)
-    assert "simultaneous p = " in render.why(a)
+    assert report["analysis"] == "blocked" and report["blocked_analysis"]["seeds"] == [1, 2, 3, 4, 5]
+    assert a["reasons"][0]["p_adjusted"] < a["reasons"][0]["alpha"] == 0.05  # the simultaneous p decides
 
 
 def test_suite_json_names_config_files_relative_to_the_repository(tmp_path):

@@ -251,7 +251,7 @@ def test_seeds_added_after_a_look_never_rewrite_the_declaration_and_the_report_s
     sweep.main([path, *toy_args(data_dir)], launch=written_runs(calls))
     declared = open(os.path.join(suite_dir, "suite.json")).read()
     first = json.load(open(os.path.join(suite_dir, "report.json")))
-    assert first["sequential"] == "one look, at 3 seeds: family-wise alpha 0.05" and first["alpha"] == 0.05
+    assert first["look"]["code"] == "one_look" and first["look"]["seeds"] == 3 and first["alpha"] == 0.05
     path, _ = write_growing_suite(tmp_path, [1, 2, 3, 4, 5])
     sweep.main([path, *toy_args(data_dir)], launch=written_runs(calls))
     assert calls == [f"{v}-seed{s}" for s in (1, 2, 3) for v in ("base", "other")] + \
@@ -264,9 +264,9 @@ def test_seeds_added_after_a_look_never_rewrite_the_declaration_and_the_report_s
     assert sorted(record[1]["runs"]) == ["base-seed4", "base-seed5", "other-seed4", "other-seed5"]
     result = json.load(open(os.path.join(suite_dir, "report.json")))
     assert result["variants"]["other"]["n"] == 5
-    assert result["sequential"].startswith("NOT AT NOMINAL ALPHA: 2 looks (reports at [3, 5] seeds)")
-    assert "base-seed4, base-seed5, other-seed4, other-seed5 after 1 look(s)" in result["sequential"]
-    assert "Looks: NOT AT NOMINAL ALPHA" in open(os.path.join(suite_dir, "report.md")).read()
+    look = result["look"]  # not at nominal alpha: 2 looks without a plan, and the runs added after the first
+    assert look["code"] == "unplanned_looks" and look["looks"] == [3, 5] and not look["planned"]
+    assert look["added"] == dict(runs=["base-seed4", "base-seed5", "other-seed4", "other-seed5"], looks_before=1)
     # rebuilding the report at the same seed count is no new look
     report_text = open(os.path.join(suite_dir, "report.md")).read()
     import report
@@ -280,11 +280,11 @@ def test_a_declared_group_sequential_plan_spends_alpha_over_its_looks(data_dir, 
     sweep.main([path, *toy_args(data_dir)], launch=written_runs(calls))
     first = json.load(open(os.path.join(suite_dir, "report.json")))
     spent = lambda t: 2 * scipy_norm.sf(scipy_norm.isf(0.025) / t ** 0.5)  # O'Brien-Fleming-type spending
-    assert first["alpha"] == pytest.approx(spent(3 / 5)) and first["sequential"].startswith("look 1 of the 2 declared")
+    assert first["alpha"] == pytest.approx(spent(3 / 5)) and (first["look"]["code"], first["look"]["number"], first["look"]["planned"]) == ("planned_look", 1, [3, 5])
     path, _ = write_growing_suite(tmp_path, [1, 2, 3, 4, 5], looks=[3, 5])
     sweep.main([path, *toy_args(data_dir)], launch=written_runs(calls))
     second = json.load(open(os.path.join(suite_dir, "report.json")))
-    assert second["alpha"] == pytest.approx(0.05 - spent(3 / 5)) and second["sequential"].startswith("look 2 of the 2")
+    assert second["alpha"] == pytest.approx(0.05 - spent(3 / 5)) and (second["look"]["code"], second["look"]["number"], second["look"]["planned"]) == ("planned_look", 2, [3, 5])
     path, _ = write_growing_suite(tmp_path, [1, 2, 3, 4, 5], looks=[3, 6])
     with pytest.raises(configurator.ConfigError, match=r"declared looks=\[3, 5\] before its runs"):
         sweep.main([path, *toy_args(data_dir)], launch=written_runs(calls))
@@ -307,7 +307,8 @@ def test_a_suite_rerun_with_another_recipe_is_refused_before_anything_runs(data_
     import report
     report.main([suite_dir])
     result = json.load(open(os.path.join(suite_dir, "report.json")))
-    assert any(p.startswith("recipe: base-seed3 has min_lr=0.0002, base-seed1 0.0001") for p in result["measurement"])
+    assert any((m["code"], m["run"], m["key"], m["value"], m["other"], m["other_value"]) == (
+        "recipe", "base-seed3", "min_lr", 0.0002, "base-seed1", 0.0001) for m in result["measurement_problems"])
     assert result["variants"]["other"]["verdict"] == "not comparable"
 
 
@@ -331,7 +332,7 @@ def test_a_crashed_sweeps_report_with_no_tested_verdict_is_no_look(data_dir, tmp
     assert not os.path.exists(os.path.join(suite_dir, "suite_record.jsonl"))
     sweep.main([path, *toy_args(data_dir)], launch=crash_one)
     final = json.load(open(os.path.join(suite_dir, "report.json")))
-    assert final["sequential"] == "one look, at 3 seeds: family-wise alpha 0.05"
+    assert final["look"]["code"] == "one_look" and final["look"]["looks"] == [3] and final["alpha"] == 0.05
 
 
 def test_a_deleted_suite_json_is_never_declared_again_after_a_look(data_dir, tmp_path):

@@ -127,10 +127,9 @@ def test_the_bridge_verdicts_and_headline_from_a_report():
     assert report["answers"]["gated"]["verdict"] == "inconclusive"
     assert report["answers"]["gated"]["replaces"] == dict(verdict="equivalent", source="forked",
                                                           reasons=[dict(code="bridge", status="lost at the fork")])
-    head = "\n".join(render.headline(report))
-    assert "**gated**, from scratch (the bridge's seeds): **cannot be told from the baseline**" in head
-    assert "the forked verdict, equivalent, does not stand" in head
-    assert "**good**, forked at step 5: is **better**" in head
+    assert report["answers"]["gated"]["source"] == "bridge"  # from scratch, the bridge's seeds, in the fork's place
+    assert report["answers"]["good"]["verdict"] == "better" and report["answers"]["good"]["source"] == "forked"
+    assert report["answers"]["good"]["replaces"] is None
     assert "inconclusive" in render.why_line(report, "gated", report["variants"]["gated"])
     table = "\n".join(render.transfer_lines(report))
     assert "| good | " in table and "**confirmed**" in table and "**lost at the fork**" in table
@@ -216,9 +215,9 @@ def test_a_forked_suite_with_bridge_seeds_runs_them_from_scratch_and_reports_jum
     assert report["does_not_stand"]["gated"] == [dict(code="bridge", status="underpowered")]
     answer = report["answers"]["gated"]  # in its place the from-scratch verdict: 2 bridge seeds are too few
     assert answer["verdict"] == "too few seeds" and answer["replaces"]["reasons"] == report["does_not_stand"]["gated"]
-    text = open(os.path.join(suite_dir, "report.md")).read()
-    assert "## Loss jump at the fork" in text and "## How far the forked answer carries" in text
-    assert "| gated | **too few seeds** (from scratch, the bridge's seeds; forked: " in text
+    assert set(report["fork_jumps"]) == {"base", "gated"} and set(report["bridge"]["variants"]) == {"gated"}
+    assert answer["source"] == "bridge" and answer["replaces"]["source"] == "forked"  # from scratch, the bridge's seeds
+    assert answer["replaces"]["verdict"] == report["variants"]["gated"]["verdict"]  # ...in place of the forked verdict
     plan_text = seed_plan.seed_plan_text(sweep.parse_args(suite_args(data_dir, path))[0]["suite"], len(calls),
                                          [suite_dir])
     assert "bridge: 4 runs from scratch" in plan_text
@@ -351,7 +350,10 @@ def test_a_jump_beyond_the_margin_is_a_design_problem_in_the_headline():
     report["variants"]["gated"].update(verdict="worse", reasons=[], n=2, diff_mean=0.05)
     report["variants"]["kept"].update(verdict="inconclusive", reasons=[], n=2, diff_mean=0.0)
     report["answers"] = bridge.answers(report)
-    head = "\n".join(render.headline(report))
-    assert "loss jump at the fork +0.05 beyond the margin ±0.01 (a design problem)" in head
-    assert "**gated**, forked at step 5: has **no answer**" in head
+    gated = report["answers"]["gated"]
+    assert gated["verdict"] == "no answer" and gated["source"] == "forked"
+    assert gated["replaces"]["verdict"] == "worse"
+    [jump] = gated["replaces"]["reasons"]  # the design problem: a loss jump at the fork beyond the margin
+    assert jump["code"] == "fork_jump" and jump["mean"] == pytest.approx(0.05) and jump["margin"] == pytest.approx(0.01)
+    assert report["answers"]["kept"]["replaces"] is None
     assert "| gated | +0.05 | +0.049, +0.051 | **design problem: beyond the margin** |" in "\n".join(render.transfer_lines(report))
