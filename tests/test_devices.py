@@ -3,6 +3,8 @@ the GPU's calls (stood in for on a CPU), MFU by hand, the matmul peak's arithmet
 random stream, the deterministic-algorithms switch. What train.py makes of them (the checklist, the
 logged step times and MFU): tests/test_train.py."""
 import os
+import subprocess
+import sys
 import time
 from contextlib import nullcontext
 
@@ -11,6 +13,7 @@ import torch
 
 import configurator
 import devices
+from helpers import REPO
 from model import GPT, GPTConfig
 
 
@@ -85,21 +88,27 @@ def test_synchronize_and_peak_memory_ask_cuda_only_on_a_gpu(monkeypatch):
     assert devices.peak_memory_mib("cuda:1") == 3.5
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads Linux's /proc")
+def test_a_cpus_peak_memory_is_the_processes_peak_resident_size_in_mib():
+    # A fresh process: a test worker keeps freed heap resident (devices.keep_freed_memory), which a new
+    # tensor would reuse without raising the peak.
+    script = """
+import os, torch, devices
 def resident_mib():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads Linux's /proc")
-def test_a_cpus_peak_memory_is_the_processes_peak_resident_size_in_mib():
-    before = resident_mib()
-    assert devices.peak_memory_mib("cpu") >= before - 1  # a peak, in MiB (Linux's ru_maxrss is in KiB)
-    block = torch.ones(128 * 2**20 // 4)  # 128 MiB, written
-    assert devices.peak_memory_mib("cpu") >= before + 100
-    peak = devices.peak_memory_mib("cpu")
-    del block
-    devices.reset_peak_memory("cpu")
-    assert devices.peak_memory_mib("cpu") >= peak  # the process's peak never resets
+before = resident_mib()
+assert devices.peak_memory_mib("cpu") >= before - 1  # a peak, in MiB (Linux's ru_maxrss is in KiB)
+block = torch.ones(128 * 2**20 // 4)  # 128 MiB, written
+assert devices.peak_memory_mib("cpu") >= before + 100
+peak = devices.peak_memory_mib("cpu")
+del block
+devices.reset_peak_memory("cpu")
+assert devices.peak_memory_mib("cpu") >= peak  # the process's peak never resets
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert done.returncode == 0, done.stderr
 
 
 def test_device_ms_is_the_median_of_the_timed_calls_after_the_warmup(monkeypatch):

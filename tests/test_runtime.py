@@ -117,7 +117,9 @@ def test_accumulation_must_divide_over_the_data_parallel_ranks():
 def test_a_good_config_passes_unchanged_but_for_the_derived_keys():
     cfg = dict(TOY, gradient_accumulation_steps=0, tokens_per_iter=256)
     resolved = runtime.resolve(cfg, 1)
-    assert {k for k in cfg if resolved[k] != cfg[k]} == {"gradient_accumulation_steps"}
+    # compile=None settles by the device (False on this CPU), gradient_accumulation_steps=0 from tokens_per_iter
+    assert {k for k in cfg if resolved[k] != cfg[k]} == {"gradient_accumulation_steps", "compile"}
+    assert resolved["compile"] is False and resolved["gradient_accumulation_steps"] == 256 // (4 * 16)
 
 
 # ----------------------------------------------------------------------------- the model registry
