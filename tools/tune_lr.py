@@ -37,6 +37,9 @@ import subprocess
 import sys
 import time
 
+import numpy
+import scipy.stats
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # a tool imports the workbench's modules from the repository root
 
@@ -48,14 +51,14 @@ import runtime  # noqa: E402
 from ablation import compare, suites  # noqa: E402
 
 OPTIONS = dict(
-    seeds="901,902",  # the tuning seeds: at least 2, none of them a seed a comparison uses
+    seeds="901,902,903",  # the tuning seeds: at least 3, none of them a seed a comparison uses
     factors="1,2,4",  # the first grid, as multiples of the recipe's own learning rate
     step=2.0,  # the grid's ratio between neighbouring rates (an edge extends the grid by one step)
     max_points=8,  # the most baseline rates tried before giving up on bracketing
     rule="one_se",  # 'one_se': the lowest rate within one paired standard error of the lowest mean; 'lowest_mean'
-    refine=1,  # times the bracketed grid is refined around the best rate (midpoints at the step's square root)
-    variants=True,  # also run every variant at 0.5x, 1x and 2x of the baseline's best rate
-    check_seeds="",  # the seeds of that check, some of the tuning seeds ('' = all of them; fewer cost fewer runs)
+    refine=1,  # halvings of the step (in log rate) beside the best rate, refined until reached (step ** 0.5 ** refine <= 1.5)
+    variants=True,  # also tune every variant on its own grid, started at 0.5x, 1x and 2x of the baseline's best rate
+    check_seeds="",  # the seeds of the variants' grids: at least 3 of the tuning seeds ('' = all of them)
     write="",  # the recipe file whose learning_rate and min_lr lines get the tuned values ('' = none)
     out="",  # where tuning.json and tuning.md go ('' = the sweep directory)
     sweep_dir="",  # the runs ('' = out-tune-<suite>)
@@ -68,6 +71,8 @@ def rate_text(lr):
     return f"{lr:.3g}"
 
 
+MIN_SEEDS = 3  # per rate: 2 seeds give a 1-df standard error, and a 1.4x optimum is read as 1x half the time
+MAX_STEP_AROUND_BEST = 1.5  # the widest ratio between the best rate and its neighbours once refined
 MIN_RATIO = 1.02  # neighbouring rates at least 2% apart: their 3-digit names (rate_text) never collide
 
 
@@ -230,108 +235,227 @@ def mean_over_seeds(options, variant, lr, ratio, seeds, metric):
     return sum(values) / len(values), values
 
 
-def tune_baseline(suite, base_lr, ratio, options, seeds):
-    """Rates tried (ascending) with their mean and per-seed values, the best one's index, and whether the
-    best is bracketed. Rates are base_lr * step ** exponent."""
-    body, name, metric = suite["variants"][suite["baseline"]], suite["baseline"], suite["metric"]
-    step = options["step"]
+def tune_grid(options, variant, start_lr, exponents, seeds, metric):
+    """Rates tried (ascending) with their mean and per-seed values, the lowest mean's index, and whether it is
+    bracketed. Rates are start_lr * step ** exponent: while the lowest mean sits at an edge the grid grows by one
+    step that way (its span at most max_points rates); then the gaps beside it are halved until each is at most
+    step ** 0.5 ** refine, wherever the lowest mean moves meanwhile."""
+    body, step = options["body"][variant], options["step"]
+    widest = 0.5 ** options["refine"] + 1e-9  # in steps
 
     def rows_at(exponents):
-        rates = [base_lr * step ** e for e in sorted(exponents)]
+        rates = [start_lr * step ** e for e in exponents]
         names = [rate_text(lr) for lr in rates]
         if len(set(names)) != len(names):  # two rates would train into one directory
             raise configurator.ConfigError(f"rates {', '.join(repr(lr) for lr in rates)} share directory names "
                                            f"({', '.join(names)}): use factors and a --step at least {MIN_RATIO}x apart")
-        run_missing([job for lr in rates for job in jobs_at(options, name, body, lr, ratio, seeds)],
+        run_missing([job for lr in rates for job in jobs_at(options, variant, body, lr, options["ratio"], seeds)],
                     metric, options["cpu_runs"])
-        rows = [(lr, *mean_over_seeds(options, name, lr, ratio, seeds, metric)) for lr in rates]
+        rows = [(lr, *mean_over_seeds(options, variant, lr, options["ratio"], seeds, metric)) for lr in rates]
         return rows, min(range(len(rows)), key=lambda i: rows[i][1])
 
-    exponents = sorted({round(math.log(f, step), 6) for f in options["factors"]})
-    rows, best = rows_at(exponents)
-    while best in (0, len(rows) - 1) and len(exponents) < options["max_points"]:
-        print(f"best rate {rate_text(rows[best][0])} at the grid's edge: extending the grid", flush=True)
-        exponents = [exponents[0] - 1, *exponents] if best == 0 else [*exponents, exponents[-1] + 1]
+    exponents = sorted(exponents)
+    while True:
         rows, best = rows_at(exponents)
-    if best in (0, len(rows) - 1):
-        return rows, best, False
-    for level in range(1, options["refine"] + 1):
-        centre = sorted(exponents)[best]
-        exponents = sorted({*exponents, centre - 0.5 ** level, centre + 0.5 ** level})
-        rows, best = rows_at(exponents)
-    return rows, best, True
-
-
-def chosen_rate(rows, best, rule):
-    """The index of the rate the recipe gets (suites.chosen_rate: a tuning.json is checked by the same rule)."""
-    return suites.chosen_rate(rows, best, rule)
-
-
-def check_variants(suite, best_lr, ratio, options, seeds):
-    """{variant: [(factor, mean, values)]} at CHECK_FACTORS x the baseline's best rate."""
-    metric, jobs, out = suite["metric"], [], {}
-    for variant, body in suite["variants"].items():
-        if variant == suite["baseline"]:
+        if best in (0, len(rows) - 1):
+            if exponents[-1] - exponents[0] + 1 >= options["max_points"] - 1e-9:
+                return rows, best, False
+            print(f"{variant}: best rate {rate_text(rows[best][0])} at the grid's edge: extending the grid", flush=True)
+            exponents = [exponents[0] - 1, *exponents] if best == 0 else [*exponents, exponents[-1] + 1]
             continue
-        for f in CHECK_FACTORS:
-            jobs += jobs_at(options, variant, body, best_lr * f, ratio, seeds)
-    run_missing(jobs, metric, options["cpu_runs"])
-    for variant in suite["variants"]:
-        if variant != suite["baseline"]:
-            out[variant] = [(f, *mean_over_seeds(options, variant, best_lr * f, ratio, seeds, metric))
-                            for f in CHECK_FACTORS]
+        centre, below, above = exponents[best], exponents[best - 1], exponents[best + 1]
+        halves = [(centre + side) / 2 for side in (below, above) if abs(centre - side) > widest]
+        if not halves:
+            return rows, best, True
+        exponents = sorted({*exponents, *halves})
+
+
+CONFIDENCE = 0.95  # of the interval for each arm's optimum
+
+
+def fit_optimum(rows, seeds, span, shared_lr, level_seeds):
+    """The quadratic in log(rate) fitted to the per-seed values of the rates within a factor `span` of the lowest
+    mean (the bowl near the optimum; far rates and diverged runs would bend it), each seed its own level (every
+    seed trains at every rate, so its lasting offset is a block). Returns data: `code` 'fitted' (a bounded
+    interval), 'unbounded' (the curvature is not significant: the interval is no interval), 'not_bracketed' (a
+    bowl open downwards or an optimum outside the fitted rates: no optimum) or 'too_few_rates'; the optimum and
+    its interval as rates, whether the interval covers shared_lr, and the curve's value at the optimum averaged
+    over level_seeds' levels (what an effect at the optimum compares).
+
+    The interval is Fieller's: the log rates x where the fitted slope b + 2cx is within t se of 0. Under the
+    model's normal errors its coverage is exact, where the delta method's is not when c is poorly known (then
+    Fieller's set is honestly unbounded), and "covers the shared rate" is then the test of a zero slope there.
+    tests/test_tune_lr.py checks the coverage by simulation at the flagship's curvature and noise."""
+    lowest = min(rows, key=lambda row: row[1])[0]
+    x0 = math.log(lowest)
+    near = [(math.log(lr) - x0, values) for lr, _, values in rows if abs(math.log(lr / lowest)) <= math.log(span) + 1e-9]
+    obs = [(x, j, v) for x, values in near for j, v in enumerate(values) if math.isfinite(v)]
+    blocks = sorted({j for _, j, _ in obs})
+    design = numpy.array([[x, x * x, *(float(j == k) for k in blocks)] for x, j, _ in obs])
+    df = len(obs) - design.shape[1] if obs else 0
+    fit = dict(rates=[math.exp(x0 + x) for x, _ in near], df=df, optimum_lr=None, interval=None, covers_shared=None,
+               level=None)
+    if len({x for x, _, _ in obs}) < 3 or df < 1:
+        return dict(fit, code="too_few_rates")
+    y = numpy.array([v for _, _, v in obs])
+    beta = numpy.linalg.lstsq(design, y, rcond=None)[0]
+    residual = y - design @ beta
+    cov = float(residual @ residual) / df * numpy.linalg.inv(design.T @ design)
+    b, c = float(beta[0]), float(beta[1])
+    xs = [x for x, _ in near]
+    if c <= 0 or not min(xs) <= -b / (2 * c) <= max(xs):
+        return dict(fit, code="not_bracketed")
+    t = scipy.stats.t.ppf((1 + CONFIDENCE) / 2, df)
+    x_opt = -b / (2 * c)
+    # (b + 2cx)^2 <= t^2 var(b + 2cx), a quadratic inequality A x^2 + B x + C <= 0
+    A, B, C = 4 * (c * c - t * t * cov[1, 1]), 4 * (b * c - t * t * cov[0, 1]), b * b - t * t * cov[0, 0]
+    inside = lambda x: A * x * x + B * x + C <= 0
+    levels = {j: float(beta[2 + i]) for i, j in enumerate(blocks)}
+    own = [levels.get(seeds.index(s)) for s in level_seeds]
+    level = statistics.mean(own) + b * x_opt + c * x_opt ** 2 if None not in own else None  # a seed all diverged
+    fit.update(optimum_lr=math.exp(x0 + x_opt), covers_shared=bool(inside(math.log(shared_lr) - x0)), level=level)
+    if A <= 0:
+        return dict(fit, code="unbounded")
+    root = math.sqrt(max(0.0, B * B - 4 * A * C))  # the fitted optimum is inside (0: noiseless data)
+    fit["interval"] = [math.exp(x0 + (-B - root) / (2 * A)), math.exp(x0 + (-B + root) / (2 * A))]
+    return dict(fit, code="fitted")
+
+
+def check_variants(suite, best_lr, options, seeds):
+    """{variant: (rows, lowest mean's index, bracketed)}: each variant's own grid, started at CHECK_FACTORS x the
+    baseline's chosen rate and grown and refined as the baseline's was (the first points of all variants at once)."""
+    metric, others = suite["metric"], [v for v in suite["variants"] if v != suite["baseline"]]
+    run_missing([job for v in others for f in CHECK_FACTORS
+                 for job in jobs_at(options, v, options["body"][v], best_lr * f, options["ratio"], seeds)],
+                metric, options["cpu_runs"])
+    exponents = [math.log(f, options["step"]) for f in CHECK_FACTORS]
+    return {v: tune_grid(options, v, best_lr, exponents, seeds, metric) for v in others}
+
+
+def run_commits(options, runs):
+    """{run directory name: the code versions it trained at} from each run's own run_info.json (a resumed run
+    lists every version it ran; a run without one, 'unknown')."""
+    return {os.path.basename(out): rundir.read_run_info(out).get("code_versions") or ["unknown"] for out in runs}
+
+
+def arm_numbers(rows, seeds, best, bracketed, shared_lr, step, level_seeds):
+    """One arm's grid and fit as data (tuning.json's grid rows or a variant's points, and its fit)."""
+    fit = fit_optimum(rows, seeds, step, shared_lr, level_seeds)
+    if not bracketed:  # the lowest mean at the grid's edge: a fit would extrapolate past the rates tried
+        fit.update(code="not_bracketed", optimum_lr=None, interval=None, covers_shared=None, level=None)
+    return dict(lowest_mean_lr=rows[best][0], bracketed=bracketed, fit=fit)
+
+
+def effects(result):
+    """Each variant's effect (variant minus baseline, on the check seeds) at the shared rate, paired, and at each
+    arm's own fitted optimum (the variant's curve at its optimum minus the baseline's at its own)."""
+    check = result["check_seeds"]
+    base_row = next(row for row in result["grid"] if math.isclose(row["lr"], result["best_lr"], rel_tol=1e-9))
+    base_values = [v for s, v in zip(result["seeds"], base_row["values"]) if s in check]
+    out = {}
+    for variant, arm in result["variants"].items():
+        point = next(p for p in arm["points"] if math.isclose(p["factor"], 1.0, rel_tol=1e-9))
+        diffs = [a - b for a, b in zip(point["values"], base_values)]
+        finite = all(math.isfinite(d) for d in diffs)
+        own = (arm["fit"]["level"] - result["fit"]["level"]
+               if arm["fit"].get("level") is not None and result["fit"].get("level") is not None else None)
+        out[variant] = dict(same_rate=statistics.mean(diffs) if finite else None,
+                            same_rate_se=statistics.stdev(diffs) / math.sqrt(len(diffs)) if finite else None,
+                            own_optimum=own)
     return out
 
 
+def version_text(version):
+    commit, _, dirty = version.partition("+")
+    return commit[:10] + ("+" + dirty if dirty else "")
+
+
+def commits_text(runs):
+    """Which code the grid's runs trained at: one commit, or each with its count of runs."""
+    counts = {}
+    for versions in runs.values():
+        for version in versions:
+            counts[version] = counts.get(version, 0) + 1
+    if len(counts) == 1:
+        return f"its {len(runs)} runs at commit {version_text(next(iter(counts)))}"
+    return f"its {len(runs)} runs at commits " + ", ".join(f"{version_text(v)} ({n} runs)" for v, n in counts.items())
+
+
+def fit_text(fit):
+    """An arm's fitted optimum, its interval and whether that covers the shared rate, in words."""
+    if fit["code"] == "not_bracketed":
+        return "not bracketed (no optimum)"
+    if fit["code"] == "too_few_rates":
+        return "too few rates for a curve"
+    interval = (f"[{rate_text(fit['interval'][0])}, {rate_text(fit['interval'][1])}]" if fit["code"] == "fitted"
+                else "(interval unbounded: the curvature is not significant)")
+    return f"{rate_text(fit['optimum_lr'])} {interval} {'covers it' if fit['covers_shared'] else 'does NOT cover it'}"
+
+
+def effect_text(effect):
+    same = ("n/a" if effect["same_rate"] is None
+            else f"{effect['same_rate']:+.4f} (se {effect['same_rate_se']:.4f})")
+    own = "n/a" if effect["own_optimum"] is None else f"{effect['own_optimum']:+.4f}"
+    return f"effect {own} at its own optimum, {same} at the shared rate"
+
+
 def summary(result):
-    """The one line a report header quotes: how the recipe's rate was tuned."""
+    """The one line a report header quotes: how the recipe's rate was tuned, each arm's optimum against the
+    shared rate, and the code the runs trained at."""
     rates = [r["lr"] for r in result["grid"]]
-    refine = result.get("refine", 0) if result["bracketed"] else 0
     lowest = result.get("lowest_mean_lr", result["best_lr"])
     one_se = (f"; the lowest rate within one standard error of the lowest mean, at {rate_text(lowest)}"
               if not math.isclose(lowest, result["best_lr"]) else "")
-    refined = f", refined to x{result['step'] ** 0.5 ** refine:.3g} around the best" if refine else ""
-    moved = {v: c["best_factor"] for v, c in result["variants"].items() if c["best_factor"] != 1.0}
-    checked = ", ".join(map(str, result.get("check_seeds", result["seeds"])))
-    shifted = (f"; variants whose best rate differs (0.5x/1x/2x on seeds {checked}): "
-               + ", ".join(f"{v} {f:g}x" for v, f in moved.items()) if moved
-               else f"; every variant's best of 0.5x/1x/2x (seeds {checked}) is 1x" if result["variants"] else "")
-    return (f"tuned by tools/tune_lr.py on {result['date']} at commit {result['commit'][:10]}: {result['baseline']} "
-            f"from scratch on {len(rates)} rates {rate_text(rates[0])}..{rate_text(rates[-1])} (x{result['step']:g}"
-            f"{refined}), "
-            f"seeds {', '.join(map(str, result['seeds']))}, best {rate_text(result['best_lr'])} "
+    refined = (f", refined to x{result['step_around_best']:.3g} around the best"
+               if result["bracketed"] and result["refine"] else "")
+    check = ", ".join(map(str, result["check_seeds"]))
+    arms = (f"; the optimum of a quadratic in log rate ({result['confidence']:.0%} Fieller interval; variants on "
+            f"seeds {check}) against the shared rate {rate_text(result['best_lr'])}: {result['baseline']} "
+            f"{fit_text(result['fit'])}" + "".join(f"; {v} {fit_text(arm['fit'])}, {effect_text(result['effects'][v])}"
+                                                   for v, arm in result["variants"].items()))
+    return (f"tuned by tools/tune_lr.py on {result['date']} at commit {result['commit'][:10]} "
+            f"({commits_text(result['runs'])}): {result['baseline']} from scratch on {len(rates)} rates "
+            f"{rate_text(rates[0])}..{rate_text(rates[-1])} (x{result['step']:g}{refined}), seeds "
+            f"{', '.join(map(str, result['seeds']))} ({len(result['seeds'])} per rate), best {rate_text(result['best_lr'])} "
             f"({'bracketed' if result['bracketed'] else 'NOT bracketed: at the edge of max_points rates'}{one_se})"
-            f"{shifted}")
+            f"{arms}")
+
+
+def grid_table(rows, seeds, metric, marks):
+    lines = [f"| learning rate | mean {metric} | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+             "|---|---|" + "---|" * len(seeds)]
+    for row in rows:
+        lines.append(f"| {rate_text(row['lr'])}{marks(row)} | {row['mean']:.4f} | "
+                     + " | ".join(f"{v:.4f}" for v in row["values"]) + " |")
+    return lines
 
 
 def markdown(result):
-    metric = result["metric"]
+    metric, best = result["metric"], result["best_lr"]
     lines = [f"# Learning-rate tuning: {result['suite']}", "", summary(result) + ".", "",
              f"Baseline `{result['baseline']}` from scratch, the whole budget; {metric} at each run's last "
-             f"evaluation, mean over the tuning seeds (min_lr kept at {result['min_lr_ratio']:g} x the rate).", "",
-             "| learning rate | mean " + metric + " | " + " | ".join(f"seed {s}" for s in result["seeds"]) + " |",
-             "|---|---|" + "---|" * len(result["seeds"])]
-    for row in result["grid"]:
-        mark = (" **best**" if row["lr"] == result["best_lr"] else "") + (
-            " (lowest mean)" if row["lr"] == result.get("lowest_mean_lr") != result["best_lr"] else "")
-        lines.append(f"| {rate_text(row['lr'])}{mark} | {row['mean']:.4f} | "
-                     + " | ".join(f"{v:.4f}" for v in row["values"]) + " |")
+             f"evaluation, mean over the tuning seeds (min_lr kept at {result['min_lr_ratio']:g} x the rate).", ""]
+    lines += grid_table(result["grid"], result["seeds"], metric, lambda row: (
+        " **best**" if row["lr"] == best else "") + (
+        " (lowest mean)" if row["lr"] == result["lowest_mean_lr"] != best else ""))
     if result["variants"]:
-        check_seeds = result.get("check_seeds", result["seeds"])
-        lines += ["", f"Each variant at 0.5x, 1x and 2x of the baseline's best rate ({rate_text(result['best_lr'])}), "
-                      f"on seeds {', '.join(map(str, check_seeds))}: mean {metric} (its difference from the baseline "
-                      f"at the same rate on those seeds, where the baseline ran at that rate), and its own best factor.",
-                  "", "| variant | 0.5x | 1x | 2x | best factor |", "|---|---|---|---|---|"]
-        base = {row["lr"]: statistics.mean(v for s, v in zip(result["seeds"], row["values"]) if s in check_seeds)
-                for row in result["grid"]}
-        for variant, check in result["variants"].items():
-            cells = []
-            for point in check["points"]:
-                ref = next((m for lr, m in base.items() if math.isclose(lr, point["lr"], rel_tol=1e-9)), None)
-                cells.append(f"{point['mean']:.4f}" + (f" ({point['mean'] - ref:+.4f})" if ref is not None else ""))
-            lines.append(f"| {variant} | " + " | ".join(cells) + f" | {check['best_factor']:g}x |")
-        lines += ["", f"With {len(check_seeds)} seeds per point these are a check of where each arm's best rate "
-                      f"lies, not a comparison: the suite's own seeds decide the effects."]
+        lines += ["", f"Each variant on its own grid, started at 0.5x, 1x and 2x of the baseline's chosen rate "
+                      f"({rate_text(best)}) and grown and refined as the baseline's, on seeds "
+                      f"{', '.join(map(str, result['check_seeds']))}."]
+        for variant, arm in result["variants"].items():
+            lines += ["", f"`{variant}`: lowest mean at {arm['best_factor']:.3g}x"
+                          f"{'' if arm['bracketed'] else ' (NOT bracketed)'}; optimum {fit_text(arm['fit'])}; "
+                          f"{effect_text(result['effects'][variant])}.", ""]
+            lines += grid_table(arm["points"], result["check_seeds"], metric,
+                                lambda row: f" ({row['factor']:.3g}x)")
+    lines += ["", f"The optimum: a quadratic in log(rate) fitted to the per-seed values within x{result['step']:g} of "
+                  f"each arm's lowest mean, a level per seed; its {result['confidence']:.0%} interval is Fieller's (the "
+                  f"rates where the fitted slope is not significantly different from 0). An effect at an arm's own "
+                  f"optimum is its curve's value there minus the baseline's at its own, on the variants' seeds. "
+                  f"These place each arm's best rate; the suite's own seeds decide the effects.",
+              "", "Every run and the code it trained at (its run_info.json):", "",
+              "| run | code version |", "|---|---|"]
+    lines += [f"| {name} | {', '.join(map(version_text, versions))} |" for name, versions in result["runs"].items()]
     return "\n".join(lines) + "\n"
 
 
@@ -388,6 +512,12 @@ def check_options(options):
             f"--factors={','.join(f'{f:g}' for f in options['factors'])} --step={options['step']:g} "
             f"--refine={options['refine']}: rates closer than {MIN_RATIO}x share a run directory name (3 digits): "
             f"use factors and a step (its 2**refine-th root) at least {MIN_RATIO}x apart")
+    widest = options["step"] ** 0.5 ** options["refine"]
+    if widest > MAX_STEP_AROUND_BEST:
+        raise configurator.ConfigError(
+            f"--step={options['step']:g} --refine={options['refine']}: the rates beside the best would be x{widest:.3g} "
+            f"apart, coarser than x{MAX_STEP_AROUND_BEST:g} (a x2 grid cannot tell 1x from 2x): raise --refine "
+            f"(each halves the step in log rate; x2 with --refine=1 gives x1.41)")
     if options["rule"] not in ("one_se", "lowest_mean"):
         raise configurator.ConfigError(f"--rule={options['rule']!r}: use 'one_se' or 'lowest_mean'")
     for key in ("out", "sweep_dir"):
@@ -397,17 +527,30 @@ def check_options(options):
         check_recipe_file(options["write"])
 
 
+def seed_list(key, text, within=None):
+    """--seeds or --check_seeds as distinct integers, at least MIN_SEEDS of them (and some of `within`)."""
+    seeds = [s.strip() for s in str(text).split(",")]
+    if len(seeds) < MIN_SEEDS or not all(s.isdigit() for s in seeds) or len(set(seeds)) != len(seeds) or (
+            within is not None and not {int(s) for s in seeds} <= set(within)):
+        raise configurator.ConfigError(
+            f"--{key}={text!r}: at least {MIN_SEEDS} distinct {'tuning seeds' if within else 'integers >= 0'}, "
+            f"comma-separated (with 2, a standard error has 1 degree of freedom and cannot tell 1x from 2x)")
+    return [int(s) for s in seeds]
+
+
+def step_around(rows, best):
+    """The widest ratio between the lowest mean's rate and a neighbour (None at the grid's edge)."""
+    if best in (0, len(rows) - 1):
+        return None
+    return max(rows[best][0] / rows[best - 1][0], rows[best + 1][0] / rows[best][0])
+
+
 def main(argv):
     options, paths = configurator.options_and_paths(argv, OPTIONS, text_keys=("seeds", "factors", "check_seeds"))
     if len(paths) != 1:
         raise configurator.ConfigError("give one suite file (python tools/tune_lr.py --help)")
-    seeds = [s.strip() for s in str(options["seeds"]).split(",")]
-    if len(seeds) < 2 or not all(s.isdigit() for s in seeds) or len(set(seeds)) != len(seeds):
-        raise configurator.ConfigError(f"--seeds={options['seeds']!r}: at least 2 distinct integers >= 0, comma-separated")
-    seeds = [int(s) for s in seeds]
-    check_seeds = [int(s) for s in str(options["check_seeds"]).split(",")] if options["check_seeds"] != "" else seeds
-    if len(check_seeds) < 2 or len(set(check_seeds)) != len(check_seeds) or not set(check_seeds) <= set(seeds):
-        raise configurator.ConfigError(f"--check_seeds={options['check_seeds']!r}: at least 2 distinct tuning seeds")
+    seeds = seed_list("seeds", options["seeds"])
+    check_seeds = seed_list("check_seeds", options["check_seeds"], seeds) if options["check_seeds"] != "" else seeds
     check_options(options)
     path = paths[0]
     suite = read_tuned_suite(path)
@@ -424,22 +567,32 @@ def main(argv):
             raise configurator.ConfigError(f"variant {variant!r}: {e}") from None
     recipe = options["frozen"][suite["baseline"]]
     base_lr, ratio = recipe["learning_rate"], recipe["min_lr"] / recipe["learning_rate"]
-    options["sweep_dir"] = options["sweep_dir"] or f"out-tune-{suite['name']}"
+    options.update(body=suite["variants"], ratio=ratio, sweep_dir=options["sweep_dir"] or f"out-tune-{suite['name']}")
     out = options["out"] or options["sweep_dir"]
     with rundir.out_dir_lock(options["sweep_dir"], holder="sweep"):  # two tunings would train twice into each run
         stale_runs_problem(options, suite, ratio)
-        rows, best, bracketed = tune_baseline(suite, base_lr, ratio, options, seeds)
-        chosen = chosen_rate(rows, best, options["rule"])
+        exponents = sorted({round(math.log(f, options["step"]), 6) for f in options["factors"]})
+        rows, best, bracketed = tune_grid(options, suite["baseline"], base_lr, exponents, seeds, suite["metric"])
+        chosen = suites.chosen_rate(rows, best, options["rule"])
         best_lr = rows[chosen][0]
-        checks = check_variants(suite, best_lr, ratio, options, check_seeds) if options["variants"] else {}
-    result = dict(suite=suite["name"], baseline=suite["baseline"], metric=suite["metric"], seeds=seeds, check_seeds=check_seeds,
-                  step=options["step"], refine=options["refine"], min_lr_ratio=ratio, recipe_lr=base_lr, best_lr=best_lr,
-                  lowest_mean_lr=rows[best][0], rule=options["rule"], bracketed=bracketed,
+        checks = check_variants(suite, best_lr, options, check_seeds) if options["variants"] else {}
+    runs = [run_dir(options["sweep_dir"], suite["baseline"], lr, s) for lr, _, _ in rows for s in seeds]
+    runs += [run_dir(options["sweep_dir"], v, lr, s) for v, (c, _, _) in checks.items() for lr, _, _ in c
+             for s in check_seeds]
+    result = dict(suite=suite["name"], baseline=suite["baseline"], metric=suite["metric"], seeds=seeds,
+                  check_seeds=check_seeds, step=options["step"], refine=options["refine"],
+                  step_around_best=step_around(rows, best), min_lr_ratio=ratio, recipe_lr=base_lr, best_lr=best_lr,
+                  rule=options["rule"], confidence=CONFIDENCE,
                   recipe_fingerprint=suites.recipe_fingerprint(runtime.settle(recipe)),
                   grid=[dict(lr=lr, mean=m, values=v) for lr, m, v in rows],
-                  variants={v: dict(points=[dict(factor=f, lr=best_lr * f, mean=m, values=vals) for f, m, vals in c],
-                                    best_factor=min(c, key=lambda p: p[1])[0]) for v, c in checks.items()},
+                  **arm_numbers(rows, seeds, best, bracketed, best_lr, options["step"], check_seeds),
+                  variants={v: dict(points=[dict(factor=lr / best_lr, lr=lr, mean=m, values=vals) for lr, m, vals in c],
+                                    best_factor=c[i][0] / best_lr, step_around_best=step_around(c, i),
+                                    **arm_numbers(c, check_seeds, i, ok, best_lr, options["step"], check_seeds))
+                            for v, (c, i, ok) in checks.items()},
+                  runs=run_commits(options, runs),
                   date=datetime.date.today().isoformat(), commit=runrecord.git_state(REPO)[0] or "unknown")
+    result["effects"] = effects(result)
     result["summary"] = summary(result)
     os.makedirs(out, exist_ok=True)
     with rundir.atomic_write(os.path.join(out, "tuning.json"), "w") as f:
