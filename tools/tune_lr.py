@@ -275,7 +275,8 @@ CONFIDENCE = 0.95  # of the interval for each arm's optimum
 
 def fit_optimum(rows, seeds, span, shared_lr, level_seeds):
     """The quadratic in log(rate) fitted to the per-seed values of the rates within a factor `span` of the lowest
-    mean (the bowl near the optimum; far rates and diverged runs would bend it), each seed its own level (every
+    mean (the bowl near the optimum: far rates and diverged runs would bend it; the tool passes step ** 2, since
+    a window of one step loses the far side of an optimum between grid points), each seed its own level (every
     seed trains at every rate, so its lasting offset is a block). Returns data: `code` 'fitted' (a bounded
     interval), 'unbounded' (the curvature is not significant: the interval is no interval), 'not_bracketed' (a
     bowl open downwards or an optimum outside the fitted rates: no optimum) or 'too_few_rates'; the optimum and
@@ -340,7 +341,7 @@ def run_commits(options, runs):
 
 def arm_numbers(rows, seeds, best, bracketed, shared_lr, step, level_seeds):
     """One arm's grid and fit as data (tuning.json's grid rows or a variant's points, and its fit)."""
-    fit = fit_optimum(rows, seeds, step, shared_lr, level_seeds)
+    fit = fit_optimum(rows, seeds, step ** 2, shared_lr, level_seeds)
     if not bracketed:  # the lowest mean at the grid's edge: a fit would extrapolate past the rates tried
         fit.update(code="not_bracketed", optimum_lr=None, interval=None, covers_shared=None, level=None)
     return dict(lowest_mean_lr=rows[best][0], bracketed=bracketed, fit=fit)
@@ -393,9 +394,9 @@ def fit_text(fit):
 
 
 def effect_text(effect):
-    same = ("n/a" if effect["same_rate"] is None
-            else f"{effect['same_rate']:+.4f} (se {effect['same_rate_se']:.4f})")
-    own = "n/a" if effect["own_optimum"] is None else f"{effect['own_optimum']:+.4f}"
+    signed = lambda x: f"{round(x, 4) + 0.0:+.4f}"  # no "-0.0000"
+    same = "n/a" if effect["same_rate"] is None else f"{signed(effect['same_rate'])} (se {effect['same_rate_se']:.4f})"
+    own = "n/a" if effect["own_optimum"] is None else signed(effect["own_optimum"])
     return f"effect {own} at its own optimum, {same} at the shared rate"
 
 
@@ -448,7 +449,7 @@ def markdown(result):
                           f"{effect_text(result['effects'][variant])}.", ""]
             lines += grid_table(arm["points"], result["check_seeds"], metric,
                                 lambda row: f" ({row['factor']:.3g}x)")
-    lines += ["", f"The optimum: a quadratic in log(rate) fitted to the per-seed values within x{result['step']:g} of "
+    lines += ["", f"The optimum: a quadratic in log(rate) fitted to the per-seed values within x{result['step'] ** 2:g} of "
                   f"each arm's lowest mean, a level per seed; its {result['confidence']:.0%} interval is Fieller's (the "
                   f"rates where the fitted slope is not significantly different from 0). An effect at an arm's own "
                   f"optimum is its curve's value there minus the baseline's at its own, on the variants' seeds. "
