@@ -38,7 +38,7 @@ CONFIG_SCRIPTS = {
     "tools.bench_suite_designs": "the seeds each design runs",
     "tools.noise_budget": "runs at a time the seed-hour assumes",
     "tools.calibration": "the seeds of each sub-suite (a pilot; for a family",
-    "tools.tune_lr": "the tuning seeds: at least 2, none of them a seed a comparison uses",
+    "tools.tune_lr": "the tuning seeds: at least 3, none of them a seed a comparison uses",
     "tools.calibrate_analysis": "simulated tables per null",
 }
 ARGPARSE_SCRIPTS = ("data.shakespeare.prepare", "data.openwebtext.prepare", "data.finewebedu.prepare",
