@@ -137,6 +137,23 @@ def test_the_grid_is_refined_until_the_rates_beside_every_arms_best_are_within_1
         assert arm["bracketed"] and arm["step_around_best"] <= widest * (1 + 1e-9) and widest <= 1.5
 
 
+def test_a_fitted_optimum_past_the_last_rate_tried_grows_the_grid_that_way(tmp_path, written_runs, monkeypatch):
+    """The lowest mean inside the grid, but the curve near it still falling at the top rate (noise can do it):
+    the next rate up is tried; once the fit no longer points past the grid, it stops."""
+    real = tune_lr.fit_optimum
+
+    def past_the_top_until_2_5x(rows, seeds, span, lowest_lr, level_seeds):
+        fit = real(rows, seeds, span, lowest_lr, level_seeds)
+        return dict(fit, beyond="above") if rows[-1][0] < 2.5 * lowest_lr else fit
+
+    monkeypatch.setattr(tune_lr, "fit_optimum", past_the_top_until_2_5x)
+    _, result, _ = tune(tmp_path, "--variants=False")
+    half = 2 ** 0.5  # the grid of the first test, and one rate more above
+    assert [row["lr"] for row in result["grid"]] == pytest.approx([1e-3, 2e-3, 4e-3, 8e-3 / half, 8e-3, 8e-3 * half,
+                                                                   1.6e-2, 3.2e-2])
+    assert result["best_lr"] == pytest.approx(8e-3 * half)
+
+
 @pytest.mark.parametrize("step, refine", [(2, 0), (4, 1), (3, 1)])
 def test_a_grid_coarser_than_1_5x_beside_the_best_is_refused_before_any_run(tmp_path, written_runs, step, refine):
     with pytest.raises(configurator.ConfigError, match=rf"--step={step} --refine={refine}: .* coarser than x1.5"):

@@ -239,7 +239,8 @@ def tune_grid(options, variant, start_lr, exponents, seeds, metric):
     """Rates tried (ascending) with their mean and per-seed values, the lowest mean's index, and whether it is
     bracketed. Rates are start_lr * step ** exponent: while the lowest mean sits at an edge the grid grows by one
     step that way (its span at most max_points rates); then the gaps beside it are halved until each is at most
-    step ** 0.5 ** refine, wherever the lowest mean moves meanwhile."""
+    step ** 0.5 ** refine, wherever the lowest mean moves meanwhile; and while the curve fitted near it (as
+    fit_optimum fits it) puts the optimum past the grid's last rate, the grid grows by one step that way too."""
     body, step = options["body"][variant], options["step"]
     widest = 0.5 ** options["refine"] + 1e-9  # in steps
 
@@ -265,9 +266,18 @@ def tune_grid(options, variant, start_lr, exponents, seeds, metric):
             continue
         centre, below, above = exponents[best], exponents[best - 1], exponents[best + 1]
         halves = [(centre + side) / 2 for side in (below, above) if abs(centre - side) > widest]
-        if not halves:
+        if halves:
+            exponents = sorted({*exponents, *halves})
+            continue
+        # the curve fitted near the lowest mean puts its optimum past the last rate tried on one side: try the
+        # next rate there (a lowest mean between grid points is often one point short of its bowl's far side)
+        beyond = fit_optimum(rows, seeds, step ** 2, rows[best][0], seeds).get("beyond")
+        edge = {"below": 0, "above": len(rows) - 1}.get(beyond)
+        if edge is None or abs(math.log(rows[edge][0] / rows[best][0])) > 2 * math.log(step) + 1e-9 or (
+                exponents[-1] - exponents[0] + 1 >= options["max_points"] - 1e-9):
             return rows, best, True
-        exponents = sorted({*exponents, *halves})
+        print(f"{variant}: the fitted optimum lies {beyond} the rates tried: extending the grid", flush=True)
+        exponents = [exponents[0] - 1, *exponents] if beyond == "below" else [*exponents, exponents[-1] + 1]
 
 
 CONFIDENCE = 0.95  # of the interval for each arm's optimum
@@ -305,7 +315,8 @@ def fit_optimum(rows, seeds, span, shared_lr, level_seeds):
     b, c = float(beta[0]), float(beta[1])
     xs = [x for x, _ in near]
     if c <= 0 or not min(xs) <= -b / (2 * c) <= max(xs):
-        return dict(fit, code="not_bracketed")
+        beyond = None if c <= 0 else "below" if -b / (2 * c) < min(xs) else "above"
+        return dict(fit, code="not_bracketed", beyond=beyond)
     t = scipy.stats.t.ppf((1 + CONFIDENCE) / 2, df)
     x_opt = -b / (2 * c)
     # (b + 2cx)^2 <= t^2 var(b + 2cx), a quadratic inequality A x^2 + B x + C <= 0
