@@ -1,25 +1,35 @@
 """The learning rate of a suite's recipe, tuned: the baseline from scratch on a geometric grid of rates
-that brackets the best one, on seeds no comparison uses, then every variant at 0.5x, 1x and 2x of it.
+that brackets the best one, on seeds no comparison uses, then every variant on its own grid around it, each
+arm's optimum fitted with an interval that says whether the rate the arms share could be its best.
 
-    python tools/tune_lr.py suites/ra_shakespeare.py --seeds=903,904,905 --factors=0.5,1,2 --check_seeds=903,904 \
+    python tools/tune_lr.py suites/ra_shakespeare.py --seeds=903,904,905 --factors=0.5,1,2 \
         --write=config/ra_shakespeare_scratch.py --out=reports/tune_ra_shakespeare_scratch
 
+At least 3 seeds per rate (--seeds, and --check_seeds for the variants): with 2, a standard error has one
+degree of freedom, and on the flagship's twin a x2 grid then read a 1.41x optimum as 1x half the time.
 The baseline's rate (and min_lr in proportion) starts on `factors` times the recipe's own rate; while
-the best rate sits at an edge of the grid, the grid grows by one `step` in that direction (at most
-`max_points` rates), so the best is never a point whose neighbour on the far side was left untried.
-Once bracketed, the grid is refined `refine` times around the best rate (the geometric midpoints on
-either side, the step's square root each time), so the chosen rate is not a factor-2 guess. The best
-rate is, by default (`rule='one_se'`), the lowest rate whose mean is within one standard error of the
-lowest mean (the se of their per-seed differences: every rate trains on the same seeds), Breiman's
-one-standard-error rule: where the loss is flat within noise over a range of rates, the chosen one is
-the farthest from the divergence above, whose runs are the noisiest. `rule='lowest_mean'` takes the
-lowest mean itself. Each
-variant then trains at 0.5x, 1x and 2x of that rate on the same seeds: a variant whose own best is
-not 1x is named (an idea can move the best rate), and a suite's "same rate" answer may understate it.
+the best rate sits at an edge of the grid, the grid grows by one `step` in that direction (a span of at
+most `max_points` rates), so the best is never a point whose neighbour on the far side was left untried.
+Once bracketed, the gaps beside the best are halved until the rates beside it are at most
+step ** 0.5 ** refine apart (refused above x1.5: x2 with refine=1 gives x1.41), wherever the best moves
+meanwhile. The rate the recipe gets is, by default (`rule='one_se'`), the lowest rate whose mean is within
+one standard error of the lowest mean (the se of their per-seed differences: every rate trains on the same
+seeds), Breiman's one-standard-error rule: where the loss is flat within noise over a range of rates, the
+chosen one is the farthest from the divergence above, whose runs are the noisiest. `rule='lowest_mean'`
+takes the lowest mean itself. Each variant then gets its own grid, started at 0.5x, 1x and 2x of that rate
+and grown and refined by the same rules.
+
+Each arm's optimum: a quadratic in log(rate) fitted to the per-seed values within step ** 2 of its lowest
+mean (a level per seed), the optimum -b/2c with Fieller's 95% interval; where that curve puts the optimum
+past the last rate tried, the grid grows one step that way. A bowl open downwards or an optimum outside the
+rates is "not bracketed" (no optimum); an insignificant curvature gives an unbounded interval. The header
+says for each arm whether its interval covers the shared rate, and each variant's effect at its own
+optimum (its curve's value there minus the baseline's at its own) beside its effect at the shared rate.
 
 --write rewrites the `learning_rate` and `min_lr` lines of the recipe file the suite reads, and
-tuning.json / tuning.md (in --out) hold the grid, seeds, every run's value, the best, the date and
-commit: a suite that declares `tuning = "<that tuning.json>"` carries it into its report's header.
+tuning.json / tuning.md (in --out) hold the grids, seeds, every run's value, the fits, the chosen rate, the
+date, the tool's commit (of the call that wrote them) and every run's own code version (its run_info.json):
+a suite that declares `tuning = "<that tuning.json>"` carries the summary into its report's header.
 Runs go to --sweep_dir (finished ones are reused, so a stopped tuning resumes; one stopped by a signal
 resumes from its checkpoint). The recipe is frozen when the tuning starts: a run in --sweep_dir trained
 with another recipe (the recipe edited since, or while the grid ran) is refused in one line, never pooled.
@@ -54,7 +64,7 @@ OPTIONS = dict(
     seeds="901,902,903",  # the tuning seeds: at least 3, none of them a seed a comparison uses
     factors="1,2,4",  # the first grid, as multiples of the recipe's own learning rate
     step=2.0,  # the grid's ratio between neighbouring rates (an edge extends the grid by one step)
-    max_points=8,  # the most baseline rates tried before giving up on bracketing
+    max_points=8,  # the widest grid (in rates one step apart) an arm grows to before giving up on bracketing
     rule="one_se",  # 'one_se': the lowest rate within one paired standard error of the lowest mean; 'lowest_mean'
     refine=1,  # halvings of the step (in log rate) beside the best rate, refined until reached (step ** 0.5 ** refine <= 1.5)
     variants=True,  # also tune every variant on its own grid, started at 0.5x, 1x and 2x of the baseline's best rate
