@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+from scipy import stats
 
 import configurator
 import runtime
@@ -110,7 +111,8 @@ def test_each_arms_fitted_optimum_is_the_surfaces_and_its_effect_at_it_stands_be
     effect = result["effects"]["other"]
     assert effect["own_optimum"] == pytest.approx(0, abs=1e-9)
     assert effect["same_rate"] == pytest.approx(surface("other", shared, 0) - surface("base", shared, 0))
-    assert "other 0.024 [0.024, 0.024] does NOT cover it, effect +0.0000 at its own optimum, +0.0275" in result["summary"]
+    assert ("other 0.024 [0.024, 0.024] does NOT cover it, effect +0.0000 (se 0.0000) at its own optimum, +0.0275"
+            in result["summary"])
     assert "base 0.01 [0.01, 0.01] does NOT cover it" in result["summary"]
 
 
@@ -247,12 +249,26 @@ def test_fieller_interval_covers_the_true_optimum_at_its_level_by_simulation(opt
     assert len(reported) >= 0.9 * reps and abs(sum(reported) / len(reported) - 0.95) <= 3 * mc_se
 
 
+@pytest.mark.parametrize("optimum", [1.0, 2 ** 0.5])
+def test_the_curves_value_at_its_optimum_has_a_calibrated_standard_error(optimum):
+    """An effect at the arms' own optima is the difference of two such values: the truth (1.7, no seed offsets)
+    lies within t se of the fitted value 95% of the time, within 3 Monte Carlo standard errors."""
+    rng, reps = np.random.default_rng(5), 400
+    fits = [tune_lr.fit_optimum(bowl_rows(optimum, rng=rng, seed_sd=0.0, **FLAGSHIP), [1, 2, 3], 4.0, 1.0, [1, 2, 3])
+            for _ in range(reps)]
+    within = [abs(fit["level"] - 1.7) <= stats.t.ppf(0.975, fit["df"]) * fit["level_se"] for fit in fits
+              if fit["level"] is not None]
+    mc_se = math.sqrt(0.95 * 0.05 / len(within))
+    assert len(within) >= 0.9 * reps and abs(sum(within) / len(within) - 0.95) <= 3 * mc_se
+
+
 def test_an_exact_bowl_gives_its_optimum_and_the_curve_at_it():
     rows = [(f, *(lambda v: (sum(v) / 3, v))([1.7 + 0.05 * math.log(f / 1.3) ** 2 + o for o in (0, 0.01, 0.05)]))
             for f in (0.5, 0.7, 1, 1.4, 2)]
     fit = tune_lr.fit_optimum(rows, [1, 2, 3], 2.0, 1.0, [2, 3])
     assert fit["code"] == "fitted" and fit["optimum_lr"] == pytest.approx(1.3) and fit["df"] == 12 - 5
     assert fit["level"] == pytest.approx(1.7 + 0.03)  # the curve's minimum at seeds 2 and 3's mean offset
+    assert fit["level_se"] == pytest.approx(0, abs=1e-9)  # no noise
     assert fit["rates"] == pytest.approx([0.7, 1, 1.4, 2])  # within x2 of the lowest mean (at 1.4)
 
 

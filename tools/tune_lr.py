@@ -291,6 +291,7 @@ def tune_grid(options, variant, start_lr, exponents, seeds, metric):
 
 
 CONFIDENCE = 0.95  # of the interval for each arm's optimum
+UNBOUNDED = math.log(1e6)  # an interval reaching a million-fold from the lowest mean's rate is no interval
 
 
 def fit_optimum(rows, seeds, span, shared_lr, level_seeds):
@@ -315,7 +316,7 @@ def fit_optimum(rows, seeds, span, shared_lr, level_seeds):
     design = numpy.array([[x, x * x, *(float(j == k) for k in blocks)] for x, j, _ in obs])
     df = len(obs) - design.shape[1] if obs else 0
     fit = dict(rates=[math.exp(x0 + x) for x, _ in near], df=df, optimum_lr=None, interval=None, covers_shared=None,
-               level=None)
+               level=None, level_se=None)
     if len({x for x, _, _ in obs}) < 3 or df < 1:
         return dict(fit, code="too_few_rates")
     y = numpy.array([v for _, _, v in obs])
@@ -335,11 +336,15 @@ def fit_optimum(rows, seeds, span, shared_lr, level_seeds):
     levels = {j: float(beta[2 + i]) for i, j in enumerate(blocks)}
     own = [levels.get(seeds.index(s)) for s in level_seeds]
     level = statistics.mean(own) + b * x_opt + c * x_opt ** 2 if None not in own else None  # a seed all diverged
-    fit.update(optimum_lr=math.exp(x0 + x_opt), covers_shared=bool(inside(math.log(shared_lr) - x0)), level=level)
-    if A <= 0:
+    # the level's se at the fitted optimum: its derivative in x_opt is 0 there, so only the coefficients count
+    weights = numpy.array([x_opt, x_opt ** 2, *(level_seeds.count(seeds[j]) / len(level_seeds) for j in blocks)])
+    fit.update(optimum_lr=math.exp(x0 + x_opt), covers_shared=bool(inside(math.log(shared_lr) - x0)), level=level,
+               level_se=math.sqrt(max(0.0, float(weights @ cov @ weights))) if level is not None else None)
+    root = math.sqrt(max(0.0, B * B - 4 * A * C)) if A > 0 else 0.0  # the optimum is inside (0: noiseless data)
+    ends = [(-B - root) / (2 * A), (-B + root) / (2 * A)] if A > 0 else []
+    if A <= 0 or max(map(abs, ends)) > UNBOUNDED:
         return dict(fit, code="unbounded")
-    root = math.sqrt(max(0.0, B * B - 4 * A * C))  # the fitted optimum is inside (0: noiseless data)
-    fit["interval"] = [math.exp(x0 + (-B - root) / (2 * A)), math.exp(x0 + (-B + root) / (2 * A))]
+    fit["interval"] = [math.exp(x0 + x) for x in ends]
     return dict(fit, code="fitted")
 
 
@@ -364,7 +369,7 @@ def arm_numbers(rows, seeds, best, bracketed, shared_lr, step, level_seeds):
     """One arm's grid and fit as data (tuning.json's grid rows or a variant's points, and its fit)."""
     fit = fit_optimum(rows, seeds, step ** 2, shared_lr, level_seeds)
     if not bracketed:  # the lowest mean at the grid's edge: a fit would extrapolate past the rates tried
-        fit.update(code="not_bracketed", optimum_lr=None, interval=None, covers_shared=None, level=None)
+        fit.update(code="not_bracketed", optimum_lr=None, interval=None, covers_shared=None, level=None, level_se=None)
     return dict(lowest_mean_lr=rows[best][0], bracketed=bracketed, fit=fit)
 
 
@@ -379,11 +384,12 @@ def effects(result):
         point = next(p for p in arm["points"] if math.isclose(p["factor"], 1.0, rel_tol=1e-9))
         diffs = [a - b for a, b in zip(point["values"], base_values)]
         finite = all(math.isfinite(d) for d in diffs)
-        own = (arm["fit"]["level"] - result["fit"]["level"]
-               if arm["fit"].get("level") is not None and result["fit"].get("level") is not None else None)
+        both = arm["fit"]["level"] is not None and result["fit"]["level"] is not None
         out[variant] = dict(same_rate=statistics.mean(diffs) if finite else None,
                             same_rate_se=statistics.stdev(diffs) / math.sqrt(len(diffs)) if finite else None,
-                            own_optimum=own)
+                            own_optimum=arm["fit"]["level"] - result["fit"]["level"] if both else None,
+                            # the two fits' residuals are independent (each arm's own runs)
+                            own_optimum_se=math.hypot(arm["fit"]["level_se"], result["fit"]["level_se"]) if both else None)
     return out
 
 
@@ -417,7 +423,8 @@ def fit_text(fit):
 def effect_text(effect):
     signed = lambda x: f"{round(x, 4) + 0.0:+.4f}"  # no "-0.0000"
     same = "n/a" if effect["same_rate"] is None else f"{signed(effect['same_rate'])} (se {effect['same_rate_se']:.4f})"
-    own = "n/a" if effect["own_optimum"] is None else signed(effect["own_optimum"])
+    own = ("n/a" if effect["own_optimum"] is None
+           else f"{signed(effect['own_optimum'])} (se {effect['own_optimum_se']:.4f})")
     return f"effect {own} at its own optimum, {same} at the shared rate"
 
 
