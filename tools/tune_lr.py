@@ -310,7 +310,8 @@ def fit_optimum(rows, seeds, span, shared_lr, level_seeds):
     tests/test_tune_lr.py checks the coverage by simulation at the flagship's curvature and noise."""
     lowest = min(rows, key=lambda row: row[1])[0]
     x0 = math.log(lowest)
-    near = [(math.log(lr) - x0, values) for lr, _, values in rows if abs(math.log(lr / lowest)) <= math.log(span) + 1e-9]
+    near = [(math.log(lr) - x0, values) for lr, _, values in rows
+            if abs(math.log(lr / lowest)) <= math.log(span) + 1e-9]
     obs = [(x, j, v) for x, values in near for j, v in enumerate(values) if math.isfinite(v)]
     blocks = sorted({j for _, j, _ in obs})
     design = numpy.array([[x, x * x, *(float(j == k) for k in blocks)] for x, j, _ in obs])
@@ -359,7 +360,7 @@ def check_variants(suite, best_lr, options, seeds):
     return {v: tune_grid(options, v, best_lr, exponents, seeds, metric) for v in others}
 
 
-def run_commits(options, runs):
+def run_commits(runs):
     """{run directory name: the code versions it trained at} from each run's own run_info.json (a resumed run
     lists every version it ran; a run without one, 'unknown')."""
     return {os.path.basename(out): rundir.read_run_info(out).get("code_versions") or ["unknown"] for out in runs}
@@ -389,7 +390,8 @@ def effects(result):
                             same_rate_se=statistics.stdev(diffs) / math.sqrt(len(diffs)) if finite else None,
                             own_optimum=arm["fit"]["level"] - result["fit"]["level"] if both else None,
                             # the two fits' residuals are independent (each arm's own runs)
-                            own_optimum_se=math.hypot(arm["fit"]["level_se"], result["fit"]["level_se"]) if both else None)
+                            own_optimum_se=(math.hypot(arm["fit"]["level_se"], result["fit"]["level_se"])
+                                            if both else None))
     return out
 
 
@@ -445,7 +447,8 @@ def summary(result):
     return (f"tuned by tools/tune_lr.py on {result['date']} at commit {result['commit'][:10]} "
             f"({commits_text(result['runs'])}): {result['baseline']} from scratch on {len(rates)} rates "
             f"{rate_text(rates[0])}..{rate_text(rates[-1])} (x{result['step']:g}{refined}), seeds "
-            f"{', '.join(map(str, result['seeds']))} ({len(result['seeds'])} per rate), best {rate_text(result['best_lr'])} "
+            f"{', '.join(map(str, result['seeds']))} ({len(result['seeds'])} per rate), "
+            f"best {rate_text(result['best_lr'])} "
             f"({'bracketed' if result['bracketed'] else 'NOT bracketed: at the edge of max_points rates'}{one_se})"
             f"{arms}")
 
@@ -477,8 +480,8 @@ def markdown(result):
                           f"{effect_text(result['effects'][variant])}.", ""]
             lines += grid_table(arm["points"], result["check_seeds"], metric,
                                 lambda row: f" ({row['factor']:.3g}x)")
-    lines += ["", f"The optimum: a quadratic in log(rate) fitted to the per-seed values within x{result['step'] ** 2:g} of "
-                  f"each arm's lowest mean, a level per seed; its {result['confidence']:.0%} interval is Fieller's (the "
+    lines += ["", f"The optimum: a quadratic in log(rate) fitted to the per-seed values within "
+                  f"x{result['step'] ** 2:g} of each arm's lowest mean, a level per seed; its {result['confidence']:.0%} interval is Fieller's (the "
                   f"rates where the fitted slope is not significantly different from 0). An effect at an arm's own "
                   f"optimum is its curve's value there minus the baseline's at its own, on the variants' seeds. "
                   f"These place each arm's best rate; the suite's own seeds decide the effects.",
@@ -619,7 +622,7 @@ def main(argv):
                                     best_factor=c[i][0] / best_lr, step_around_best=step_around(c, i),
                                     **arm_numbers(c, check_seeds, i, ok, best_lr, options["step"], check_seeds))
                             for v, (c, i, ok) in checks.items()},
-                  runs=run_commits(options, runs),
+                  runs=run_commits(runs),
                   date=datetime.date.today().isoformat(), commit=runrecord.git_state(REPO)[0] or "unknown")
     result["effects"] = effects(result)
     result["summary"] = summary(result)
