@@ -5,6 +5,7 @@ from the arguments and the recipe file as it reads then, log.jsonl) unless a dri
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -343,3 +344,19 @@ def test_the_dry_run_lists_runs_in_the_order_they_are_launched(data_dir, tmp_pat
     sweep.main([path, *toy_args(data_dir), "--dry_run=True"])
     listed = [line.split(":")[0].strip() for line in capsys.readouterr().out.splitlines()[1:]]
     assert listed == ["base-seed1", "other-seed1", "base-seed2", "other-seed2"]
+
+
+def test_the_suites_header_quotes_each_arms_optimum_against_the_shared_rate_and_the_runs_commits(tmp_path, trainer):
+    """What a suite declaring the tuning carries into its report's header: each arm's fitted optimum, whether
+    its interval covers the shared rate, the effects at its own optimum and at that rate, and the runs' code."""
+    suite, _ = tiny_suite(tmp_path)
+    assert tune_lr.main([suite, f"--sweep_dir={tmp_path / 'runs'}", f"--out={tmp_path / 'out'}"]) == 0
+    declare(tmp_path, suite, str(tmp_path / "out" / "tuning.json"))
+    namespace = configurator.read_config_file(suite)
+    header = suites.read_suite(namespace, "suite_ra", str(tmp_path), runtime.DEFAULTS)["tuning"]["summary"]
+    # 5 rates (0.005, 0.01, 0.02 and the midpoints beside 0.01) for each arm, 3 seeds each; fake runs record no code
+    assert "seeds 901, 902, 903 (3 per rate)" in header and "(its 30 runs at commit unknown)" in header
+    # a noiseless bowl: each interval is its optimum, the shared rate itself (covered or not by rounding)
+    assert re.search(r"against the shared rate 0\.01: baseline 0\.01 \[0\.01, 0\.01\] (covers|does NOT cover) it; "
+                     r"other 0\.01 \[0\.01, 0\.01\] (covers|does NOT cover) it, effect \+0\.0000 \(se 0\.0000\) at "
+                     r"its own optimum, \+0\.0000 \(se 0\.0000\) at the shared rate$", header)  # one bowl for both arms
