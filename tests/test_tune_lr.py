@@ -167,12 +167,12 @@ def test_each_run_and_the_code_it_trained_at_is_listed(tmp_path, written_runs, m
     _, result, _ = tune(tmp_path, "--variants=False")
     assert len(result["runs"]) == 7 * 3 and set(map(tuple, result["runs"].values())) == {("293e151" + "0" * 33,)}
     assert "at commit " in result["summary"] and "(its 21 runs at commit 293e151000)" in result["summary"]
-    # the variants' runs trained later, at another commit (and one of them resumed there from a dirty tree)
+    # the variants' runs trained later, at another commit with uncommitted changes (its code_version)
     monkeypatch.setattr(sys.modules[__name__], "code_version", lambda v, lr, seed: "abc1234+dirty-5f")
     _, result, _ = tune(tmp_path)  # the baseline's runs are reused
     assert result["runs"]["other-lr0.0113-seed902"] == ["abc1234+dirty-5f"]
     assert result["runs"]["base-lr0.0113-seed902"] == ["293e151" + "0" * 33]
-    assert "(its 39 runs at commits 293e151000 (21 runs), abc1234+dirty-5f (18 runs))" in result["summary"]
+    assert "(its 39 runs at commits 293e151000 (base 21), abc1234+dirty-5f (other 18))" in result["summary"]
     table = open(tmp_path / "out" / "tuning.md").read()
     assert "| other-lr0.0113-seed902 | abc1234+dirty-5f |" in table and "| base-lr0.001-seed901 | 293e151000 |" in table
 

@@ -401,14 +401,17 @@ def version_text(version):
 
 
 def commits_text(runs):
-    """Which code the grid's runs trained at: one commit, or each with its count of runs."""
-    counts = {}
-    for versions in runs.values():
+    """Which code the grid's runs trained at: one commit, or each with its runs counted per arm."""
+    arms = {}
+    for name, versions in runs.items():
         for version in versions:
-            counts[version] = counts.get(version, 0) + 1
-    if len(counts) == 1:
-        return f"its {len(runs)} runs at commit {version_text(next(iter(counts)))}"
-    return f"its {len(runs)} runs at commits " + ", ".join(f"{version_text(v)} ({n} runs)" for v, n in counts.items())
+            arm = re.fullmatch(r"(.+)-lr(.+)-seed(\d+)", name).group(1)
+            arms.setdefault(version, {}).setdefault(arm, 0)
+            arms[version][arm] += 1
+    if len(arms) == 1:
+        return f"its {len(runs)} runs at commit {version_text(next(iter(arms)))}"
+    return f"its {len(runs)} runs at commits " + ", ".join(
+        f"{version_text(v)} ({', '.join(f'{arm} {n}' for arm, n in counts.items())})" for v, counts in arms.items())
 
 
 def fit_text(fit):
