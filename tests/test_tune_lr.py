@@ -178,9 +178,11 @@ def test_each_run_and_the_code_it_trained_at_is_listed(tmp_path, written_runs, m
 
 
 def test_the_variants_check_can_run_on_some_of_the_tuning_seeds(tmp_path, written_runs):
-    _, result, _ = tune(tmp_path, "--seeds=901,902,903,904", "--check_seeds=901,902,904")
+    _, result, _ = tune(tmp_path, "--seeds=901,902,903,904", "--check_seeds=904,901,902")
     assert {seed for v, _, _, seed in written_runs if v == "other"} == {901, 902, 904}
-    assert result["check_seeds"] == [901, 902, 904] and result["variants"]["other"]["best_factor"] == pytest.approx(2)
+    assert result["check_seeds"] == [904, 901, 902] and result["variants"]["other"]["best_factor"] == pytest.approx(2)
+    # the same-rate effect pairs each seed with itself (the surface's seed offsets cancel: se 0)
+    assert result["effects"]["other"]["same_rate_se"] == pytest.approx(0, abs=1e-12)
     for check_seeds in ("901,903", "901,902,905"):
         with pytest.raises(configurator.ConfigError, match="at least 3 distinct tuning seeds"):
             tune(tmp_path, "--seeds=901,902,903,904", f"--check_seeds={check_seeds}")

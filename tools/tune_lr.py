@@ -377,9 +377,9 @@ def arm_numbers(rows, seeds, best, bracketed, shared_lr, step, level_seeds):
 def effects(result):
     """Each variant's effect (variant minus baseline, on the check seeds) at the shared rate, paired, and at each
     arm's own fitted optimum (the variant's curve at its optimum minus the baseline's at its own)."""
-    check = result["check_seeds"]
     base_row = next(row for row in result["grid"] if math.isclose(row["lr"], result["best_lr"], rel_tol=1e-9))
-    base_values = [v for s, v in zip(result["seeds"], base_row["values"]) if s in check]
+    by_seed = dict(zip(result["seeds"], base_row["values"]))
+    base_values = [by_seed[s] for s in result["check_seeds"]]  # in the variants' seed order: paired
     out = {}
     for variant, arm in result["variants"].items():
         point = next(p for p in arm["points"] if math.isclose(p["factor"], 1.0, rel_tol=1e-9))
