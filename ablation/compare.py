@@ -111,6 +111,16 @@ def pairing(run, base_run, allowed):
 
 # ----------------------------------------------------------------------------- runs and the compared point
 
+def relative_dirs(runs):
+    """{(variant, seed): the run's directory relative to the runs' common parent (a suite's directory)}: a
+    committed report names no directory of the machine that ran it."""
+    full = {key: os.path.abspath(run["out_dir"]) for key, run in runs.items()}
+    parent = os.path.commonpath(list(full.values())) if full else ""
+    if parent in full.values():  # a single run: its own directory is the common path
+        parent = os.path.dirname(parent)
+    return {key: os.path.relpath(path, parent) for key, path in full.items()}
+
+
 def metric_by_tokens(run, metric):
     event, field, _ = METRICS[metric]
     return {e["tokens"]: e[field] for e in run["events"] if e["event"] == event and field in e}
@@ -236,10 +246,11 @@ def compare(suite, runs, schedule_end=None):
                   about=about(reference, tokens), tuning=suite.get("tuning"), variants={})
     # HellaSwag runs at its own interval: its own largest common token count
     report["hellaswag_tokens"] = common_tokens(finished, "hellaswag_acc_norm")
+    where = relative_dirs(runs)
     for variant, seeds in suite["variants"].items():
         own = {s: runs[(variant, s)] for s in seeds}
         mine = {s: values[(variant, s)] for s in seeds if values[(variant, s)] is not None}
-        entry = dict(runs={f"seed{s}": dict(status=r["status"], value=values[(variant, s)], out_dir=r["out_dir"])
+        entry = dict(runs={f"seed{s}": dict(status=r["status"], value=values[(variant, s)], out_dir=where[(variant, s)])
                            for s, r in own.items()},
                      n=len(mine), mean=float(np.mean(list(mine.values()))) if mine else None,
                      sd=float(np.std(list(mine.values()), ddof=1)) if len(mine) > 1 else None,
