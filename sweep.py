@@ -35,10 +35,11 @@ config is compared with the baseline's: a difference in a key that is not allowe
 suite (--allow_confounds=True runs it anyway; the report still calls it not comparable). The
 metric is frozen in suite_dir/suite.json by the first run; runs added later and every report (a
 look) go into suite_dir/suite_record.jsonl (docs/ablation.md: a suite may declare `looks`, the seed
-counts of its planned reports). A suite that declares `equal_flops_runs = True` also runs each variant that
-costs other model FLOPs per token than the baseline as `<variant>-flops-seed<seed>`, its budget and cosine
-ending where it has spent the baseline's FLOPs; the report's equal-FLOPs view reads their final evaluation. The runs share a W&B group; at the end ablation/render.py writes
-report.md, report.json and plots to suite_dir (python report.py rebuilds them).
+counts of its planned reports). A suite that declares `equal_flops_runs = True` also runs each variant
+that costs other model FLOPs per token than the baseline as `<variant>-flops-seed<seed>`, its budget and
+cosine ending where it has spent the baseline's FLOPs; the report's equal-FLOPs view reads their final
+evaluation. The runs share a W&B group; at the end ablation/render.py writes report.md, report.json
+and plots to suite_dir (python report.py rebuilds them).
 A suite that declares a `ladder` (ablation/ladder.py) runs every variant x seed at every size, as
 `<size>/<variant>-seed<seed>` with the size's shape, token budget and learning rate in its arguments;
 each size directory is a suite of its own, and the report adds the effect's trend across sizes.

@@ -243,7 +243,8 @@ def compare(suite, runs, schedule_end=None):
                   final_tokens={f"{v}-seed{s}": (r["events"][-1].get("tokens") if r["events"] else None)
                                 for (v, s), r in runs.items()},
                   baseline_sd=float(np.std(list(base_values.values()), ddof=1)) if len(base_values) > 1 else None,
-                  about=about(reference, tokens), tuning=suite.get("tuning"), variants={})
+                  about=about(reference, tokens), tuning=suite.get("tuning"), earlier_recipes=suite.get("earlier") or [],
+                  variants={})
     # HellaSwag runs at its own interval: its own largest common token count
     report["hellaswag_tokens"] = common_tokens(finished, "hellaswag_acc_norm")
     where = relative_dirs(runs)

@@ -155,7 +155,17 @@ def header_lines(report):
             + f" Keys allowed to differ: {', '.join(report['allowed']) or 'none'}"
             + ("." if report["allowed_declared"] else " (no suite declared them: every config difference "
                                                       "between these runs is treated as intended)."),
-            f"Looks: {sequential_text(report['look'])}."]
+            f"Looks: {sequential_text(report['look'])}.", *earlier_lines(report)]
+
+
+def earlier_lines(report):
+    """The recipes tried on the same question before this suite (its `earlier`): each was a look at it."""
+    earlier = report.get("earlier_recipes") or []
+    if not earlier:
+        return []
+    return [f"Earlier recipes on the same question: {len(earlier)} ({'; '.join(earlier)}). Each was a look at the "
+            f"question (a recipe changed after seeing results is one too): this report is look {len(earlier) + 1} "
+            f"at it, and its alpha is not corrected for the earlier ones."]
 
 
 def analysis_text(report):

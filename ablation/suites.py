@@ -19,7 +19,7 @@ from configurator import ConfigError
 
 SUITE_KEYS = ("variants", "baseline", "seeds", "metric", "allowed")
 SUITE_OPTIONS = ("nproc", "heatmap", "alpha", "min_effect", "looks", "ladder", "fork_at", "bridge_seeds",
-                 "fork_cold_starts", "tuning", "analysis", "equal_flops_runs")
+                 "fork_cold_starts", "tuning", "analysis", "equal_flops_runs", "earlier")
 FILE_KEYS = ("base", "overrides", "suite_dir", "sweep_dir", "slurm")  # what sweep.py reads from a suite file besides the suite
 
 
@@ -126,11 +126,15 @@ def read_suite(namespace, name, here, known_keys):
     if equal_flops is not None and not isinstance(equal_flops, bool) or (equal_flops and fork_at is not None):
         raise err(f"equal_flops_runs={equal_flops!r}: True or False, in a suite without fork_at (a branch continues "
                   f"its trunk's schedule, so its cosine cannot end at the baseline's FLOPs)")
+    earlier = namespace.get("earlier")  # None (unset) matches an older suite.json
+    if earlier is not None and not (isinstance(earlier, list) and all(isinstance(e, str) and e.strip() for e in earlier)):
+        raise err(f"earlier={earlier!r}: the recipes tried on the same question before this one, each a line (e.g. "
+                  f"['reports/ra_shakespeare_scratch: 1,000 steps at 3e-3, 3 seeds']); each was a look")
     return dict(name=name, variants=variants, baseline=namespace["baseline"], seeds=list(seeds),
                 metric=namespace["metric"], allowed=list(namespace["allowed"]), nproc=nproc, heatmap=heatmap,
                 alpha=alpha, min_effect=min_effect, looks=looks, ladder=sizes, fork_at=fork_at,
                 bridge_seeds=bridge_seeds, fork_cold_starts=list(cold), tuning=tuning, analysis=analysis,
-                equal_flops_runs=equal_flops)
+                equal_flops_runs=equal_flops, earlier=earlier)
 
 
 def check_ladder(spec, variants):
@@ -389,7 +393,8 @@ def check_declaration(suite, sweep_dir):
         first = read_suite_json(path)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    for key in ("metric", "baseline", "alpha", "min_effect", "looks", "fork_at", "analysis", "equal_flops_runs"):  # fork_at: the trunks
+    for key in ("metric", "baseline", "alpha", "min_effect", "looks", "fork_at", "analysis", "equal_flops_runs",
+                "earlier"):  # fork_at: the trunks
         if key == "analysis":  # on disk; analysis: a suite.json from before the key declared the paired analysis
             if suite.get("analysis") not in (None, declared_analysis(first)):  # unset: the frozen one stands
                 raise ConfigError(
@@ -468,7 +473,7 @@ def load_suite_dir(suite_dir):
     check_suite_dir(suite_dir)
     declared = read_suite_json(os.path.join(suite_dir, "suite.json"))
     suite = {k: declared.get(k) for k in ("name", "metric", "baseline", "allowed", "heatmap", "alpha", "min_effect",
-                                          "looks")}
+                                          "looks", "earlier")}
     suite.update(record=read_suite_record(suite_dir), declared_seeds=declared.get("seeds"),
                  analysis=declared_analysis(declared),
                  tuning=current_tuning(declared.get("tuning")))

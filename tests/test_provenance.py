@@ -6,7 +6,11 @@ import os
 import re
 import shutil
 
+import pytest
+
+import runtime
 from ablation import compare, suites
+from configurator import ConfigError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the home, work and temporary directories of the machines that ran things (a system tool's /usr/bin is no one's)
@@ -56,3 +60,31 @@ def test_a_tuning_is_declared_relative_to_the_repository_and_an_older_absolute_o
     assert suites.current_tuning(stale)["best_factors"] == declared["best_factors"] != {}
     older = dict(stale, path=path)  # a suite.json written before paths were relative
     assert suites.current_tuning(older)["best_factors"] == declared["best_factors"]
+
+
+def declared_suite(**more):
+    namespace = dict(variants={"base": {}, "low": {"learning_rate": 1e-4}}, baseline="base", seeds=[1, 2, 3],
+                     metric="val_loss", allowed=["learning_rate"], **more)
+    return suites.read_suite(namespace, "toy", REPO, runtime.DEFAULTS)
+
+
+def test_a_report_counts_the_earlier_recipes_tried_on_its_question_as_looks(tmp_path):
+    """A suite may name the recipes tried on the same question before it (`earlier`): frozen with the
+    declaration, and the report's header says this is look n + 1 at the question, not one look."""
+    earlier = ["1,000 steps at 3e-3, 3 seeds (reports/ra_shakespeare_scratch)", "wsd schedule, seeds 931-934"]
+    assert declared_suite(earlier=earlier)["earlier"] == earlier and declared_suite()["earlier"] is None
+    for bad in ("one recipe", [""], [3]):
+        with pytest.raises(ConfigError, match=r"^earlier="):
+            declared_suite(earlier=bad)
+    suite_dir = str(tmp_path / "scratch")
+    shutil.copytree(os.path.join(REPO, "tests", "fixtures", "report_suites", "scratch"), suite_dir)
+    path = os.path.join(suite_dir, "suite.json")
+    declared = json.load(open(path))
+    with open(path, "w") as f:
+        json.dump(dict(declared, earlier=earlier), f)
+    suites.report_suite_dir(suite_dir)
+    assert json.load(open(os.path.join(suite_dir, "report.json")))["earlier_recipes"] == earlier
+    text = open(os.path.join(suite_dir, "report.md")).read()
+    assert f"Earlier recipes on the same question: 2 ({earlier[0]}; {earlier[1]})" in text and "look 3 at it" in text
+    with pytest.raises(ConfigError, match="declared earlier="):  # never rewritten after the runs
+        suites.check_declaration(dict(declared, earlier=earlier[:1]), suite_dir)
