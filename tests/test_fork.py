@@ -413,8 +413,8 @@ def test_a_variant_named_like_a_trunk_is_refused_at_plan_time_not_looped_on(data
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert [line for line in proc.stderr.splitlines() if line.strip()] == [
         "error: the run 'trunk-seed1' would be planned twice: a variant may not take a name the sweep gives its own "
-        "runs (trunk-seed<s>: a fork's trunk, scratch-<variant>-seed<s>: a bridge run, lrcheck-x<f>-seed<s>): rename "
-        "the variant"]
+        "runs (trunk-seed<s>: a fork's trunk, scratch-<variant>-seed<s>: a bridge run, lrcheck-x<f>-seed<s>, "
+        "<variant>-flops-seed<s>: a run that ends at the baseline's FLOPs): rename the variant"]
     assert not os.path.exists(suite_dir)
     variants = {"base": {"model_type": "ra", **LR}, "scratch-base": {"model_type": "ra", "ra_pattern": "learned", **LR}}
     path, _ = write_suite(tmp_path, variants, ["ra_pattern"], seeds=(1,), name="bridged")

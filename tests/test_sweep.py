@@ -606,3 +606,6 @@ def test_equal_flops_runs_are_refused_where_no_schedule_can_end_at_the_matched_c
         with pytest.raises(configurator.ConfigError, match=message):
             sweep.main([path, *toy_args(data_dir), "--dry_run=True"])
         assert not os.path.exists(os.path.join(suite_dir, "suite.json"))
+    path, _ = write_gate_suite(tmp_path, "clash", "variants['gated-flops'] = variants['gated']\nequal_flops_runs = True\n")
+    with pytest.raises(configurator.ConfigError, match="^the run 'gated-flops-seed1' would be planned twice"):
+        sweep.main([path, *toy_args(data_dir, "--max_iters=16", "--lr_decay_iters=16"), "--dry_run=True"])
