@@ -35,10 +35,11 @@ config is compared with the baseline's: a difference in a key that is not allowe
 suite (--allow_confounds=True runs it anyway; the report still calls it not comparable). The
 metric is frozen in suite_dir/suite.json by the first run; runs added later and every report (a
 look) go into suite_dir/suite_record.jsonl (docs/ablation.md: a suite may declare `looks`, the seed
-counts of its planned reports). A variant that costs other model FLOPs per token than the baseline
-also evaluates at its equal-FLOPs iteration (eval_at; a fork's trunk counted at the baseline's rate),
-where the report reads it. The runs share a W&B group; at the end ablation/render.py writes
-report.md, report.json and plots to suite_dir (python report.py rebuilds them).
+counts of its planned reports). A suite that declares `equal_flops_runs = True` also runs each variant
+that costs other model FLOPs per token than the baseline as `<variant>-flops-seed<seed>`, its budget and
+cosine ending where it has spent the baseline's FLOPs; the report's equal-FLOPs view reads their final
+evaluation. The runs share a W&B group; at the end ablation/render.py writes report.md, report.json
+and plots to suite_dir (python report.py rebuilds them).
 A suite that declares a `ladder` (ablation/ladder.py) runs every variant x seed at every size, as
 `<size>/<variant>-seed<seed>` with the size's shape, token budget and learning rate in its arguments;
 each size directory is a suite of its own, and the report adds the effect's trend across sizes.
@@ -237,7 +238,7 @@ def plan_runs(spec):
                                                       and p.get("size") == reference))
         if scratch:
             check_confounds(suite, scratch, resolved, spec)
-        runs = equal_flops_evals(suite, runs, resolved)
+        checks += schedule_end_runs(suite, runs, resolved, spec["sweep_dir"])  # apart from the family, like the checks
     if suite and suite["fork_at"]:
         runs = fork_plan(suite, runs, resolved, spec["sweep_dir"])
     return runs + scratch + checks
@@ -249,34 +250,53 @@ def planned_twice(name, suite):
     if not suite:
         return f"the grid holds the run {name!r} twice"
     return (f"the run {name!r} would be planned twice: a variant may not take a name the sweep gives its own runs "
-            f"(trunk-seed<s>: a fork's trunk, scratch-<variant>-seed<s>: a bridge run, lrcheck-x<f>-seed<s>): "
+            f"(trunk-seed<s>: a fork's trunk, scratch-<variant>-seed<s>: a bridge run, lrcheck-x<f>-seed<s>, "
+            f"<variant>-flops-seed<s>: a run that ends at the baseline's FLOPs): "
             f"rename the variant")
 
 
-def equal_flops_evals(suite, runs, resolved):
-    """Each variant that costs other model FLOPs per token than the baseline also evaluates at its
-    equal-FLOPs point (eval_at): the iteration where it has spent the baseline's FLOPs of the whole
-    budget, a fork's trunk counted at the baseline's rate (compare.equal_flops_tokens). The report
-    reads the metric there and never between evaluations. FLOPs per token are known before the runs."""
+def schedule_end_runs(suite, runs, resolved, sweep_dir):
+    """equal_flops_runs: for each variant that costs other model FLOPs per token than the baseline, one more run
+    per seed, '<variant>-flops-seed<s>', whose budget (max_iters, and the decay with it; warmup and min_lr kept)
+    ends where it has spent the baseline's FLOPs of the whole budget (compare.equal_flops_tokens), so its cosine
+    completes there: the report compares its final evaluation with the baseline's, never a value read
+    mid-schedule, where the learning rate is still high. FLOPs per token are known before the runs."""
+    if not suite.get("equal_flops_runs"):
+        return []
     base = {(p.get("size"), p["seed"]): resolved[name] for name, p, _ in runs if p["variant"] == suite["baseline"]}
     flops = functools.lru_cache(maxsize=None)(lambda key: runtime.flops_per_token(json.loads(key)))
     per_token = lambda cfg: flops(json.dumps({k: v for k, v in cfg.items() if k not in compare.BOOKKEEPING},
                                              sort_keys=True))
-    out = []
+    names, out = {name for name, _, _ in runs}, []
     for name, point, argv in runs:
         cfg, ref = resolved[name], base[(point.get("size"), point["seed"])]
         own, theirs, tpi = per_token(cfg), per_token(ref), cfg["tokens_per_iter"]
-        if own != theirs and not cfg["max_time"]:  # a time budget ends runs where nobody can plan for
-            budget = runtime.last_iter(ref) * tpi
-            matched = compare.equal_flops_tokens(budget, (suite["fork_at"] or 0) * tpi, theirs, own)
-            at = round(matched / tpi)
-            # the report reads an evaluation only within MATCHED_TOLERANCE of the budget's FLOPs: in a short
-            # budget the nearest iteration can miss it, and an evaluation there would be read by nobody
-            readable = own * abs(at * tpi - matched) <= compare.MATCHED_TOLERANCE * theirs * budget
-            if (suite["fork_at"] or 0) < at < runtime.last_iter(cfg) and readable:  # at the end: the final evaluation
-                argv = [*argv, f"--eval_at={[at]!r}"]
-                resolved[name] = dict(cfg, eval_at=[at])
-        out.append((name, point, argv))
+        if own == theirs:
+            continue
+        if cfg["max_time"] or ref["max_time"]:
+            raise configurator.ConfigError("equal_flops_runs with max_time: a time budget ends runs at unpredictable "
+                                           "iterations; give the runs an iteration or token budget")
+        budget = runtime.last_iter(ref) * tpi
+        matched = compare.equal_flops_tokens(budget, 0, theirs, own)
+        at = round(matched / tpi)
+        if own * abs(at * tpi - matched) > compare.MATCHED_TOLERANCE * theirs * budget:  # the report would not read it
+            raise configurator.ConfigError(
+                f"equal_flops_runs: {point['variant']} matches the baseline's FLOPs at {matched / tpi:.2f} iterations, "
+                f"more than {compare.MATCHED_TOLERANCE:.0%} from a whole one: give the suite a longer budget")
+        flops_point = dict(point, flops=True)
+        flops_name = suite_run_name(flops_point)
+        if flops_name in names:
+            raise configurator.ConfigError(planned_twice(flops_name, suite))
+        names.add(flops_name)
+        decay = round(runtime.decay_iters(cfg) * at / runtime.last_iter(cfg))  # the same shape, ending at `at`
+        flops_argv = [a for a in argv if not a.startswith(("--out_dir=", "--wandb_run_name=", "--max_iters=",
+                                                           "--max_tokens=", "--lr_decay_iters="))] + [
+            f"--max_iters={at}", "--max_tokens=0", f"--lr_decay_iters={decay}",
+            f"--out_dir={os.path.join(sweep_dir, flops_name)}",
+            f"--wandb_run_name={os.path.basename(os.path.normpath(sweep_dir)).removeprefix('out-')}-"
+            f"{flops_name.replace('/', '-')}"]
+        resolved[flops_name] = resolve(flops_argv, suite["nproc"], flops_name)
+        out.append((flops_name, flops_point, flops_argv))
     return out
 
 
@@ -376,7 +396,7 @@ def bridge_points(suite):
 def suite_run_name(point):
     """'<variant>-seed<seed>', in the size's subdirectory for a ladder ('w64/baseline-seed1'); a
     bridge's from-scratch run 'scratch-<variant>-seed<seed>'."""
-    name = f"{'scratch-' if point.get('bridge') else ''}{point['variant']}-seed{point['seed']}"
+    name = f"{'scratch-' if point.get('bridge') else ''}{point['variant']}-{'flops-' if point.get('flops') else ''}seed{point['seed']}"
     if "lr_check" in point:
         name = f"lrcheck-x{point['lr_check']:g}-seed{point['seed']}"
     return f"{point['size']}/{name}" if "size" in point else name

@@ -30,7 +30,7 @@ from ablation import lm_eval_results, stats
 
 # Keys every run of a suite sets differently without changing what is compared.
 # fork_from names each seed's own trunk: whether a pair shares one is the pairing's check (initial weights)
-# eval_at adds evaluations (each variant's equal-FLOPs point) and changes nothing that is trained
+# eval_at adds evaluations and changes nothing that is trained
 BOOKKEEPING = ("seed", "out_dir", "wandb_run_name", "wandb_group", "init_from", "allow_data_change", "fork_from",
                "eval_at")
 # metric -> (log event, field, which direction is better)
@@ -110,6 +110,16 @@ def pairing(run, base_run, allowed):
 
 
 # ----------------------------------------------------------------------------- runs and the compared point
+
+def relative_dirs(runs):
+    """{(variant, seed): the run's directory relative to the runs' common parent (a suite's directory)}: a
+    committed report names no directory of the machine that ran it."""
+    full = {key: os.path.abspath(run["out_dir"]) for key, run in runs.items()}
+    parent = os.path.commonpath(list(full.values())) if full else ""
+    if parent in full.values():  # a single run: its own directory is the common path
+        parent = os.path.dirname(parent)
+    return {key: os.path.relpath(path, parent) for key, path in full.items()}
+
 
 def metric_by_tokens(run, metric):
     event, field, _ = METRICS[metric]
@@ -200,12 +210,14 @@ def finite_value(run, metric, tokens, problems):
     return value
 
 
-def compare(suite, runs):
+def compare(suite, runs, schedule_end=None):
     """The whole comparison as plain data (report.json).
 
     suite: dict(name, metric, baseline, allowed, variants: {variant: [seeds]}, alpha, min_effect, and
     for a suite directory its record and declared looks).
     runs: {(variant, seed): rundir.read_run(...)} for every expected run.
+    schedule_end: {(variant, seed): run} of the runs whose schedule ends at the baseline's FLOPs (the
+    equal-FLOPs view; none: that view says so).
     """
     metric, baseline = suite["metric"], suite["baseline"]
     _, _, goal = check_metric(metric)
@@ -231,13 +243,15 @@ def compare(suite, runs):
                   final_tokens={f"{v}-seed{s}": (r["events"][-1].get("tokens") if r["events"] else None)
                                 for (v, s), r in runs.items()},
                   baseline_sd=float(np.std(list(base_values.values()), ddof=1)) if len(base_values) > 1 else None,
-                  about=about(reference, tokens), tuning=suite.get("tuning"), variants={})
+                  about=about(reference, tokens), tuning=suite.get("tuning"), earlier_recipes=suite.get("earlier") or [],
+                  variants={})
     # HellaSwag runs at its own interval: its own largest common token count
     report["hellaswag_tokens"] = common_tokens(finished, "hellaswag_acc_norm")
+    where = relative_dirs(runs)
     for variant, seeds in suite["variants"].items():
         own = {s: runs[(variant, s)] for s in seeds}
         mine = {s: values[(variant, s)] for s in seeds if values[(variant, s)] is not None}
-        entry = dict(runs={f"seed{s}": dict(status=r["status"], value=values[(variant, s)], out_dir=r["out_dir"])
+        entry = dict(runs={f"seed{s}": dict(status=r["status"], value=values[(variant, s)], out_dir=where[(variant, s)])
                            for s, r in own.items()},
                      n=len(mine), mean=float(np.mean(list(mine.values()))) if mine else None,
                      sd=float(np.std(list(mine.values()), ddof=1)) if len(mine) > 1 else None,
@@ -267,7 +281,7 @@ def compare(suite, runs):
         report["plan"] = plan
     decide(report)
     add_hellaswag(report, suite, runs)
-    add_evidence(report, suite, runs)
+    add_evidence(report, suite, runs, schedule_end or {})
     return report
 
 
@@ -576,13 +590,13 @@ def cost(runs):
 
 
 
-MATCHED_TOLERANCE = 0.01  # an evaluation stands for the equal-FLOPs point only within 1% of the budget's FLOPs
+MATCHED_TOLERANCE = 0.01  # a run's end stands for the equal-FLOPs point only within 1% of the budget's FLOPs
 
 
 def equal_flops_tokens(tokens, fork_tokens, base_flops, own_flops):
     """The token count at which a variant has spent the baseline's model FLOPs of `tokens`: the first
     fork_tokens are its trunk's (the baseline's model, at the baseline's rate), the rest at its own
-    FLOPs per token (fork_tokens 0 from scratch). sweep.py schedules an evaluation there."""
+    FLOPs per token (fork_tokens 0 from scratch). sweep.py's schedule-end runs end there."""
     return fork_tokens + (tokens - fork_tokens) * base_flops / own_flops
 
 
@@ -591,48 +605,49 @@ def fork_tokens(run):
     return next((e["tokens"] for e in run["events"] if e["event"] == "fork"), 0)
 
 
-def value_at_flops(run, metric, budget, base_flops, own_flops):
-    """(tokens, value) of the run's evaluation closest to `budget` model FLOPs (the trunk's tokens at
-    base_flops per token, its own after the fork), or (tokens, None) when the closest is more than
-    MATCHED_TOLERANCE of the budget away: never a value interpolated between evaluations (across a
-    fork the curve bends, and the straight line would bias every seed alike)."""
-    curve, start = metric_by_tokens(run, metric), fork_tokens(run)
-    spent = lambda t: base_flops * start + own_flops * (t - start)
-    evaluated = [t for t in curve if t >= start]
-    if not evaluated:
+def final_at_flops(run, metric, budget, base_flops, own_flops):
+    """(tokens, value) of a finished run's final evaluation, or (tokens, None) when it spent more than
+    MATCHED_TOLERANCE of `budget` model FLOPs away from the budget (the trunk's tokens at base_flops per
+    token, its own after a fork): only the end of a schedule, never a value read before it (the learning
+    rate is still decaying there) nor one interpolated between evaluations."""
+    curve = metric_by_tokens(run, metric)
+    if rundir.run_status(run["events"]) != "finished" or not curve:
         return None, None
-    tokens = min(evaluated, key=lambda t: abs(spent(t) - budget))
-    close = abs(spent(tokens) - budget) <= MATCHED_TOLERANCE * budget
-    value = curve[tokens] if close and math.isfinite(curve[tokens]) else None
-    return tokens, value
+    tokens, start = max(curve), fork_tokens(run)
+    close = abs(base_flops * start + own_flops * (tokens - start) - budget) <= MATCHED_TOLERANCE * budget
+    return tokens, curve[tokens] if close and math.isfinite(curve[tokens]) else None
 
 
-def compute_matched(report, runs, variant, seeds, base_seeds):
-    """The variant's metric at the baseline's model FLOPs at the compared point (the baseline's FLOPs
-    per token x compared tokens; in a forked suite the trunk's tokens count at the baseline's rate),
-    read from the evaluation sweep.py scheduled there (eval_at), paired with the baseline seed: an
-    idea that costs more per token is not flattered by an equal-token comparison. A seed with no
-    evaluation within MATCHED_TOLERANCE of the budget is named and gets no value. The family's
-    verdicts come afterwards (add_evidence: Holm over this view's own family)."""
+def compute_matched(report, runs, variant, seeds, base_seeds, schedule_end):
+    """The variant's metric at the baseline's model FLOPs of the compared point (its FLOPs per token x
+    compared tokens), from runs whose own schedule ends there, paired with the baseline seed: an idea
+    that costs more per token is not flattered by an equal-token comparison, nor by a value read
+    mid-schedule. A variant that costs the same reads its own runs; one that costs more or less its
+    schedule-end runs (schedule_end, {(variant, seed): run}; sweep.py's equal_flops_runs), or it has none
+    (read_from None). A seed whose run did not end within MATCHED_TOLERANCE of the budget is named and gets no
+    value. The family's verdicts come afterwards (judge_compute_matched: Holm over this view's own family)."""
     base_cost, own_cost = report["variants"][report["baseline"]].get("cost"), report["variants"][variant].get("cost")
     tokens = report["compared_at_tokens"]
     if not (base_cost and own_cost and base_cost["flops_per_token"] and own_cost["flops_per_token"] and tokens):
         return None
     base_flops, own_flops = base_cost["flops_per_token"], own_cost["flops_per_token"]
     flops = base_flops * tokens
-    values, evaluated_at, diffs, matched = {}, {}, [], set()
-    for seed in seeds:
-        run, base = runs[(variant, seed)], runs.get((report["baseline"], seed))
-        if seed in base_seeds and run["status"] == base["status"] == "finished":
-            matched.add(equal_flops_tokens(tokens, fork_tokens(run), base_flops, own_flops))
-            at, mine = value_at_flops(run, report["metric"], flops, base_flops, own_flops)
+    read_from = "own_runs" if own_flops == base_flops else "schedule_end" if any(v == variant for v, _ in schedule_end) \
+        else None
+    ending = runs if read_from == "own_runs" else schedule_end
+    matched = min(equal_flops_tokens(tokens, fork_tokens(runs[(variant, s)]), base_flops, own_flops) for s in seeds)
+    values, evaluated_at, diffs = {}, {}, []
+    for seed in seeds if read_from else ():
+        run, base = ending.get((variant, seed)), runs.get((report["baseline"], seed))
+        if seed in base_seeds and base["status"] == "finished":
+            at, mine = final_at_flops(run, report["metric"], flops, base_flops, own_flops) if run else (None, None)
             theirs = metric_by_tokens(base, report["metric"]).get(tokens)
             values[seed], evaluated_at[seed] = mine, at
             if mine is not None and theirs is not None and math.isfinite(theirs):
                 diffs.append(mine - theirs)
     missing = [dict(seed=f"seed{s}", closest=evaluated_at[s]) for s, v in values.items() if v is None]
-    return dict(flops=flops, tokens=min(matched) if matched else None,
-                flops_ratio=own_flops / base_flops, tolerance=MATCHED_TOLERANCE,
+    return dict(flops=flops, tokens=matched,
+                flops_ratio=own_flops / base_flops, tolerance=MATCHED_TOLERANCE, read_from=read_from,
                 evaluated_at={f"seed{s}": t for s, t in evaluated_at.items()},
                 values={f"seed{s}": v for s, v in values.items()}, differences=diffs, missing=missing)
 
@@ -720,7 +735,7 @@ def add_hellaswag(report, suite, runs, key="acc_norm"):
                 p_value=test["p"], **decision)
 
 
-def add_evidence(report, suite, runs):
+def add_evidence(report, suite, runs, schedule_end=None):
     """What the comparison rests on, per variant: cost and its ratios to the baseline (throughput over
     the runs whose timings are trusted; no ratio where half or more of either side's are flagged), the
     per-seed differences with their signs and sign-flip p, the compute-matched view (Holm over its own
@@ -744,7 +759,7 @@ def add_evidence(report, suite, runs):
             continue
         entry["signs"] = stats.sign_flip_test(entry.get("differences") or [])
         entry["compute_matched"] = compute_matched(report, runs, variant, suite["variants"][variant],
-                                                   suite["variants"][baseline])
+                                                   suite["variants"][baseline], schedule_end or {})
         per_item = hellaswag_per_item(by_variant[variant], by_variant[baseline], report["hellaswag_tokens"])
         if per_item:
             entry["hellaswag_per_item"] = per_item
@@ -762,9 +777,10 @@ def judge_compute_matched(report):
              for m, skip in zip(matched, unjudged)]
     for v, m, skip, test, decision in zip(compared, matched, unjudged, tests,
                                           stats.judge(tests, report["alpha"], report["goal"], report["min_effect"])):
-        blocked = dict(verdict="not evaluated", interval=None, p_holm=None,
-                       reasons=[dict(code="not_evaluated", missing=m["missing"], tolerance=m["tolerance"])
-                                if m["missing"] else dict(code="no_paired_seed_at_flops")])
+        reason = dict(code="no_schedule_end_run") if m["read_from"] is None else \
+            dict(code="not_evaluated", missing=m["missing"], tolerance=m["tolerance"]) if m["missing"] else \
+            dict(code="no_paired_seed_at_flops")
+        blocked = dict(verdict="not evaluated", interval=None, p_holm=None, reasons=[reason])
         if skip:
             blocked.update(verdict=v["verdict"], reasons=[dict(code="main_table", verdict=v["verdict"],
                                                                 reasons=v["reasons"])])

@@ -155,7 +155,17 @@ def header_lines(report):
             + f" Keys allowed to differ: {', '.join(report['allowed']) or 'none'}"
             + ("." if report["allowed_declared"] else " (no suite declared them: every config difference "
                                                       "between these runs is treated as intended)."),
-            f"Looks: {sequential_text(report['look'])}."]
+            f"Looks: {sequential_text(report['look'])}.", *earlier_lines(report)]
+
+
+def earlier_lines(report):
+    """The recipes tried on the same question before this suite (its `earlier`): each was a look at it."""
+    earlier = report.get("earlier_recipes") or []
+    if not earlier:
+        return []
+    return [f"Earlier recipes on the same question: {len(earlier)} ({'; '.join(earlier)}). Each was a look at the "
+            f"question (a recipe changed after seeing results is one too): this report is look {len(earlier) + 1} "
+            f"at it, and its alpha is not corrected for the earlier ones."]
 
 
 def analysis_text(report):
@@ -284,20 +294,20 @@ def compute_matched_lines(report):
              f"{report['metric']} at the token count where it spent as much"
              + (", its trunk's tokens counted at the baseline's FLOPs per token (the trunk is the baseline's model)"
                 if forked else "")
-             + f", read from its evaluation there (sweep.py schedules one, eval_at), paired with the baseline seed. "
-             f"Nothing is interpolated between evaluations: a seed whose closest evaluation is more than "
-             f"{matched[0][1]['tolerance']:.0%} of the FLOPs budget away is 'not evaluated' and its variant gets no "
-             f"verdict here. A family of its own: Holm over these {len(matched)} comparisons at alpha "
+             + f", read from the final evaluation of a run whose own schedule ends there (a variant of other FLOPs "
+             f"per token: its schedule-end runs, suite option equal_flops_runs), paired with the baseline seed. "
+             f"Never a value read mid-schedule or interpolated: a seed whose run ended more than "
+             f"{matched[0][1]['tolerance']:.0%} of the FLOPs budget away is 'not evaluated', and a variant without "
+             f"schedule-end runs gets no verdict here. A family of its own: Holm over these {len(matched)} comparisons at alpha "
              f"{report['alpha']:.3g}, each interval at its Holm step's level (not simultaneous).", "",
-             "| variant | FLOPs/token x | tokens at equal FLOPs | evaluated at | diff vs baseline | verdict | "
+             "| variant | FLOPs/token x | tokens at equal FLOPs | run ended at | diff vs baseline | verdict | "
              "interval (confidence) | p | p (Holm) |", "|---|---|---|---|---|---|---|---|---|"]
     for name, m in matched:
         at = sorted({t for t in m.get("evaluated_at", {}).values() if t is not None})
         lines.append(f"| {name} | {m['flops_ratio']:.3f} | {thousands(round(m['tokens']) if m['tokens'] else None)} | "
                      f"{', '.join(f'{t:,}' for t in at) or '-'} | {signed(m['diff_mean'])} | {m['verdict']} | "
                      f"{interval_cell(m)} | {fmt(m['p_value'], 3)} | {fmt(m['p_holm'], 3)} |")
-    lines += [f"- {name}: not evaluated at the equal-FLOPs point in {missing_text(m['missing'])}"
-              for name, m in matched if m["missing"]]
+    lines += [f"- {name}: {why(m)}" for name, m in matched if m["verdict"] == "not evaluated"]
     return lines
 
 
@@ -962,9 +972,13 @@ REASONS = {  # reason code -> its words, from the numbers the reason carries
     "unfinished": incomplete_text,
     "records_missing": lambda r: f"missing or damaged: {', '.join(r['records'])}: the measured facts cannot be checked",
     "no_paired_seed": lambda r: "no paired seed finished",
-    "not_evaluated": lambda r: f"no evaluation within {r['tolerance']:.0%} of the baseline's FLOPs in "
-                               f"{missing_text(r['missing'])}: no verdict (nothing is interpolated between evaluations)",
+    "not_evaluated": lambda r: f"no finished run ending within {r['tolerance']:.0%} of the baseline's FLOPs in "
+                               f"{missing_text(r['missing'])}: no verdict (a value read before a schedule's end is "
+                               f"another recipe)",
     "no_paired_seed_at_flops": lambda r: "no paired seed reached the baseline's FLOPs",
+    "no_schedule_end_run": lambda r: "no run whose schedule ends at the baseline's FLOPs (the suite did not declare "
+                                     "equal_flops_runs = True before its runs; a value read mid-schedule, its learning "
+                                     "rate still decaying, is another recipe): no verdict",
     "main_table": lambda r: f"the main table finds this pair {r['verdict']} ({why(r)})",
     # bridge
     "too_few_paired_seeds": lambda r: "fewer than 2 paired seeds in the forked or the from-scratch comparison",
@@ -1090,8 +1104,8 @@ def pairing_text(check):
 
 
 def missing_text(missing):
-    """The seeds with no evaluation at the equal-FLOPs point (compare.compute_matched)."""
-    return ", ".join(f"{m['seed']} (closest evaluation at {m['closest']:,} tokens)" if m["closest"] is not None
+    """The seeds with no run ending at the equal-FLOPs point (compare.compute_matched)."""
+    return ", ".join(f"{m['seed']} (its run ended at {m['closest']:,} tokens)" if m["closest"] is not None
                      else m["seed"] for m in missing)
 
 

@@ -19,7 +19,7 @@ from configurator import ConfigError
 
 SUITE_KEYS = ("variants", "baseline", "seeds", "metric", "allowed")
 SUITE_OPTIONS = ("nproc", "heatmap", "alpha", "min_effect", "looks", "ladder", "fork_at", "bridge_seeds",
-                 "fork_cold_starts", "tuning", "analysis")
+                 "fork_cold_starts", "tuning", "analysis", "equal_flops_runs", "earlier")
 FILE_KEYS = ("base", "overrides", "suite_dir", "sweep_dir", "slurm")  # what sweep.py reads from a suite file besides the suite
 
 
@@ -122,10 +122,19 @@ def read_suite(namespace, name, here, known_keys):
         raise err(f"analysis={analysis!r}: the test declared before the runs, one of {stats.ANALYSES} ('blocked': the "
                   f"whole arms x seeds table, seed as block, many-to-one simultaneous intervals; 'paired': a paired "
                   f"t-test per variant, Holm)")
+    equal_flops = namespace.get("equal_flops_runs")  # None (unset) reads as False, and matches an older suite.json
+    if equal_flops is not None and not isinstance(equal_flops, bool) or (equal_flops and fork_at is not None):
+        raise err(f"equal_flops_runs={equal_flops!r}: True or False, in a suite without fork_at (a branch continues "
+                  f"its trunk's schedule, so its cosine cannot end at the baseline's FLOPs)")
+    earlier = namespace.get("earlier")  # None (unset) matches an older suite.json
+    if earlier is not None and not (isinstance(earlier, list) and all(isinstance(e, str) and e.strip() for e in earlier)):
+        raise err(f"earlier={earlier!r}: the recipes tried on the same question before this one, each a line (e.g. "
+                  f"['reports/ra_shakespeare_scratch: 1,000 steps at 3e-3, 3 seeds']); each was a look")
     return dict(name=name, variants=variants, baseline=namespace["baseline"], seeds=list(seeds),
                 metric=namespace["metric"], allowed=list(namespace["allowed"]), nproc=nproc, heatmap=heatmap,
                 alpha=alpha, min_effect=min_effect, looks=looks, ladder=sizes, fork_at=fork_at,
-                bridge_seeds=bridge_seeds, fork_cold_starts=list(cold), tuning=tuning, analysis=analysis)
+                bridge_seeds=bridge_seeds, fork_cold_starts=list(cold), tuning=tuning, analysis=analysis,
+                equal_flops_runs=equal_flops, earlier=earlier)
 
 
 def check_ladder(spec, variants):
@@ -259,17 +268,18 @@ def tuning_facts(path):
         result = json.load(f)
     check_tuning_record(result)
     kept = {k: result[k] for k in ("summary", "best_lr", "seeds", "bracketed", "date", "commit")}
-    return dict(kept, path=path, grid=[row["lr"] for row in result["grid"]], recipe=result.get("recipe_fingerprint"),
+    return dict(kept, path=in_repository(path), grid=[row["lr"] for row in result["grid"]], recipe=result.get("recipe_fingerprint"),
                 best_factors={v: c["best_factor"] for v, c in result["variants"].items()})
 
 
 def current_tuning(declared):
     """The declared tuning, with the variants' rate check the same tuning (same best rate and seeds)
     added to its file since (tools/tune_lr.py checks the variants after the baseline's grid)."""
-    if not declared or not os.path.exists(declared.get("path", "")):
+    path = os.path.join(REPO, declared.get("path", "")) if declared else ""  # relative to the repository (an older one absolute)
+    if not declared or not os.path.exists(path):
         return declared
     try:
-        now = tuning_facts(declared["path"])
+        now = tuning_facts(path)
     except (OSError, ValueError, KeyError, TypeError):
         return declared
     same = now["best_lr"] == declared["best_lr"] and now["seeds"] == declared["seeds"]
@@ -310,11 +320,26 @@ def check_bridge_seeds(seeds, fork_at, sizes):
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def in_repository(path):
+    """A path inside the repository relative to its root, so a committed declaration or report names no
+    directory of the machine that ran it; others as given."""
+    inside = os.path.isabs(path) and not os.path.relpath(path, REPO).startswith("..")
+    return os.path.relpath(path, REPO) if inside else path
+
+
 def portable_variants(variants):
-    """The variants as suite.json keeps them: config files inside the repository relative to its root, so a
-    committed declaration names no directory of the machine that ran it (nothing reads these paths back to run)."""
-    inside = lambda c: os.path.relpath(c, REPO) if os.path.isabs(c) and not os.path.relpath(c, REPO).startswith("..") else c
-    return {v: dict(body, config=[inside(c) for c in body.get("config", [])]) for v, body in variants.items()}
+    """The variants as suite.json keeps them: config files relative to the repository (nothing reads these
+    paths back to run)."""
+    return {v: dict(body, config=[in_repository(c) for c in body.get("config", [])]) for v, body in variants.items()}
+
+
+# runs read apart from the family, never pooled with it: the point's flag -> (suite.json key, the record's event)
+APART = {"bridge": ("bridge_runs", "bridge_added"), "flops": ("flops_runs", "flops_added")}
+
+
+def declared_apart(declared, record, key, event):
+    """{run name: [variant, seed]} of the runs kept apart under `key` in suite.json, and those the record added."""
+    return dict(declared.get(key) or {}, **{k: v for e in record if e.get("event") == event for k, v in e["runs"].items()})
 
 
 def freeze_suite(suite, runs, sweep_dir):
@@ -324,15 +349,15 @@ def freeze_suite(suite, runs, sweep_dir):
     number of looks taken before them, so a report can say the suite grew after it was looked at."""
     path = os.path.join(sweep_dir, "suite.json")
     wanted = {name: [p["variant"], p["seed"]] for name, p, _ in runs
-              if not p.get("trunk") and not p.get("bridge") and "lr_check" not in p}
-    scratch = {name: [p["variant"], p["seed"]] for name, p, _ in runs if p.get("bridge")}  # never pooled with wanted
+              if not p.get("trunk") and "lr_check" not in p and not any(p.get(flag) for flag in APART)}
+    apart = {flag: {name: [p["variant"], p["seed"]] for name, p, _ in runs if p.get(flag)} for flag in APART}
     first = check_declaration(suite, sweep_dir)
     if first is None:
         os.makedirs(sweep_dir, exist_ok=True)
         with rundir.atomic_write(path, "w") as f:  # a torn suite.json would lose the plan
             json.dump(dict(suite, variants=portable_variants(suite["variants"]),
                            analysis=suite.get("analysis") or stats.DEFAULT_ANALYSIS, runs=wanted,
-                           **({"bridge_runs": scratch} if scratch else {})), f, indent=1)
+                           **{APART[flag][0]: named for flag, named in apart.items() if named}), f, indent=1)
     else:
         record = read_suite_record(sweep_dir)
         known = suite_runs(first, record)
@@ -340,11 +365,12 @@ def freeze_suite(suite, runs, sweep_dir):
         if added:
             append_suite_record(sweep_dir, dict(event="added", runs=added,
                                                          looks_before=len(compare.looks_taken(record))))
-        known_bridge = dict(first.get("bridge_runs") or {}, **{k: v for e in record if e.get("event") == "bridge_added"
-                                                                for k, v in e["runs"].items()})
-        if set(scratch) - set(known_bridge):
-            append_suite_record(sweep_dir, dict(event="bridge_added", runs={n: scratch[n] for n in scratch
-                                                                           if n not in known_bridge}))
+        for flag, named in apart.items():
+            key, event = APART[flag]
+            known_apart = declared_apart(first, record, key, event)
+            if set(named) - set(known_apart):
+                append_suite_record(sweep_dir, dict(event=event, runs={n: run for n, run in named.items()
+                                                                       if n not in known_apart}))
     if suite.get("ladder"):  # each size is an ordinary suite of its own in suite_dir/<size>
         for size in suite["ladder"]["sizes"]:
             own = [(ladder.size_of(name)[1], p, argv) for name, p, argv in runs if p["size"] == size]
@@ -367,7 +393,8 @@ def check_declaration(suite, sweep_dir):
         first = read_suite_json(path)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    for key in ("metric", "baseline", "alpha", "min_effect", "looks", "fork_at", "analysis"):  # fork_at: the trunks
+    for key in ("metric", "baseline", "alpha", "min_effect", "looks", "fork_at", "analysis", "equal_flops_runs",
+                "earlier"):  # fork_at: the trunks
         if key == "analysis":  # on disk; analysis: a suite.json from before the key declared the paired analysis
             if suite.get("analysis") not in (None, declared_analysis(first)):  # unset: the frozen one stands
                 raise ConfigError(
@@ -446,7 +473,7 @@ def load_suite_dir(suite_dir):
     check_suite_dir(suite_dir)
     declared = read_suite_json(os.path.join(suite_dir, "suite.json"))
     suite = {k: declared.get(k) for k in ("name", "metric", "baseline", "allowed", "heatmap", "alpha", "min_effect",
-                                          "looks")}
+                                          "looks", "earlier")}
     suite.update(record=read_suite_record(suite_dir), declared_seeds=declared.get("seeds"),
                  analysis=declared_analysis(declared),
                  tuning=current_tuning(declared.get("tuning")))
@@ -475,10 +502,7 @@ def read_bridge_runs(suite_dir):
     """(scratch suite, runs) of the bridge in a suite directory, or None: the suite.json's
     bridge_runs plus those its record added later."""
     declared = read_suite_json(os.path.join(suite_dir, "suite.json"))
-    named = dict(declared.get("bridge_runs") or {})
-    for entry in read_suite_record(suite_dir):
-        if entry.get("event") == "bridge_added":
-            named.update(entry["runs"])
+    named = declared_apart(declared, read_suite_record(suite_dir), *APART["bridge"])
     if not named:
         return None
     variants, runs = {}, {}
@@ -489,6 +513,14 @@ def read_bridge_runs(suite_dir):
                          baseline=declared["baseline"], allowed=declared.get("allowed") or [], variants=variants,
                          alpha=declared.get("alpha"), min_effect=declared.get("min_effect"), record=[], looks=None)
     return scratch_suite, runs
+
+
+def read_flops_runs(suite_dir):
+    """{(variant, seed): run} of the suite's schedule-end runs (equal_flops_runs; sweep.schedule_end_runs), each
+    ending at the baseline's FLOPs: the equal-FLOPs view reads them; none when the suite did not declare them."""
+    declared = read_suite_json(os.path.join(suite_dir, "suite.json"))
+    named = declared_apart(declared, read_suite_record(suite_dir), *APART["flops"])
+    return {(variant, seed): rundir.read_run(os.path.join(suite_dir, name)) for name, (variant, seed) in named.items()}
 
 
 def suite_runs(declared, record):
@@ -560,7 +592,7 @@ def report_suite_dir(suite_dir, out_dir=None, plan=None):
     if refused:
         raise ValueError(f"{suite_dir} declared {', '.join(f'{k}={suite[k]!r}' for k in refused)} before its runs: "
                          f"it cannot be changed here")
-    report = compare.compare(dict(suite, **late), runs)
+    report = compare.compare(dict(suite, **late), runs, read_flops_runs(suite_dir))
     bridge.add_to_report(report, runs, read_bridge_runs(suite_dir))  # the loss jump at a fork; the bridge to from-scratch effects
     if late:
         report["declared_after_the_runs"] = sorted(late)

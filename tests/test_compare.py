@@ -124,11 +124,13 @@ def test_equal_flops_tokens_count_the_trunk_at_the_baselines_rate():
     # forked at 2500, the trunk's tokens are the baseline's model: 2500 + 2500 / 1.25
     assert compare.equal_flops_tokens(5000, 2500, 1000, 1250) == pytest.approx(4500)
     assert compare.equal_flops_tokens(5000, 2500, 1000, 1000) == 5000  # the same model: the same point
-    run = dict(events=[dict(event="eval", tokens=t, val_loss=3.0 - t / 1e4) for t in (1000, 4000, 4100, 5000)])
-    tokens, value = compare.value_at_flops(run, "val_loss", 1000 * 5000, 1000, 1250)
-    assert (tokens, value) == (4000, pytest.approx(2.6))
-    far = dict(events=[dict(event="eval", tokens=t, val_loss=2.5) for t in (1000, 5000)])  # 25% past the budget
-    assert compare.value_at_flops(far, "val_loss", 1000 * 5000, 1000, 1250) == (5000, None)  # never interpolated
+    # only a finished run's final evaluation stands for the point: one that ends there, never one on the way
+    ended = lambda ts: dict(events=[*(dict(event="eval", tokens=t, val_loss=3.0 - t / 1e4) for t in ts),
+                                    dict(event="end", tokens=ts[-1])])
+    assert compare.final_at_flops(ended((1000, 4000)), "val_loss", 1000 * 5000, 1000, 1250) == (4000, pytest.approx(2.6))
+    assert compare.final_at_flops(ended((1000, 4000, 4100, 5000)), "val_loss", 1000 * 5000, 1000, 1250) == (5000, None)
+    unfinished = dict(events=[dict(event="eval", tokens=4000, val_loss=2.6)])
+    assert compare.final_at_flops(unfinished, "val_loss", 1000 * 5000, 1000, 1250) == (None, None)
 
 
 def test_declared_looks_spend_alpha_monotonically_and_in_total_exactly_alpha():

@@ -61,9 +61,9 @@ def fake_run(out_dir, value_at, windows_ms, tokens_per_iter=100, iters=50, flops
     return dict(out_dir=str(out_dir), config=None, info=None, events=events)
 
 
-def compared(runs, variants, baseline="base"):
+def compared(runs, variants, baseline="base", schedule_end=None):
     """compare.add_evidence on a report whose comparison part is filled in by hand (the runs have no
-    configs: only what the evidence needs)."""
+    configs: only what the evidence needs); schedule_end: the runs whose schedule ends at equal FLOPs."""
     report = dict(metric="val_loss", goal="lower", baseline=baseline, hellaswag_tokens=None, level=0.05, alpha=0.05,
                   min_effect=None,
                   compared_at_tokens=compare.common_tokens(list(runs.values()), "val_loss"),
@@ -76,7 +76,7 @@ def compared(runs, variants, baseline="base"):
             diffs = [compare.metric_by_tokens(runs[(v, s)], "val_loss")[at]
                      - compare.metric_by_tokens(runs[(baseline, s)], "val_loss")[at] for s in seeds]
             report["variants"][v].update(paired_seeds=list(seeds), differences=diffs)
-    compare.add_evidence(report, dict(variants=variants), runs)
+    compare.add_evidence(report, dict(variants=variants), runs, schedule_end or {})
     return report
 
 
@@ -160,28 +160,38 @@ def test_flops_per_token_of_mix_and_gate_against_a_hand_count():
 
 def test_compute_matched_view_reads_each_seed_at_the_baselines_flops(tmp_path):
     """At the baseline's FLOPs (1000/token x 5000 tokens) the variant that costs 1250 per token has
-    seen 4000 tokens and was evaluated there. At equal tokens it looks better by 0.05; at equal
-    FLOPs it is 0.05 worse."""
+    seen 4000 tokens: its schedule-end runs end there, and their final evaluation is read. At equal
+    tokens it looks better by 0.05; at equal FLOPs it is 0.05 worse. Without schedule-end runs the
+    view reads nothing, though the full runs evaluated at 4000 tokens (mid-schedule: another recipe)."""
     base = lambda s: (lambda t: 3.0 - t / 10000 + 0.01 * s)
     dear = lambda s: (lambda t: 2.95 - t / 10000 + 0.01 * s + 0.001 * s * (s - 2))
-    runs = {}
+    ended = lambda s: (lambda t: dear(s)(t) - 0.02)  # a completed cosine ends lower than the same tokens mid-schedule
+    runs, ends = {}, {}
     for s in (1, 2, 3):
         runs[("base", s)] = fake_run(tmp_path / f"b{s}", base(s), [100.0] * 5)
         runs[("dear", s)] = fake_run(tmp_path / f"d{s}", dear(s), [100.0] * 5, flops_per_token=1250)
-    report = compared(runs, {"base": [1, 2, 3], "dear": [1, 2, 3]})
+        ends[("dear", s)] = fake_run(tmp_path / f"e{s}", ended(s), [100.0] * 4, flops_per_token=1250, iters=40)
+    report = compared(runs, {"base": [1, 2, 3], "dear": [1, 2, 3]}, schedule_end=ends)
     m = report["variants"]["dear"]["compute_matched"]
-    assert report["compared_at_tokens"] == 5000 and m["tokens"] == pytest.approx(4000)
-    expected = [dear(s)(4000) - base(s)(5000) for s in (1, 2, 3)]
-    assert m["differences"] == pytest.approx(expected) and m["diff_mean"] == pytest.approx(0.05 + 0.002 / 3)
+    assert report["compared_at_tokens"] == 5000 and m["tokens"] == pytest.approx(4000) and m["read_from"] == "schedule_end"
+    expected = [ended(s)(4000) - base(s)(5000) for s in (1, 2, 3)]
+    assert m["differences"] == pytest.approx(expected) and m["diff_mean"] == pytest.approx(0.03 + 0.002 / 3)
+    assert m["evaluated_at"] == {f"seed{s}": 4000 for s in (1, 2, 3)}
     assert m["flops"] == 5_000_000 and m["flops_ratio"] == 1.25
     assert report["variants"]["dear"]["differences"] == pytest.approx([-0.05 + 0.001 * s * (s - 2) for s in (1, 2, 3)])
-    # A cheaper variant would need tokens past its last evaluation: no value, never an extrapolation.
-    cheap = {k: v for k, v in runs.items() if k[0] == "base"}
+    m = compared(runs, {"base": [1, 2, 3], "dear": [1, 2, 3]})["variants"]["dear"]["compute_matched"]
+    assert m["read_from"] is None and m["differences"] == [] and m["verdict"] == "not evaluated"
+    assert m["reasons"] == [dict(code="no_schedule_end_run")] and "equal_flops_runs" in render.why(m)
+    # A cheaper variant's schedule-end runs train longer (6250 tokens); one that stopped at 5000 is named, not read.
+    cheap, ends = {k: v for k, v in runs.items() if k[0] == "base"}, {}
     for s in (1, 2, 3):
         cheap[("cheap", s)] = fake_run(tmp_path / f"c{s}", base(s), [100.0] * 5, flops_per_token=800)
-    m = compared(cheap, {"base": [1, 2, 3], "cheap": [1, 2, 3]})["variants"]["cheap"]["compute_matched"]
-    assert m["tokens"] == pytest.approx(6250) and m["differences"] == [] and m["verdict"] == "not evaluated"
-    assert m["missing"] == [dict(seed=f"seed{s}", closest=5000) for s in (1, 2, 3)]
+        ends[("cheap", s)] = fake_run(tmp_path / f"ce{s}", base(s), [100.0] * 5, flops_per_token=800,
+                                      iters=125 if s < 3 else 100, tokens_per_iter=50, every=250)
+    m = compared(cheap, {"base": [1, 2, 3], "cheap": [1, 2, 3]}, schedule_end=ends)["variants"]["cheap"]["compute_matched"]
+    assert m["tokens"] == pytest.approx(6250) and m["differences"] == pytest.approx([base(s)(6250) - base(s)(5000)
+                                                                                     for s in (1, 2)])
+    assert m["verdict"] == "not evaluated" and m["missing"] == [dict(seed="seed3", closest=5000)]
 
 
 def test_a_pair_the_main_table_cannot_compare_gets_no_equal_flops_verdict_either(tmp_path):
@@ -198,7 +208,9 @@ def test_a_pair_the_main_table_cannot_compare_gets_no_equal_flops_verdict_either
                       verdict="not comparable", reasons=[dict(code="confounds", confounds={"n_head": [4, 2]})])})
     for run in runs.values():
         run["status"] = "finished"
-    compare.add_evidence(report, dict(variants={"base": [1, 2, 3], "dear": [1, 2, 3]}), runs)
+    ends = {("dear", s): fake_run(tmp_path / f"e{s}", dear(s), [100.0] * 4, flops_per_token=1250, iters=40)
+            for s in (1, 2, 3)}
+    compare.add_evidence(report, dict(variants={"base": [1, 2, 3], "dear": [1, 2, 3]}), runs, ends)
     m = report["variants"]["dear"]["compute_matched"]
     assert len(m["differences"]) == 3 and m["verdict"] == "not comparable" and m["p_holm"] is None
     assert m["reasons"] == [dict(code="main_table", verdict="not comparable",
@@ -216,30 +228,33 @@ def forked(run, at_tokens, trunk_time, keep):
     return run
 
 
-def test_forked_equal_flops_counts_the_trunk_at_the_baselines_rate_and_never_interpolates(tmp_path):
+def test_forked_equal_flops_counts_the_trunk_at_the_baselines_rate_and_reads_only_a_runs_end(tmp_path):
     """Issue 40: forked at 2500 of 5000 tokens, a variant at 1.25x FLOPs per token reaches the
-    baseline's budget at 2500 + 2500 / 1.25 = 4500 tokens (not 5000 / 1.25 = 4000): read from the
-    evaluation there. Its curve bends at the fork (steep just after it), so a straight line from the
-    fork's evaluation to the end's would be biased alike in every seed: without an evaluation within
-    1% of the budget the view says so and gives no verdict."""
+    baseline's budget at 2500 + 2500 / 1.25 = 4500 tokens (not 5000 / 1.25 = 4000). Issue 58: only a
+    run that ends there is read (its final evaluation); a run evaluated at 4500 on its way to 5000 is
+    not (mid-schedule), nor is one that ends 2.5% past the budget: the view names the seeds, no verdict."""
     base = lambda s: (lambda t: 3.0 - t / 10000 + 0.01 * s)
     bent = lambda s: (lambda t: base(s)(t) + (0.2 * np.exp(-(t - 2500) / 300) - 0.2 if t > 2500 else 0.0)
                       + 0.03 + 0.001 * s)
-    for keep, tokens in (((4500,), 4500), ((), None)):
-        runs = {}
-        for s in (1, 2, 3):
-            runs[("base", s)] = forked(fake_run(tmp_path / f"b{s}", base(s), [100.0] * 5), 2500, 30.0, ())
-            runs[("dear", s)] = forked(fake_run(tmp_path / f"d{s}", bent(s), [100.0] * 5, flops_per_token=1250),
-                                       2500, 30.0, keep)
-        m = compared(runs, {"base": [1, 2, 3], "dear": [1, 2, 3]})["variants"]["dear"]["compute_matched"]
+    runs = {}
+    for s in (1, 2, 3):
+        runs[("base", s)] = forked(fake_run(tmp_path / f"b{s}", base(s), [100.0] * 5), 2500, 30.0, ())
+        runs[("dear", s)] = forked(fake_run(tmp_path / f"d{s}", bent(s), [100.0] * 5, flops_per_token=1250),
+                                   2500, 30.0, (4500,))
+    for iters, tokens in ((45, 4500), (50, None)):
+        ends = {("dear", s): forked(fake_run(tmp_path / f"e{s}", bent(s), [100.0] * 5, flops_per_token=1250,
+                                             iters=iters), 2500, 30.0, ()) for s in (1, 2, 3)}
+        m = compared(runs, {"base": [1, 2, 3], "dear": [1, 2, 3]}, schedule_end=ends)["variants"]["dear"]["compute_matched"]
         assert m["tokens"] == pytest.approx(4500)
         if tokens:
             assert m["differences"] == pytest.approx([bent(s)(4500) - base(s)(5000) for s in (1, 2, 3)])
             assert m["verdict"] in ("better", "worse") and m["evaluated_at"] == {f"seed{s}": 4500 for s in (1, 2, 3)}
-        else:  # the nearest evaluation (the end, 5000 tokens) spent 2.5% more than the budget
+        else:  # the schedule ends at 5000 tokens, 2.5% more than the budget
             assert m["differences"] == [] and m["verdict"] == "not evaluated" and m["interval"] is None
             assert m["reasons"] == [dict(code="not_evaluated", tolerance=compare.MATCHED_TOLERANCE,
                                          missing=[dict(seed=f"seed{s}", closest=5000) for s in (1, 2, 3)])]
+    m = compared(runs, {"base": [1, 2, 3], "dear": [1, 2, 3]})["variants"]["dear"]["compute_matched"]
+    assert m["reasons"] == [dict(code="no_schedule_end_run")]  # the branches' evaluations at 4500 are not read
 
 
 def test_a_branchs_cost_is_its_own_steps_and_time_beside_its_trunks(tmp_path):
@@ -438,13 +453,16 @@ def test_hellaswag_is_judged_at_the_seed_level_with_holm(tmp_path):
 
 
 def test_the_equal_flops_view_is_holm_over_its_own_family_and_agrees_with_its_intervals(tmp_path):
-    runs = {}
+    runs, ends = {}, {}
     for s in (1, 2, 3, 4):
         runs[("base", s)] = fake_run(tmp_path / f"b{s}", lambda t, s=s: 3.0 - t / 10000 + 0.01 * s, [100.0] * 5)
         for i, (name, shift) in enumerate((("a", 0.02), ("b", 0.0), ("c", 0.04))):
             runs[(name, s)] = fake_run(tmp_path / f"{name}{s}", lambda t, s=s, shift=shift: 3.0 + shift - t / 10000
-                                       + 0.01 * s + 0.003 * (-1) ** s * (i + 1), [100.0] * 5, flops_per_token=1100)
-    result = compare.compare(suite_of(runs), runs)
+                                       + 0.01 * s + 0.003 * (-1) ** s * (i + 1), [100.0] * 5, flops_per_token=1250)
+            ends[(name, s)] = dict(runs[(name, s)], events=[e for e in runs[(name, s)]["events"]
+                                                            if e.get("tokens", 0) <= 4000])  # its schedule ends at 4000
+            ends[(name, s)]["events"].append(dict(event="end", tokens=4000, train_time=4.0))
+    result = compare.compare(suite_of(runs), runs, ends)
     matched = {n: v["compute_matched"] for n, v in result["variants"].items() if v.get("compute_matched")}
     assert sorted(matched) == ["a", "b", "c"]  # every variant spends more FLOPs per token: none left out of the family
     raw = [m["p_value"] for m in matched.values()]

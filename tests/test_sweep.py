@@ -520,3 +520,92 @@ def test_a_forked_suites_bridge_pilots_a_suite_from_scratch(data_dir, tmp_path, 
     sweep.main([forked, *toy_args(data_dir), "--plan", f"--pilot={forked_dir}"])
     planned = capsys.readouterr().out
     assert f"from pilot {forked_dir} (forked at step" in planned and "+ its trunk" in planned
+
+
+# ----------------------------------------------------------------------------- equal FLOPs at a schedule's end
+
+def test_equal_flops_runs_end_their_schedule_at_the_baselines_flops():
+    """Issue 58: the RA twin's learn read its equal-FLOPs value at step 1,614 of 2,000, its learning rate
+    still decaying. With equal_flops_runs each costlier variant also runs '<variant>-flops-seed<s>' whose
+    budget and cosine end there: 2,000 x 1,642,752 / 2,035,992 FLOPs per token = 1,613.7 -> 1,614 steps,
+    warmup and min_lr kept; the baseline costs itself and gets none; no run evaluates mid-schedule."""
+    spec, _ = sweep.parse_args(["suites/ra_shakespeare.py"])
+    assert not spec["suite"]["equal_flops_runs"]  # off unless declared
+    spec["suite"]["equal_flops_runs"] = True
+    cfgs = {name: sweep.resolve(argv, 1) for name, _, argv in sweep.plan_runs(spec)}
+    base = cfgs["baseline-seed23"]
+    assert (runtime.flops_per_token(base), runtime.flops_per_token(cfgs["learn-seed23"])) == (1_642_752, 2_035_992)
+    ends = {name: (cfg["max_iters"], cfg["lr_decay_iters"]) for name, cfg in cfgs.items() if "-flops-" in name}
+    assert ends == {f"{v}-flops-seed{s}": (at, at) for v, at in (("early", 1887), ("late", 1887), ("all", 1786),
+                                                                 ("learn", 1614)) for s in range(23, 28)}
+    for name in ends:
+        cfg, own = cfgs[name], cfgs[name.replace("-flops", "")]
+        assert (cfg["warmup_iters"], cfg["min_lr"], cfg["learning_rate"], cfg["max_tokens"]) == \
+            (own["warmup_iters"], own["min_lr"], own["learning_rate"], 0)
+        assert cfg["out_dir"] == os.path.join("out-suite-ra_shakespeare", name) and cfg["seed"] == own["seed"]
+    assert all(cfg["eval_at"] == [] for cfg in cfgs.values())
+
+
+def flops_runs_written(calls):
+    """A launcher that writes a finished run whose final val_loss follows its own last iteration (0.001 per
+    step) and its gate (0.005, give or take by seed), with its model's FLOPs per token in its checklist."""
+    def launch(argv, gpu, log_path):
+        cfg = sweep.resolve(argv, 1)
+        calls.append(os.path.basename(cfg["out_dir"]))
+        last, tpi = runtime.last_iter(cfg), cfg["tokens_per_iter"]
+        value = 2.0 + 0.01 * cfg["seed"] + 0.001 * last + (0.005 + 0.002 * (-1) ** cfg["seed"] if cfg["attn_gate"] else 0)
+        for name, body in (("config.json", cfg), ("run_info.json", dict(facts=FACTS, resumes=[], code_versions=["x"]))):
+            with open(os.path.join(cfg["out_dir"], name), "w") as f:
+                json.dump(body, f)
+        events = [dict(event="checklist", time=0.0, flops_per_token=runtime.flops_per_token(cfg), tokens_per_iter=tpi,
+                       parameters=1),
+                  dict(event="eval", iter=0, tokens=0, val_loss=3.0), dict(event="eval", iter=last, tokens=last * tpi,
+                                                                           val_loss=value),
+                  dict(event="end", time=1.0, iter=last, tokens=last * tpi, train_time=1.0, stop_reason="max_iters")]
+        with open(os.path.join(cfg["out_dir"], "log.jsonl"), "w") as f:
+            f.write("".join(json.dumps(e) + "\n" for e in events))
+        return Finished(0)
+    return launch
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_the_equal_flops_view_reads_the_schedule_end_runs_final_evaluation_or_says_there_is_none(
+        data_dir, tmp_path, declared):
+    """A gated variant (1.07x FLOPs per token) of 16 steps: its schedule-end runs end at 15 steps, and the
+    equal-FLOPs view reads their final evaluation against the baseline's; undeclared, it says there are none."""
+    path, suite_dir = write_gate_suite(tmp_path, "flops", "equal_flops_runs = True\n" if declared else "")
+    calls = []
+    sweep.main([path, *toy_args(data_dir, "--max_iters=16", "--lr_decay_iters=16")], launch=flops_runs_written(calls))
+    flops_runs = [f"gated-flops-seed{s}" for s in (1, 2, 3)]
+    assert sorted(c for c in calls if "-flops-" in c) == (flops_runs if declared else [])
+    declaration = json.load(open(os.path.join(suite_dir, "suite.json")))
+    assert declaration["equal_flops_runs"] is (True if declared else None)
+    assert declaration.get("flops_runs", {}) == ({n: ["gated", s] for n, s in zip(flops_runs, (1, 2, 3))} if declared else {})
+    report = json.load(open(os.path.join(suite_dir, "report.json")))
+    m = report["variants"]["gated"]["compute_matched"]
+    assert report["compared_at_tokens"] == 16 * json.load(open(os.path.join(suite_dir, "base-seed1", "config.json")))[
+        "tokens_per_iter"]
+    if declared:
+        assert m["read_from"] == "schedule_end" and m["evaluated_at"] == {
+            f"seed{s}": 15 * report["variants"]["base"]["cost"]["tokens_per_iter"] for s in (1, 2, 3)}
+        assert m["differences"] == pytest.approx([-0.001 + 0.005 + 0.002 * (-1) ** s for s in (1, 2, 3)])
+        assert report["variants"]["gated"]["differences"] == pytest.approx([0.005 + 0.002 * (-1) ** s for s in (1, 2, 3)])
+    else:
+        assert m["read_from"] is None and m["verdict"] == "not evaluated" and m["differences"] == []
+        assert m["reasons"] == [dict(code="no_schedule_end_run")]
+        assert "no run whose schedule ends at the baseline's FLOPs" in open(os.path.join(suite_dir, "report.md")).read()
+
+
+def test_equal_flops_runs_are_refused_where_no_schedule_can_end_at_the_matched_compute(data_dir, tmp_path):
+    """With fork_at (a branch continues its trunk's schedule), with a non-boolean, and in a budget so short
+    that no whole step lies within 1% of the baseline's FLOPs (4 steps / 1.07 = 3.74): one line each, before any run."""
+    for name, extra, message in (("forked", "fork_at = 1\nequal_flops_runs = True\n", "in a suite without fork_at"),
+                                 ("yes", "equal_flops_runs = 'yes'\n", "equal_flops_runs='yes': True or False"),
+                                 ("short", "equal_flops_runs = True\n", "give the suite a longer budget")):
+        path, suite_dir = write_gate_suite(tmp_path, name, extra)
+        with pytest.raises(configurator.ConfigError, match=message):
+            sweep.main([path, *toy_args(data_dir), "--dry_run=True"])
+        assert not os.path.exists(os.path.join(suite_dir, "suite.json"))
+    path, _ = write_gate_suite(tmp_path, "clash", "variants['gated-flops'] = variants['gated']\nequal_flops_runs = True\n")
+    with pytest.raises(configurator.ConfigError, match="^the run 'gated-flops-seed1' would be planned twice"):
+        sweep.main([path, *toy_args(data_dir, "--max_iters=16", "--lr_decay_iters=16"), "--dry_run=True"])
