@@ -165,16 +165,17 @@ class ParallelLayout:
 
     def wrap(self, model, dtype, cfg):
         """The model the training step calls: compiled block by block where asked (compile_model), then
-        sharded in place (before the optimizer, which must hold the sharded parameters) or wrapped in DDP.
-        Each compiled block is its own graph, so DDP's hooks run between them and each bucket's all-reduce
-        overlaps the rest of the backward, as in an eager step."""
+        sharded in place (before the optimizer, which must hold the sharded parameters) or wrapped in DDP,
+        one gradient bucket per block (ddp_bucket_caps_mb). Each compiled block is its own graph, so DDP's
+        hooks run between them and each bucket's all-reduce overlaps the rest of the backward, as eagerly."""
+        buckets = ddp_bucket_caps_mb(model)  # from the blocks, before a whole-model compile wraps them
         if cfg["compile"]:
             model = compile_model(model)
         if self.sharded:
             return sharding.shard_model(model, self.shard_mesh, dtype, cfg["fsdp_reduce_dtype"])
         if self.distributed:
             model = DDP(model, device_ids=[self.local_rank] if self.device.startswith("cuda") else None,
-                        process_group=self.dp_group)
+                        process_group=self.dp_group, bucket_cap_mb_list=buckets)
         return model
 
     def gradient_sync(self, model, last):
@@ -437,6 +438,27 @@ def load_optimizer(ckpt, model, optimizer, fresh):
                                                                          trunk_state["param_groups"])]
     optimizer.load_state_dict(dict(trunk_state, state=state, param_groups=groups))
     return len(state)
+
+
+def ddp_bucket_caps_mb(model):
+    """DDP's bucket sizes in MiB, one bucket per transformer block. DDP fills a bucket in the order the
+    gradients become ready (backward: the last block first) and closes it once it holds its cap: at the
+    default 25 MiB, after a 1 MiB first bucket, each of GPT-2 124M's 27.04 MiB blocks was split over two
+    buckets (each bucket 27.04 MiB from one block's c_fc, attention and norms to the next's c_proj), so
+    every all-reduce waited for part of the next block's backward. Here the caps are the blocks' exact
+    sizes, the final norm (and an untied head) with the last block, the embeddings (ready last, with the
+    tied head) one bucket of their own. A cap is a block's bytes / 2^20, which DDP multiplies back exactly."""
+    block_of = {id(p): i for i, block in enumerate(model.transformer.h) for p in block.parameters()}
+    groups = []  # [block index or None, bytes], in the reverse of the registration order, as DDP assigns them
+    for p in reversed([p for p in model.parameters() if p.requires_grad]):  # parameters(): a tied head once
+        key = block_of.get(id(p))
+        if groups and groups[-1][0] == key:
+            groups[-1][1] += p.numel() * p.element_size()
+        else:
+            groups.append([key, p.numel() * p.element_size()])
+    if len(groups) > 1 and groups[0][0] is None:  # what follows the blocks (ln_f) goes with the last one
+        groups[1][1] += groups.pop(0)[1]
+    return [size / 2**20 for _, size in groups]
 
 
 # ----------------------------------------------------------------------------- compiling

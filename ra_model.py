@@ -288,6 +288,7 @@ def reciprocal_triton(q, k, v, mode, alpha, gate_logit, window, dropout_p, kq=No
 AUTO_WARMUP, AUTO_REPEATS = 3, 10
 AUTO_CHOICES = {}  # auto_key -> the record of its choice: the key's fields by name, then choose_faster's
 AUTO_KEY_FIELDS = ("device", "dtype", "q_shape", "v_shape", "mode", "window", "dropout")
+AUTO_TIMES_COMPILED = [False]  # set by measure_auto(compiled=True) while it measures: the blocks will run compiled
 
 
 def auto_key(q, v, mode, window, dropout_p):
@@ -329,8 +330,10 @@ def measure_choice(q, k, v, mode, alpha, gate_logit, window, dropout_p):
     fused_path = lambda q, k, v, alpha, logit: reciprocal_triton(q, k, v, mode, alpha, logit, window, 0.0)
     # detached views, not copies: the fused path's timing includes the copy it makes of strided inputs
     inputs = [t.detach().requires_grad_() if isinstance(t, torch.Tensor) else t for t in (q, k, v, alpha, gate_logit)]
-    return choose_faster(lambda: time_forward_backward(sdpa_path, inputs),
-                         lambda: time_forward_backward(fused_path, inputs))
+    if AUTO_TIMES_COMPILED[0]:  # timed as the compiled blocks run them: Inductor changes the SDPA path's cost
+        sdpa_path, fused_path = torch.compile(sdpa_path), torch.compile(fused_path)  # compiled in the warm-up
+    return dict(choose_faster(lambda: time_forward_backward(sdpa_path, inputs),
+                              lambda: time_forward_backward(fused_path, inputs)), compiled=AUTO_TIMES_COMPILED[0])
 
 
 def time_forward_backward(attention, inputs):
@@ -366,18 +369,24 @@ def use_auto_choices(choices):
     AUTO_CHOICES.update(choices)
 
 
-def measure_auto(model, batch_size, device, autocast):
+def measure_auto(model, batch_size, device, autocast, compiled=False):
     """attn_impl='auto' before training and before torch.compile: no-grad forwards of a batch of the
     training shape, in training mode and in evaluation mode (dropout on and off), in which every
-    reciprocal layer's call is chosen (auto_impl). The random state is left as it was. Returns the
-    choices ({auto_key: record}) for data-parallel ranks to share and the checklist to report."""
+    reciprocal layer's call is chosen (auto_impl), each path timed compiled when the model will be
+    (`compiled`: the eager timing would pick for an eager run). The random state is left as it was.
+    Returns the choices ({auto_key: record}) for data-parallel ranks to share and the checklist to report."""
     idx = torch.zeros(batch_size, model.config.block_size, dtype=torch.long, device=device)
     was_training = model.training
-    with torch.no_grad(), torch.random.fork_rng(devices=[torch.device(device)] if device.startswith("cuda") else []):
-        for training in (True, False):
-            model.train(training)
-            with autocast:
-                model(idx, last_only=True)
+    AUTO_TIMES_COMPILED[0] = compiled
+    try:
+        cuda = [torch.device(device)] if device.startswith("cuda") else []
+        with torch.no_grad(), torch.random.fork_rng(devices=cuda):
+            for training in (True, False):
+                model.train(training)
+                with autocast:
+                    model(idx, last_only=True)
+    finally:
+        AUTO_TIMES_COMPILED[0] = False  # a call measured later (an eager evaluation's new shape) runs eagerly
     model.train(was_training)
     return dict(AUTO_CHOICES)
 

@@ -674,7 +674,7 @@ def main(argv, launch=launch_subprocess):
         with rundir.out_dir_lock(sweep_dir, holder="sweep"):  # two submissions would both submit the same runs
             if suite:
                 suites.freeze_suite(suite, runs, sweep_dir)
-            slurm_jobs.submit(runs, sweep_dir, nproc, slurm,
+            slurm_jobs.submit(family_order(runs), sweep_dir, nproc, slurm,  # array tasks start in order: seed by seed
                                 [sys.executable, os.path.join(runtime.REPO_DIR, "sweep.py"), *argv, "--status=True"])
         return runs
     if launch is launch_subprocess:

@@ -176,3 +176,30 @@ def test_gpu_check_fails_a_slower_or_untimed_choice():
     assert gpu_check.auto_choice_row([record, untimed])["status"] == "FAIL"
     assert gpu_check.auto_choice_row([])["status"] == "FAIL"
     assert gpu_check.auto_choice_row([record])["measured"] == "mix T=256: sdpa"
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_the_auto_measurement_times_the_compiled_paths_when_the_model_compiles(monkeypatch, compiled):
+    """train.py compiles the blocks after measure_auto: timing the eager paths chose for a run that never
+    happens. With compiled=True each path's timed step runs its torch.compile'd callable (counted here),
+    and a call measured after measure_auto (an eager evaluation's new shape) is timed eagerly again."""
+    fused_calls = fake_gpu(monkeypatch, 2.0, 1.0)
+    compiled_runs = []
+
+    def counting_compile(fn, **options):
+        def run(*args):
+            compiled_runs.append(fn)
+            return fn(*args)
+        return run
+
+    monkeypatch.setattr(torch, "compile", counting_compile)
+    model = tiny_ra_model(**dict(VARIANTS["alternate-gate"], n_layer=2), attn_impl="auto")
+    choices = ra_model.measure_auto(model, 2, "cpu", torch.autocast("cpu", enabled=False), compiled=compiled)
+    (record,) = choices.values()
+    assert record["impl"] == "triton" and record["compiled"] is compiled
+    assert fused_calls == [True, False, False]  # the timed step, then measure_auto's training and evaluation forwards
+    assert len(compiled_runs) == (2 if compiled else 0) and len(set(compiled_runs)) == len(compiled_runs)
+    fake_gpu(monkeypatch, 2.0, 1.0)
+    with torch.no_grad():
+        model(tokens((3, 12)))  # another batch size: measured now, outside measure_auto
+    assert len(ra_model.AUTO_CHOICES) == 2 and len(compiled_runs) == (2 if compiled else 0)

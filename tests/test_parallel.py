@@ -7,7 +7,9 @@ import pytest
 import torch
 
 import configurator
+import parallel
 import runtime
+from helpers import run_ranks
 from parallel import ParallelLayout, checkpoint_path, pick_device
 
 
@@ -137,3 +139,44 @@ def test_checkpoint_path_prefers_the_single_file(tmp_path):
     assert sharded is not None and checkpoint_path(out, sharded=False) is None
     (tmp_path / "ckpt.pt").write_bytes(b"")
     assert checkpoint_path(out) == os.path.join(out, "ckpt.pt") and checkpoint_path(out, sharded=True) == sharded
+
+
+def test_ddp_buckets_of_gpt2_124m_are_its_blocks_exactly():
+    """DDP's default 25 MiB (after a 1 MiB first bucket) split each 27.04 MiB block over two buckets
+    (measured with 2 gloo ranks: 13 buckets, each but the ends holding parts of two blocks). The caps:
+    ln_f with block 11, blocks 10 .. 0 one each, then wpe and the tied wte."""
+    model = runtime.meta_model(dict(runtime.DEFAULTS, n_layer=12, n_head=12, n_embd=768, block_size=1024,
+                                    vocab_size=50304))
+    block = (12 * 768**2 + 13 * 768) * 4  # c_attn, c_proj, c_fc, mlp c_proj weights and biases, 2 LayerNorms
+    assert parallel.ddp_bucket_caps_mb(model) == [(block + 2 * 768 * 4) / 2**20, *[block / 2**20] * 11,
+                                                  (50304 + 1024) * 768 * 4 / 2**20]
+
+
+def bucket_contents(rank, world):
+    """Two ranks train a 2-layer model wrapped by the layout as train.py wraps it; a comm hook records
+    which modules each all-reduced bucket held, after DDP's rebuild at the first backward."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    torch.manual_seed(0)
+    cfg = dict(runtime.DEFAULTS, n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, compile=False)
+    raw = runtime.build_model(cfg)
+    layout = ParallelLayout(world_size=world)
+    layout.distributed = True
+    model = layout.wrap(raw, "float32", cfg)
+    module_of = {id(p): name.rsplit(".", 1)[0].removeprefix("transformer.").split(".")[:2]
+                 for name, p in raw.named_parameters()}
+    seen = []
+
+    def record(state, bucket):
+        seen.append(sorted({".".join(module_of[id(p)]) for p in bucket.parameters()}))
+        return allreduce_hook(state, bucket)
+
+    model.register_comm_hook(None, record)
+    idx = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(rank))
+    for _ in range(2):
+        seen.clear()
+        model(idx, idx)[1].backward()
+    assert seen == [["h.1", "ln_f"], ["h.0"], ["wpe", "wte"]], seen
+
+
+def test_ddp_all_reduces_each_block_in_a_bucket_of_its_own(tmp_path):
+    run_ranks(bucket_contents, 2, tmp_path)

@@ -395,3 +395,24 @@ def test_local_and_slurm_runs_of_one_grid_use_one_thread_count_and_agree_bitwise
     threads = [rundir.read_run_info(ran(d))["facts"]["intra_op_threads"] for d in (local, on_slurm)]
     assert threads == [1, 1]
     assert losses(ran(local)) == losses(ran(on_slurm)) and len(losses(ran(local))) == 40
+
+
+def test_slurm_submits_a_suite_seed_by_seed_as_the_local_launcher_starts_it(data_dir, tmp_path, monkeypatch, capsys):
+    """An array's tasks start in index order, at most slurm_max_running at once: a suite submitted in its
+    plan's order (every seed of base, then every seed of other) and cut short held no complete seed. The
+    array holds the runs in sweep.family_order, the order run_all launches them in (sbatch faked: the
+    script is the submission)."""
+    scripts = []
+    monkeypatch.setattr(slurm_jobs, "sbatch", lambda args: scripts.append(args[-1]) or str(len(scripts)))
+    monkeypatch.setattr(slurm_jobs, "squeue", lambda: {})
+    variants = {"base": LR, "other": {"learning_rate": 1e-3, "min_lr": 1e-4}}
+    path, _ = write_suite(tmp_path, variants, ["learning_rate", "min_lr"], seeds=(1, 2, 3))
+    runs = sweep.main([*suite_args(data_dir, path), f"--sweep_dir={tmp_path / 's'}", "--launcher=slurm",
+                       "--slurm_max_running=2"])
+    assert [name for name, _, _ in runs][:2] == ["base-seed1", "base-seed2"]  # the plan's order
+    tasks = re.findall(r"^    (\d+)\) RUN=.*  # (\S+)$", open(scripts[0]).read(), re.MULTILINE)
+    assert tasks == [(str(i), name) for i, name in enumerate(
+        ["base-seed1", "other-seed1", "base-seed2", "other-seed2", "base-seed3", "other-seed3"])]
+    launched = [line.split(":")[0].strip() for line in capsys.readouterr().out.splitlines()[1:7]]
+    assert launched == [name for _, name in tasks]  # the listing shows the submission's order too
+    assert len(scripts) == 2 and scripts[1].startswith("--wrap=")  # the array, then the status job
