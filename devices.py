@@ -203,19 +203,34 @@ def peak_memory_mib(device):
 
 def matmul_peak_flops(device, dtype, repeats=5):
     """The machine's measured matmul peak in FLOP/s for `dtype`: the fastest of a few square
-    products (n = 2048 on CPU, 8192 on GPUs; well under a second on 2 CPU cores). A CPU has no
-    data-sheet peak worth quoting: bf16 is native on some (AVX512-BF16, AMX) and emulated hundreds
-    of times slower on others, and other processes take their share. Model FLOP/s over this is
-    'MFU against the measured peak'; measure it next to the steps it is compared with."""
-    n = 8192 if device.startswith("cuda") else 2048
+    products (n = 8192 on GPUs). A CPU has no data-sheet peak worth quoting: bf16 is native on some
+    (AVX512-BF16, AMX) and emulated hundreds of times slower on others, and other processes take
+    their share. So on a CPU n doubles from 256 until one product takes CPU_PROBE_SECONDS (at most
+    2048): a native CPU is probed at full size, an emulating one in about a second instead of ~40 s
+    at every run's start. Model FLOP/s over this is 'MFU against the measured peak'; measure it
+    next to the steps it is compared with."""
     generator = torch.Generator(device).manual_seed(0)  # not the global stream: resume must replay it exactly
-    a, b = (torch.randn(n, n, device=device, generator=generator).to(getattr(torch, dtype)) for _ in range(2))
-    timer, best = DeviceTimer(device), float("inf")
-    for _ in range(repeats + 1):  # the first warms up the kernels and the caches
+    operands = lambda n: [torch.randn(n, n, device=device, generator=generator).to(getattr(torch, dtype))
+                          for _ in range(2)]
+    timer = DeviceTimer(device)
+
+    def seconds(a, b):
         timer.start()
         torch.mm(a, b)
-        best = min(best, timer.elapsed())
-    return 2 * n**3 / best
+        return timer.elapsed()
+
+    n = 8192 if device.startswith("cuda") else 256
+    a, b = operands(n)
+    torch.mm(a, b)  # warms up the kernels and the thread pool, which would pass for a slow product
+    first = seconds(a, b)
+    while not device.startswith("cuda") and n < 2048 and first < CPU_PROBE_SECONDS:
+        n *= 2
+        a, b = operands(n)
+        first = seconds(a, b)
+    return 2 * n**3 / min(seconds(a, b) for _ in range(repeats))
+
+
+CPU_PROBE_SECONDS = 0.05  # one product this long times well against the clock, on a machine others share
 
 
 def model_flops_utilization(model, tokens_per_sec_per_device, device, dtype, peak):

@@ -769,9 +769,10 @@ class RAGPT(GPT):
             total += (2 if mode == "gate" else 1) * 6 * keys * (width + C)
         return total
 
-    def measure_attn_auto(self, batch_size, device, autocast):
-        """attn_impl='auto': the choices for this model's training shapes (measure_auto)."""
-        return measure_auto(self, batch_size, device, autocast)
+    def measure_attn_auto(self, batch_size, device, autocast, compiled):
+        """attn_impl='auto': the choices for this model's training shapes (measure_auto), each path timed
+        compiled when the blocks will run compiled."""
+        return measure_auto(self, batch_size, device, autocast, compiled)
 
     def use_attn_auto(self, choices):
         """attn_impl='auto': run with these choices ({auto_key: record}, e.g. rank 0's measure_attn_auto,

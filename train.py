@@ -457,9 +457,9 @@ def build_for_training(cfg, layout, dtype, autocast, checkpoint, trunk):
     # hooks exist; it forks the RNG and clears its gradients)
     report = dict(head_loss=messages.head_choice(head),
                   **(raw_model.startup_report(layout.device) if hasattr(raw_model, "startup_report") else {}))
-    if cfg["attn_impl"] == "auto":  # measured eagerly before compiling: the compiled blocks read these choices
-        choices = layout.broadcast_object(raw_model.measure_attn_auto(cfg["batch_size"], layout.device, autocast)
-                                          if layout.rank == 0 else None)
+    if cfg["attn_impl"] == "auto":  # measured before compiling, each path as it will run; the blocks read these
+        choices = layout.broadcast_object(raw_model.measure_attn_auto(cfg["batch_size"], layout.device, autocast,
+                                                                      cfg["compile"]) if layout.rank == 0 else None)
         raw_model.use_attn_auto(choices)  # every rank runs rank 0's choices
         report["attn_auto"] = list(choices.values())
     model = layout.wrap(raw_model, dtype, cfg)

@@ -128,7 +128,7 @@ def test_a_model_handed_another_ranks_choices_runs_them_unmeasured(monkeypatch):
     the choices (use_attn_auto) and runs them without timing anything itself."""
     fused_calls = fake_gpu(monkeypatch, 2.0, 1.0)
     model = tiny_ra_model(**dict(VARIANTS["alternate-gate"], n_layer=2), attn_impl="auto")
-    choices = model.measure_attn_auto(2, "cpu", torch.autocast("cpu", enabled=False))
+    choices = model.measure_attn_auto(2, "cpu", torch.autocast("cpu", enabled=False), False)
     assert {record["impl"] for record in choices.values()} == {"triton"}
     monkeypatch.setattr(ra_model, "AUTO_CHOICES", {})  # another rank: nothing measured there
     monkeypatch.setattr(ra_model, "measure_choice", lambda *a: pytest.fail("a handed-over choice was measured"))

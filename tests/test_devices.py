@@ -169,14 +169,26 @@ def test_a_cpu_without_a_peak_has_no_mfu():
 
 
 def test_the_matmul_peak_is_2n_cubed_over_the_fastest_product_and_leaves_the_global_random_stream(monkeypatch):
-    """n = 2048 on a CPU; the operands come from a generator of their own, so probing the peak again
-    mid-run (as MFU does) never shifts the dropout and batch draws a resume must replay."""
-    seconds = iter([3.0, 1.0, 2.0, 4.0])
+    """The operands come from a generator of their own, so probing the peak again mid-run (as MFU
+    does) never shifts the dropout and batch draws a resume must replay."""
+    seconds = iter([3.0, 1.0, 2.0, 4.0])  # the first product of n = 256 is slow enough: it stays at 256
     monkeypatch.setattr(devices.DeviceTimer, "elapsed", lambda self: next(seconds))
     monkeypatch.setattr(torch, "mm", lambda a, b: None)  # the arithmetic, not this machine's speed
     state = torch.get_rng_state()
-    assert devices.matmul_peak_flops("cpu", "float32", repeats=3) == 2 * 2048**3 / 1.0
+    assert devices.matmul_peak_flops("cpu", "float32", repeats=3) == 2 * 256**3 / 1.0
     assert torch.equal(torch.get_rng_state(), state)
+
+
+@pytest.mark.parametrize("first_seconds, size", [([0.001, 0.01, 0.04, 0.3], 2048), ([0.01, 0.06], 512),
+                                                 ([0.2], 256)])
+def test_a_cpu_probe_grows_until_one_product_takes_a_measurable_time(monkeypatch, first_seconds, size):
+    """A CPU that emulates bf16 takes ~40 s for one 2048^3 product: the probe stops growing at the
+    first size whose product takes CPU_PROBE_SECONDS, a native CPU reaches 2048."""
+    sizes, seconds = [], iter(first_seconds + [1.0, 2.0])
+    monkeypatch.setattr(devices.DeviceTimer, "elapsed", lambda self: next(seconds))
+    monkeypatch.setattr(torch, "mm", lambda a, b: sizes.append(a.shape[0]))
+    assert devices.matmul_peak_flops("cpu", "float32", repeats=2) == 2 * size**3 / 1.0
+    assert sizes[-1] == size and sorted(set(sizes)) == [256 * 2**i for i in range(len(first_seconds))]
 
 
 # ----------------------------------------------------------------------------- which peak and which kernels
