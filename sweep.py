@@ -571,6 +571,26 @@ def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
     return codes
 
 
+def run_by_looks(runs, suite, sweep_dir, gpus, launch=launch_subprocess):
+    """A suite that stops decided arms (stop_decided): its runs look by look, the seeds up to each planned look of
+    the baseline and the arms still open, then the look (suites.take_look) before later seeds start. A decided
+    arm's later seeds never run; the baseline goes on while any arm is open. Re-run, the finished runs are skipped
+    and the looks taken again from them. A failed or paused run ends it before its look; returns {name: code}."""
+    seeds, codes, stopped = sorted(suite["seeds"]), {}, set()
+    own = [r for r in runs if not r[1].get("bridge") and "lr_check" not in r[1]]
+    for n in [n for n in suite["looks"] if n < len(seeds)] + [len(seeds)]:
+        codes.update(run_all([r for r in own if r[1]["seed"] in seeds[:n] and r[1]["variant"] not in stopped],
+                             sweep_dir, gpus, launch))
+        if any(code != 0 for code in codes.values()):
+            return codes
+        if n in suite["looks"]:
+            stopped = suites.take_look(sweep_dir, n) or stopped  # None: nothing could be tested, nothing stops
+            print(f"look at {n} seeds: stopped (decided) {', '.join(sorted(stopped)) or 'none'}", flush=True)
+        if stopped >= set(suite["variants"]) - {suite["baseline"]}:
+            break  # every arm decided: the baseline stops too
+    return {**codes, **run_all([r for r in runs if r not in own], sweep_dir, gpus, launch)}
+
+
 SUMMARY_COLUMNS = ("run", "status", "iters", "tokens", "best_val_loss", "best_val_ppl", "final_val_loss",
                    "sparsity", "memory_ratio", "train_time_s")
 
@@ -662,7 +682,9 @@ def main(argv, launch=launch_subprocess):
     with rundir.out_dir_lock(sweep_dir, holder="sweep"):  # two sweeps on one directory would race for its runs
         if suite:
             suites.freeze_suite(suite, runs, sweep_dir)
-        codes = run_all(runs, sweep_dir, default_gpus(options["gpus"], nproc, options["cpu_runs"]), launch)
+        gpus = default_gpus(options["gpus"], nproc, options["cpu_runs"])
+        codes = run_by_looks(runs, suite, sweep_dir, gpus, launch) if suite and suite.get("stop_decided") \
+            else run_all(runs, sweep_dir, gpus, launch)
     if suite:
         print(open(suites.report_suite_dir(sweep_dir)).read())
     else:

@@ -560,8 +560,8 @@ def sequential_blocked(values, looks, levels, min_effect=None, draws=MAX_T_DRAWS
     """The stopping rule replayed on an arms x seeds table in run order (row 0 the baseline; NaN where no value:
     a run stopped or not yet made). A look is taken when the baseline and every open arm have its seeds; the
     replay ends at the first look not reached. Returns (the looks taken, each dict(number, seeds, level, tested,
-    stopped, called, critical, family_df) with arms as row indices; {arm: its last look's contrast, with look, seeds,
-    level and stop (None while open)})."""
+    stopped, called, critical, family_df) with arms as row indices; {arm: its last look's contrast, with
+    look_number, seeds, level and stop (None while open)})."""
     y = np.asarray(values, dtype=np.float64)
     open_arms, own_sd, final, taken = list(range(1, len(y))), {}, {}, []
     for number, (n, level) in enumerate(zip(looks, levels), start=1):
@@ -571,7 +571,8 @@ def sequential_blocked(values, looks, levels, min_effect=None, draws=MAX_T_DRAWS
         absent = [own_sd[arm] for arm in range(1, len(y)) if arm not in open_arms]
         result = blocked_test(y[rows, :n], level, min_effect, draws, absent)
         for arm, contrast, sd in zip(open_arms, result["contrasts"], result["arm_sd"][1:]):
-            final[arm] = dict(contrast, look=number, seeds=n, level=level, stop=stop_code(contrast["interval"], min_effect))
+            final[arm] = dict(contrast, look_number=number, seeds=n, level=level,
+                              stop=stop_code(contrast["interval"], min_effect))
             own_sd[arm] = sd
         stopped = [arm for arm in open_arms if final[arm]["stop"]]
         called = [arm for arm in open_arms if final[arm]["p_adjusted"] < level]  # better or worse at this look
@@ -596,9 +597,10 @@ def judge_sequential(values, looks, levels, goal, min_effect=None, plan=None, dr
             continue
         n = last["seeds"]
         decision = decide_blocked(last, y[arm, :n] - y[0, :n], last["level"], goal, min_effect, plan, n, scale)
-        decision["reasons"].append(dict(code="stopped_at_look" if last["stop"] else "open_at_look", look=last["look"],
-                                        looks=len(looks), seeds=n, level=last["level"], stop=last["stop"]))
-        decisions.append(dict(decision, look=last["look"], seeds_used=n))
+        decision["reasons"].append(dict(code="stopped_at_look" if last["stop"] else "open_at_look",
+                                        look_number=last["look_number"], looks=len(looks), seeds=n, level=last["level"],
+                                        stop=last["stop"]))
+        decisions.append(dict(decision, look_number=last["look_number"], seeds_used=n))
     return decisions, taken
 
 
