@@ -35,7 +35,8 @@ config is compared with the baseline's: a difference in a key that is not allowe
 suite (--allow_confounds=True runs it anyway; the report still calls it not comparable). The
 metric is frozen in suite_dir/suite.json by the first run; runs added later and every report (a
 look) go into suite_dir/suite_record.jsonl (docs/ablation.md: a suite may declare `looks`, the seed
-counts of its planned reports). A variant that costs other model FLOPs per token than the baseline
+counts of its planned reports; with `stop_decided = True` it runs look by look and an arm decided at a look
+runs no more seeds). A variant that costs other model FLOPs per token than the baseline
 also evaluates at its equal-FLOPs iteration (eval_at; a fork's trunk counted at the baseline's rate),
 where the report reads it. The runs share a W&B group; at the end ablation/render.py writes
 report.md, report.json and plots to suite_dir (python report.py rebuilds them).
@@ -636,6 +637,9 @@ def main(argv, launch=launch_subprocess):
     nproc = suite["nproc"] if suite else 1
     if options["status"]:
         return show_status(runs, suite, sweep_dir)
+    if suite and suite.get("stop_decided") and options["launcher"] == "slurm":  # an array submits every seed at once
+        raise configurator.ConfigError("stop_decided runs look by look on the local launcher; a Slurm array would "
+                                       "submit every seed at once: drop --launcher=slurm, or stop_decided")
     slurm = slurm_jobs.resources(options, spec["slurm"], nproc, OPTIONS) if options["launcher"] == "slurm" else None
     print(f"{len(runs)} runs in {sweep_dir}:")
     for name, _, run_argv in family_order(runs):  # the order run_all launches them in
