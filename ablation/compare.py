@@ -341,20 +341,20 @@ def arm_sds(table):
 
 
 def sequential_table(report):
-    """(variants, seeds, table) of a suite that stops decided arms: the baseline's seeds in run order (ascending,
+    """(variants, table) of a suite that stops decided arms: the baseline's seeds in run order (ascending,
     sweep.family_order), each testable variant's value or NaN where it has none (stopped, or not yet run)."""
     base = report["variants"][report["baseline"]]
     names = [n for n, v in report["variants"].items() if n != report["baseline"] and not untestable(report, v)]
     seeds = sorted((s for s in base["runs"] if base["runs"][s]["value"] is not None), key=lambda s: int(s[4:]))
     row = lambda runs: [(runs.get(s) or {}).get("value") for s in seeds]
     table = np.array([row(base["runs"]), *(row(report["variants"][n]["runs"]) for n in names)], dtype=np.float64)
-    return names, [int(s[4:]) for s in seeds], table
+    return names, table.reshape(len(names) + 1, len(seeds))
 
 
 def decide_sequential(report, looks):
     """The sequential blocked analysis (stats.judge_sequential) at the declared looks: each variant's verdict at
     its last look's level; the looks taken, with the arms each tested and stopped, go into blocked_analysis."""
-    names, seeds, table = sequential_table(report)
+    names, table = sequential_table(report)
     decisions, taken = stats.judge_sequential(table, looks, spent_per_look(looks, report["look"]["alpha"]),
                                               report["goal"], report["min_effect"], report.get("plan"))
     named = lambda arms: [names[a - 1] for a in arms]

@@ -790,8 +790,11 @@ def headline(report):
     recipe = (f"at learning rate {fmt(a.get('learning_rate'))} ({'tuned' if is_tuned(report) else '**untuned**'})"
               if a.get("learning_rate") is not None else "")
     family = "blocked many-to-one" if report.get("analysis") == "blocked" else "Holm"
+    alpha = report["alpha"]
+    if report.get("stop_decided_at"):  # each arm at its own last look's level; the family at the declared alpha
+        family, alpha = f"sequential {family}, looks at {report['stop_decided_at']} seeds,", report["look"]["alpha"]
     return ["", f"**What this suite found** {recipe} ({family} over {report['comparisons']} at family-wise alpha "
-                f"{report['alpha']:.3g}; ±{fmt(report.get('min_effect'))} is the smallest effect that matters):", "",
+                f"{alpha:.3g}; ±{fmt(report.get('min_effect'))} is the smallest effect that matters):", "",
             *[sentence(report, n) for n in names], "", f"How far it carries: {carry_text(report)}." if a else ""]
 
 

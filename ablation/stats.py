@@ -588,7 +588,7 @@ def judge_sequential(values, looks, levels, goal, min_effect=None, plan=None, dr
     it stopped (decided) or where it stands open; None for a variant no look tested."""
     y = np.asarray(values, dtype=np.float64)
     taken, final = sequential_blocked(y, looks, levels, min_effect, draws)
-    scale = float(np.nanmax(np.abs(y)))
+    scale = float(np.nanmax(np.abs(y))) if final else None  # the metric's size (no look: no seeds to size it)
     decisions = []
     for arm in range(1, len(y)):
         last = final.get(arm)
