@@ -9,7 +9,7 @@ import pytest
 import configurator
 import runtime
 import sweep
-from ablation import compare, stats
+from ablation import compare, plan, stats
 from helpers import Finished, toy_args
 
 LOOKS = [3, 5, 8]
@@ -174,3 +174,10 @@ def test_a_wrong_stopping_rule_is_one_line_before_anything_runs(data_dir, tmp_pa
     with pytest.raises(configurator.ConfigError, match=message) as refused:
         sweep.main([path, *toy_args(data_dir), "--dry_run=True"])
     assert "\n" not in str(refused.value) and not os.path.exists(suite_dir)
+
+
+def test_the_planner_says_at_which_look_a_budget_ends():
+    assert plan.looks_in_budget([3, 5, 8], 6) == ("  looks [3, 5, 8]: the budget ends after look 2 (5 seeds) if no arm "
+                                                  "stops; the last look needs 8 seeds of the arms still open")
+    assert plan.looks_in_budget([3, 5, 8], 8).endswith("after look 3 (8 seeds) if no arm stops")
+    assert "ends before the first look (3 seeds)" in plan.looks_in_budget([3, 5, 8], 2)
