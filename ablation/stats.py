@@ -584,8 +584,8 @@ def sequential_blocked(values, looks, levels, min_effect=None, draws=MAX_T_DRAWS
 
 def judge_sequential(values, looks, levels, goal, min_effect=None, plan=None, draws=MAX_T_DRAWS):
     """Verdicts of the sequential blocked analysis (sequential_blocked) for every variant row: each from its
-    last look's contrast at that look's level (decide_blocked), with a `sequential` reason saying at which look
-    it stopped (decided) or where it stands open; None for a variant no look tested."""
+    last look's contrast at that look's level (decide_blocked), with a last reason saying at which look it stopped,
+    decided (stopped_at_look), or that it is still open (open_at_look); None for a variant no look tested."""
     y = np.asarray(values, dtype=np.float64)
     taken, final = sequential_blocked(y, looks, levels, min_effect, draws)
     scale = float(np.nanmax(np.abs(y))) if final else None  # the metric's size (no look: no seeds to size it)
