@@ -636,7 +636,7 @@ def main(argv, launch=launch_subprocess):
     sweep_dir, suite = spec["sweep_dir"], spec["suite"]
     nproc = suite["nproc"] if suite else 1
     if options["status"]:
-        return show_status(runs, suite, sweep_dir)
+        return show_status(still_planned(runs, suite, sweep_dir), suite, sweep_dir)
     if suite and suite.get("stop_decided") and options["launcher"] == "slurm":  # an array submits every seed at once
         raise configurator.ConfigError("stop_decided runs look by look on the local launcher; a Slurm array would "
                                        "submit every seed at once: drop --launcher=slurm, or stop_decided")
@@ -781,6 +781,19 @@ def mark_stale(runs, suite, sweep_dir):
     with rundir.atomic_write(path, "w") as f:
         f.write(notice + (text.split("\n\n", 1)[1] if text.startswith("> **Stale**") else text))
     print(f"{path} is stale: {len(changed)} of its runs changed or were deleted since it was built")
+
+
+def still_planned(runs, suite, sweep_dir):
+    """The runs a suite still plans: a stop_decided suite's record names the arms a look decided, whose later
+    seeds never run (said here, never listed as not run)."""
+    stopped = suites.stopped_arms(suites.read_suite_record(sweep_dir)) if suite and suite.get("stop_decided") else {}
+    seeds = sorted(suite["seeds"]) if suite else []
+    never = lambda point: point.get("variant") in stopped and not point.get("bridge") and "lr_check" not in point \
+        and seeds.index(point["seed"]) >= stopped[point["variant"]]["seeds"]
+    for variant, stop in stopped.items():
+        print(f"{variant}: stopped at look {stop['look_number']} ({stop['seeds']} seeds), decided: its later seeds "
+              f"never run")
+    return [run for run in runs if not never(run[1])]
 
 
 def show_status(runs, suite, sweep_dir):

@@ -134,7 +134,7 @@ def write_sequential_suite(tmp_path, extra="stop_decided = True\nlooks = [3, 5, 
     return str(path), str(tmp_path / "out-seq")
 
 
-def test_a_sweep_stops_the_decided_arm_and_a_rerun_resumes_without_it(data_dir, tmp_path):
+def test_a_sweep_stops_the_decided_arm_and_a_rerun_resumes_without_it(data_dir, tmp_path, capsys):
     path, suite_dir = write_sequential_suite(tmp_path)
     calls = []
     sweep.main([path, *toy_args(data_dir)], launch=fake_runs(calls))
@@ -161,6 +161,12 @@ def test_a_sweep_stops_the_decided_arm_and_a_rerun_resumes_without_it(data_dir, 
     assert again[:len(record)] == record and [(e["event"], e["seeds"], e.get("stopped")) for e in again[len(record):]
                                               ] == [("look", 8, None)]
     assert json.load(open(os.path.join(suite_dir, "report.json")))["variants"]["far"]["n"] == 3
+    # --status counts the stopped arm's later seeds as never run, not as waiting, and builds the report
+    capsys.readouterr()
+    sweep.main([path, *toy_args(data_dir), "--status=True"])
+    status = capsys.readouterr().out
+    assert "far: stopped at look 1 (3 seeds), decided" in status and "every run has finished" in status
+    assert "far-seed4" not in status
 
 
 @pytest.mark.parametrize("extra, message", [
