@@ -57,6 +57,15 @@ def test_a_decided_arm_stops_at_its_look_and_the_open_one_goes_on():
     assert [look["seeds"] for look in stats.sequential_blocked(y, LOOKS, LEVELS, min_effect=0.01)[0]] == [3, 5]
 
 
+def test_an_arm_equivalent_within_the_margin_stops_too():
+    y = constructed_table(effects=(0.0, 0.0, 0.012))
+    decisions, taken = stats.judge_sequential(y, LOOKS, LEVELS, "lower", min_effect=0.1)
+    # at 3 seeds O'Brien-Fleming's 0.00137 leaves the intervals wider than ±0.1; at 5 both lie inside: the suite ends
+    assert [look["stopped"] for look in taken] == [[], [1, 2]]
+    assert [d["verdict"] for d in decisions] == ["equivalent", "equivalent"]
+    assert decisions[0]["reasons"][-1]["stop"] == "within_margin" and decisions[0]["seeds_used"] == 5
+
+
 def test_one_look_is_the_fixed_blocked_analysis_and_a_stopped_arm_stays_in_the_family():
     y = constructed_table()
     _, final = stats.sequential_blocked(y, [8], [0.05], min_effect=0.01)
