@@ -636,7 +636,7 @@ def main(argv, launch=launch_subprocess):
     sweep_dir, suite = spec["sweep_dir"], spec["suite"]
     nproc = suite["nproc"] if suite else 1
     if options["status"]:
-        return show_status(still_planned(runs, suite, sweep_dir), suite, sweep_dir)
+        return show_status(still_planned(runs, suite, sweep_dir, say=True), suite, sweep_dir)
     if suite and suite.get("stop_decided") and options["launcher"] == "slurm":  # an array submits every seed at once
         raise configurator.ConfigError("stop_decided runs look by look on the local launcher; a Slurm array would "
                                        "submit every seed at once: drop --launcher=slurm, or stop_decided")
@@ -673,7 +673,7 @@ def main(argv, launch=launch_subprocess):
     if suite:
         suites.check_declaration(suite, sweep_dir)  # a changed declaration is named as such, before the runs' recipes
     check_runs_on_disk(runs, sweep_dir, nproc)
-    mark_stale(runs, suite, sweep_dir)
+    mark_stale(still_planned(runs, suite, sweep_dir), suite, sweep_dir)  # a stopped arm's seeds were never there
     if slurm:
         with rundir.out_dir_lock(sweep_dir, holder="sweep"):  # two submissions would both submit the same runs
             if suite:
@@ -783,14 +783,14 @@ def mark_stale(runs, suite, sweep_dir):
     print(f"{path} is stale: {len(changed)} of its runs changed or were deleted since it was built")
 
 
-def still_planned(runs, suite, sweep_dir):
+def still_planned(runs, suite, sweep_dir, say=False):
     """The runs a suite still plans: a stop_decided suite's record names the arms a look decided, whose later
-    seeds never run (said here, never listed as not run)."""
+    seeds never run (with `say`, printed as such, never listed as not run)."""
     stopped = suites.stopped_arms(suites.read_suite_record(sweep_dir)) if suite and suite.get("stop_decided") else {}
     seeds = sorted(suite["seeds"]) if suite else []
     never = lambda point: point.get("variant") in stopped and not point.get("bridge") and "lr_check" not in point \
         and seeds.index(point["seed"]) >= stopped[point["variant"]]["seeds"]
-    for variant, stop in stopped.items():
+    for variant, stop in stopped.items() if say else ():
         print(f"{variant}: stopped at look {stop['look_number']} ({stop['seeds']} seeds), decided: its later seeds "
               f"never run")
     return [run for run in runs if not never(run[1])]
