@@ -35,7 +35,8 @@ config is compared with the baseline's: a difference in a key that is not allowe
 suite (--allow_confounds=True runs it anyway; the report still calls it not comparable). The
 metric is frozen in suite_dir/suite.json by the first run; runs added later and every report (a
 look) go into suite_dir/suite_record.jsonl (docs/ablation.md: a suite may declare `looks`, the seed
-counts of its planned reports). A suite that declares `equal_flops_runs = True` also runs each variant
+counts of its planned reports; with `stop_decided = True` it runs look by look and an arm decided at a
+look runs no more seeds). A suite that declares `equal_flops_runs = True` also runs each variant
 that costs other model FLOPs per token than the baseline as `<variant>-flops-seed<seed>`, its budget and
 cosine ending where it has spent the baseline's FLOPs; the report's equal-FLOPs view reads their final
 evaluation. The runs share a W&B group; at the end ablation/render.py writes report.md, report.json
@@ -591,6 +592,26 @@ def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
     return codes
 
 
+def run_by_looks(runs, suite, sweep_dir, gpus, launch=launch_subprocess):
+    """A suite that stops decided arms (stop_decided): its runs look by look, the seeds up to each planned look of
+    the baseline and the arms still open, then the look (suites.take_look) before later seeds start. A decided
+    arm's later seeds never run; the baseline goes on while any arm is open. Re-run, the finished runs are skipped
+    and the looks taken again from them. A failed or paused run ends it before its look; returns {name: code}."""
+    seeds, codes, stopped = sorted(suite["seeds"]), {}, set()
+    own = [r for r in runs if not r[1].get("bridge") and "lr_check" not in r[1]]
+    for n in [n for n in suite["looks"] if n < len(seeds)] + [len(seeds)]:
+        codes.update(run_all([r for r in own if r[1]["seed"] in seeds[:n] and r[1]["variant"] not in stopped],
+                             sweep_dir, gpus, launch))
+        if any(code != 0 for code in codes.values()):
+            return codes
+        if n in suite["looks"]:
+            stopped = suites.take_look(sweep_dir, n) or stopped  # None: nothing could be tested, nothing stops
+            print(f"look at {n} seeds: stopped (decided) {', '.join(sorted(stopped)) or 'none'}", flush=True)
+        if stopped >= set(suite["variants"]) - {suite["baseline"]}:
+            break  # every arm decided: the baseline stops too
+    return {**codes, **run_all([r for r in runs if r not in own], sweep_dir, gpus, launch)}
+
+
 SUMMARY_COLUMNS = ("run", "status", "iters", "tokens", "best_val_loss", "best_val_ppl", "final_val_loss",
                    "sparsity", "memory_ratio", "train_time_s")
 
@@ -635,7 +656,10 @@ def main(argv, launch=launch_subprocess):
     sweep_dir, suite = spec["sweep_dir"], spec["suite"]
     nproc = suite["nproc"] if suite else 1
     if options["status"]:
-        return show_status(runs, suite, sweep_dir)
+        return show_status(still_planned(runs, suite, sweep_dir, say=True), suite, sweep_dir)
+    if suite and suite.get("stop_decided") and options["launcher"] == "slurm":  # an array submits every seed at once
+        raise configurator.ConfigError("stop_decided runs look by look on the local launcher; a Slurm array would "
+                                       "submit every seed at once: drop --launcher=slurm, or stop_decided")
     slurm = slurm_jobs.resources(options, spec["slurm"], nproc, OPTIONS) if options["launcher"] == "slurm" else None
     print(f"{len(runs)} runs in {sweep_dir}:")
     for name, _, run_argv in family_order(runs):  # the order run_all launches them in
@@ -669,7 +693,7 @@ def main(argv, launch=launch_subprocess):
     if suite:
         suites.check_declaration(suite, sweep_dir)  # a changed declaration is named as such, before the runs' recipes
     check_runs_on_disk(runs, sweep_dir, nproc)
-    mark_stale(runs, suite, sweep_dir)
+    mark_stale(still_planned(runs, suite, sweep_dir), suite, sweep_dir)  # a stopped arm's seeds were never there
     if slurm:
         with rundir.out_dir_lock(sweep_dir, holder="sweep"):  # two submissions would both submit the same runs
             if suite:
@@ -682,7 +706,9 @@ def main(argv, launch=launch_subprocess):
     with rundir.out_dir_lock(sweep_dir, holder="sweep"):  # two sweeps on one directory would race for its runs
         if suite:
             suites.freeze_suite(suite, runs, sweep_dir)
-        codes = run_all(runs, sweep_dir, default_gpus(options["gpus"], nproc, options["cpu_runs"]), launch)
+        gpus = default_gpus(options["gpus"], nproc, options["cpu_runs"])
+        codes = run_by_looks(runs, suite, sweep_dir, gpus, launch) if suite and suite.get("stop_decided") \
+            else run_all(runs, sweep_dir, gpus, launch)
     if suite:
         print(open(suites.report_suite_dir(sweep_dir)).read())
     else:
@@ -775,6 +801,19 @@ def mark_stale(runs, suite, sweep_dir):
     with rundir.atomic_write(path, "w") as f:
         f.write(notice + (text.split("\n\n", 1)[1] if text.startswith("> **Stale**") else text))
     print(f"{path} is stale: {len(changed)} of its runs changed or were deleted since it was built")
+
+
+def still_planned(runs, suite, sweep_dir, say=False):
+    """The runs a suite still plans: a stop_decided suite's record names the arms a look decided, whose later
+    seeds never run (with `say`, printed as such, never listed as not run)."""
+    stopped = suites.stopped_arms(suites.read_suite_record(sweep_dir)) if suite and suite.get("stop_decided") else {}
+    seeds = sorted(suite["seeds"]) if suite else []
+    never = lambda point: point.get("variant") in stopped and not point.get("bridge") and "lr_check" not in point \
+        and seeds.index(point["seed"]) >= stopped[point["variant"]]["seeds"]
+    for variant, stop in stopped.items() if say else ():
+        print(f"{variant}: stopped at look {stop['look_number']} ({stop['seeds']} seeds), decided: its later seeds "
+              f"never run")
+    return [run for run in runs if not never(run[1])]
 
 
 def show_status(runs, suite, sweep_dir):

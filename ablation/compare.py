@@ -170,6 +170,12 @@ def obrien_fleming_spent(fraction, alpha):
     return float(2 * stats.norm.sf(stats.norm.isf(alpha / 2) / math.sqrt(fraction)))
 
 
+def spent_per_look(looks, alpha):
+    """The alpha each planned look tests at: the O'Brien-Fleming-type spending's increments (they sum to alpha)."""
+    spent = [obrien_fleming_spent(n / looks[-1], alpha) for n in looks]
+    return [b - a for a, b in zip([0.0, *spent], spent)]
+
+
 def sequential_alpha(suite, seeds):
     """(family-wise alpha for a report at `seeds` paired seeds, the look as data: its `code` and the
     numbers that say why). A suite that declared `looks` (seed counts) tests each planned look at the
@@ -185,8 +191,7 @@ def sequential_alpha(suite, seeds):
     if planned:
         if set(looks) <= set(planned):
             j = planned.index(seeds)
-            spent = obrien_fleming_spent(seeds / planned[-1], alpha) - (
-                obrien_fleming_spent(planned[j - 1] / planned[-1], alpha) if j else 0.0)
+            spent = spent_per_look(planned, alpha)[j]
             return spent, dict(out, code="planned_look", number=j + 1, spent=spent)
         return alpha, dict(out, code="off_plan")
     if len(looks) > 1:
@@ -269,6 +274,8 @@ def compare(suite, runs, schedule_end=None):
     report["alpha"], report["look"] = sequential_alpha(suite, seeds)
     report["level"] = stats.family_level(report["alpha"], k)
     report["analysis"] = suite.get("analysis") or "paired"  # a suite declared before the key: the paired analysis
+    if suite.get("stop_decided"):  # the sequential blocked analysis; the runs it stopped are no missing runs
+        report.update(stop_decided_at=suite["looks"], stopped=suite.get("stopped") or {})
     planned_seeds = max(len(s) for s in suite["variants"].values())
     if report["analysis"] == "blocked":
         names, seeds_used, table = blocked_table(report)
@@ -347,14 +354,42 @@ def arm_sds(table):
     return [float(np.std(table[1] - table[0], ddof=1) / math.sqrt(2))] * len(table)
 
 
+def sequential_table(report):
+    """(variants, table) of a suite that stops decided arms: the baseline's seeds in run order (ascending,
+    sweep.family_order), each testable variant's value or NaN where it has none (stopped, or not yet run)."""
+    base = report["variants"][report["baseline"]]
+    names = [n for n, v in report["variants"].items() if n != report["baseline"] and not untestable(report, v)]
+    seeds = sorted((s for s in base["runs"] if base["runs"][s]["value"] is not None), key=lambda s: int(s[4:]))
+    row = lambda runs: [(runs.get(s) or {}).get("value") for s in seeds]
+    table = np.array([row(base["runs"]), *(row(report["variants"][n]["runs"]) for n in names)], dtype=np.float64)
+    return names, table.reshape(len(names) + 1, len(seeds))
+
+
+def decide_sequential(report, looks):
+    """The sequential blocked analysis (stats.judge_sequential) at the declared looks: each variant's verdict at
+    its last look's level; the looks taken, with the arms each tested and stopped, go into blocked_analysis."""
+    names, table = sequential_table(report)
+    decisions, taken = stats.judge_sequential(table, looks, spent_per_look(looks, report["look"]["alpha"]),
+                                              report["goal"], report["min_effect"], report.get("plan"))
+    named = lambda arms: [names[a - 1] for a in arms]
+    report["blocked_analysis"]["sequential"] = [dict(look, tested=named(look["tested"]), stopped=named(look["stopped"]),
+                                                     called=named(look["called"])) for look in taken]
+    return {n: d for n, d in zip(names, decisions) if d is not None}
+
+
 def decide_blocked(report):
-    """The blocked many-to-one analysis (stats.judge_blocked) over the whole table's complete seeds; what
-    cannot be tested keeps its blocked verdict, as in the paired analysis."""
-    names, seeds, table = blocked_table(report)
-    decisions, family = stats.judge_blocked(table, report["alpha"], report["goal"], report["min_effect"],
-                                            report.get("plan")) if names else ([], None)
-    report["blocked_analysis"].update(family or {})
-    decided = dict(zip(names, decisions))
+    """The blocked many-to-one analysis (stats.judge_blocked) over the whole table's complete seeds (a suite that
+    stops decided arms: decide_sequential); what cannot be tested keeps its blocked verdict, as in the paired
+    analysis."""
+    looks = report.get("stop_decided_at")
+    if looks:
+        decided = decide_sequential(report, looks)
+    else:
+        names, seeds, table = blocked_table(report)
+        decisions, family = stats.judge_blocked(table, report["alpha"], report["goal"], report["min_effect"],
+                                                report.get("plan")) if names else ([], None)
+        report["blocked_analysis"].update(family or {})
+        decided = dict(zip(names, decisions))
     for name, v in report["variants"].items():
         if name == report["baseline"]:
             continue
@@ -362,8 +397,10 @@ def decide_blocked(report):
             v["verdict"], v["reasons"] = "not comparable", [dict(code="measurement")]
         elif v["blocked"]:
             v["verdict"], v["reasons"] = v["blocked"]
-        else:
+        elif name in decided:
             v.update(decided[name])
+        else:  # no look tested it yet (fewer seeds than the first look)
+            v["verdict"], v["reasons"] = "too few seeds", [dict(code="too_few_seeds", n=v["n"], needed=looks[0])]
         v.setdefault("p_holm", None)
         v.setdefault("interval", None)
         del v["blocked"], v["test"]

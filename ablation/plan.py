@@ -97,7 +97,19 @@ def pilot_plan_lines(suite, pilot_dir, budget_s, slots, own_dir=None):
         lines.append(f"  so: seeds = list(range({first}, {first + n})) in the suite file"
                      + ("" if own else " (disjoint from the pilot's)") + ", declared before its runs" if n >= 2 else
                      f"  so: {budget_s:g} s fits {n} seed(s), fewer than the 2 a paired test needs: raise --budget")
+        if suite.get("stop_decided"):
+            lines.append(looks_in_budget(suite["looks"], n))
     return lines
+
+
+def looks_in_budget(looks, seeds):
+    """Where a budget of `seeds` seeds of every arm ends among a stop_decided suite's looks (no arm stopping: the
+    worst case; each arm stopped earlier leaves its seeds to the open arms and the baseline)."""
+    reached = [n for n in looks if n <= seeds]
+    if not reached:
+        return f"  looks {looks}: the budget ends before the first look ({looks[0]} seeds): raise --budget"
+    return (f"  looks {looks}: the budget ends after look {len(reached)} ({reached[-1]} seeds) if no arm stops"
+            + ("" if reached[-1] == looks[-1] else f"; the last look needs {looks[-1]} seeds of the arms still open"))
 
 
 def planned(report, suite, alpha, min_effect):

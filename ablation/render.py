@@ -170,6 +170,8 @@ def earlier_lines(report):
 
 def analysis_text(report):
     """The analysis the suite declared before its runs (compare: report['analysis']), with its df."""
+    if report.get("stop_decided_at"):
+        return sequential_analysis_text(report)
     if report.get("analysis") == "blocked":
         b = report.get("blocked_analysis") or {}
         df = (f" on {b['family_df']:.3g} df (Welch-Satterthwaite, the least of the contrasts'), simultaneous critical "
@@ -798,8 +800,11 @@ def headline(report):
     recipe = (f"at learning rate {fmt(a.get('learning_rate'))} ({'tuned' if is_tuned(report) else '**untuned**'})"
               if a.get("learning_rate") is not None else "")
     family = "blocked many-to-one" if report.get("analysis") == "blocked" else "Holm"
+    alpha = report["alpha"]
+    if report.get("stop_decided_at"):  # each arm at its own last look's level; the family at the declared alpha
+        family, alpha = f"sequential {family}, looks at {report['stop_decided_at']} seeds,", report["look"]["alpha"]
     return ["", f"**What this suite found** {recipe} ({family} over {report['comparisons']} at family-wise alpha "
-                f"{report['alpha']:.3g}; ±{fmt(report.get('min_effect'))} is the smallest effect that matters):", "",
+                f"{alpha:.3g}; ±{fmt(report.get('min_effect'))} is the smallest effect that matters):", "",
             *[sentence(report, n) for n in names], "", f"How far it carries: {carry_text(report)}." if a else ""]
 
 
@@ -945,6 +950,28 @@ def slope_text(r):
                if r["crosses"] else ""))
 
 
+STOPS = {"within_margin": "lies inside ±min_effect", "beyond_margin": "lies wholly beyond ±min_effect",
+         "excludes_zero": "excludes 0"}  # stats.stop_code -> why a look stopped an arm
+
+
+def sequential_analysis_text(report):
+    """The stopping rule of a suite that declared stop_decided (compare.decide_sequential): its looks, and the
+    runs of each stopped arm that were never made."""
+    looks = report["blocked_analysis"].get("sequential") or []
+    taken = "; ".join(f"look {e['number']} at {e['seeds']} seeds, level {e['level']:.3g}, tested "
+                      f"{', '.join(e['tested'])}" + (f", stopped {', '.join(e['stopped'])}" if e["stopped"] else "")
+                      for e in looks) or "none yet"
+    stopped = "".join(f" {v} stopped at look {s['look_number']} ({s['seeds']} seeds): decided, so {', '.join(s['runs'])} "
+                      f"{'was' if len(s['runs']) == 1 else 'were'} never run." for v, s in report["stopped"].items()
+                      if s["runs"])
+    return (f"**Sequential** (stop_decided, looks {report['stop_decided_at']} declared before the runs): at each look "
+            f"the blocked analysis of the baseline and the arms still open tests at that look's share of alpha "
+            f"(O'Brien-Fleming-type spending, the largest |t| over all {report['comparisons']} planned contrasts); an arm "
+            f"whose interval decides it stops, the others and the baseline go on. Each verdict is at its arm's last "
+            f"look, its interval a repeated confidence interval (all looks together cover with probability >= "
+            f"{pct(1 - report['look']['alpha'])} whatever the stopping). Looks: {taken}.{stopped} ")
+
+
 REASONS = {  # reason code -> its words, from the numbers the reason carries
     # stats.decide
     "too_few_seeds": lambda r: f"{r['n']} paired seed{'s' if r['n'] != 1 else ''}: at least {r['needed']} are "
@@ -962,6 +989,10 @@ REASONS = {  # reason code -> its words, from the numbers the reason carries
                                  f"excludes 0",
     "blocked_holds_zero": lambda r: f"simultaneous p = {r['p_adjusted']:.3g}; {blocked_interval(r)} holds 0",
     "reaches_margin": lambda r: f"{simultaneous(r)} reaches beyond ±{r['min_effect']:g}",
+    "stopped_at_look": lambda r: f"stopped at look {r['look_number']} of {r['looks']} ({r['seeds']} seeds, level "
+                                 f"{r['level']:.3g}): decided, the interval {STOPS[r['stop']]}",
+    "open_at_look": lambda r: f"still open at its last look, {r['look_number']} of {r['looks']} ({r['seeds']} seeds, level "
+                              f"{r['level']:.3g})",
     "seed_plan": lambda r: "the suite's seed plan: " + (f"{r['seeds_needed']} seeds for {r['min_effect']:g}"
                                                         if r["seeds_needed"] else "see it below"),
     # compare

@@ -375,11 +375,12 @@ def tail(sorted_max, value):
     return float((len(sorted_max) - np.searchsorted(sorted_max, value, side="left")) / len(sorted_max))
 
 
-def blocked_test(table, alpha, min_effect=None, draws=MAX_T_DRAWS):
+def blocked_test(table, alpha, min_effect=None, draws=MAX_T_DRAWS, absent_sds=()):
     """The blocked many-to-one analysis of one arms x seeds table (row 0 the baseline, complete seeds):
     per variant its mean contrast, se, t, df, the single-step adjusted p and the simultaneous 1 - alpha
     interval, and (with min_effect) the simultaneous TOST p. With two arms the arms' variances cannot be
-    told apart: the paired t of the one contrast."""
+    told apart: the paired t of the one contrast. absent_sds: the own sds of planned variants not in the
+    table (stopped at an earlier look): they stay in the family's largest |t|, so its size stays k."""
     y = np.asarray(table, dtype=np.float64)
     K, n = y.shape
     d = y[1:] - y[0]
@@ -392,7 +393,8 @@ def blocked_test(table, alpha, min_effect=None, draws=MAX_T_DRAWS):
         df = satterthwaite_df(var[0], var[1:], n - 1)
     contrast_var = var[0] + var[1:]
     se = np.sqrt(contrast_var / n)
-    R = var[0] / np.sqrt(np.outer(contrast_var, contrast_var))
+    family_var = np.concatenate([contrast_var, var[0] + np.square(np.asarray(absent_sds, dtype=np.float64))])
+    R = var[0] / np.sqrt(np.outer(family_var, family_var))
     np.fill_diagonal(R, 1.0)
     family_df = float(df.min())  # one df for the family: the contrast whose variance is the least certain
     draws = max_abs_t(R, family_df, draws)
@@ -408,7 +410,7 @@ def blocked_test(table, alpha, min_effect=None, draws=MAX_T_DRAWS):
             row["tost_p"] = tail(draws, min((min_effect - mean[v]) / se[v], (min_effect + mean[v]) / se[v]))
         out.append(row)
     return dict(arms=K, n=n, arm_sd=np.sqrt(var).tolist(), family_df=family_df, critical=critical,
-                correlation=R.tolist(), contrasts=out)
+                correlation=R[:K - 1, :K - 1].tolist(), contrasts=out)
 
 
 def blocked_power(effect, sd, n, df, critical):
@@ -530,6 +532,90 @@ def decide_blocked(c, diffs, alpha, goal, min_effect, plan, n, scale):
         if plan:
             reasons.append(dict(code="seed_plan", seeds_needed=plan["seeds_needed"], min_effect=min_effect))
     return dict(out, verdict="inconclusive", reasons=reasons)
+
+
+# ----------------------------------------------------------------------------- the sequential blocked analysis
+# A suite that declares `looks` and `stop_decided` runs seed by seed and analyses at each planned look. Look j
+# tests at its share of alpha (levels[j], O'Brien-Fleming-type spending: compare.spent_per_look) with the blocked
+# analysis of the baseline and the arms still open, on the look's seeds; its critical value is the largest |t|
+# over all k planned contrasts (a stopped arm stays in it with its sd at its stop). An arm whose interval decides
+# it (inside +-min_effect, or wholly beyond it; without a margin, excluding 0) stops; the open arms and the
+# baseline go on. The levels sum to alpha, so by Bonferroni over the looks every interval of every look covers
+# its arm's effect together with probability >= 1 - alpha whatever the stopping: each arm's final interval (at
+# its last look's level) is such a repeated confidence interval, and the family-wise error of its verdicts holds
+# at alpha (tools/calibrate_analysis.py simulates both).
+
+def stop_code(interval, min_effect):
+    """Why an interval decides its arm at a look (None: it stays open): inside +-min_effect (within_margin),
+    wholly beyond it (beyond_margin); without a margin, excluding 0 (excludes_zero)."""
+    low, high = interval
+    if min_effect:
+        if -min_effect < low and high < min_effect:
+            return "within_margin"
+        return "beyond_margin" if low >= min_effect or high <= -min_effect else None
+    return "excludes_zero" if low > 0 or high < 0 else None
+
+
+def sequential_blocked(values, looks, levels, min_effect=None, draws=MAX_T_DRAWS):
+    """The stopping rule replayed on an arms x seeds table in run order (row 0 the baseline; NaN where no value:
+    a run stopped or not yet made). A look is taken when the baseline and every open arm have its seeds; the
+    replay ends at the first look not reached. Returns (the looks taken, each dict(number, seeds, level, tested,
+    stopped, called, critical, family_df) with arms as row indices; {arm: its last look's contrast, with
+    look_number, seeds, level and stop (None while open)})."""
+    y = np.asarray(values, dtype=np.float64)
+    open_arms, own_sd, final, taken = list(range(1, len(y))), {}, {}, []
+    for number, (n, level) in enumerate(zip(looks, levels), start=1):
+        rows = [0, *open_arms]
+        if not open_arms or n > y.shape[1] or np.isnan(y[rows, :n]).any():
+            break
+        absent = [own_sd[arm] for arm in range(1, len(y)) if arm not in open_arms]
+        result = blocked_test(y[rows, :n], level, min_effect, draws, absent)
+        for arm, contrast, sd in zip(open_arms, result["contrasts"], result["arm_sd"][1:]):
+            final[arm] = dict(contrast, look_number=number, seeds=n, level=level,
+                              stop=stop_code(contrast["interval"], min_effect))
+            own_sd[arm] = sd
+        stopped = [arm for arm in open_arms if final[arm]["stop"]]
+        called = [arm for arm in open_arms if final[arm]["p_adjusted"] < level]  # better or worse at this look
+        taken.append(dict(number=number, seeds=n, level=level, tested=list(open_arms), stopped=stopped, called=called,
+                          critical=result["critical"], family_df=result["family_df"]))
+        open_arms = [arm for arm in open_arms if arm not in stopped]
+    return taken, final
+
+
+def judge_sequential(values, looks, levels, goal, min_effect=None, plan=None, draws=MAX_T_DRAWS):
+    """Verdicts of the sequential blocked analysis (sequential_blocked) for every variant row: each from its
+    last look's contrast at that look's level (decide_blocked), with a last reason saying at which look it stopped,
+    decided (stopped_at_look), or that it is still open (open_at_look); None for a variant no look tested."""
+    y = np.asarray(values, dtype=np.float64)
+    taken, final = sequential_blocked(y, looks, levels, min_effect, draws)
+    scale = float(np.nanmax(np.abs(y))) if final else None  # the metric's size (no look: no seeds to size it)
+    decisions = []
+    for arm in range(1, len(y)):
+        last = final.get(arm)
+        if last is None:
+            decisions.append(None)
+            continue
+        n = last["seeds"]
+        decision = decide_blocked(last, y[arm, :n] - y[0, :n], last["level"], goal, min_effect, plan, n, scale)
+        decision["reasons"].append(dict(code="stopped_at_look" if last["stop"] else "open_at_look",
+                                        look_number=last["look_number"], looks=len(looks), seeds=n, level=last["level"],
+                                        stop=last["stop"]))
+        decisions.append(dict(decision, look_number=last["look_number"], seeds_used=n))
+    return decisions, taken
+
+
+def simulate_sequential(y, looks, levels, min_effect, effects=None, draws=MAX_T_DRAWS):
+    """The sequential analysis on simulated tables (simulate_tables over the last look's seeds): per table
+    whether any variant was called better or worse at any look, whether every variant's final interval covers
+    its true effect (0 without `effects`), and the seeds each variant ran."""
+    truth = np.zeros(y.shape[1] - 1) if effects is None else np.asarray(effects, dtype=np.float64)
+    called, covered, seeds = [], [], []
+    for table in y:
+        taken, final = sequential_blocked(table, looks, levels, min_effect, draws)
+        called.append(any(look["called"] for look in taken))
+        covered.append(all(final[arm]["interval"][0] <= truth[arm - 1] <= final[arm]["interval"][1] for arm in final))
+        seeds.append([final[arm]["seeds"] for arm in sorted(final)])
+    return np.array(called), np.array(covered), np.array(seeds)
 
 
 # ----------------------------------------------------------------------------- calibration (tools/calibrate_analysis.py)

@@ -19,7 +19,7 @@ from configurator import ConfigError
 
 SUITE_KEYS = ("variants", "baseline", "seeds", "metric", "allowed")
 SUITE_OPTIONS = ("nproc", "heatmap", "alpha", "min_effect", "looks", "ladder", "fork_at", "bridge_seeds",
-                 "fork_cold_starts", "tuning", "analysis", "equal_flops_runs", "earlier")
+                 "fork_cold_starts", "tuning", "analysis", "equal_flops_runs", "earlier", "stop_decided")
 FILE_KEYS = ("base", "overrides", "suite_dir", "sweep_dir", "slurm")  # what sweep.py reads from a suite file besides the suite
 
 
@@ -130,11 +130,31 @@ def read_suite(namespace, name, here, known_keys):
     if earlier is not None and not (isinstance(earlier, list) and all(isinstance(e, str) and e.strip() for e in earlier)):
         raise err(f"earlier={earlier!r}: the recipes tried on the same question before this one, each a line (e.g. "
                   f"['reports/ra_shakespeare_scratch: 1,000 steps at 3e-3, 3 seeds']); each was a look")
+    stop_decided = check_stop_decided(namespace.get("stop_decided"), looks, len(seeds), analysis, sizes)
+    if stop_decided and equal_flops:  # a stopped arm's schedule-end runs would need a stopping rule of their own
+        raise err("stop_decided and equal_flops_runs together: not supported; run the equal-FLOPs question as a "
+                  "suite of its own (equal_flops_runs = True, every seed)")
     return dict(name=name, variants=variants, baseline=namespace["baseline"], seeds=list(seeds),
                 metric=namespace["metric"], allowed=list(namespace["allowed"]), nproc=nproc, heatmap=heatmap,
                 alpha=alpha, min_effect=min_effect, looks=looks, ladder=sizes, fork_at=fork_at,
                 bridge_seeds=bridge_seeds, fork_cold_starts=list(cold), tuning=tuning, analysis=analysis,
-                equal_flops_runs=equal_flops, earlier=earlier)
+                equal_flops_runs=equal_flops, earlier=earlier, stop_decided=stop_decided)
+
+
+def check_stop_decided(stop, looks, seeds, analysis, ladder_sizes):
+    """`stop_decided = True`: at each planned look an arm the blocked analysis decides stops (stats.py, the
+    sequential blocked analysis); True, or None when the suite runs every arm on every seed."""
+    if stop in (None, False):
+        return None
+    if stop is not True:
+        raise ConfigError(f"stop_decided={stop!r}: True (a decided arm stops at a planned look) or leave it out")
+    if not looks or looks[-1] != seeds:
+        raise ConfigError(f"stop_decided with looks={looks!r} and {seeds} seeds: declare the looks it stops at, the "
+                          f"last at the suite's seed count, e.g. looks = [3, 5, {max(seeds, 6)}]")
+    if analysis == "paired" or ladder_sizes:
+        raise ConfigError("stop_decided needs the blocked analysis of one family: leave analysis out (or 'blocked')"
+                          + (" and run each ladder size as a suite of its own" if ladder_sizes else ""))
+    return True
 
 
 def check_ladder(spec, variants):
@@ -394,7 +414,7 @@ def check_declaration(suite, sweep_dir):
     except ValueError as e:
         raise ConfigError(str(e)) from None
     for key in ("metric", "baseline", "alpha", "min_effect", "looks", "fork_at", "analysis", "equal_flops_runs",
-                "earlier"):  # fork_at: the trunks
+                "earlier", "stop_decided"):  # fork_at: the trunks
         if key == "analysis":  # on disk; analysis: a suite.json from before the key declared the paired analysis
             if suite.get("analysis") not in (None, declared_analysis(first)):  # unset: the frozen one stands
                 raise ConfigError(
@@ -473,13 +493,18 @@ def load_suite_dir(suite_dir):
     check_suite_dir(suite_dir)
     declared = read_suite_json(os.path.join(suite_dir, "suite.json"))
     suite = {k: declared.get(k) for k in ("name", "metric", "baseline", "allowed", "heatmap", "alpha", "min_effect",
-                                          "looks", "earlier")}
+                                          "looks", "earlier", "stop_decided")}
     suite.update(record=read_suite_record(suite_dir), declared_seeds=declared.get("seeds"),
                  analysis=declared_analysis(declared),
                  tuning=current_tuning(declared.get("tuning")))
-    suite["variants"], runs = {}, {}
+    suite["variants"], runs, suite["stopped"] = {}, {}, stopped_arms(suite["record"])
     looked = max(compare.looks_taken(suite["record"]), default=0)
+    ranks = {seed: i for i, seed in enumerate(sorted({s for _, s in suite_runs(declared, suite["record"]).values()}))}
     for run_name, (variant, seed) in suite_runs(declared, suite["record"]).items():
+        stop = suite["stopped"].get(variant)
+        if stop and ranks[seed] >= stop["seeds"] and not os.path.exists(os.path.join(suite_dir, run_name)):
+            stop["runs"].append(run_name)  # never run: its arm was decided at that look
+            continue
         suite["variants"].setdefault(variant, []).append(seed)
         runs[(variant, seed)] = rundir.read_run(os.path.join(suite_dir, run_name))
         if len(suite["variants"][variant]) <= looked and not os.path.exists(os.path.join(suite_dir, run_name)):
@@ -488,6 +513,29 @@ def load_suite_dir(suite_dir):
         if declared.get("fork_at") and not runs[(variant, seed)]["events"] and not runs[(variant, seed)].get("not_started"):
             runs[(variant, seed)]["not_started"] = trunk_problem(suite_dir, seed)
     return suite, runs
+
+
+def stopped_arms(record):
+    """{variant: dict(look_number, seeds, runs=[])} of the arms a sequential suite's record says were decided and
+    stopped at a look (load_suite_dir fills in the runs never made)."""
+    return {v: dict(look_number=e["look_number"], seeds=e["seeds"], runs=[]) for e in record if e.get("event") == "look"
+            for v in e.get("stopped", [])}
+
+
+def take_look(suite_dir, seeds):
+    """A sequential suite's look at its first `seeds` seeds (the sequential blocked analysis, compare.py), appended
+    to the record once with the arms it stopped; returns every arm stopped so far, or None when the
+    look could not be taken (a run failed or is missing)."""
+    suite, runs = load_suite_dir(suite_dir)
+    first = sorted({s for v in suite["variants"].values() for s in v})[:seeds]
+    suite["variants"] = {v: [s for s in own if s in first] for v, own in suite["variants"].items()}
+    report = compare.compare(suite, {(v, s): r for (v, s), r in runs.items() if s in first})
+    look = next((e for e in report["blocked_analysis"].get("sequential", []) if e["seeds"] == seeds), None)
+    if look is None:
+        return None
+    if not any(e.get("event") == "look" and e.get("seeds") == seeds and "stopped" in e for e in suite["record"]):
+        append_suite_record(suite_dir, dict(event="look", seeds=seeds, look_number=look["number"], stopped=look["stopped"]))
+    return set(suite["stopped"]) | set(look["stopped"])
 
 
 def trunk_problem(suite_dir, seed):

@@ -18,6 +18,14 @@ Then, at the flagship's sds, the effect each analysis detects with 80% power at 
 planner's answers: paired-Holm at Holm's first step alpha/k on the noisiest variant's paired sd; pooled Dunnett
 on the pooled sd with (K - 1)(n - 1) df; blocked from stats.blocked_detectable, its own df and critical value),
 and the blocked analysis's simulated power at its planned effect (placed in the noisiest variant).
+
+Then the sequential blocked analysis (a suite's `stop_decided`, ablation/stats.py), over --looks with O'Brien-Fleming
+-type spending and min_effect 0.01: under the flagship's null and the baseline-doubled one, the share of tables in
+which any variant is called better or worse at any look (beside the fixed blocked analysis at the last look's seeds,
+on the same tables), and under a non-null with arms decided early, the share in which every variant's final
+interval covers its true effect, with the seeds each variant ran. --sequential_only=True prints only this part.
+
+    python tools/calibrate_analysis.py --sequential_only=True      # docs/ablation.md, Sequential seeds
 """
 import math
 import os
@@ -30,7 +38,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # a tool imports the workbench's modules from the repository root
 
 import configurator  # noqa: E402
-from ablation import stats  # noqa: E402
+from ablation import compare, stats  # noqa: E402
 
 OPTIONS = dict(
     tables=4000,  # simulated tables per null
@@ -38,7 +46,13 @@ OPTIONS = dict(
     seeds=5,  # seeds per table under the nulls
     alpha=0.05,  # family-wise level
     seed=2026,  # the simulation's random seed
+    looks="3,5,8",  # the sequential analysis's planned looks (seed counts)
+    sequential_tables=2000,  # simulated tables per row of the sequential analysis
+    sequential_draws=5000,  # its Monte Carlo draws of the largest |t| per look (a suite's report uses 20,000)
+    sequential_only=False,  # print only the sequential analysis's calibration
 )
+SEQUENTIAL_MIN_EFFECT = 0.01  # the flagship's margin
+EARLY_EFFECTS = [0.06, 0.03, 0.005, 0.0]  # a non-null: the first arms decided early, the last two run on
 FLAGSHIP = [0.0124, 0.0073, 0.0085, 0.0095, 0.0105]  # reports/ra_shakespeare: each arm's seed-to-seed sd
 SEED_SD = 0.0048  # the flagship's seed effect
 VARIANT_MEAN = float(np.mean(FLAGSHIP[1:]))
@@ -90,13 +104,51 @@ def power_rows(options, rng):
     return rows
 
 
+def sequential_rows(options, looks, rng):
+    """Rows of the sequential analysis's calibration: per scenario its rates with their Monte Carlo se."""
+    alpha, tables, draws = options["alpha"], options["sequential_tables"], options["sequential_draws"]
+    levels = compare.spent_per_look(looks, alpha)
+    se = lambda rate: math.sqrt(rate * (1 - rate) / tables)
+    cell = lambda rate: f"{100 * rate:.1f}% ± {100 * se(rate):.1f}"
+    rows = []
+    for null, effects in [("flagship sds, null", None), ("baseline sd twice the variants', null", None),
+                          (f"flagship sds, effects {EARLY_EFFECTS}", EARLY_EFFECTS)]:
+        sds = NULLS["baseline sd twice the variants'"] if "twice" in null else FLAGSHIP
+        y = stats.simulate_tables(sds, SEED_SD, looks[-1], tables, rng, effects)
+        called, covered, seeds = stats.simulate_sequential(y, looks, levels, SEQUENTIAL_MIN_EFFECT, effects, draws)
+        fixed = cell(stats.family_rate(stats.blocked_rejects(y, alpha))[0]) if effects is None else "-"
+        rows.append(f"| {null} | {fixed} | {cell(float(called.mean())) if effects is None else '-'} | "
+                    f"{cell(float(covered.mean()))} | {', '.join(f'{m:.2f}' for m in seeds.mean(axis=0))} |")
+    return rows
+
+
+def sequential_lines(options, looks, rng):
+    levels = compare.spent_per_look(looks, options["alpha"])
+    return [f"Sequential blocked analysis (stop_decided), looks at {looks} seeds, alpha spent per look "
+            f"{', '.join(f'{a:.4g}' for a in levels)} (O'Brien-Fleming type), min_effect {SEQUENTIAL_MIN_EFFECT}, "
+            f"{options['sequential_tables']} tables per row, {options['sequential_draws']} draws of the largest |t| "
+            f"per look (± one Monte Carlo se):", "",
+            f"| arm sds, truth | fixed blocked at {looks[-1]} seeds: any called | sequential: any called at any look "
+            f"| every final interval covers | seeds run per variant (mean) |", "|---|---|---|---|---|",
+            *sequential_rows(options, looks, rng)]
+
+
 def main(argv):
-    options, paths = configurator.options_and_paths(argv, OPTIONS)
+    options, paths = configurator.options_and_paths(argv, OPTIONS, text_keys=("looks",))
+    looks = [int(n) for n in options["looks"].split(",") if n.strip().isdigit()]
     if paths or options["tables"] < 100 or options["power_tables"] < 100 or options["seeds"] < 3 \
-            or not 0 < options["alpha"] < 1:
-        raise configurator.ConfigError("--tables and --power_tables >= 100, --seeds >= 3, --alpha in (0, 1); no paths "
+            or not 0 < options["alpha"] < 1 or options["sequential_tables"] < 100 or options["sequential_draws"] < 1000:
+        raise configurator.ConfigError("--tables, --power_tables and --sequential_tables >= 100, --seeds >= 3, "
+                                       "--sequential_draws >= 1000, --alpha in (0, 1); no paths "
                                        "(python tools/calibrate_analysis.py --help)")
+    if len(looks) != len(options["looks"].split(",")) or looks != sorted(set(looks)) or looks[0] < stats.MIN_SEEDS:
+        raise configurator.ConfigError(f"--looks={options['looks']!r}: increasing seed counts >= {stats.MIN_SEEDS}, "
+                                       f"comma-separated, e.g. 3,5,8")
     rng, start = np.random.default_rng(options["seed"]), time.time()
+    if options["sequential_only"]:
+        print("\n".join([*sequential_lines(options, looks, rng), "", f"({time.time() - start:.0f} s; seed "
+                                                                       f"{options['seed']})"]))
+        return
     lines = [f"Family-wise false-positive rate under the null, {options['seeds']} seeds x 5 arms, seed effect sd "
              f"{SEED_SD}, alpha {options['alpha']:g}, {options['tables']} tables per null (± one Monte Carlo se):", "",
              "| null (arm sds, baseline first) | " + " | ".join(ANALYSES) + " |", "|---" * (len(ANALYSES) + 1) + "|",
@@ -106,7 +158,7 @@ def main(argv):
              f"({options['power_tables']} tables per row):", "",
              "| seeds | paired-Holm | pooled Dunnett (pooled sd) | blocked (declared), per variant | blocked df, critical |t| "
              "| blocked power at its planned effect |", "|---|---|---|---|---|---|", *power_rows(options, rng), "",
-             f"({time.time() - start:.0f} s; seed {options['seed']})"]
+             *sequential_lines(options, looks, rng), "", f"({time.time() - start:.0f} s; seed {options['seed']})"]
     print("\n".join(lines))
 
 
