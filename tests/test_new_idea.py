@@ -45,8 +45,8 @@ def test_qk_norm_starts_from_the_baseline_weights_and_normalizes_each_heads_q_an
 class ScoreTemperature:
     """The toy idea: each head's queries scaled by a learned temperature before the scores."""
 
-    def __init__(self, config, mode=None):
-        super().__init__(config, mode)
+    def __init__(self, config, mode=None, layer=None):
+        super().__init__(config, mode, layer)
         self.toy_temperature = nn.Parameter(torch.ones(config.n_head, 1, 1))  # filled: no random draw
 
     def attend(self, q, k, v):
@@ -59,8 +59,8 @@ class ToyConfig(RAConfig):
 
 
 TOY = Idea(keys=("toy_temp",), layers=ra_model.all_layers_if("toy_temp"), attention=ScoreTemperature,
-           layer_params=lambda config: config.n_head, new_parameters=("toy_temperature",), gpt2_function=False,
-           example=dict(toy_temp=True))
+           layer_params=lambda config, i: config.n_head, new_parameters=("toy_temperature",), gpt2_function=False,
+           example=dict(toy_temp=True), extra_flops=ra_model.no_flops, materializes_scores=ra_model.never)
 REGISTRATIONS = ("idea", "config field", "default")
 
 
