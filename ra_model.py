@@ -679,9 +679,10 @@ class Idea:
     # extra_flops(config, layer_idx): training FLOPs per token of matmuls it adds to that layer beyond its
     # parameters' 6 per token and the baseline's attention (RAGPT.flops_per_token; tests/test_idea_costs.py)
     extra_flops: object = None
-    # materializes_scores(cfg): whether its layers build the T x T scores whatever attn_impl says (a scores step
-    # runs on the manual path only), read by the memory estimate (sharding.attention_weights)
-    materializes_scores: object = None
+    # kept_scores(cfg): the T x T tensors per softmax its layers keep for backward whatever attn_impl says (a scores
+    # step runs on the manual path only); 0: it materializes no scores. The memory estimate reads it
+    # (sharding.attention_weights; manual attention alone keeps 1, the softmax weights)
+    kept_scores: object = None
     score_streams: object = None  # score_streams(cfg): T x T softmax weights per layer where the scores are
     # materialized (sharding.memory_estimate); None: one, as the baseline
 
@@ -720,8 +721,8 @@ def reciprocal_flops(config, layer_idx):
     return 6 * keys * (2 * qk + C) - 6 * T * (qk + C)
 
 
-def never(cfg):
-    return False
+def no_scores(cfg):
+    return 0
 
 
 # name -> Idea: block construction (RAGPT.make_block), the parameter formula (blocks_params), the FLOPs count
@@ -735,7 +736,7 @@ IDEAS = {
         keys=("ra_pattern", "ra_layers", "ra_mode", "ra_alpha", "ra_alpha_learn", "ra_gate_init", "ra_window"),
         layers=lambda config: config.reciprocal_layers(), attention=ReciprocalMixing, layer_params=reciprocal_params,
         new_parameters=("ra_alpha", "ra_gate_logit"), gpt2_function=False,
-        example=dict(ra_pattern="alternate", ra_mode="gate"), extra_flops=reciprocal_flops, materializes_scores=never,
+        example=dict(ra_pattern="alternate", ra_mode="gate"), extra_flops=reciprocal_flops, kept_scores=no_scores,
         score_streams=lambda cfg: 2 if cfg["ra_pattern"] != "none" and (cfg["ra_mode"] == "gate"
                                                                         or cfg["ra_pattern"] == "learned") else 1),
     "MLA": Idea(
@@ -743,26 +744,26 @@ IDEAS = {
         attention=MLAttention, layer_params=lambda config, i: mla_attention_params(config) - attention_params(config),
         new_parameters=(), gpt2_function=False, example=dict(mla=True, mla_latent_dim=8),
         extra_flops=lambda config, i: 6 * config.block_size * (score_width(config) - config.n_embd),
-        materializes_scores=never),
+        kept_scores=no_scores),
     "gated attention": Idea(
         keys=("attn_gate",), layers=all_layers_if("attn_gate"), attention=GatedOutput,
         layer_params=lambda config, i: config.n_embd * config.n_embd + int(config.bias) * config.n_embd,
         new_parameters=("c_gate",), gpt2_function=False, example=dict(attn_gate=True), extra_flops=no_flops,
-        materializes_scores=never),
+        kept_scores=no_scores),
     "QK-norm": Idea(
         keys=("qk_norm",), layers=all_layers_if("qk_norm"), attention=QKNorm, layer_params=lambda config, i: 0,
         new_parameters=(), gpt2_function=False, example=dict(qk_norm=True), extra_flops=no_flops,
-        materializes_scores=never),
-    # tanh and a scaling per score: elementwise, no matmul FLOPs; the T x T scores it needs are its cost
+        kept_scores=no_scores),
+    # tanh and a scaling per score: elementwise, no matmul FLOPs; the T x T scores it keeps are its cost
     "logit soft-capping": Idea(
         keys=("attn_softcap",), layers=all_layers_if("attn_softcap"), attention=SoftCap,
         layer_params=lambda config, i: 0, new_parameters=(), gpt2_function=False,
         example=dict(attn_softcap=5.0, attn_impl="manual"), extra_flops=no_flops,
-        materializes_scores=lambda cfg: cfg["attn_softcap"] > 0),
+        kept_scores=lambda cfg: 2 if cfg["attn_softcap"] > 0 else 0),  # tanh's output beside the softmax weights
     "value residual": Idea(
         keys=("value_residual",), layers=all_layers_if("value_residual"), attention=ValueResidual,
         layer_params=lambda config, i: int(i > 0), new_parameters=("value_lambda",), gpt2_function=False,
-        example=dict(value_residual=True), extra_flops=no_flops, materializes_scores=never),
+        example=dict(value_residual=True), extra_flops=no_flops, kept_scores=no_scores),
 }
 
 

@@ -114,7 +114,7 @@ def test_a_signal_in_the_step_that_spends_the_budget_is_recorded_as_a_signal(dat
 QK_ENTRY = '''    "QK-norm": Idea(
         keys=("qk_norm",), layers=all_layers_if("qk_norm"), attention=QKNorm, layer_params=lambda config, i: 0,
         new_parameters=(), gpt2_function=False, example=dict(qk_norm=True), extra_flops=no_flops,
-        materializes_scores=never),
+        kept_scores=no_scores),
 '''
 EDITS = {  # the operator's edit: file, text, replacement
     "entry removed": ("ra_model.py", QK_ENTRY, ""),

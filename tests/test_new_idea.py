@@ -60,7 +60,7 @@ class ToyConfig(RAConfig):
 
 TOY = Idea(keys=("toy_temp",), layers=ra_model.all_layers_if("toy_temp"), attention=ScoreTemperature,
            layer_params=lambda config, i: config.n_head, new_parameters=("toy_temperature",), gpt2_function=False,
-           example=dict(toy_temp=True), extra_flops=ra_model.no_flops, materializes_scores=ra_model.never)
+           example=dict(toy_temp=True), extra_flops=ra_model.no_flops, kept_scores=ra_model.no_scores)
 REGISTRATIONS = ("idea", "config field", "default")
 
 
