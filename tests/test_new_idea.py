@@ -300,3 +300,18 @@ def test_value_residual_counts_one_lambda_per_layer_but_the_first_and_survives_r
     for other in grads[1:]:
         assert all(torch.allclose(other[n], g, atol=1e-12, rtol=1e-9) for n, g in grads[0].items())
     assert grads[0]["transformer.h.0.attn.c_attn.weight"].abs().sum() > 0
+
+
+def test_value_residual_compiles_each_block_to_one_graph_that_computes_what_eager_does():
+    """Each block compiled on its own (parallel.compile_model): layer 0's write to the layer state and layer 1's
+    read of it trace without a break (Dynamo replays the write), and the compiled model's logits are eager's."""
+    torch._dynamo.reset()
+    model = sharp(value_residual=True, ra_pattern="all", ra_mode="mix")
+    eager = logits(model)
+    x = torch.randn(2, 16, 16, dtype=torch.float64)
+    for block in model.transformer.h:
+        explained = torch._dynamo.explain(block)(x)
+        assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    for block in model.transformer.h:
+        block.forward = torch.compile(block.forward, backend="eager", fullgraph=True)
+    torch.testing.assert_close(logits(model), eager, atol=1e-12, rtol=0)
