@@ -453,7 +453,7 @@ class ReciprocalMixing:
     def score_mod(self, logits):
         """The scores step: the scaled logits (B, H, T, T) of each softmax, before the causal mask (applied after
         every idea: none can unmask a future token). An idea that changes the scores overrides it and calls
-        super() first, so ideas compose in IDEAS order, the later idea's mixin applying first. Only the manual
+        super() first: mixins compose in IDEAS order, so the later idea's change applies first. Only the manual
         path runs it (check_scores_step refuses the fused paths for a layer whose ideas override it)."""
         return logits
 
