@@ -58,7 +58,7 @@ from torch.nn import functional as F
 
 from configurator import ConfigError
 from devices import device_ms, fused_sdpa_takes_unequal_value_size
-from model import (GPT, Block, CausalSelfAttention, GPTConfig, attention_core, attention_params, block_params,
+from model import (GPT, Block, CausalSelfAttention, GPTConfig, attention_core, attention_params,
                    causal_attention)
 
 RA_PATTERNS = ("none", "early", "late", "all", "alternate", "learned", "layers")
