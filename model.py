@@ -79,13 +79,16 @@ class LayerNorm(nn.Module):
         return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
 
 
-def causal_attention(q, k, v, attn_impl, dropout_p):
+def causal_attention(q, k, v, attn_impl, dropout_p, score_mod=None):
     """softmax(q k^T / sqrt(d)) v under the causal mask, for (B, H, T, D) tensors. Every attn_impl
-    but 'manual' runs SDPA: an RA model's standard layers get 'triton' or 'auto', which are RA's own."""
+    but 'manual' runs SDPA: an RA model's standard layers get 'triton' or 'auto', which are RA's own.
+    score_mod: a function of the scaled logits before the mask (the RA model's scores step), manual only."""
     if attn_impl != "manual":
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
     T = q.size(-2)
     scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
+    if score_mod is not None:
+        scores = score_mod(scores)
     future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
     weights = F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
     return F.dropout(weights, p=dropout_p) @ v

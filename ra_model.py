@@ -34,6 +34,13 @@ parameters per layer; the other weights keep the baseline's initial values.
 QK-norm (`qk_norm=True`, every layer): each head's q and k RMS-normalized before the scores (QKNorm),
 the worked example of docs/new-idea.md.
 
+Logit soft-capping (`attn_softcap=c > 0`, every layer; Gemma 2, arXiv 2408.00118): the scores s -> c*tanh(s/c)
+before the softmax (SoftCap), through the scores step `score_mod`, which the manual path runs and no fused
+path can: a layer whose ideas change the scores needs attn_impl='manual' (check_scores_step).
+Value residual (`value_residual=True`; ResFormer, arXiv 2410.17897): layer 0 publishes its values, each later
+layer n mixes v_n <- lam_n v_n + (1 - lam_n) v_1 with a learned lam_n (ValueResidual): a cross-layer idea,
+reading the model's layer state (Layer).
+
 Each idea is registered in IDEAS (its keys, its layers, its attention class, its parameters, what a
 fork and the export must know); RAGPT builds every layer's attention from the ideas that layer runs.
 An RA model with ra_pattern='none' is exactly model.GPT: same modules, same initial weights for
@@ -51,7 +58,7 @@ from torch.nn import functional as F
 
 from configurator import ConfigError
 from devices import device_ms, fused_sdpa_takes_unequal_value_size
-from model import (GPT, Block, CausalSelfAttention, GPTConfig, attention_core, attention_params, block_params,
+from model import (GPT, Block, CausalSelfAttention, GPTConfig, attention_core, attention_params,
                    causal_attention)
 
 RA_PATTERNS = ("none", "early", "late", "all", "alternate", "learned", "layers")
@@ -77,6 +84,8 @@ class RAConfig(GPTConfig):
     mla_per_head_v_up: bool = True
     attn_gate: bool = False  # a sigmoid gate on each head's output, from the block input (GatedOutput)
     qk_norm: bool = False  # each head's q and k RMS-normalized before the scores (QKNorm)
+    attn_softcap: float = 0.0  # > 0: the scores s -> attn_softcap * tanh(s / attn_softcap) (SoftCap); 0: off
+    value_residual: bool = False  # each layer after the first mixes its values with layer 0's (ValueResidual)
 
     # triton: the fused kernels of kernels/ra_attention.py; auto: the faster of them and sdpa, measured (auto_impl)
     attn_impls = ("sdpa", "manual", "triton", "auto")
@@ -86,6 +95,7 @@ class RAConfig(GPTConfig):
         check_ideas(type(self))
         check_ra_config(self)
         check_ideas_run(self)
+        check_scores_step(self)
 
     def reciprocal_layers(self):
         n = self.n_layer
@@ -130,6 +140,9 @@ def check_ra_config(cfg):
         raise ConfigError(f"ra_window must be >= 0 (0: no window), got {cfg.ra_window}")
     if cfg.mla_latent_dim < 1:
         raise ConfigError(f"mla_latent_dim must be a positive integer, got {cfg.mla_latent_dim}")
+    if not cfg.attn_softcap >= 0:
+        raise ConfigError(f"attn_softcap must be >= 0 (0: off; Gemma 2 caps attention logits at 50.0), "
+                          f"got {cfg.attn_softcap}")
 
 
 # ----------------------------------------------------------------------------- the mixing step
@@ -230,10 +243,11 @@ def mix_sdpa(kq, v, alpha, window, dropout_p):
     return attend(q2, k2, v2, attn_mask=mask, dropout_p=dropout_p, scale=1.0 / math.sqrt(d))
 
 
-def reciprocal_manual(q, k, v, mode, alpha, p, window, dropout_p):
+def reciprocal_manual(q, k, v, mode, alpha, p, window, dropout_p, score_mod=None):
     """The readable reference: materializes S and S^T (B, H, T, T). alpha and p are floats or
     tensors that broadcast over (B, H, T, T), e.g. one value per head as (1, H, 1, 1). The fused
-    kernels (kernels/ra_attention.py) are tested against it."""
+    kernels (kernels/ra_attention.py) are tested against it. score_mod: the scores step, applied to every
+    softmax's scaled logits before the mask (ReciprocalMixing.score_mod); mode None: standard attention."""
     T, d = q.size(-2), q.size(-1)
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(d)  # S_ij = q_i.k_j, not yet masked
     # S^T from the UNMASKED scores, masked afterwards. The RA study's bug transposed an already masked
@@ -243,9 +257,12 @@ def reciprocal_manual(q, k, v, mode, alpha, p, window, dropout_p):
     near = band(T, window, q.device) if window > 0 else causal
 
     def attend(logits, allowed):
+        logits = logits if score_mod is None else score_mod(logits)
         weights = F.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
         return F.dropout(weights, p=dropout_p) @ v
 
+    if mode is None:
+        return attend(scores, causal)
     if mode == "swap":
         return attend(recip, near)
     if mode == "gate":
@@ -400,10 +417,19 @@ def warn_once(message):
         warnings.warn(message, stacklevel=3)
 
 
-class ReciprocalMixing:
-    """Mixin for an attention module: adds the RA parameters and the reciprocal `attend`."""
+@dataclass
+class Layer:
+    """Where an attention sits: its layer index and the model's layer state, one dict shared by every layer
+    of a model (RAGPT.layer_state), which a cross-layer idea writes in one layer and reads in later ones."""
+    index: int = 0
+    state: dict = field(default_factory=dict)
 
-    def setup_reciprocal(self, config, mode):
+
+class ReciprocalMixing:
+    """Mixin for an attention module: adds the RA parameters, the reciprocal `attend` and the scores step."""
+
+    def setup_reciprocal(self, config, mode, layer=None):
+        self.layer = Layer() if layer is None else layer
         self.ra_mode = mode  # None: standard attention
         self.ra_window = config.ra_window
         self.ra_alpha_value = config.ra_alpha
@@ -433,6 +459,13 @@ class ReciprocalMixing:
         alpha = self.alpha()
         return self.ra_mode is None or (self.ra_mode == "mix" and isinstance(alpha, float) and alpha == 0.0)
 
+    def score_mod(self, logits):
+        """The scores step: the scaled logits (B, H, T, T) of each softmax, before the causal mask (applied after
+        every idea: none can unmask a future token). An idea that changes the scores overrides it and calls
+        super() first: mixins compose in IDEAS order, so the later idea's change applies first. Only the manual
+        path runs it (check_scores_step refuses the fused paths for a layer whose ideas override it)."""
+        return logits
+
     def attend(self, q, k, v, kq=None):
         """The mixing step. kq: mix's doubled key [k | q] where the caller holds it as a view (RAAttention's
         per-head layout), which mix through SDPA then reads instead of concatenating k and q."""
@@ -441,7 +474,7 @@ class ReciprocalMixing:
         if self.is_standard():
             if self.attn_impl != "manual":  # the baseline's call (sdpa pads MLA's values only)
                 return sdpa(q, k, v, dropout_p=dropout_p, is_causal=True)
-            return causal_attention(q, k, v, self.attn_impl, dropout_p)
+            return causal_attention(q, k, v, self.attn_impl, dropout_p, self.score_mod)
         gate_logit = self.ra_gate_logit if self.ra_mode == "gate" else None
         impl = self.attn_impl
         if impl == "auto":
@@ -451,7 +484,7 @@ class ReciprocalMixing:
         p = torch.sigmoid(gate_logit) if gate_logit is not None else None
         if impl == "sdpa":
             return reciprocal_sdpa(q, k, v, self.ra_mode, alpha, p, self.ra_window, dropout_p, kq)
-        return reciprocal_manual(q, k, v, self.ra_mode, alpha, p, self.ra_window, dropout_p)
+        return reciprocal_manual(q, k, v, self.ra_mode, alpha, p, self.ra_window, dropout_p, self.score_mod)
 
     def ra_metrics(self, layer_idx):
         out = {}
@@ -472,8 +505,8 @@ class GatedOutput:
     sigmoid keeps it in (0, 1), a sparse, input-dependent scaling that the paper credits for removing
     attention sinks and loss spikes."""
 
-    def __init__(self, config, mode=None):
-        super().__init__(config, mode)
+    def __init__(self, config, mode=None, layer=None):
+        super().__init__(config, mode, layer)
         self.c_gate = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
 
     @torch.no_grad()
@@ -505,9 +538,9 @@ class RAAttention(ReciprocalMixing, CausalSelfAttention):
     (mode None: standard attention): the attention every RA-model layer with an idea builds on,
     unless an idea replaces the projections (MLA)."""
 
-    def __init__(self, config, mode=None):
+    def __init__(self, config, mode=None, layer=None):
         super().__init__(config)
-        self.setup_reciprocal(config, mode)
+        self.setup_reciprocal(config, mode, layer)
 
     def mixes_kq_view(self):
         """Whether this layer's mix may run through SDPA (every attn_impl but 'manual': 'auto' and 'triton' fall
@@ -548,7 +581,7 @@ def rows_per_head(t, n_head):
 class MLAttention(ReciprocalMixing, nn.Module):
     """Multi-head latent attention: K and V from one shared latent c = c_kv(x)."""
 
-    def __init__(self, config, mode=None):
+    def __init__(self, config, mode=None, layer=None):
         super().__init__()
         C, H, L = config.n_embd, config.n_head, config.mla_latent_dim
         self.n_head, self.latent = H, L
@@ -562,7 +595,7 @@ class MLAttention(ReciprocalMixing, nn.Module):
         self.v_up = nn.Linear(L, C if self.per_head_v_up else C // H, bias=config.bias)
         self.c_proj = nn.Linear(C, C, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
-        self.setup_reciprocal(config, mode)
+        self.setup_reciprocal(config, mode, layer)
 
     def forward(self, x):
         return self.resid_dropout(self.c_proj(self.heads_output(x)))
@@ -604,6 +637,39 @@ class QKNorm:
         return super().attend(F.rms_norm(q, (q.size(-1),)), F.rms_norm(k, (k.size(-1),)), v)
 
 
+class SoftCap:
+    """Attention mixin (the idea 'logit soft-capping', attn_softcap = c > 0; Gemma 2, arXiv 2408.00118): every
+    softmax's scaled logits s -> c * tanh(s / c), so no logit leaves (-c, c), through the scores step (with RA, the
+    logits S + alpha S^T of mix, each of gate's two). No parameter; c -> infinity is the baseline."""
+
+    def __init__(self, config, mode=None, layer=None):
+        super().__init__(config, mode, layer)
+        self.softcap = config.attn_softcap
+
+    def score_mod(self, logits):
+        return self.softcap * torch.tanh(super().score_mod(logits) / self.softcap)
+
+
+class ValueResidual:
+    """Attention mixin (the idea 'value residual', value_residual; ResFormer, Zhou et al. 2024, arXiv 2410.17897):
+    layer 0 publishes its values v_1 in the model's layer state, and each later layer n attends to
+    v_n <- lam_n v_n + (1 - lam_n) v_1, lam_n learned (0.5 at the start, the paper's fixed value; 1 is the
+    baseline). In attend, which every path runs (standard, RA mix's per-head view, MLA), so v_1 is layer 0's
+    values whatever layer 0 runs; the gradient reaches layer 0's projection through every later layer."""
+
+    def __init__(self, config, mode=None, layer=None):
+        super().__init__(config, mode, layer)
+        if self.layer.index > 0:
+            self.value_lambda = nn.Parameter(torch.full((1,), 0.5))  # filled: no random draw
+
+    def attend(self, q, k, v):
+        if self.layer.index == 0:
+            self.layer.state["first_values"] = v
+        else:  # lerp(v_1, v_n, lam) = v_1 + lam (v_n - v_1): v_n exactly at lam = 1
+            v = torch.lerp(self.layer.state["first_values"], v, self.value_lambda.to(v.dtype))
+        return super().attend(q, k, v)
+
+
 # ----------------------------------------------------------------------------- the ideas
 
 @dataclass(frozen=True)
@@ -613,21 +679,32 @@ class Idea:
     one line by check_ideas when a run starts, not a TypeError traceback when any script imports this."""
     keys: tuple = None  # the RAConfig keys it owns (each also a key of runtime.DEFAULTS); the first switches it on
     layers: object = None  # layers(config): the indices of the layers that run it (none when it is off)
-    attention: type = None  # composed into those layers' attention: a mixin that overrides forward, heads_output
-    # or attend and calls super(), or an nn.Module with its own projections (MLA) in place of RAAttention
-    layer_params: object = None  # layer_params(config): parameters it adds to one such layer (negative: removes)
+    attention: type = None  # composed into those layers' attention: a mixin that overrides forward, heads_output,
+    # attend or score_mod and calls super(), or an nn.Module with its own projections (MLA) in place of RAAttention
+    layer_params: object = None  # layer_params(config, layer_idx): parameters it adds to that layer (negative: removes)
     new_parameters: tuple = None  # names of its parameters a baseline trunk lacks: a fork keeps them at their init
     gpt2_function: bool = None  # whether a model running it still computes GPT-2's function (Hugging Face export)
     example: dict = None  # keys that switch it on in a tiny model: test_all_architectures smoke-checks it
-    score_streams: object = None  # score_streams(cfg): T x T softmax weights per layer under attn_impl='manual'
-    # (sharding.memory_estimate); None: one, as the baseline
+    # extra_flops(config, layer_idx): training FLOPs per token of matmuls it adds to that layer beyond its
+    # parameters' 6 per token and the baseline's attention (RAGPT.flops_per_token; tests/test_idea_costs.py)
+    extra_flops: object = None
+    # kept_scores(cfg): the T x T tensors per softmax its layers keep for backward whatever attn_impl says (a scores
+    # step runs on the manual path only); 0: it materializes no scores. The memory estimate reads it
+    # (sharding.attention_weights; manual attention alone keeps 1, the softmax weights)
+    kept_scores: object = None
+    score_streams: object = None  # score_streams(cfg): T x T softmax weights per layer where the scores are
+    # materialized (sharding.memory_estimate); None: one, as the baseline
 
 
 def all_layers_if(key):
     return lambda config: range(config.n_layer) if getattr(config, key) else range(0)
 
 
-def reciprocal_params(config):
+def no_flops(config, layer_idx):
+    return 0
+
+
+def reciprocal_params(config, layer_idx):
     """RA's learned alphas (mix) or gate logit (gate) in one reciprocal layer."""
     mode = config.reciprocal_mode()
     if mode == "mix" and config.ra_alpha_learn != "none":
@@ -635,30 +712,67 @@ def reciprocal_params(config):
     return int(mode == "gate")
 
 
-# name -> Idea: block construction (RAGPT.make_block), the parameter formula (blocks_params), fork rules
-# (fork_new_parameters), Hugging Face export (export_checkpoint.not_gpt2_reason), the memory estimate
-# (sharding.attention_weights), the keys' model type (runtime.check_model_keys_apply) and the smoke check
-# (test_all_architectures.py) read it. A new idea is its class, one entry here, its keys as RAConfig fields
-# and runtime.DEFAULTS keys, and a config file (docs/new-idea.md); check_ideas refuses a key no idea owns.
+def score_width(config):
+    """The summed width of the heads' q.k: C, or each head's latent with MLA's per-head query latent."""
+    return config.n_head * config.mla_latent_dim if config.mla and config.mla_per_head_q_latent else config.n_embd
+
+
+def reciprocal_flops(config, layer_idx):
+    """RA's attention matmuls beyond one standard attention (6*T*(width + C) per token: q.k, then the weighted
+    values): mix doubles the score width (and, with a window, the keys), gate runs a second attention; a fixed
+    alpha of 0 skips the reciprocal term."""
+    T, C, qk, mode = config.block_size, config.n_embd, score_width(config), config.layer_mode(layer_idx)
+    if mode == "gate":
+        return 6 * T * (qk + C)
+    if mode != "mix" or (config.ra_alpha == 0.0 and config.ra_alpha_learn == "none"):
+        return 0
+    keys = 2 * T if 0 < config.ra_window < T else T
+    return 6 * keys * (2 * qk + C) - 6 * T * (qk + C)
+
+
+def no_scores(cfg):
+    return 0
+
+
+# name -> Idea: block construction (RAGPT.make_block), the parameter formula (blocks_params), the FLOPs count
+# (RAGPT.flops_per_token), fork rules (fork_new_parameters), Hugging Face export (export_checkpoint.not_gpt2_reason),
+# the memory estimate (sharding.attention_weights), the keys' model type (runtime.check_model_keys_apply) and the
+# smoke check (test_all_architectures.py) read it. A new idea is its class, one entry here, its keys as RAConfig
+# fields and runtime.DEFAULTS keys, and a config file (docs/new-idea.md); check_ideas refuses a key no idea owns.
+# The order is the composition's: a layer's attention is the mixins in this order over RAAttention (or MLA).
 IDEAS = {
     "reciprocal attention": Idea(
         keys=("ra_pattern", "ra_layers", "ra_mode", "ra_alpha", "ra_alpha_learn", "ra_gate_init", "ra_window"),
         layers=lambda config: config.reciprocal_layers(), attention=ReciprocalMixing, layer_params=reciprocal_params,
         new_parameters=("ra_alpha", "ra_gate_logit"), gpt2_function=False,
-        example=dict(ra_pattern="alternate", ra_mode="gate"),
+        example=dict(ra_pattern="alternate", ra_mode="gate"), extra_flops=reciprocal_flops, kept_scores=no_scores,
         score_streams=lambda cfg: 2 if cfg["ra_pattern"] != "none" and (cfg["ra_mode"] == "gate"
                                                                         or cfg["ra_pattern"] == "learned") else 1),
     "MLA": Idea(
         keys=("mla", "mla_latent_dim", "mla_per_head_q_latent", "mla_per_head_v_up"), layers=all_layers_if("mla"),
-        attention=MLAttention, layer_params=lambda config: mla_attention_params(config) - attention_params(config),
-        new_parameters=(), gpt2_function=False, example=dict(mla=True, mla_latent_dim=8)),
+        attention=MLAttention, layer_params=lambda config, i: mla_attention_params(config) - attention_params(config),
+        new_parameters=(), gpt2_function=False, example=dict(mla=True, mla_latent_dim=8),
+        extra_flops=lambda config, i: 6 * config.block_size * (score_width(config) - config.n_embd),
+        kept_scores=no_scores),
     "gated attention": Idea(
         keys=("attn_gate",), layers=all_layers_if("attn_gate"), attention=GatedOutput,
-        layer_params=lambda config: config.n_embd * config.n_embd + int(config.bias) * config.n_embd,
-        new_parameters=("c_gate",), gpt2_function=False, example=dict(attn_gate=True)),
+        layer_params=lambda config, i: config.n_embd * config.n_embd + int(config.bias) * config.n_embd,
+        new_parameters=("c_gate",), gpt2_function=False, example=dict(attn_gate=True), extra_flops=no_flops,
+        kept_scores=no_scores),
     "QK-norm": Idea(
-        keys=("qk_norm",), layers=all_layers_if("qk_norm"), attention=QKNorm, layer_params=lambda config: 0,
-        new_parameters=(), gpt2_function=False, example=dict(qk_norm=True)),
+        keys=("qk_norm",), layers=all_layers_if("qk_norm"), attention=QKNorm, layer_params=lambda config, i: 0,
+        new_parameters=(), gpt2_function=False, example=dict(qk_norm=True), extra_flops=no_flops,
+        kept_scores=no_scores),
+    # tanh and a scaling per score: elementwise, no matmul FLOPs; the T x T scores it keeps are its cost
+    "logit soft-capping": Idea(
+        keys=("attn_softcap",), layers=all_layers_if("attn_softcap"), attention=SoftCap,
+        layer_params=lambda config, i: 0, new_parameters=(), gpt2_function=False,
+        example=dict(attn_softcap=5.0, attn_impl="manual"), extra_flops=no_flops,
+        kept_scores=lambda cfg: 2 if cfg["attn_softcap"] > 0 else 0),  # tanh's output beside the softmax weights
+    "value residual": Idea(
+        keys=("value_residual",), layers=all_layers_if("value_residual"), attention=ValueResidual,
+        layer_params=lambda config, i: int(i > 0), new_parameters=("value_lambda",), gpt2_function=False,
+        example=dict(value_residual=True), extra_flops=no_flops, kept_scores=no_scores),
 }
 
 
@@ -696,6 +810,24 @@ def check_ideas_run(config):
                               f"{switch.default!r}")
 
 
+def changes_scores(attention):
+    """Whether an attention class overrides the scores step (some class in it but ReciprocalMixing defines score_mod)."""
+    return any("score_mod" in vars(c) for c in attention.__mro__ if c is not ReciprocalMixing)
+
+
+def check_scores_step(config):
+    """A layer whose ideas change the scores runs them on the manual path only: SDPA and the fused kernels take no
+    function of the scores and would silently skip the step."""
+    if config.attn_impl == "manual":
+        return
+    for name, idea in IDEAS.items():
+        if list(idea.layers(config)) and changes_scores(idea.attention):
+            switch = idea.keys[0]
+            raise ConfigError(f"{switch}={getattr(config, switch)!r} ({name}) changes the attention scores before the "
+                              f"softmax, which attn_impl={config.attn_impl!r} cannot apply (its fused kernels take "
+                              f"no function of the scores): set attn_impl='manual'")
+
+
 _composed = {}  # (mixins, base) -> the attention class of a layer running those ideas
 
 
@@ -724,16 +856,19 @@ class RAGPT(GPT):
             self.copy_baseline_init(config, rng)
 
     def make_block(self, layer_idx):
+        if layer_idx == 0:  # GPT.__init__ builds the layers in order: the state they share comes first
+            self.layer_state = {}
         ideas = [idea for idea in IDEAS.values() if layer_idx in idea.layers(self.config)]
         if not ideas:
             return Block(self.config)
-        return Block(self.config, attn=attention_class(ideas)(self.config, self.config.layer_mode(layer_idx)))
+        layer = Layer(layer_idx, self.layer_state)
+        return Block(self.config, attn=attention_class(ideas)(self.config, self.config.layer_mode(layer_idx), layer))
 
     @classmethod
     def blocks_params(cls, config):
         """make_block's layers by formula: the baseline's, plus what each idea adds to the layers running it."""
-        return super().blocks_params(config) + sum(len(idea.layers(config)) * idea.layer_params(config)
-                                                    for idea in IDEAS.values())
+        return super().blocks_params(config) + sum(idea.layer_params(config, i)
+                                                    for idea in IDEAS.values() for i in idea.layers(config))
 
     def copy_baseline_init(self, config, rng):
         """An idea's weights (MLA's projections have other shapes than c_attn, the output gate is an extra
@@ -751,23 +886,10 @@ class RAGPT(GPT):
                     own[name].copy_(p)
 
     def flops_per_token(self):
-        """6N plus each layer's attention matmuls as they run: GPT's 12*C*T splits into 6*T*(score
-        width) for q.k and 6*T*C for the weighted values. mix doubles the score width (and, with a
-        window, also the keys), gate runs both attentions, MLA scores in the latent."""
+        """GPT's 6N + 12*L*C*T plus what each idea declares for each layer running it (Idea.extra_flops)."""
         cfg = self.config
-        T, C, H = cfg.block_size, cfg.n_embd, cfg.n_head
-        qk = H * cfg.mla_latent_dim if cfg.mla and cfg.mla_per_head_q_latent else C
-        total = 6 * self.get_num_params()
-        for i in range(cfg.n_layer):
-            mode, keys = cfg.layer_mode(i), T
-            windowed = 0 < cfg.ra_window < T
-            if mode == "mix" and cfg.ra_alpha == 0.0 and cfg.ra_alpha_learn == "none":
-                mode = None  # a fixed alpha of 0 skips the reciprocal term (pure MLA)
-            width = 2 * qk if mode == "mix" else qk
-            if mode == "mix" and windowed:
-                keys = 2 * T
-            total += (2 if mode == "gate" else 1) * 6 * keys * (width + C)
-        return total
+        return super().flops_per_token() + sum(idea.extra_flops(cfg, i)
+                                               for idea in IDEAS.values() for i in idea.layers(cfg))
 
     def measure_attn_auto(self, batch_size, device, autocast, compiled):
         """attn_impl='auto': the choices for this model's training shapes (measure_auto), each path timed

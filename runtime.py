@@ -81,6 +81,8 @@ DEFAULTS = dict(
     mla_per_head_v_up=True,  # one value up-projection per head (else one shared)
     attn_gate=False,  # gated attention: sigmoid(W x) scales each head's output (arXiv 2505.06708)
     qk_norm=False,  # QK-norm: each head's q and k RMS-normalized before the scores
+    attn_softcap=0.0,  # logit soft-capping: > 0 caps the scores at c*tanh(s/c) (Gemma 2; attn_impl='manual'); 0: off
+    value_residual=False,  # value residual: each layer after the first mixes its values with layer 0's (ResFormer)
     # reduced-synchronization tensor parallelism (model_type='reduced_sync'; see reduced_sync_model.py)
     block_pattern="tp",  # repeating unit of block types 'tp', 'spd', 'parallel', e.g. 'tp,spd' or 'spd,parallel,parallel'
     block_types=[],  # one block type per layer; overrides block_pattern

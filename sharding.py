@@ -254,13 +254,17 @@ def attention_weights(cfg, tokens, device_type):
     attn_impl='manual' builds them on every device, and so does PyTorch's math kernel, which SDPA
     falls back to on a CPU when dropout is on. Per element: the float32 softmax (its precision under
     autocast), and with dropout also the dropped-out copy and the bool mask; gate runs two streams;
-    attn_recompute keeps none between forward and backward. A layer's backward holds two more."""
-    if not (cfg["attn_impl"] == "manual" or (device_type == "cpu" and cfg["dropout"] > 0)):
+    attn_recompute keeps none between forward and backward. A layer's backward holds two more. An idea that
+    builds the scores whatever attn_impl says declares the T x T tensors it keeps per softmax
+    (ra_model.Idea.kept_scores: soft-capping keeps its tanh's output too), and its streams (score_streams)."""
+    ideas = IDEAS.values() if cfg["model_type"] == "ra" else ()  # each idea's declarations (ra_model.IDEAS)
+    builds = cfg["attn_impl"] == "manual" or (device_type == "cpu" and cfg["dropout"] > 0)
+    per_softmax = max([int(builds)] + [idea.kept_scores(cfg) for idea in ideas])
+    if not per_softmax:
         return 0, 0
     elements = tokens * cfg["block_size"] * cfg["n_head"]
-    ideas = IDEAS.values() if cfg["model_type"] == "ra" else ()  # each idea's streams (ra_model.IDEAS)
     streams = max([1] + [idea.score_streams(cfg) for idea in ideas if idea.score_streams])
-    kept = 0 if cfg["attn_recompute"] else streams * elements * (9 if cfg["dropout"] > 0 else 4)
+    kept = 0 if cfg["attn_recompute"] else streams * elements * ((9 if cfg["dropout"] > 0 else 4) + 4 * (per_softmax - 1))
     return kept, 2 * streams * elements * 4
 
 

@@ -20,7 +20,8 @@ tp_size 2 on 4 ranks: 2 data-parallel replicas of 2 real tensor-parallel ranks, 
 the slice of the unsharded model's that its tensor-parallel position holds).
 
 A new architecture is one entry in ARCHITECTURES (and, for a new model family, one build function
-in BUILDERS); every idea registered in ra_model.IDEAS is checked alone from its example keys. Exit
+in BUILDERS); every idea registered in ra_model.IDEAS is checked alone from its example keys, and every idea an
+RA model runs must change its output (check_every_idea_counts: compositions judged by outputs). Exit
 code 1 when any architecture fails. tests/test_model.py runs this script.
 """
 import itertools
@@ -98,6 +99,20 @@ ARCHITECTURES.update({
     "gated-attn-ra-late-mix": ("ra", dict(attn_gate=True, ra_pattern="late", ra_mode="mix")),
     "gated-attn-mla": ("ra", dict(attn_gate=True, mla=True, mla_latent_dim=8)),
     "gated-attn-post-recompute": ("ra", dict(attn_gate=True, ln_placement="post", attn_recompute=True)),
+    # logit soft-capping (a scores step: manual attention) and value residual (cross-layer), composed
+    "softcap-ra-late-mix": ("ra", dict(attn_softcap=1.0, attn_impl="manual", ra_pattern="late", ra_mode="mix")),
+    "softcap-ra-all-gate-window": ("ra", dict(attn_softcap=1.0, attn_impl="manual", ra_pattern="all", ra_mode="gate",
+                                              ra_window=8)),
+    "softcap-gated-attn-qk-norm": ("ra", dict(attn_softcap=1.0, attn_impl="manual", attn_gate=True, qk_norm=True)),
+    "softcap-mla-ra-all-mix": ("ra", dict(attn_softcap=1.0, attn_impl="manual", mla=True, mla_latent_dim=8,
+                                          ra_pattern="all", ra_mode="mix")),
+    "value-residual-ra-late-mix": ("ra", dict(value_residual=True, ra_pattern="late", ra_mode="mix")),
+    "value-residual-ra-all-mix": ("ra", dict(value_residual=True, ra_pattern="all", ra_mode="mix")),  # layer 0 mixes
+    "value-residual-gated-attn": ("ra", dict(value_residual=True, attn_gate=True)),
+    "value-residual-mla": ("ra", dict(value_residual=True, mla=True, mla_latent_dim=8)),
+    "value-residual-softcap": ("ra", dict(value_residual=True, attn_softcap=1.0, attn_impl="manual")),
+    "value-residual-recompute": ("ra", dict(value_residual=True, attn_recompute=True)),
+    "value-residual-ckpt": ("ra", dict(value_residual=True, ra_pattern="late", activation_checkpointing=True)),
 })
 # Every registered idea of the RA model (ra_model.IDEAS) alone, from its own example keys.
 ARCHITECTURES.update({"idea-" + name.lower().replace(" ", "-"): ("ra", idea.example) for name, idea in IDEAS.items()})
@@ -208,6 +223,32 @@ def check_sharded(family, kwargs, data_parallel, world, dtype, seed=0):
     return worst
 
 
+def sharp_ra_model(kwargs, seed):
+    """An RA model whose attention projections are scaled up: GPT-2's init gives near-zero scores, where a
+    soft-cap or a reciprocal term changes the logits by less than rounding."""
+    torch.manual_seed(seed)
+    model = BUILDERS["ra"](**{**TINY, **kwargs}).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("attn.c_attn.weight", "attn.c_q.weight", "attn.c_kv.weight", "attn.k_up.weight")):
+                p.mul_(15.0)
+    return model
+
+
+def check_every_idea_counts(kwargs, idx, seed):
+    """Each idea the model runs changes its output, judged by outputs, not classes: a composition that skips an
+    idea's step (a mixin computing attention without super(), a path ignoring the scores step) gives the
+    logits of the same model without that idea (its keys at their defaults, same seed and weights)."""
+    with torch.no_grad():
+        logits = sharp_ra_model(kwargs, seed)(idx)[0]
+        for name, idea in IDEAS.items():
+            if not list(idea.layers(RAConfig(**{**TINY, **kwargs}))):
+                continue
+            without = sharp_ra_model({k: v for k, v in kwargs.items() if k not in idea.keys}, seed)(idx)[0]
+            if torch.allclose(without, logits, rtol=1e-4, atol=1e-6):
+                raise AssertionError(f"the idea {name!r} changes nothing in this composition: some path skips its step")
+
+
 def check(family, kwargs, batch_size=2, seed=0):
     """Forward + backward once; returns the parameter count or raises with the reason."""
     torch.manual_seed(seed)
@@ -228,10 +269,8 @@ def check(family, kwargs, batch_size=2, seed=0):
             raise AssertionError(f"{name} got no gradient")
         if not torch.isfinite(p.grad).all():
             raise AssertionError(f"{name} has a non-finite gradient")
-    for name, idea in IDEAS.items() if family == "ra" else ():  # each idea runs where it says it does
-        for i in idea.layers(cfg):
-            if not isinstance(model.transformer.h[i].attn, idea.attention):
-                raise AssertionError(f"layer {i} does not run the idea {name!r} ({idea.attention.__name__})")
+    if family == "ra":
+        check_every_idea_counts(kwargs, idx, seed)
     counts = model.metrics()
     if "syncs_expected" in counts and not counts["syncs_forward"] == counts["syncs_backward"] == counts["syncs_expected"]:
         raise AssertionError(f"counted {counts['syncs_forward']} all-reduces forward, {counts['syncs_backward']} "

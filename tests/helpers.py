@@ -306,3 +306,29 @@ def documented(name, module):
         return [module.OPTIONS]
     return [getattr(module, "DEFAULTS", None) or importlib.import_module("runtime").DEFAULTS]  # train: runtime's
 
+
+def measured_peak_bytes(cfg):
+    """Allocated CPU bytes at the peak of the second training step (Adam's states exist), from the
+    profiler's allocation records, plus what lives across steps (weights and optimizer states)."""
+    from torch.profiler import ProfilerActivity, profile
+    import optim
+    torch.manual_seed(0)
+    model = runtime.build_model(cfg)
+    optimizer = optim.build_optimizer(model, cfg)
+    x = torch.randint(0, cfg["vocab_size"], (cfg["batch_size"], cfg["block_size"]))
+
+    def step():
+        model(x, x)[1].backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    live = peak = 0
+    for event in sorted(prof.events(), key=lambda e: e.time_range.start):  # an op's own allocations, and frees
+        live += event.cpu_memory_usage if event.name == "[memory]" else event.self_cpu_memory_usage
+        peak = max(peak, live)
+    steady = sum(p.numel() * 4 for p in model.parameters()) + \
+        sum(t.numel() * 4 for s in optimizer.state.values() for t in s.values() if t.dim())
+    return steady + peak

@@ -112,13 +112,14 @@ def test_a_signal_in_the_step_that_spends_the_budget_is_recorded_as_a_signal(dat
 # ----------------------------------------------------------------------------- 4-6. the ideas registry, edited
 
 QK_ENTRY = '''    "QK-norm": Idea(
-        keys=("qk_norm",), layers=all_layers_if("qk_norm"), attention=QKNorm, layer_params=lambda config: 0,
-        new_parameters=(), gpt2_function=False, example=dict(qk_norm=True)),
+        keys=("qk_norm",), layers=all_layers_if("qk_norm"), attention=QKNorm, layer_params=lambda config, i: 0,
+        new_parameters=(), gpt2_function=False, example=dict(qk_norm=True), extra_flops=no_flops,
+        kept_scores=no_scores),
 '''
 EDITS = {  # the operator's edit: file, text, replacement
     "entry removed": ("ra_model.py", QK_ENTRY, ""),
     "layers always empty": ("ra_model.py", 'layers=all_layers_if("qk_norm")', "layers=lambda config: range(0)"),
-    "field missing": ("ra_model.py", ", example=dict(qk_norm=True)),", "),"),
+    "field missing": ("ra_model.py", ", example=dict(qk_norm=True), extra_flops=no_flops,", ", extra_flops=no_flops,"),
     "default removed": ("runtime.py", "    qk_norm=False,", "    # qk_norm=False,"),
 }
 

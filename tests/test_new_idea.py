@@ -4,7 +4,10 @@ idea (a learned per-head score temperature, 1 at the start) is its class, one ra
 its key as a config field and a runtime.DEFAULTS key. It starts as the baseline bit for bit and
 changes the forward once it moves; sweep.py plans it, runs it as a forked suite (its new parameter
 declared through the registry) and report.py reports it. Removing any one of its registrations is
-refused in one line."""
+refused in one line. The page's two published examples, judged by outputs: logit soft-capping (a scores step)
+composed with reciprocal attention and with gated attention, refused on a fused path, and a composition that
+skips a step caught by the smoke check; value residual (a cross-layer idea) at its identity and reading layer
+0's values whatever layer 0 runs."""
 import dataclasses
 
 import pytest
@@ -45,8 +48,8 @@ def test_qk_norm_starts_from_the_baseline_weights_and_normalizes_each_heads_q_an
 class ScoreTemperature:
     """The toy idea: each head's queries scaled by a learned temperature before the scores."""
 
-    def __init__(self, config, mode=None):
-        super().__init__(config, mode)
+    def __init__(self, config, mode=None, layer=None):
+        super().__init__(config, mode, layer)
         self.toy_temperature = nn.Parameter(torch.ones(config.n_head, 1, 1))  # filled: no random draw
 
     def attend(self, q, k, v):
@@ -59,8 +62,8 @@ class ToyConfig(RAConfig):
 
 
 TOY = Idea(keys=("toy_temp",), layers=ra_model.all_layers_if("toy_temp"), attention=ScoreTemperature,
-           layer_params=lambda config: config.n_head, new_parameters=("toy_temperature",), gpt2_function=False,
-           example=dict(toy_temp=True))
+           layer_params=lambda config, i: config.n_head, new_parameters=("toy_temperature",), gpt2_function=False,
+           example=dict(toy_temp=True), extra_flops=ra_model.no_flops, kept_scores=ra_model.no_scores)
 REGISTRATIONS = ("idea", "config field", "default")
 
 
@@ -149,3 +152,166 @@ def test_every_registered_idea_exports_as_what_it_declares(register):
     register()
     cfg = dict(runtime.DEFAULTS, model_type="ra", toy_temp=True)
     assert export_checkpoint.not_gpt2_reason(cfg) == "model_type='ra' with toy temperature"
+
+
+# ----------------------------------------------------------------------------- the worked examples of issue 60
+
+def sharp(seed=0, **keys):
+    """A float64 RA model of TINY's shape whose attention projections are scaled up (O(1) scores, where a soft-cap
+    and a reciprocal term matter)."""
+    torch.manual_seed(seed)
+    model = RAGPT(RAConfig(**TINY, **keys)).double().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("attn.c_attn.weight", "attn.c_q.weight", "attn.c_kv.weight")):
+                p.mul_(15.0)
+    return model
+
+
+IDX = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
+MANUAL = dict(attn_impl="manual")
+CAP = dict(attn_softcap=2.0, attn_impl="manual")
+RA_LATE = dict(ra_pattern="late", ra_mode="mix", ra_alpha=0.5)
+
+
+def logits(model):
+    with torch.no_grad():
+        return model(IDX)[0]
+
+
+def test_soft_capping_caps_every_softmaxs_logits():
+    model = sharp(**CAP)
+    attn, x = model.transformer.h[0].attn, torch.randn(2, 16, 16, dtype=torch.float64)
+    q, k, v = (t.view(2, 16, 2, 8).transpose(1, 2) for t in attn.c_attn(x).split(16, dim=2))
+    scores = 2.0 * torch.tanh(q @ k.transpose(-2, -1) / 8 ** 0.5 / 2.0)
+    heads = (scores.masked_fill(torch.ones(16, 16).triu(1).bool(), float("-inf")).softmax(-1) @ v)
+    torch.testing.assert_close(attn(x), attn.c_proj(heads.transpose(1, 2).reshape(2, 16, 16)), atol=1e-10, rtol=0)
+
+
+def test_soft_capping_composes_with_reciprocal_attention_by_their_outputs():
+    """soft-cap + RA late differs from each alone; RA at a fixed alpha of 0 is soft-cap alone bit for bit, and
+    a cap far above every score is RA alone."""
+    both, cap, ra = logits(sharp(**CAP, **RA_LATE)), logits(sharp(**CAP)), logits(sharp(**MANUAL, **RA_LATE))
+    assert not torch.allclose(both, cap) and not torch.allclose(both, ra)
+    assert torch.equal(logits(sharp(**CAP, **dict(RA_LATE, ra_alpha=0.0))), cap)
+    torch.testing.assert_close(logits(sharp(**dict(CAP, attn_softcap=1e7), **RA_LATE)), ra, atol=1e-9, rtol=0)
+
+
+def test_soft_capping_composes_with_gated_attention_by_their_outputs():
+    """soft-cap + gated attention differs from each alone; the gate at its function-preserving start (weight 0,
+    c_proj doubled) is soft-cap alone bit for bit; a cap far above every score is gated attention alone."""
+    both, cap = sharp(**CAP, attn_gate=True), logits(sharp(**CAP))
+    assert not torch.allclose(logits(both), cap)
+    assert not torch.allclose(logits(both), logits(sharp(**MANUAL, attn_gate=True)))
+    torch.testing.assert_close(logits(sharp(**dict(CAP, attn_softcap=1e7), attn_gate=True)),
+                               logits(sharp(**MANUAL, attn_gate=True)), atol=1e-9, rtol=0)
+    for block in both.transformer.h:
+        block.attn.preserve_fork_start()
+    assert torch.equal(logits(both), cap)
+
+
+def test_a_scores_step_on_a_fused_path_is_refused_in_one_line(data_dir, tmp_path):
+    with pytest.raises(configurator.ConfigError) as refused:
+        RAConfig(**TINY, attn_softcap=30.0, ra_pattern="late")
+    assert str(refused.value) == ("attn_softcap=30.0 (logit soft-capping) changes the attention scores before the "
+                                  "softmax, which attn_impl='sdpa' cannot apply (its fused kernels take no function "
+                                  "of the scores): set attn_impl='manual'")
+    path = tmp_path / "capped.py"  # and so at --plan, before anything trains
+    path.write_text("variants = {'baseline': {}, 'capped': {'attn_softcap': 30.0}}\nbaseline = 'baseline'\n"
+                    "seeds = [1, 2]\nmetric = 'val_loss'\nmin_effect = 0.01\nallowed = ['attn_softcap']\n"
+                    f"overrides = {{'model_type': 'ra', 'learning_rate': 1e-2, 'batch_size': 4}}\n"
+                    f"suite_dir = {str(tmp_path / 'out')!r}\n")
+    with pytest.raises(configurator.ConfigError, match="attn_softcap=30.0 .* set attn_impl='manual'"):
+        sweep.main([str(path), *toy_args(data_dir), "--plan"])
+
+
+class SoftCapByHand:
+    """The issue's soft-cap: attention computed in attend itself, so the reciprocal step below it never runs."""
+
+    def attend(self, q, k, v):
+        scores = (q @ k.transpose(-2, -1)) / q.size(-1) ** 0.5
+        future = torch.ones(q.size(-2), q.size(-2), dtype=torch.bool).triu(1)
+        return (self.softcap * torch.tanh(scores / self.softcap)).masked_fill(future, float("-inf")).softmax(-1) @ v
+
+    def __init__(self, config, mode=None, layer=None):
+        super().__init__(config, mode, layer)
+        self.softcap = config.attn_softcap
+
+
+def test_the_smoke_check_finds_a_composition_that_skips_a_step(monkeypatch):
+    import test_all_architectures as script
+    keys = dict(attn_softcap=1.0, attn_impl="manual", ra_pattern="late", ra_mode="mix")
+    script.check("ra", keys)  # the registered soft-cap composes
+    monkeypatch.setitem(ra_model.IDEAS, "logit soft-capping",
+                        dataclasses.replace(ra_model.IDEAS["logit soft-capping"], attention=SoftCapByHand))
+    with pytest.raises(AssertionError, match="'reciprocal attention' changes nothing in this composition"):
+        script.check("ra", keys)
+
+
+def set_value_lambdas(model, value):
+    with torch.no_grad():
+        for block in model.transformer.h[1:]:
+            block.attn.value_lambda.fill_(value)
+    return model
+
+
+@pytest.mark.parametrize("keys", [{}, RA_LATE, dict(ra_pattern="all", ra_mode="mix"), dict(attn_gate=True)])
+def test_value_residual_at_lambda_1_is_the_model_without_it(keys):
+    """lam = 1 in every layer: the same model without the idea (bit for bit where the attention path is the same:
+    value residual's layers split c_attn's output as the baseline does, RA mix's per-head view rounds otherwise)."""
+    on = logits(set_value_lambdas(sharp(value_residual=True, **keys), 1.0))
+    off = logits(sharp(**keys))
+    if keys.get("ra_mode") == "mix":
+        torch.testing.assert_close(on, off, atol=1e-10, rtol=0)
+    else:
+        assert torch.equal(on, off)
+    assert not torch.allclose(logits(sharp(value_residual=True, **keys)), off)  # lam = 0.5: the idea acts
+
+
+@pytest.mark.parametrize("keys", [dict(ra_pattern="all", ra_mode="mix"), dict(mla=True, mla_latent_dim=8)])
+def test_value_residual_reads_layer_0s_values_whatever_layer_0_runs(keys):
+    """At lam = 0 layer 1 attends with layer 0's values, taken where layer 0 makes them (c_attn's third, or MLA's
+    value up-projection), whatever path layer 0's attention takes (RA mix, MLA)."""
+    model = set_value_lambdas(sharp(value_residual=True, **keys), 0.0)
+    made = {}
+    first, second = model.transformer.h[0].attn, model.transformer.h[1].attn
+    source = first.v_up if keys.get("mla") else first.c_attn
+    source.register_forward_hook(lambda module, args, out: made.update(v=out[..., -16:]))
+    second.register_forward_hook(lambda module, args, out: made.update(x=args[0], y=out))
+    logits(model)
+    first_values = made["v"].view(2, 16, -1, 8).transpose(1, 2).expand(2, 2, 16, 8)
+    assert torch.equal(model.layer_state["first_values"], first_values)
+    if not keys.get("mla"):
+        q, k, _ = (t.view(2, 16, 2, 8).transpose(1, 2) for t in second.c_attn(made["x"]).split(16, dim=2))
+        heads = ra_model.ReciprocalMixing.attend(second, q, k, first_values)
+        torch.testing.assert_close(made["y"], second.c_proj(heads.transpose(1, 2).reshape(2, 16, 16)),
+                                   atol=1e-10, rtol=0)
+
+
+def test_value_residual_counts_one_lambda_per_layer_but_the_first_and_survives_recomputation():
+    model = sharp(value_residual=True)
+    assert RAGPT.count_params(model.config) == sum(p.numel() for p in model.parameters())
+    assert sorted(model.fork_new_parameters()) == ["transformer.h.1.attn.value_lambda"]
+    grads = []
+    for keys in ({}, dict(activation_checkpointing=True), dict(attn_recompute=True)):
+        model = sharp(value_residual=True, **keys).train()
+        model(IDX, IDX)[1].backward()
+        grads.append({n: p.grad for n, p in model.named_parameters()})
+    for other in grads[1:]:
+        assert all(torch.allclose(other[n], g, atol=1e-12, rtol=1e-9) for n, g in grads[0].items())
+    assert grads[0]["transformer.h.0.attn.c_attn.weight"].abs().sum() > 0
+
+
+def test_value_residual_compiles_each_block_to_one_graph_that_computes_what_eager_does():
+    """Each block compiled on its own (parallel.compile_model): layer 0's write to the layer state and layer 1's
+    read of it trace without a break (Dynamo replays the write), and the compiled model's logits are eager's."""
+    torch._dynamo.reset()
+    model = sharp(value_residual=True, ra_pattern="all", ra_mode="mix")
+    eager = logits(model)
+    x = torch.randn(2, 16, 16, dtype=torch.float64)
+    for block in model.transformer.h:
+        explained = torch._dynamo.explain(block)(x)
+        assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    for block in model.transformer.h:
+        block.forward = torch.compile(block.forward, backend="eager", fullgraph=True)
+    torch.testing.assert_close(logits(model), eager, atol=1e-12, rtol=0)

@@ -18,7 +18,7 @@ import runtime
 import sample
 import sharding
 import train
-from helpers import REPO, events, load_ckpt, tiny_args
+from helpers import REPO, events, load_ckpt, measured_peak_bytes, tiny_args
 
 # SGD (see test_ddp_two_ranks_match_one_process_with_same_accumulation), clipping active (grad norms
 # ~1 here), 8 micro-steps per step (accumulation on every layout), a vocabulary GPT-2's BPE prompt fits.
@@ -231,33 +231,6 @@ def test_impossible_layouts_fail_before_any_work(extra, message):
     cfg = dict(runtime.DEFAULTS, **extra)
     with pytest.raises(configurator.ConfigError, match=message.replace("(", r"\(")):
         runtime.resolve(cfg, 4)
-
-
-def measured_peak_bytes(cfg):
-    """Allocated CPU bytes at the peak of the second training step (Adam's states exist), from the
-    profiler's allocation records, plus what lives across steps (weights and optimizer states)."""
-    from torch.profiler import ProfilerActivity, profile
-    import optim
-    torch.manual_seed(0)
-    model = runtime.build_model(cfg)
-    optimizer = optim.build_optimizer(model, cfg)
-    x = torch.randint(0, cfg["vocab_size"], (cfg["batch_size"], cfg["block_size"]))
-
-    def step():
-        model(x, x)[1].backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    step()
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-    live = peak = 0
-    for event in sorted(prof.events(), key=lambda e: e.time_range.start):  # an op's own allocations, and frees
-        live += event.cpu_memory_usage if event.name == "[memory]" else event.self_cpu_memory_usage
-        peak = max(peak, live)
-    steady = sum(p.numel() * 4 for p in model.parameters()) + \
-        sum(t.numel() * 4 for s in optimizer.state.values() for t in s.values() if t.dim())
-    return steady + peak
 
 
 @pytest.mark.parametrize("checkpointing", [False, True])
