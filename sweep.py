@@ -62,7 +62,9 @@ import sys
 import time
 
 import configurator
+import devices
 import forking
+import optim
 import parallel
 import rundir
 import runtime
@@ -81,6 +83,7 @@ OPTIONS = dict(
     plan=False,  # a suite: print the seed plan (detectable effect, seeds needed, run count, time) and stop
     pilot="",  # with --plan: finished suite directories (comma-separated, one per design) whose paired differences and run times inform the plan
     budget="",  # with --plan: the wall-clock budget ('30m', '2h', '900s') that chooses the seed count
+    measure_step=True,  # with --plan and nothing finished to time from: time a few steps of each variant's model for the suite's time
     launcher="local",  # 'local' (this machine) or 'slurm' (one job array per submission; docs/slurm.md)
     status=False,  # show where each run stands (and build the report once all have finished), start nothing
     # --launcher=slurm: each run's resources; a suite may set them as slurm = dict(partition=..., time=...)
@@ -650,7 +653,7 @@ def summarize(runs, sweep_dir):
     return rows
 
 
-def main(argv, launch=launch_subprocess):
+def main(argv, launch=launch_subprocess, step_timer=None):
     spec, options = parse_args(argv)
     runs = plan_runs(spec)
     sweep_dir, suite = spec["sweep_dir"], spec["suite"]
@@ -669,7 +672,8 @@ def main(argv, launch=launch_subprocess):
         if not suite:
             raise configurator.ConfigError("--plan needs a suite file (variants x seeds)")
         pilots = [p.strip() for p in options["pilot"].split(",") if p.strip()]
-        budget, slots = parse_budget(options["budget"]), len(default_gpus(options["gpus"], nproc, options["cpu_runs"]))
+        slots_of = default_gpus(options["gpus"], nproc, options["cpu_runs"])
+        budget, slots = parse_budget(options["budget"]), len(slots_of)
         for pilot in pilots:  # a pilot that is not what this suite needs is named, never read as "no pilot"
             if suite["ladder"] and not suites.is_ladder_dir(pilot):
                 raise configurator.ConfigError(f"--pilot={pilot}: a ladder is planned from a finished ladder directory "
@@ -679,10 +683,16 @@ def main(argv, launch=launch_subprocess):
                     suites.check_suite_dir(pilot)
                 except ValueError as e:
                     raise configurator.ConfigError(f"--pilot: {e}") from None
+        problem = data_problem(runs, nproc)
+        if problem:  # a plan made before the data is prepared is fine; its runs would stop at start-up
+            print(render.data_missing_line(problem))
         if suite["ladder"]:
             print("\n".join(plan.ladder_plan_text(suite, len(runs), d, budget, slots) for d in pilots or [sweep_dir]))
         else:
             print(plan.seed_plan_text(suite, len(runs), pilots or [sweep_dir], budget, slots, own_dir=sweep_dir))
+            if options["measure_step"] and not pilots and not plan.timed_by_own_runs(sweep_dir):
+                print(render.measured_time_line(measured_plan_time(runs, nproc, slots_of, step_timer
+                                                                   or measure_step_seconds)))
         if suite["ladder"]:  # what the ladder costs in GPU-hours (ablation/ladder.py)
             compute = ladder.training_compute([resolve(argv, nproc) for _, _, argv in runs], suite["fork_at"])
             print("\n".join(render.compute_lines(compute)))
@@ -744,11 +754,75 @@ def parse_budget(text):
 def check_data(runs, nproc):
     """Every run's data, checked as train.py checks it, before any run starts or any job is
     submitted: a missing dataset is one line, not one doomed run (or Slurm job) per variant x seed."""
+    problem = data_problem(runs, nproc)
+    if problem:
+        raise configurator.ConfigError(problem)
+
+
+def data_problem(runs, nproc):
+    """The first run whose data train.py would refuse, as one line naming the run and the fix; None when all pass."""
     for name, _, argv in runs:
         try:
             tokendata.check_data(resolve(argv, nproc))
         except (FileNotFoundError, configurator.ConfigError) as e:
-            raise configurator.ConfigError(f"run {name}: {e}") from None
+            return f"run {name}: {e}"
+    return None
+
+
+def measure_step_seconds(cfg, threads, steps=3):
+    """Seconds of one training step of cfg's fresh model on its device: gradient_accumulation_steps
+    micro-batches forward and backward, clipping and the optimizer's step, on random tokens; the median
+    of `steps` after a warm-up step, with `threads` CPU threads (None: as they are). Eager, so a compiled
+    run's speed-up is not counted; head_loss and attn_impl 'auto' as their CPU choice and sdpa."""
+    import torch
+    device = parallel.pick_device(cfg["device"])
+    head = cfg["head_loss"] if cfg["head_loss"] != "auto" else "full" if device.startswith("cuda") else "chunked"
+    cfg = dict(cfg, head_loss=head, attn_impl="sdpa" if cfg["attn_impl"] == "auto" else cfg["attn_impl"])
+    _, autocast = devices.precision(cfg["dtype"], device)
+    accum, before = cfg["gradient_accumulation_steps"], torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        model = runtime.build_model(cfg).to(device)
+        optimizer = optim.build_optimizer(model, cfg)
+        tokens = torch.randint(0, cfg["vocab_size"], (cfg["batch_size"], cfg["block_size"]), device=device)
+        seconds = []
+        for _ in range(1 + steps):
+            devices.synchronize(device)
+            began = time.perf_counter()
+            for _ in range(accum):
+                with autocast:
+                    loss = model(tokens, tokens)[1]
+                (loss / accum).backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"] or float("inf"))
+            optimizer.step(**optim.step_kwargs(optimizer, grad_norm))
+            optimizer.zero_grad(set_to_none=True)
+            devices.synchronize(device)
+            seconds.append(time.perf_counter() - began)
+    finally:
+        torch.set_num_threads(before)
+    return sorted(seconds[1:])[len(seconds[1:]) // 2]
+
+
+def measured_plan_time(runs, nproc, slots, step_timer=measure_step_seconds):
+    """--plan's time without a pilot: each variant's step timed once (step_timer(cfg, threads), with the
+    threads a CPU slot gives a run), each run its training iterations of it (a branch from its trunk's
+    end), the suite that sum over the run slots. Data for render.measured_time_line; None with nproc > 1
+    (one process cannot time a multi-process step)."""
+    if nproc > 1:
+        return None
+    threads = int(slots[0].split(":")[1].split("#")[0]) if str(slots[0]).startswith("cpu") else None
+    resolved = {name: resolve(argv, nproc) for name, _, argv in runs}
+    step_s, train_s = {}, 0.0
+    for name, point, _ in runs:
+        variant = point.get("variant", name) + (f" at {point['size']}" if point.get("size") else "")
+        if variant not in step_s:
+            step_s[variant] = step_timer(resolved[name], threads)
+        cfg = resolved[name]
+        iters = runtime.last_iter(cfg) - (runtime.last_iter(resolved[point["after"]]) if point.get("after") else 0)
+        run_s = iters * step_s[variant]
+        train_s += min(run_s, cfg["max_time"]) if cfg["max_time"] else run_s
+    return dict(runs=len(runs), slots=len(slots), threads=threads, step_s=step_s, train_s=train_s,
+                wall_s=train_s / len(slots))
 
 
 BUDGET_KEYS = ("max_iters", "max_tokens", "max_time")

@@ -179,6 +179,15 @@ def ladder_plan_text(suite, n_runs, ladder_dir, budget_s=None, slots=1):
     return "\n".join(lines)
 
 
+def timed_by_own_runs(suite_dir):
+    """Whether the suite's own directory holds a finished run that --plan times a seed by (seed_cost),
+    so that no measured step is needed."""
+    if not os.path.exists(os.path.join(suite_dir, "suite.json")):
+        return False
+    _, runs = suites.load_suite_dir(suite_dir)
+    return seed_cost(suite_dir, runs, 1) is not None
+
+
 def seed_cost(pilot_dir, runs, n_variants):
     """(wall seconds per seed, median run, median trunk) from a pilot's finished runs: each run's
     processes from start to exit as the local launcher timed them (else from its first logged event

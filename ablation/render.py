@@ -1305,3 +1305,19 @@ def compute_lines(compute):
             f"GPU-hours at {compute['mfu']:.0%} MFU of {compute['peak_flops'] / 1e12:.0f} TFLOP/s (assumed; time a "
             f"pilot for the real rate): "
             + "; ".join(f"n_layer={s['n_layer']}, n_embd={s['n_embd']}: {s['hours']:,.0f} h" for s in compute["by_size"])]
+
+
+def data_missing_line(problem):
+    """sweep.py --plan before the data is prepared: the plan goes on, the runs would not start."""
+    return f"data: NOT READY, the runs would stop at start-up: {problem}"
+
+
+def measured_time_line(estimate):
+    """sweep.py --plan without a pilot: the suite's time from a measured step of each variant
+    (sweep.measured_plan_time; None where it cannot be measured)."""
+    if estimate is None:
+        return "time: not measured for runs of several processes; time a pilot (--pilot)"
+    threads = f", {estimate['threads']} thread(s) each" if estimate["threads"] else ""
+    return (f"time: about {estimate['wall_s'] / 60:.1f} min for {estimate['runs']} runs, {estimate['slots']} at a "
+            f"time{threads} (a measured step of each variant x its iterations, not a pilot: evaluation and "
+            f"start-up not counted); step " + ", ".join(f"{v} {s:.3g} s" for v, s in estimate["step_s"].items()))
