@@ -609,3 +609,63 @@ def test_equal_flops_runs_are_refused_where_no_schedule_can_end_at_the_matched_c
     path, _ = write_gate_suite(tmp_path, "clash", "variants['gated-flops'] = variants['gated']\nequal_flops_runs = True\n")
     with pytest.raises(configurator.ConfigError, match="^the run 'gated-flops-seed1' would be planned twice"):
         sweep.main([path, *toy_args(data_dir, "--max_iters=16", "--lr_decay_iters=16"), "--dry_run=True"])
+
+
+def test_plan_names_a_missing_dataset_and_goes_on_where_a_run_would_refuse_it(tmp_path, capsys):
+    """Issue 60: a plan made before the data is prepared prints the prepare command in one line and still
+    plans; the sweep itself refuses the runs with the same line before any starts."""
+    path, _ = write_growing_suite(tmp_path, [1, 2])
+    unprepared = toy_args(str(tmp_path / "no-data"))
+    runs = sweep.main([path, *unprepared, "--plan", "--measure_step=False"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("data: ")]
+    assert len(runs) == 4 and len(lines) == 1
+    assert "run base-seed1: " in lines[0] and "train.bin not found: prepare the dataset first with " \
+        "`python data/toy/prepare.py`" in lines[0]
+    with pytest.raises(configurator.ConfigError, match="prepare the dataset first with `python data/toy/prepare.py`"):
+        sweep.main([path, *unprepared], launch=written_runs([]))
+    sweep.main([path, *toy_args(str(tmp_path / "no-data"), "--dataset=shakespeare_char"), "--plan",
+                "--measure_step=False"])
+    assert "`python data/shakespeare/prepare.py --tokenizer=char`" in capsys.readouterr().out
+
+
+def test_plan_without_a_pilot_times_each_variant_once_and_sums_its_runs_over_the_slots(data_dir, tmp_path, capsys):
+    """A suite's time from each variant's step (an injected timer: base 0.5 s, other 1.5 s) x its iterations:
+    3 seeds x 4 iterations x (0.5 + 1.5) s = 24 s over 2 CPU slots = 12 s; a forked suite's branch counts
+    only the iterations after its trunk's."""
+    path, _ = write_growing_suite(tmp_path, [1, 2, 3])
+    timed = []
+
+    def step_timer(cfg, threads):
+        timed.append((cfg["learning_rate"], threads))
+        return 0.5 if cfg["learning_rate"] == 1e-3 else 1.5
+
+    sweep.main([path, *toy_args(data_dir), "--plan", "--cpu_runs=2"], step_timer=step_timer)
+    assert sorted(timed) == [(1e-3, max(1, (os.cpu_count() or 1) // 2)), (2e-3, max(1, (os.cpu_count() or 1) // 2))]
+    assert "time: about 0.2 min for 6 runs, 2 at a time" in capsys.readouterr().out
+    # forked: 3 trunks of 4 iterations, 6 branches of the last 6
+    forked, _ = write_gate_suite(tmp_path, "forked", "fork_at = 4\nfork_cold_starts = ['gated']\n")
+    spec, _ = sweep.parse_args([forked, *toy_args(data_dir, "--max_iters=10", "--lr_decay_iters=10")])
+    estimate = sweep.measured_plan_time(sweep.plan_runs(spec), 1, ["cpu:3#0"], lambda cfg, threads: 1.0)
+    assert estimate == dict(runs=9, slots=1, threads=3, step_s={"base": 1.0, "gated": 1.0}, train_s=3 * 4 + 6 * 6,
+                            wall_s=48.0)
+    assert sweep.measured_plan_time(sweep.plan_runs(spec), 2, ["0,1"], step_timer) is None
+
+
+def test_plan_measures_no_step_with_a_pilot_finished_runs_or_measure_step_false(data_dir, tmp_path, capsys):
+    path, suite_dir = write_growing_suite(tmp_path, [1, 2])
+    refuse = lambda cfg, threads: pytest.fail("a step was measured")
+    sweep.main([path, *toy_args(data_dir), "--plan", "--measure_step=False"], step_timer=refuse)
+    sweep.main([path, *toy_args(data_dir)], launch=written_runs([]))
+    sweep.main([path, *toy_args(data_dir), "--plan"], step_timer=refuse)  # its own runs time a seed
+    other, _ = write_growing_suite(tmp_path / "other", [3, 4]) if (tmp_path / "other").mkdir() is None else None
+    sweep.main([other, *toy_args(data_dir), "--plan", f"--pilot={suite_dir}"], step_timer=refuse)
+    assert "time: about" not in capsys.readouterr().out
+
+
+def test_a_measured_step_is_a_real_positive_time_of_the_configured_model(data_dir, tmp_path):
+    path, _ = write_growing_suite(tmp_path, [1])
+    spec, _ = sweep.parse_args([path, *toy_args(data_dir)])
+    estimate = sweep.measured_plan_time(sweep.plan_runs(spec), 1, ["cpu:1#0"])
+    assert set(estimate["step_s"]) == {"base", "other"} and all(s > 0 for s in estimate["step_s"].values())
+    assert estimate["train_s"] == pytest.approx(4 * sum(estimate["step_s"].values()))
+    assert "not a pilot: evaluation and start-up not counted" in render.measured_time_line(estimate)
