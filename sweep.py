@@ -57,6 +57,7 @@ import math
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -770,48 +771,61 @@ def data_problem(runs, nproc):
 
 
 def measure_step_seconds(cfg, threads, steps=3):
-    """Seconds of one training step of cfg's fresh model on its device: gradient_accumulation_steps
-    micro-batches forward and backward, clipping and the optimizer's step, on random tokens; the median
-    of `steps` after a warm-up step, with `threads` CPU threads (None: as they are). Eager, so a compiled
-    run's speed-up is not counted; head_loss and attn_impl 'auto' as their CPU choice and sdpa."""
+    """Seconds of one training step of cfg's fresh model on its device, on random tokens: one micro-batch's
+    forward and backward x gradient_accumulation_steps, then clipping and the optimizer's step, each the
+    median of `steps` after a warm-up (so a large model costs a few micro-batches, not a few whole steps),
+    with `threads` CPU threads (None: as they are). Eager, so a compiled run's speed-up is not counted;
+    head_loss and attn_impl 'auto' as their CPU choice and sdpa."""
     import torch
     device = parallel.pick_device(cfg["device"])
     head = cfg["head_loss"] if cfg["head_loss"] != "auto" else "full" if device.startswith("cuda") else "chunked"
     cfg = dict(cfg, head_loss=head, attn_impl="sdpa" if cfg["attn_impl"] == "auto" else cfg["attn_impl"])
     _, autocast = devices.precision(cfg["dtype"], device)
-    accum, before = cfg["gradient_accumulation_steps"], torch.get_num_threads()
+    before = torch.get_num_threads()
     torch.set_num_threads(threads or before)
     try:
         model = runtime.build_model(cfg).to(device)
         optimizer = optim.build_optimizer(model, cfg)
         tokens = torch.randint(0, cfg["vocab_size"], (cfg["batch_size"], cfg["block_size"]), device=device)
-        seconds = []
+        micro_s, update_s = [], []
         for _ in range(1 + steps):
             devices.synchronize(device)
             began = time.perf_counter()
-            for _ in range(accum):
-                with autocast:
-                    loss = model(tokens, tokens)[1]
-                (loss / accum).backward()
+            with autocast:
+                loss = model(tokens, tokens)[1]
+            loss.backward()
+            devices.synchronize(device)
+            middle = time.perf_counter()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"] or float("inf"))
             optimizer.step(**optim.step_kwargs(optimizer, grad_norm))
             optimizer.zero_grad(set_to_none=True)
             devices.synchronize(device)
-            seconds.append(time.perf_counter() - began)
+            micro_s.append(middle - began)
+            update_s.append(time.perf_counter() - middle)
     finally:
         torch.set_num_threads(before)
-    return sorted(seconds[1:])[len(seconds[1:]) // 2]
+    return cfg["gradient_accumulation_steps"] * statistics.median(micro_s[1:]) + statistics.median(update_s[1:])
+
+
+# A CPU micro-batch of more training FLOPs than this is not timed at --plan: a minute or more on a core
+# (the CPU twin's is 7e9 FLOPs, a fraction of a second; GPT-2 124M's 1.4e13, a quarter of an hour).
+CPU_MEASURE_FLOPS = 1e11
 
 
 def measured_plan_time(runs, nproc, slots, step_timer=measure_step_seconds):
-    """--plan's time without a pilot: each variant's step timed once (step_timer(cfg, threads), with the
-    threads a CPU slot gives a run), each run its training iterations of it (a branch from its trunk's
-    end), the suite that sum over the run slots. Data for render.measured_time_line; None with nproc > 1
-    (one process cannot time a multi-process step)."""
+    """--plan's time without a pilot, for render.measured_time_line: each variant's step timed once
+    (step_timer(cfg, threads), with the threads a CPU slot gives a run), each run its training iterations
+    of it (a branch from its trunk's end), the suite that sum over the run slots. Not measured (its code
+    says why) for runs of several processes, which one process cannot time, nor for a model too large to
+    time on a CPU (CPU_MEASURE_FLOPS)."""
     if nproc > 1:
-        return None
+        return dict(code="several_processes", nproc=nproc)
     threads = int(slots[0].split(":")[1].split("#")[0]) if str(slots[0]).startswith("cpu") else None
     resolved = {name: resolve(argv, nproc) for name, _, argv in runs}
+    for name, cfg in resolved.items():
+        flops = runtime.flops_per_token(cfg) * cfg["batch_size"] * cfg["block_size"]
+        if parallel.pick_device(cfg["device"]) == "cpu" and flops > CPU_MEASURE_FLOPS:
+            return dict(code="too_large_for_cpu", run=name, flops=flops, limit=CPU_MEASURE_FLOPS)
     step_s, train_s = {}, 0.0
     for name, point, _ in runs:
         variant = point.get("variant", name) + (f" at {point['size']}" if point.get("size") else "")
@@ -821,7 +835,7 @@ def measured_plan_time(runs, nproc, slots, step_timer=measure_step_seconds):
         iters = runtime.last_iter(cfg) - (runtime.last_iter(resolved[point["after"]]) if point.get("after") else 0)
         run_s = iters * step_s[variant]
         train_s += min(run_s, cfg["max_time"]) if cfg["max_time"] else run_s
-    return dict(runs=len(runs), slots=len(slots), threads=threads, step_s=step_s, train_s=train_s,
+    return dict(code="measured", runs=len(runs), slots=len(slots), threads=threads, step_s=step_s, train_s=train_s,
                 wall_s=train_s / len(slots))
 
 

@@ -1313,10 +1313,14 @@ def data_missing_line(problem):
 
 
 def measured_time_line(estimate):
-    """sweep.py --plan without a pilot: the suite's time from a measured step of each variant
-    (sweep.measured_plan_time; None where it cannot be measured)."""
-    if estimate is None:
-        return "time: not measured for runs of several processes; time a pilot (--pilot)"
+    """sweep.py --plan without a pilot: the suite's time from a measured step of each variant, or why
+    none was measured (sweep.measured_plan_time's code)."""
+    if estimate["code"] == "several_processes":
+        return f"time: not measured (runs of {estimate['nproc']} processes each); time a pilot (--pilot)"
+    if estimate["code"] == "too_large_for_cpu":
+        return (f"time: not measured: a micro-batch of {estimate['run']} is {estimate['flops']:.2g} training FLOPs, "
+                f"minutes on a CPU (more than {estimate['limit']:.0e}); plan on the machine that trains, or time a "
+                f"pilot (--pilot)")
     threads = f", {estimate['threads']} thread(s) each" if estimate["threads"] else ""
     return (f"time: about {estimate['wall_s'] / 60:.1f} min for {estimate['runs']} runs, {estimate['slots']} at a "
             f"time{threads} (a measured step of each variant x its iterations, not a pilot: evaluation and "

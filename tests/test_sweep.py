@@ -646,9 +646,14 @@ def test_plan_without_a_pilot_times_each_variant_once_and_sums_its_runs_over_the
     forked, _ = write_gate_suite(tmp_path, "forked", "fork_at = 4\nfork_cold_starts = ['gated']\n")
     spec, _ = sweep.parse_args([forked, *toy_args(data_dir, "--max_iters=10", "--lr_decay_iters=10")])
     estimate = sweep.measured_plan_time(sweep.plan_runs(spec), 1, ["cpu:3#0"], lambda cfg, threads: 1.0)
-    assert estimate == dict(runs=9, slots=1, threads=3, step_s={"base": 1.0, "gated": 1.0}, train_s=3 * 4 + 6 * 6,
+    assert estimate == dict(code="measured", runs=9, slots=1, threads=3, step_s={"base": 1.0, "gated": 1.0}, train_s=3 * 4 + 6 * 6,
                             wall_s=48.0)
-    assert sweep.measured_plan_time(sweep.plan_runs(spec), 2, ["0,1"], step_timer) is None
+    assert sweep.measured_plan_time(sweep.plan_runs(spec), 2, ["0,1"], step_timer) == dict(code="several_processes",
+                                                                                           nproc=2)
+    spec, _ = sweep.parse_args([path, *toy_args(data_dir, "--n_embd=4096", "--device=cpu")])  # 4.6e11 FLOPs a micro-batch
+    too_large = sweep.measured_plan_time(sweep.plan_runs(spec), 1, ["cpu:1#0"], step_timer)
+    assert too_large["code"] == "too_large_for_cpu" and too_large["flops"] > sweep.CPU_MEASURE_FLOPS
+    assert "time: not measured" in render.measured_time_line(too_large) and len(timed) == 2
 
 
 def test_plan_measures_no_step_with_a_pilot_finished_runs_or_measure_step_false(data_dir, tmp_path, capsys):
