@@ -775,7 +775,7 @@ def measure_step_seconds(cfg, threads, steps=3):
     forward and backward x gradient_accumulation_steps, then clipping and the optimizer's step, each the
     median of `steps` after a warm-up (so a large model costs a few micro-batches, not a few whole steps),
     with `threads` CPU threads (None: as they are). Eager, so a compiled run's speed-up is not counted;
-    head_loss and attn_impl 'auto' as their CPU choice and sdpa."""
+    head_loss 'auto' as chunked on a CPU and full on a GPU, attn_impl 'auto' as sdpa (neither measured here)."""
     import torch
     device = parallel.pick_device(cfg["device"])
     head = cfg["head_loss"] if cfg["head_loss"] != "auto" else "full" if device.startswith("cuda") else "chunked"
@@ -808,7 +808,7 @@ def measure_step_seconds(cfg, threads, steps=3):
 
 
 # A CPU micro-batch of more training FLOPs than this is not timed at --plan: a minute or more on a core
-# (the CPU twin's is 7e9 FLOPs, a fraction of a second; GPT-2 124M's 1.4e13, a quarter of an hour).
+# (the CPU twin's is 7e9 FLOPs, under a second on a loaded core; GPT-2 124M's 1.4e13, 2000x that).
 CPU_MEASURE_FLOPS = 1e11
 
 
