@@ -42,7 +42,7 @@ from ablation import compare, stats
 STANDS = ("confirmed", "negligible in both")  # bridge statuses under which the forked verdict answers the question
 # What a verdict's answer is quoted with (compare.answers): the from-scratch side's, where the fork does not stand
 ANSWER_KEYS = ("verdict", "reasons", "n", "diff_mean", "interval", "interval_confidence", "equivalence_interval",
-               "equivalence_confidence", "p_holm")
+               "equivalence_confidence", "p_holm", "contrast")
 
 
 def fieller(a, se_a, b, se_b, t):

@@ -742,7 +742,9 @@ def answer_design(report, a):
 
 def answer_interval(a):
     """The interval an answer is quoted with: the simultaneous one for claims about the margin, else the Holm step's."""
-    if a["verdict"] in ("equivalent",) or a["verdict"].endswith("negligible") or a.get("contrast"):
+    if a.get("contrast"):  # the blocked analysis: its one interval is simultaneous, margin or not
+        return a["interval"], a["interval_confidence"], "simultaneous"
+    if a["verdict"] in ("equivalent",) or a["verdict"].endswith("negligible"):
         return a["equivalence_interval"], a["equivalence_confidence"], "simultaneous"
     return a["interval"], a["interval_confidence"], "Holm step"
 

@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from ablation import compare, render, stats
+from ablation import bridge, compare, render, stats
 
 ENGINE = [os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ablation", f"{name}.py")
           for name in ("stats", "compare", "bridge", "ladder")]
@@ -170,3 +170,13 @@ def test_a_plan_is_worded_without_a_missing_number():
     text = render.describe_plan(plan)
     assert "None" not in text and all(f"{name}: sd" in text for name in ("early", "learn"))
     assert "unplanned: all" in text and f"{plan['sd_upper']:.4g}" in text
+
+
+def test_a_blocked_answer_is_quoted_with_its_simultaneous_interval_margin_or_not():
+    """The headline of a blocked analysis quotes the one simultaneous interval that decided it (the
+    answer keeps its contrast through bridge.ANSWER_KEYS), also without a declared margin."""
+    answer = dict(verdict="inconclusive", interval=[-0.1, 0.2], interval_confidence=0.95,
+                  equivalence_interval=None, equivalence_confidence=None, contrast=dict(df=2.1))
+    assert "contrast" in bridge.ANSWER_KEYS
+    assert render.answer_interval(answer) == ([-0.1, 0.2], 0.95, "simultaneous")
+    assert render.answer_interval(dict(answer, contrast=None))[2] == "Holm step"
