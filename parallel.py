@@ -447,7 +447,9 @@ def ddp_bucket_caps_mb(model):
     buckets (each bucket 27.04 MiB from one block's c_fc, attention and norms to the next's c_proj), so
     every all-reduce waited for part of the next block's backward. Here the caps are the blocks' exact
     sizes, the final norm (and an untied head) with the last block, the embeddings (ready last, with the
-    tied head) one bucket of their own. A cap is a block's bytes / 2^20, which DDP multiplies back exactly."""
+    tied head) one bucket of their own. A cap is a block's bytes / 2^20, which DDP multiplies back exactly.
+    None (DDP's default buckets) where no bucket reaches DDP's 1 MiB first bucket: a compiled model's graphs
+    are split at the largest cap, which Dynamo refuses below that first bucket (the CPU twins' sizes)."""
     block_of = {id(p): i for i, block in enumerate(model.transformer.h) for p in block.parameters()}
     groups = []  # [block index or None, bytes], in the reverse of the registration order, as DDP assigns them
     for p in reversed([p for p in model.parameters() if p.requires_grad]):  # parameters(): a tied head once
@@ -458,6 +460,8 @@ def ddp_bucket_caps_mb(model):
             groups.append([key, p.numel() * p.element_size()])
     if len(groups) > 1 and groups[0][0] is None:  # what follows the blocks (ln_f) goes with the last one
         groups[1][1] += groups.pop(0)[1]
+    if max(size for _, size in groups) < dist._DEFAULT_FIRST_BUCKET_BYTES:
+        return None
     return [size / 2**20 for _, size in groups]
 
 

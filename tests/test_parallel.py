@@ -157,7 +157,7 @@ def bucket_contents(rank, world):
     which modules each all-reduced bucket held, after DDP's rebuild at the first backward."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     torch.manual_seed(0)
-    cfg = dict(runtime.DEFAULTS, n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, compile=False)
+    cfg = dict(runtime.DEFAULTS, n_layer=2, n_head=2, n_embd=160, block_size=16, vocab_size=64, compile=False)
     raw = runtime.build_model(cfg)
     layout = ParallelLayout(world_size=world)
     layout.distributed = True
@@ -180,3 +180,10 @@ def bucket_contents(rank, world):
 
 def test_ddp_all_reduces_each_block_in_a_bucket_of_its_own(tmp_path):
     run_ranks(bucket_contents, 2, tmp_path)
+
+
+def test_blocks_under_ddps_first_bucket_keep_its_default_buckets():
+    """A CPU twin's blocks (64 wide: 0.19 MiB) stay under DDP's 1 MiB first bucket, below which Dynamo's
+    DDP graph splitting refuses a compiled model: DDP's default buckets instead (test_model compiles one)."""
+    model = runtime.meta_model(dict(runtime.DEFAULTS, n_layer=4, n_head=4, n_embd=64, block_size=256, vocab_size=65))
+    assert parallel.ddp_bucket_caps_mb(model) is None
