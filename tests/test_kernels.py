@@ -34,14 +34,17 @@ def load_interpreted_ra():
 
     Triton reads TRITON_INTERPRET when it is imported (its own tl.sum, tl.max ... are jit
     functions) and when kernels are decorated; so triton is (re)imported with it set. A triton
-    imported earlier without it is dropped from sys.modules first (modules that already hold it
-    keep their reference). The variable is restored afterwards.
+    imported earlier without it is dropped from sys.modules first, all but its C extension (modules that
+    already hold it keep their reference). The variable is restored afterwards.
     """
     old = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"
     try:
         if "triton" in sys.modules and type(sys.modules["triton"].language.standard.cdiv).__name__ == "JITFunction":
-            for name in [n for n in sys.modules if n == "triton" or n.startswith("triton.")]:
+            # triton._C stays: its C extension loads once per process, and a purged copy comes back without
+            # the submodules it registered (triton._C.libtriton.linear_layout), breaking every later import
+            for name in [n for n in sys.modules if (n == "triton" or n.startswith("triton."))
+                         and not n.startswith("triton._C")]:
                 del sys.modules[name]
         pytest.importorskip("triton", reason="triton is not installed (pip install -r requirements-dev.txt)")
         spec = importlib.util.spec_from_file_location("ra_attention_interpreted", _PATH)
