@@ -246,21 +246,30 @@ def decide(test, adjusted_p, step_level, alpha, level, goal, min_effect, plan):
                 confidence=1 - step_level)
     margin = dict(interval=eq, confidence=together, min_effect=min_effect)
     within = dict(margin, tost_p=out["tost_p"], tost_level=level / 2)
-    if adjusted_p < alpha:
-        word = "better" if (test["mean"] < 0) == (goal == "lower") else "worse"
-        reasons = [dict(code="holm_rejects", **step)]
+    floor = [dict(code="sign_flip_floor", n=n, smallest_p=smallest_sign_flip_p(n), level=step_level)] \
+        if smallest_sign_flip_p(n) > step_level else []
+    return verdict(out, "holm", adjusted_p < alpha, test["mean"], goal, inside, min_effect, plan, step, margin,
+                   within, floor)
+
+
+def verdict(out, test, rejected, mean, goal, inside, min_effect, plan, step, margin, within, caveats=()):
+    """The verdict and its reasons once `test` ('holm', 'blocked') has spoken: rejected (its interval excludes 0)
+    gives better or worse (negligible inside the margin, else whether it lies beyond it, then `caveats`);
+    otherwise equivalent inside the margin, else inconclusive with what the seed plan says."""
+    bounds = margin["interval"]
+    if rejected:
+        word = "better" if (mean < 0) == (goal == "lower") else "worse"
+        reasons = [dict(code=f"{test}_rejects", **step)]
         if inside:
             word = f"{word}, but negligible"
             reasons.append(dict(code="negligible", **within))
         elif min_effect:
-            beyond = eq[0] >= min_effect or eq[1] <= -min_effect
+            beyond = bounds[0] >= min_effect or bounds[1] <= -min_effect
             reasons.append(dict(code="beyond_margin" if beyond else "not_beyond_margin", **margin))
-        if smallest_sign_flip_p(n) > step_level:
-            reasons.append(dict(code="sign_flip_floor", n=n, smallest_p=smallest_sign_flip_p(n), level=step_level))
-        return dict(out, verdict=word, reasons=reasons)
+        return dict(out, verdict=word, reasons=reasons + list(caveats))
     if inside:
         return dict(out, verdict="equivalent", reasons=[dict(code="equivalent", **within)])
-    reasons = [dict(code="holm_holds_zero", **step)]
+    reasons = [dict(code=f"{test}_holds_zero", **step)]
     if min_effect:
         reasons.append(dict(code="reaches_margin", **margin))
         if plan:
@@ -514,24 +523,8 @@ def decide_blocked(c, diffs, alpha, goal, min_effect, plan, n, scale):
     inside = bool(min_effect) and -min_effect < ci[0] and ci[1] < min_effect
     margin = dict(interval=ci, confidence=c["confidence"], min_effect=min_effect)
     within = dict(margin, tost_p=c["tost_p"], tost_level=alpha)
-    if c["p_adjusted"] < alpha:
-        word = "better" if (c["mean"] < 0) == (goal == "lower") else "worse"
-        reasons = [dict(code="blocked_rejects", **step)]
-        if inside:
-            word = f"{word}, but negligible"
-            reasons.append(dict(code="negligible", **within))
-        elif min_effect:
-            beyond = ci[0] >= min_effect or ci[1] <= -min_effect
-            reasons.append(dict(code="beyond_margin" if beyond else "not_beyond_margin", **margin))
-        return dict(out, verdict=word, reasons=reasons)
-    if inside:
-        return dict(out, verdict="equivalent", reasons=[dict(code="equivalent", **within)])
-    reasons = [dict(code="blocked_holds_zero", **step)]
-    if min_effect:
-        reasons.append(dict(code="reaches_margin", **margin))
-        if plan:
-            reasons.append(dict(code="seed_plan", seeds_needed=plan["seeds_needed"], min_effect=min_effect))
-    return dict(out, verdict="inconclusive", reasons=reasons)
+    return verdict(out, "blocked", c["p_adjusted"] < alpha, c["mean"], goal, inside, min_effect, plan, step, margin,
+                   within)
 
 
 # ----------------------------------------------------------------------------- the sequential blocked analysis
