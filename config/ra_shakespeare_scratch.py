@@ -16,4 +16,4 @@ max_iters = 2000
 warmup_iters = 80
 learning_rate = 0.012
 min_lr = 0.0012
-lr_tuning = "tuned by tools/tune_lr.py on 2026-11-28 at commit e955ee93e1: baseline from scratch on 3 rates 0.006..0.024 (x2), seeds 903, 904, best 0.012 (bracketed); every variant's best of 0.5x/1x/2x (seeds 903, 904) is 1x"
+lr_tuning = 'tuned by tools/tune_lr.py on 2026-12-06 at commit cf733ecef5 (its 12 runs at commits 2e429bb3a2 (baseline 2), 2e429bb3a2+dirty-d76b977c5ac6ea67 (baseline 2), cf733ecef5 (baseline 8)): baseline from scratch on 4 rates 0.00849..0.017 (x1.4142), seeds 903, 904, 905 (3 per rate), best 0.012 (bracketed); the optimum of a quadratic in log rate (95% Fieller interval; variants on seeds 903, 904, 905) against the shared rate 0.012: baseline 0.0124 [0.0115, 0.0137] covers it'
