@@ -139,6 +139,18 @@ def test_the_grid_is_refined_until_the_rates_beside_every_arms_best_are_within_1
         assert arm["bracketed"] and arm["step_around_best"] <= widest * (1 + 1e-9) and widest <= 1.5
 
 
+def test_factors_rounded_by_hand_are_the_grid_they_mean(tmp_path, written_runs):
+    """0.7071 is 3e-5 steps short of 1/sqrt(2): read as its own exponent, the gap below the best counted as wider
+    than one step and was halved (the flagship's tuning ran 3 more runs for it). Around 1e-2 at x1.4142 with
+    --refine=0 the grid is the three rates asked for, bracketed, nothing added."""
+    suite, _ = write_suite(tmp_path, lr=1e-2)
+    tune_lr.main([suite, f"--sweep_dir={tmp_path / 'runs'}", f"--out={tmp_path / 'out'}", "--factors=0.7071,1,1.4142",
+                  "--step=1.4142", "--refine=0", "--variants=False"])
+    result = json.load(open(tmp_path / "out" / "tuning.json"))
+    assert [row["lr"] for row in result["grid"]] == pytest.approx([1e-2 / 1.4142, 1e-2, 1.4142e-2])
+    assert result["bracketed"] and len(written_runs) == 9
+
+
 def test_a_fitted_optimum_past_the_last_rate_tried_grows_the_grid_that_way(tmp_path, written_runs, monkeypatch):
     """The lowest mean inside the grid, but the curve near it still falling at the top rate (noise can do it):
     the next rate up is tried; once the fit no longer points past the grid, it stops."""

@@ -606,7 +606,9 @@ def main(argv):
     out = options["out"] or options["sweep_dir"]
     with rundir.out_dir_lock(options["sweep_dir"], holder="sweep"):  # two tunings would train twice into each run
         stale_runs_problem(options, suite, ratio)
-        exponents = sorted({round(math.log(f, options["step"]), 6) for f in options["factors"]})
+        # to a thousandth of a step: --factors=0.7071,1,1.4142 with --step=1.4142 is the grid it means, not one whose
+        # lower gap is 3e-5 steps too wide to count as a step (which got it halved)
+        exponents = sorted({round(math.log(f, options["step"]), 3) for f in options["factors"]})
         rows, best, bracketed = tune_grid(options, suite["baseline"], base_lr, exponents, seeds, suite["metric"])
         chosen = suites.chosen_rate(rows, best, options["rule"])
         best_lr = rows[chosen][0]
