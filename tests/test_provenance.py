@@ -56,10 +56,11 @@ def test_a_tuning_is_declared_relative_to_the_repository_and_an_older_absolute_o
     path = os.path.join(REPO, "reports", "tune_ra_shakespeare_scratch", "tuning.json")
     declared = suites.tuning_facts(path)
     assert declared["path"] == os.path.join("reports", "tune_ra_shakespeare_scratch", "tuning.json")
-    stale = dict(declared, best_factors={})  # what a declaration held before the variants' check
-    assert suites.current_tuning(stale)["best_factors"] == declared["best_factors"] != {}
+    stale = dict(declared, best_factors={"late": 2.0}, summary="before the variants' check")  # refreshed from the file
+    assert suites.current_tuning(stale)["summary"] == declared["summary"] != stale["summary"]
+    assert suites.current_tuning(stale)["best_factors"] == declared["best_factors"]
     older = dict(stale, path=path)  # a suite.json written before paths were relative
-    assert suites.current_tuning(older)["best_factors"] == declared["best_factors"]
+    assert suites.current_tuning(older)["summary"] == declared["summary"]
 
 
 def declared_suite(**more):
