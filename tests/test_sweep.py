@@ -535,7 +535,7 @@ def test_equal_flops_runs_end_their_schedule_at_the_baselines_flops():
     seeds = spec["suite"]["seeds"]
     cfgs = {name: sweep.resolve(argv, 1) for name, _, argv in sweep.plan_runs(spec)}
     base = cfgs[f"baseline-seed{seeds[0]}"]
-    assert (runtime.flops_per_token(base), runtime.flops_per_token(cfgs["learn-seed23"])) == (1_642_752, 2_035_992)
+    assert (runtime.flops_per_token(base), runtime.flops_per_token(cfgs[f"learn-seed{seeds[0]}"])) == (1_642_752, 2_035_992)
     ends = {name: (cfg["max_iters"], cfg["lr_decay_iters"]) for name, cfg in cfgs.items() if "-flops-" in name}
     assert ends == {f"{v}-flops-seed{s}": (at, at) for v, at in (("early", 1887), ("late", 1887), ("all", 1786),
                                                                  ("learn", 1614)) for s in seeds}
