@@ -9,13 +9,14 @@ the trunk's iteration (batches are a function of data seed and iteration) and th
 follows the one schedule of the whole budget (the trunk ran it with the branch's decay length).
 A branch identical to the baseline reproduces the baseline's own continuation bit for bit.
 """
+import copy
 import os
 from typing import NamedTuple
 
 import configurator
 import rundir
 import runtime
-from model import model_config_fields, unwrap_state_dict
+from model import LayerNorm, model_config_fields, unwrap_state_dict
 from parallel import CHECKPOINT_FILE
 
 FORK_OPTIMIZER = ("carry", "fresh")
@@ -89,15 +90,16 @@ class Loaded(NamedTuple):
     new: int
 
 
-def load_weights(ckpt, model):
+def load_weights(ckpt, model, assign=False):
     """The trunk's tensors into the branch's model (built with its own seeded initialization):
     every tensor the two share in name and shape; the branch's extra parameters must be ones its
-    model declares new. Returns the Loaded counts (the optimizer state and the position follow in
-    parallel.Checkpointer.continue_trunk)."""
+    model declares new. assign: the branch takes the trunk's tensors themselves, not copies into its
+    own (a model on the meta device takes them so). Returns the Loaded counts (the optimizer state and
+    the position follow in parallel.Checkpointer.continue_trunk)."""
     trunk = unwrap_state_dict(ckpt["model"])
     own = model.state_dict()
     check_tensors({n: t.shape for n, t in trunk.items()}, model, f"fork_from={ckpt['config']['out_dir']!r}")
-    model.load_state_dict({**own, **{n: trunk[n] for n in own if n in trunk}})
+    model.load_state_dict({**own, **{n: trunk[n] for n in own if n in trunk}}, assign=assign)
     return Loaded(len(own) - len(set(own) - set(trunk)), len(set(own) - set(trunk)))
 
 
@@ -132,32 +134,95 @@ def check_models_fork(branch_cfg, trunk_cfg, where):
             raise configurator.ConfigError(f"{where}: {e}") from None
 
 
-def starts_as_trunk(branch_cfg, trunk_cfg):
+_verdicts = {}  # (trunk's model_key, branch's model_key, fork_start) -> starts_as_trunk's answer
+
+
+def starts_as_trunk(branch_cfg, trunk_cfg, random_trunks=None):
     """None when a branch of branch_cfg, forked from a trunk of trunk_cfg (its tensors loaded, its
     fork_start applied), computes the trunk's function at the fork; else why not, in words. Checked
     on the CPU with random trunk weights and tokens: a branch that starts elsewhere makes a forked
-    verdict measure the jump at the fork, not the idea (sweep.py refuses it before any run)."""
-    import torch
+    verdict measure the jump at the fork, not the idea (sweep.py refuses it before any run). Answered
+    once per process for each pair of models: suites and their sizes share pairs. random_trunks: a dict
+    the caller keeps over its checks (sweep.py's plan), holding the last trunk built for the next branch
+    of the same trunk model (a ladder's variants at one size)."""
     on_cpu = lambda cfg: dict(cfg, device="cpu", dtype="float32", compile=False, init_from="scratch", dropout=0.0)
-    torch.manual_seed(0)
-    trunk = runtime.build_model(on_cpu(trunk_cfg)).eval()
+    key = (runtime.model_key(on_cpu(trunk_cfg)), runtime.model_key(on_cpu(branch_cfg)), branch_cfg.get("fork_start"))
+    if key not in _verdicts:
+        random_trunks = {} if random_trunks is None else random_trunks
+        if key[0] not in random_trunks:
+            random_trunks.clear()  # one at a time: a 774M trunk holds 3 GiB
+            random_trunks[key[0]] = random_trunk(on_cpu(trunk_cfg))
+        _verdicts[key] = fork_gap(on_cpu(branch_cfg), random_trunks[key[0]])
+    return _verdicts[key]
+
+
+class RandomTrunk(NamedTuple):
+    """A trunk for starts_as_trunk: its config, its model with random weights, tokens and its logits on them."""
+    cfg: dict
+    model: object
+    tokens: object
+    logits: object
+
+
+def random_trunk(cfg):
+    """A RandomTrunk of cfg's model, its weights of a trained model's scale (every tensor N(0, 0.1), a
+    LayerNorm's gain N(1, 0.1)) drawn directly: its own initialization, which they replace, was most of the
+    check's time at GPT-2 sizes."""
+    import torch
+    trunk = empty_model(cfg).eval()
     with torch.no_grad():  # trained-sized weights: at init attention is near uniform and hides what a variant changes
+        gains = {id(m.weight) for m in trunk.modules() if isinstance(m, LayerNorm)}
+        generator = torch.Generator().manual_seed(0)
         for p in trunk.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    torch.manual_seed(1)
-    branch = runtime.build_model(on_cpu(branch_cfg)).eval()
-    load_weights(dict(model=trunk.state_dict(), config=trunk_cfg), branch)
-    if branch_cfg.get("fork_start") == "preserve":
-        preserve_start(branch)  # one it does not have is refused with the tensors (check_models_fork)
-    tokens = torch.randint(0, trunk_cfg["vocab_size"], (2, min(trunk_cfg["block_size"], 32)),
-                           generator=torch.Generator().manual_seed(0))
+            p.normal_(1.0 if id(p) in gains else 0.0, 0.1, generator=generator)
+        tokens = torch.randint(0, cfg["vocab_size"], (2, min(cfg["block_size"], 32)), generator=generator)
+        return RandomTrunk(cfg, trunk, tokens, trunk(tokens)[0])
+
+
+def fork_gap(branch_cfg, trunk):
+    """starts_as_trunk's check of one branch against a random_trunk. A branch without new parameters takes the
+    trunk's tensors themselves (no copy, nothing drawn); one with new parameters is built with its own seeded
+    initialization, which they keep, and takes copies (preserve_start scales c_proj, and the trunk serves the
+    next branch as it is)."""
+    import torch
+    branch = branch_at_init(branch_cfg)
     with torch.no_grad():
-        gap = (branch(tokens)[0] - trunk(tokens)[0]).abs().max().item()
-    if gap > 1e-4:
+        load_weights(dict(model=trunk.model.state_dict(), config=trunk.cfg), branch,
+                     assign=next(branch.parameters()).is_meta)
+        if branch_cfg.get("fork_start") == "preserve":
+            preserve_start(branch)  # one it does not have is refused with the tensors (check_models_fork)
+        gap = (branch.eval()(trunk.tokens)[0] - trunk.logits).abs().max().item()
+    if not gap <= 1e-4:  # NaN logits prove nothing: refused too
         how = "with fork_start='preserve'" if branch_cfg.get("fork_start") == "preserve" else \
             "with fork_start='own' (its new parameters at their own init)"
         return f"its logits differ from the trunk's by up to {gap:.3g} at the fork {how}"
     return None
+
+
+def empty_model(cfg):
+    """The run's model on the CPU with its tensors allocated, not filled (nothing drawn): the meta model's
+    copy, each parameter given storage once, so that tied weights stay one (Module.to_empty unties them)."""
+    import torch
+    model = copy.deepcopy(runtime.meta_model(cfg))
+    allocated = {}
+    for name, p in list(model.named_parameters(remove_duplicate=False)):
+        module, _, attr = name.rpartition(".")
+        if id(p) not in allocated:
+            allocated[id(p)] = torch.nn.Parameter(torch.empty_like(p, device="cpu"), requires_grad=p.requires_grad)
+        setattr(model.get_submodule(module), attr, allocated[id(p)])
+    return model
+
+
+def branch_at_init(cfg):
+    """The branch before its trunk's tensors: with new parameters, built with its own seeded initialization,
+    which they keep at the fork; without, on the meta device (every tensor comes from the trunk, check_tensors)."""
+    import torch
+    model = runtime.meta_model(cfg)
+    if not getattr(model, "fork_new_parameters", list)():
+        return copy.deepcopy(model)
+    with torch.random.fork_rng():
+        torch.manual_seed(1)
+        return runtime.build_model(cfg)
 
 
 def preserve_start(model):

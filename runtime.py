@@ -426,8 +426,12 @@ def meta_model(cfg):
     """The run's model on the meta device: shapes only, no memory, no weights. Built once per model
     config and model type: a suite's runs share a handful of models, and initializing even a tiny one
     on the meta device takes milliseconds per weight (the resolved-config goldens build thousands)."""
-    config = model_config(cfg)
-    return _meta_model(cfg.get("model_type", "gpt"), json.dumps(dataclasses.asdict(config), sort_keys=True))
+    return _meta_model(*model_key(cfg))
+
+
+def model_key(cfg):
+    """(model type, model config as JSON): what of a run config decides its model, weights' shapes and init."""
+    return cfg.get("model_type", "gpt"), json.dumps(dataclasses.asdict(model_config(cfg)), sort_keys=True)
 
 
 @functools.lru_cache(maxsize=256)

@@ -337,7 +337,7 @@ def fork_plan(suite, runs, resolved, sweep_dir):
             "--final_eval_iters=0", f"--out_dir={out_dir}",
             f"--wandb_run_name={os.path.basename(os.path.normpath(sweep_dir)).removeprefix('out-')}-{trunk.replace('/', '-')}"]
         trunks[(point.get("size"), point["seed"])] = (trunk, dict(point, trunk=True), trunk_argv)
-    nproc, checked = suite["nproc"], set()
+    nproc, checked, random_trunks = suite["nproc"], set(), {}  # forking.starts_as_trunk's, one at a time
     for name, point, argv in runs:
         trunk, _, trunk_argv = trunks[(point.get("size"), point["seed"])]
         branch_argv = [*argv, f"--fork_from={os.path.join(sweep_dir, trunk)}"]
@@ -349,20 +349,21 @@ def fork_plan(suite, runs, resolved, sweep_dir):
                 f"({', '.join(f'{k}: {a!r} vs {b!r}' for k, (a, b) in diffs.items())}); a fork suite compares "
                 f"models only: run this suite without fork_at")
         forking.check_models_fork(branch_cfg, trunk_cfg, f"fork_at: {name}")  # tensors, as recipes: before any run
-        check_fork_start(suite, point, branch_cfg, trunk_cfg, checked)
+        check_fork_start(suite, point, branch_cfg, trunk_cfg, checked, random_trunks)
         branches.append((name, dict(point, after=trunk), branch_argv))
     return list(trunks.values()) + branches
 
 
-def check_fork_start(suite, point, branch_cfg, trunk_cfg, checked):
+def check_fork_start(suite, point, branch_cfg, trunk_cfg, checked, random_trunks):
     """The design chosen by what carries: a variant whose branch does not start as its trunk computes
     (forking.starts_as_trunk) is not forked, unless the suite asks the fork's question on purpose
-    (fork_cold_starts); checked once per variant and size, before any run."""
+    (fork_cold_starts); checked once per variant and size, before any run, each size's random trunk built
+    once for its variants (random_trunks)."""
     key = (point["variant"], point.get("size"))
     if key in checked or point["variant"] == suite["baseline"]:
         return
     checked.add(key)
-    why = forking.starts_as_trunk(branch_cfg, trunk_cfg)
+    why = forking.starts_as_trunk(branch_cfg, trunk_cfg, random_trunks)
     if why and point["variant"] not in suite["fork_cold_starts"]:
         raise configurator.ConfigError(
             f"fork_at: {point['variant']} has no function-preserving start ({why}), so a forked verdict would "

@@ -443,3 +443,85 @@ def test_the_pairing_of_a_true_null_on_data_order_holds():
     assert compare.pairing(run("order1"), run("order0"), []) == [dict(code="data_order")]
 
 
+# ----------------------------------------------------------------------------- the start check (starts_as_trunk)
+
+TINY_RA = dict(runtime.DEFAULTS, model_type="ra", n_layer=4, n_head=2, n_embd=32, vocab_size=64, block_size=16)
+
+
+@pytest.fixture
+def fresh_verdicts(monkeypatch):
+    """starts_as_trunk answers each pair of models once per process: a test that changes a model's code starts anew."""
+    monkeypatch.setattr(forking, "_verdicts", {})
+
+
+@pytest.mark.parametrize("keys, starts", [
+    ({}, True),
+    (dict(ra_pattern="all", ra_mode="mix", ra_alpha=0.0), True),  # no reciprocal term
+    (dict(attn_gate=True, fork_start="preserve"), True),  # gate 0.5 and c_proj doubled
+    (dict(attn_gate=True), False),  # the gate at its own init halves every head
+    (dict(value_residual=True), False),  # lambda at its own 0.5
+    (dict(qk_norm=True), False),
+    (dict(ra_pattern="layers", ra_layers=[3], ra_mode="swap"), False),  # one reciprocal layer, the last
+])
+def test_a_branch_starts_as_its_trunk_only_where_it_computes_the_trunks_function(fresh_verdicts, keys, starts):
+    why = forking.starts_as_trunk(dict(TINY_RA, **keys), TINY_RA)
+    assert (why is None) == starts, why
+
+
+def test_a_preserving_start_that_does_not_preserve_is_caught(fresh_verdicts, monkeypatch):
+    """The gate's start without its c_proj doubled: every head's output halved at the fork."""
+    import ra_model
+    gate = dict(TINY_RA, attn_gate=True, fork_start="preserve")
+    assert forking.starts_as_trunk(gate, TINY_RA) is None
+
+    def gate_only(self):  # the gate at 0.5, c_proj as the trunk's
+        for p in self.c_gate.parameters():
+            p.zero_()
+        return [f"c_gate.{n}" for n, _ in self.c_gate.named_parameters()], None
+
+    monkeypatch.setattr(ra_model.GatedOutput, "preserve_fork_start", gate_only)
+    forking._verdicts.clear()
+    assert "fork_start='preserve'" in forking.starts_as_trunk(gate, TINY_RA)
+
+
+def test_the_start_check_draws_no_weight_the_fork_overwrites(fresh_verdicts, monkeypatch):
+    """At GPT-2 sizes drawing both models' initializations was nearly all of the check's time (issue 60): the trunk's
+    random weights are drawn once for all its branches (sweep.py keeps random_trunks over its plan), and a branch
+    without new parameters takes them as they are."""
+    drawn = []
+    for method in ("normal_", "uniform_"):
+        draw = getattr(torch.Tensor, method)
+        monkeypatch.setattr(torch.Tensor, method, lambda t, *a, _draw=draw, **k: (
+            drawn.append(0 if t.is_meta else t.numel()), _draw(t, *a, **k))[1])
+    trunk, random_trunks = dict(TINY_RA, n_layer=6), {}
+    for pattern in ("late", "all"):  # no new parameter: RA's fixed alpha
+        assert forking.starts_as_trunk(dict(trunk, ra_pattern=pattern, ra_mode="mix"), trunk, random_trunks) is not None
+    assert sum(drawn) == runtime.count_params(trunk)  # the trunk's weights, once for both (tied ones once)
+
+
+def test_the_start_check_keeps_a_branchs_new_parameters_at_their_own_init(fresh_verdicts, monkeypatch):
+    """fork_start='own': the new parameters start where the branch's own seeded init puts them (the gate's weights
+    drawn as GPT's), which is what makes its start differ; every other tensor is the trunk's."""
+    gate = dict(TINY_RA, attn_gate=True)
+    at_load, load = {}, forking.load_weights
+
+    def recording_load(ckpt, model, **keys):
+        at_load.update({n: p.clone() for n, p in model.named_parameters() if n in model.fork_new_parameters()})
+        return load(ckpt, model, **keys)
+
+    monkeypatch.setattr(forking, "load_weights", recording_load)
+    assert forking.starts_as_trunk(gate, TINY_RA) is not None
+    torch.manual_seed(1)
+    own = dict(runtime.build_model(dict(gate, init_from="scratch", dropout=0.0)).named_parameters())
+    assert sorted(at_load) == sorted(n for n in own if "c_gate" in n)
+    assert all(torch.equal(p, own[n]) for n, p in at_load.items())
+
+
+def test_the_start_check_is_answered_once_per_pair_of_models(fresh_verdicts, monkeypatch):
+    checked = []
+    monkeypatch.setattr(forking, "fork_gap", lambda branch, trunk: checked.append(branch) or None)
+    gate = dict(TINY_RA, attn_gate=True)
+    for cfg in (gate, dict(gate, out_dir="elsewhere", learning_rate=1.0), dict(gate, fork_start="preserve"),
+                dict(gate, n_layer=3)):
+        forking.starts_as_trunk(cfg, TINY_RA)
+    assert len(checked) == 3  # another run of the same models is answered from the first
