@@ -692,8 +692,8 @@ class Idea:
     # step runs on the manual path only); 0: it materializes no scores. The memory estimate reads it
     # (sharding.attention_weights; manual attention alone keeps 1, the softmax weights)
     kept_scores: object = None
-    score_streams: object = None  # score_streams(cfg): T x T softmax weights in each layer running it where the
-    # scores are materialized (sharding.attention_weights); None: one, as the baseline
+    score_streams: object = None  # score_streams(cfg): T x T softmax weights per layer where the scores are
+    # materialized (sharding.memory_estimate); None: one, as the baseline
 
 
 def all_layers_if(key):
@@ -828,12 +828,6 @@ def check_scores_step(config):
                               f"no function of the scores): set attn_impl='manual'")
 
 
-def layer_ideas(config):
-    """Each layer's ideas, in IDEAS order (the order its attention composes them): a list per layer."""
-    runs = [(idea, set(idea.layers(config))) for idea in IDEAS.values()]  # a set each: a layers() list is O(n_layer)
-    return [[idea for idea, layers in runs if i in layers] for i in range(config.n_layer)]
-
-
 _composed = {}  # (mixins, base) -> the attention class of a layer running those ideas
 
 
@@ -862,9 +856,9 @@ class RAGPT(GPT):
             self.copy_baseline_init(config, rng)
 
     def make_block(self, layer_idx):
-        if layer_idx == 0:  # GPT.__init__ builds the layers in order: what they share comes first
-            self.layer_state, self.ideas_per_layer = {}, layer_ideas(self.config)
-        ideas = self.ideas_per_layer[layer_idx]
+        if layer_idx == 0:  # GPT.__init__ builds the layers in order: the state they share comes first
+            self.layer_state = {}
+        ideas = [idea for idea in IDEAS.values() if layer_idx in idea.layers(self.config)]
         if not ideas:
             return Block(self.config)
         layer = Layer(layer_idx, self.layer_state)

@@ -37,7 +37,7 @@ from torch.distributed.tensor import DTensor
 import configurator
 import rundir
 from kernels.linear_cross_entropy import CHUNK_LOGITS
-from ra_model import layer_ideas
+from ra_model import IDEAS
 from reduced_sync_model import shard_tensor, unshard_tensor
 
 DATA_PARALLEL = ("ddp", "fsdp", "hsdp")
@@ -250,31 +250,22 @@ def load_whole(path, model, optimizer, tp_size):
 # ----------------------------------------------------------------------------- memory per GPU
 
 def attention_weights(cfg, tokens, device_type):
-    """[(bytes kept, bytes at its peak) of each layer] of materialized T x T attention weights.
+    """(bytes kept per layer, bytes at the peak of one layer) of materialized T x T attention weights.
     attn_impl='manual' builds them on every device, and so does PyTorch's math kernel, which SDPA
     falls back to on a CPU when dropout is on. Per element: the float32 softmax (its precision under
     autocast), and with dropout also the dropped-out copy and the bool mask; gate runs two streams;
     attn_recompute keeps none between forward and backward. A layer's backward holds two more. An idea that
     builds the scores whatever attn_impl says declares the T x T tensors it keeps per softmax
-    (ra_model.Idea.kept_scores: soft-capping keeps its tanh's output too), and its streams (score_streams).
-    Each layer counts the ideas that run in it (ra_model.layer_ideas): RA's gate in the late half doubles
-    the late layers' streams only."""
+    (ra_model.Idea.kept_scores: soft-capping keeps its tanh's output too), and its streams (score_streams)."""
+    ideas = IDEAS.values() if cfg["model_type"] == "ra" else ()  # each idea's declarations (ra_model.IDEAS)
     builds = cfg["attn_impl"] == "manual" or (device_type == "cpu" and cfg["dropout"] > 0)
+    per_softmax = max([int(builds)] + [idea.kept_scores(cfg) for idea in ideas])
+    if not per_softmax:
+        return 0, 0
     elements = tokens * cfg["block_size"] * cfg["n_head"]
-
-    def layer(ideas):
-        per_softmax = max([int(builds)] + [idea.kept_scores(cfg) for idea in ideas])
-        if not per_softmax:
-            return 0, 0
-        streams = max([1] + [idea.score_streams(cfg) for idea in ideas if idea.score_streams])
-        per_element = (9 if cfg["dropout"] > 0 else 4) + 4 * (per_softmax - 1)
-        kept = 0 if cfg["attn_recompute"] else streams * elements * per_element
-        return kept, 2 * streams * elements * 4
-
-    if cfg["model_type"] != "ra":  # no ideas: every layer alike
-        return [layer([])] * cfg["n_layer"]
-    import runtime  # here, not above: runtime imports this module (through parallel)
-    return [layer(ideas) for ideas in layer_ideas(runtime.model_config(cfg))]
+    streams = max([1] + [idea.score_streams(cfg) for idea in ideas if idea.score_streams])
+    kept = 0 if cfg["attn_recompute"] else streams * elements * ((9 if cfg["dropout"] > 0 else 4) + 4 * (per_softmax - 1))
+    return kept, 2 * streams * elements * 4
 
 
 RESERVE_BYTES = 2**30  # a GPU's workspaces, NCCL buffers and allocator fragmentation: a stated allowance
@@ -296,16 +287,16 @@ def memory_estimate(cfg, n_params, world_size, dtype, device_type="cuda"):
     without sync keeps a full-size float32 gradient until the last micro-step. Activations follow
     Korthikanti et al. (2022), flash/SDPA attention (no T x T scores kept): per layer and token
     about 34 x n_embd bytes at 2-byte precision, double at float32; with activation_checkpointing
-    only each block's input is kept plus the largest block's activations in the recomputation.
-    Attention that materializes its T x T weights adds them, each layer its own (`attention_weights`,
-    on `device_type`). The full head peaks at FULL_HEAD_BYTES_PER_LOGIT's larger value (12 bytes per
-    logit, measured: in backward the saved float32 log-softmax, the NLL's float32 gradient and
-    log-softmax-backward's output), gone before the first block is recomputed; head_loss 'chunked' (and
-    the CUDA kernels 'liger', 'cce') hold one chunk of logits (compute dtype), its float32 probabilities
-    and its gradient, plus a float32 gradient of the head's weight. Evaluation keeps no activations but
-    the whole logits of a batch: the model's output, cross_entropy's float32 copy and its float32
-    log-softmax. `step` is a training step's peak (on CPU within 25% of the profiler's measured peak,
-    tests/test_sharding.py), `total` the larger of it and an evaluation's.
+    only each block's input is kept plus one block's activations in the recomputation. Attention
+    that materializes its T x T weights adds them (`attention_weights`, on `device_type`). The full
+    head peaks at FULL_HEAD_BYTES_PER_LOGIT's larger value (12 bytes per logit, measured: in backward the
+    saved float32 log-softmax, the NLL's float32 gradient and log-softmax-backward's output), gone before
+    the first block is recomputed; head_loss 'chunked' (and the CUDA kernels 'liger', 'cce') hold one
+    chunk of logits (compute dtype), its float32 probabilities and its gradient, plus a float32
+    gradient of the head's weight. Evaluation keeps no activations but the whole logits of a
+    batch: the model's output, cross_entropy's float32 copy and its float32 log-softmax. `step` is
+    a training step's peak (on CPU within 25% of the profiler's measured peak, tests/test_sharding.py),
+    `total` the larger of it and an evaluation's.
 
     What the allocator holds besides (`overhead`): DDP's gradient buckets on several ranks (a float32
     copy of the gradients: gradient_as_bucket_view is off), autocast's 16-bit copies of the weights
@@ -326,19 +317,18 @@ def memory_estimate(cfg, n_params, world_size, dtype, device_type="cuda"):
         params += 2 * block_params * bytes_
     grads = 4 * n_params / shards + (4 * n_params if shards > 1 and accum_local > 1 else 0)
     optimizer = 4 * states * n_params / shards
-    weights = attention_weights(cfg, tokens, device_type)
-    block = 34 * width * tokens * bytes_ // 2  # a block's activations but its attention weights
+    weights_kept, weights_peak = attention_weights(cfg, tokens, device_type)
+    per_layer = 34 * width * tokens * bytes_ // 2 + weights_kept
     if cfg["head_loss"] == "full":
         head = max(FULL_HEAD_BYTES_PER_LOGIT.values()) * vocab * tokens
     else:
         head = min(tokens * vocab, CHUNK_LOGITS) * (2 * bytes_ + 4) + 4 * vocab * width
-    if cfg["activation_checkpointing"]:  # the block inputs, and the largest block's activations in its recomputation
-        checkpoints = n_layer * width * tokens * bytes_
-        activations = checkpoints + block + max(kept for kept, _ in weights)
-        peak_activations = checkpoints + max(max(block + kept + peak for kept, peak in weights), head)
+    if cfg["activation_checkpointing"]:
+        activations = n_layer * width * tokens * bytes_ + per_layer
+        peak_activations = activations - per_layer + max(per_layer + weights_peak, head)
     else:
-        activations = n_layer * block + sum(kept for kept, _ in weights)
-        peak_activations = activations + max(max(peak for _, peak in weights), head)
+        activations = n_layer * per_layer
+        peak_activations = activations + max(weights_peak, head)
     evaluation = tokens * vocab * (bytes_ + 8)
     estimate = dict(params=params, grads=grads, optimizer=optimizer, activations=activations, head=head,
                     evaluation=evaluation)

@@ -103,16 +103,3 @@ def test_soft_capping_without_its_declaration_would_be_undercounted(monkeypatch,
     base_estimated, base_measured = baselines["manual"]
     assert undeclared == base_estimated < estimated
     assert measured - base_measured > 0.15 * base_measured  # the tolerance above would catch it
-
-
-def test_an_idea_in_some_layers_adds_memory_in_those_layers_only():
-    """Soft-capping in every layer, RA's gate in the late half only (issue 60): the gate's second stream of kept
-    scores is in layers 2 and 3 alone, and the estimate counts each layer's own ideas; taking the gate's streams to
-    every layer overcounted what the two add by half."""
-    four, capped_late = dict(n_layer=4, attn_impl="manual"), dict(attn_softcap=5.0, ra_pattern="late", ra_mode="gate")
-    cfg = dict(MEMORY, **four, **capped_late)
-    kept = [k for k, _ in sharding.attention_weights(cfg, cfg["batch_size"] * cfg["block_size"], "cpu")]
-    assert kept[2] == kept[3] == 2 * kept[0] == 2 * kept[1] > 0
-    estimated, measured = peaks(dict(four, **capped_late))
-    base_estimated, base_measured = peaks(four)
-    assert estimated - base_estimated == pytest.approx(measured - base_measured, rel=0.10)

@@ -248,9 +248,6 @@ def test_memory_estimate_is_within_25_percent_of_the_measured_peak(checkpointing
                                   dict(attn_impl="manual", attn_recompute=True),
                                   dict(attn_impl="manual", activation_checkpointing=True),
                                   dict(attn_impl="manual", model_type="ra", ra_pattern="all", ra_mode="gate"),
-                                  # soft-capping in every layer, the gate's second stream in the late half only
-                                  dict(attn_impl="manual", model_type="ra", ra_pattern="late", ra_mode="gate",
-                                       attn_softcap=5.0),
                                   dict(dropout=0.1)])  # a CPU's SDPA meets dropout in PyTorch's math kernel
 def test_memory_estimate_counts_materialized_attention_weights(keys):
     """At T = 1024 the T x T weights are most of the peak (2-5x the rest when left out)."""
