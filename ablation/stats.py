@@ -248,18 +248,19 @@ def decide(test, adjusted_p, step_level, alpha, level, goal, min_effect, plan):
     within = dict(margin, tost_p=out["tost_p"], tost_level=level / 2)
     floor = [dict(code="sign_flip_floor", n=n, smallest_p=smallest_sign_flip_p(n), level=step_level)] \
         if smallest_sign_flip_p(n) > step_level else []
-    return verdict(out, "holm", adjusted_p < alpha, test["mean"], goal, inside, min_effect, plan, step, margin,
-                   within, floor)
+    return verdict(out, adjusted_p < alpha, test["mean"], goal, inside, min_effect, plan, margin, within,
+                   dict(code="holm_rejects", **step), dict(code="holm_holds_zero", **step), floor)
 
 
-def verdict(out, test, rejected, mean, goal, inside, min_effect, plan, step, margin, within, caveats=()):
-    """The verdict and its reasons once `test` ('holm', 'blocked') has spoken: rejected (its interval excludes 0)
-    gives better or worse (negligible inside the margin, else whether it lies beyond it, then `caveats`);
-    otherwise equivalent inside the margin, else inconclusive with what the seed plan says."""
+def verdict(out, rejected, mean, goal, inside, min_effect, plan, margin, within, rejects, holds, caveats=()):
+    """The verdict and its reasons once a test has spoken, `rejects` and `holds` its reason either way:
+    rejected (its interval excludes 0) gives better or worse (negligible inside the margin, else whether it
+    lies beyond it, then `caveats`); otherwise equivalent inside the margin, else inconclusive with what the
+    seed plan says."""
     bounds = margin["interval"]
     if rejected:
         word = "better" if (mean < 0) == (goal == "lower") else "worse"
-        reasons = [dict(code=f"{test}_rejects", **step)]
+        reasons = [rejects]
         if inside:
             word = f"{word}, but negligible"
             reasons.append(dict(code="negligible", **within))
@@ -269,7 +270,7 @@ def verdict(out, test, rejected, mean, goal, inside, min_effect, plan, step, mar
         return dict(out, verdict=word, reasons=reasons + list(caveats))
     if inside:
         return dict(out, verdict="equivalent", reasons=[dict(code="equivalent", **within)])
-    reasons = [dict(code=f"{test}_holds_zero", **step)]
+    reasons = [holds]
     if min_effect:
         reasons.append(dict(code="reaches_margin", **margin))
         if plan:
@@ -523,8 +524,8 @@ def decide_blocked(c, diffs, alpha, goal, min_effect, plan, n, scale):
     inside = bool(min_effect) and -min_effect < ci[0] and ci[1] < min_effect
     margin = dict(interval=ci, confidence=c["confidence"], min_effect=min_effect)
     within = dict(margin, tost_p=c["tost_p"], tost_level=alpha)
-    return verdict(out, "blocked", c["p_adjusted"] < alpha, c["mean"], goal, inside, min_effect, plan, step, margin,
-                   within)
+    return verdict(out, c["p_adjusted"] < alpha, c["mean"], goal, inside, min_effect, plan, margin, within,
+                   dict(code="blocked_rejects", **step), dict(code="blocked_holds_zero", **step))
 
 
 # ----------------------------------------------------------------------------- the sequential blocked analysis
