@@ -235,6 +235,31 @@ def test_where_the_loss_is_flat_within_noise_the_lowest_tied_rate_is_chosen(tmp_
     assert lowest["best_lr"] == pytest.approx(8e-3)
 
 
+def test_a_one_se_rate_outside_the_fitted_optimum_interval_is_not_written(tmp_path, written_runs, monkeypatch, capsys):
+    """The surface's bowl is well determined around 1e-2; noise at 8e-3 alone puts its mean within one standard
+    error of the lowest mean (at 1.13e-2), so the one-se rule picks 8e-3, which the baseline's fitted interval
+    excludes: the recipe is left as it was, the tool says to take the lowest mean, and that rule writes it."""
+    noise = {901: 0.03, 902: -0.03, 903: 0.0}
+    exact = surface
+
+    def noisy_at_8e_3(variant, lr, seed):
+        return exact(variant, lr, seed) + (noise[seed] if math.isclose(lr, 8e-3) else 0.0)
+
+    monkeypatch.setattr(sys.modules[__name__], "surface", noisy_at_8e_3)
+    suite, recipe = write_suite(tmp_path)
+    before = open(recipe).read()
+    args = [suite, f"--sweep_dir={tmp_path / 'runs'}", f"--out={tmp_path / 'out'}", "--variants=False", f"--write={recipe}"]
+    assert tune_lr.main(args) == 1
+    result = json.load(open(tmp_path / "out" / "tuning.json"))
+    low, high = result["fit"]["interval"]
+    assert result["best_lr"] == pytest.approx(8e-3) and not low <= 8e-3 <= high and low <= 1e-2 <= high
+    assert open(recipe).read() == before
+    assert "lies outside the baseline's fitted optimum" in capsys.readouterr().err
+    started = len(written_runs)
+    assert tune_lr.main(args + ["--rule=lowest_mean"]) == 0 and len(written_runs) == started
+    assert "learning_rate = 0.0113" in open(recipe).read()
+
+
 def bowl_rows(optimum, curvature, sigma, rng, factors=(0.5, 2 ** -0.5, 1, 2 ** 0.5, 2), seeds=3, seed_sd=0.02):
     """Rows (lr, mean, per-seed values) around a shared rate of 1: a bowl in log rate, a lasting offset per
     seed, and independent noise per run."""

@@ -16,7 +16,8 @@ meanwhile. The rate the recipe gets is, by default (`rule='one_se'`), the lowest
 one standard error of the lowest mean (the se of their per-seed differences: every rate trains on the same
 seeds), Breiman's one-standard-error rule: where the loss is flat within noise over a range of rates, the
 chosen one is the farthest from the divergence above, whose runs are the noisiest. `rule='lowest_mean'`
-takes the lowest mean itself. Each variant then gets its own grid, started at 0.5x, 1x and 2x of that rate
+takes the lowest mean itself. A one-se rate that the baseline's fitted optimum interval (below) excludes is
+not written: there the loss is not flat, and the tool says to take the lowest mean (every run reused). Each variant then gets its own grid, started at 0.5x, 1x and 2x of that rate
 and grown and refined by the same rules.
 
 Each arm's optimum: a quadratic in log(rate) fitted to the per-seed values within step ** 2 of its lowest
@@ -494,6 +495,22 @@ def markdown(result):
     return "\n".join(lines) + "\n"
 
 
+def write_problem(result, chosen_mean):
+    """Why the chosen rate is not the recipe's to take (None: it is): every rate diverged, the best is not
+    bracketed, or the one-se rule picked a rate that the baseline's own fitted optimum interval excludes (the
+    rule assumes the loss is flat within noise there, and the fit says it is not)."""
+    if not math.isfinite(chosen_mean):
+        return "the best rate is not finite (every rate diverged)"
+    if not result["bracketed"]:
+        return "the best rate is not bracketed"
+    fit = result["fit"]
+    if result["rule"] == "one_se" and fit["code"] == "fitted" and not fit["covers_shared"]:
+        return (f"the one-se rule's rate {rate_text(result['best_lr'])} lies outside the baseline's fitted optimum "
+                f"{rate_text(fit['optimum_lr'])} [{rate_text(fit['interval'][0])}, {rate_text(fit['interval'][1])}], "
+                f"so the loss is not flat there: run the same command with --rule=lowest_mean (every run is reused)")
+    return None
+
+
 def check_recipe_file(path):
     """--write's file, checked before any run: it exists and assigns learning_rate and min_lr once each."""
     if not os.path.isfile(path):
@@ -636,15 +653,14 @@ def main(argv):
         json.dump(result, f, indent=1)
     with rundir.atomic_write(os.path.join(out, "tuning.md"), "w") as f:
         f.write(markdown(result))
-    valid = bracketed and math.isfinite(rows[chosen][1])
-    if options["write"] and valid:
+    problem = write_problem(result, rows[chosen][1])
+    if options["write"] and not problem:
         write_recipe(options["write"], best_lr, best_lr * ratio, result["summary"])
     print(markdown(result))
-    if options["write"] and not valid:
-        print(f"{options['write']} left unchanged: the best rate is "
-              f"{'not finite (every rate diverged)' if not math.isfinite(rows[chosen][1]) else 'not bracketed'}",
-              file=sys.stderr)
-    return 0 if valid else 1
+    if problem:
+        print(f"{options['write']} left unchanged: {problem}" if options["write"]
+              else f"the chosen rate is not one to train at: {problem}", file=sys.stderr)
+    return 1 if problem else 0
 
 
 if __name__ == "__main__":
