@@ -25,14 +25,10 @@ import os
 import re
 import shutil
 
+import sys
+
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
-                                                     set_state_dict)
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor
 
 import configurator
 import rundir
@@ -85,10 +81,20 @@ def shard_size(cfg, world_size):
     return cfg["hsdp_shard_size"] or int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) // tp
 
 
+# DCP, FSDP and DTensor are imported where they are used: together they add about a second to the start of
+# every process that imports this module (train.py, sweep.py, report.py ...), and most runs never shard.
+
+def local_piece(t):
+    """This rank's piece of a tensor: an FSDP shard's (a DTensor's) local part, else the tensor itself. A
+    DTensor exists only once torch.distributed.tensor is imported, so a run that never shards never imports it."""
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    return t.to_local() if dtensor is not None and isinstance(t, dtensor.DTensor) else t
+
+
 def local_weights_bytes(model):
     """Memory of the parameters this rank holds: an FSDP parameter's local shard, a tensor-parallel
     rank's own slices; shared (tied) tensors counted once."""
-    local = [p.to_local() if isinstance(p, DTensor) else p for p in model.parameters()]
+    local = [local_piece(p) for p in model.parameters()]
     return sum({t.data_ptr(): t.numel() * t.element_size() for t in local}.values())
 
 
@@ -100,6 +106,7 @@ def shard_model(model, mesh, dtype, reduce_dtype):
     gradients reduced in reduce_dtype; the sharded master weights and optimizer states stay float32.
     Blocks compiled beforehand (parallel.compile_model) stay compiled one by one: FSDP's hooks sit
     between them, where a whole-model graph would break."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     policy = MixedPrecisionPolicy(param_dtype=None if dtype == "float32" else getattr(torch, dtype),
                                   reduce_dtype=getattr(torch, reduce_dtype))
     blocks = list(model.transformer.h) if model.blocks_run_as_modules else []
@@ -114,6 +121,7 @@ def shard_model(model, mesh, dtype, reduce_dtype):
 
 def full_model_state(model):
     """Every weight as a full tensor on every rank (collective), as model.state_dict() gives unsharded."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
 
 
@@ -132,7 +140,7 @@ def clip_grad_norm(model, max_norm, shard_group=None):
             continue
         # torch.nn.utils.clip_grads_with_norm_ left DTensor gradients unscaled (torch 2.13, CPU, found
         # by the FSDP == DDP test): each rank scales its own piece in place instead.
-        pieces[int(split_over_tp(name))].append(p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad)
+        pieces[int(split_over_tp(name))].append(local_piece(p.grad))
     # foreach norms of each group (as torch's own clip), squared and summed across ranks in float64
     device = next(model.parameters()).device  # an empty group's norm is a CPU zero
     sums = torch.stack([torch.nn.utils.get_total_norm(group).to(device) for group in pieces]).double().pow(2)
@@ -174,6 +182,7 @@ def save(out_dir, iter_num, model, optimizer, meta, master, tp_rank=0):
     if master and os.path.exists(path):  # a save of this iteration that crashed earlier
         shutil.rmtree(path)
     barrier()
+    import torch.distributed.checkpoint as dcp
     dcp.save(keyed_state(model, optimizer, tp_rank), checkpoint_id=path, no_dist=not dist.is_initialized())
     barrier()  # every rank's shards are on disk
     if master:
@@ -193,6 +202,7 @@ def barrier():
 
 def keyed_state(model, optimizer, tp_rank):
     """The state DCP stores, {model, optimizer} x {tp<rank>: fully-qualified names -> tensors}."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
     model_state, optimizer_state = get_state_dict(model, optimizer)
     return {"model": {f"tp{tp_rank}": model_state}, "optimizer": {f"tp{tp_rank}": optimizer_state}}
 
@@ -200,6 +210,8 @@ def keyed_state(model, optimizer, tp_rank):
 def read_shards(state, path, no_dist):
     """dcp.load, with a damaged checkpoint (a half-written or truncated shard file, a missing one)
     named in one line on every rank instead of the storage reader's traceback."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
     try:
         dcp.load(state, checkpoint_id=path, no_dist=no_dist)
     except (Exception, CheckpointException) as e:  # the latter derives from BaseException
@@ -213,6 +225,7 @@ def read_shards(state, path, no_dist):
 def load(path, model, optimizer, tp_rank=0):
     """Fill the model and optimizer from a checkpoint written by any number of data-parallel ranks:
     sharded ones on every rank of a run."""
+    from torch.distributed.checkpoint.state_dict import set_state_dict
     state = keyed_state(model, optimizer, tp_rank)
     read_shards(state, path, no_dist=not dist.is_initialized())
     set_state_dict(model, optimizer, model_state_dict=state["model"][f"tp{tp_rank}"],
@@ -224,6 +237,7 @@ def load_whole(path, model, optimizer, tp_size):
     tp_size tensor-parallel positions wrote: each position's heads and MLP columns are read into
     that position's slice (shard_tensor) and the slices joined (unshard_tensor); an optimizer's
     per-element states (momentum, Adam's moments) are split and joined like their parameter."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
     model_state, optimizer_state = get_state_dict(model, optimizer)
 
     def per_element(name, value):

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+import torch.distributed.checkpoint as dcp
 
 import configurator
 import eval as eval_script
@@ -126,18 +127,18 @@ def test_a_crash_during_a_save_leaves_the_previous_checkpoint_in_charge(data_dir
     args = lambda *extra: tiny_args(data_dir, out, *COMMON, "--data_parallel=fsdp", "--model_type=ra",
                                     "--ra_pattern=learned", *extra)
     train.main(args("--max_iters=2"))
-    real_save = sharding.dcp.save
+    real_save = dcp.save
 
     def crash_after_writing_shards(state, **kwargs):
         real_save(state, **kwargs)
         raise KeyboardInterrupt("killed mid-save")
 
-    monkeypatch.setattr(sharding.dcp, "save", crash_after_writing_shards)
+    monkeypatch.setattr(dcp, "save", crash_after_writing_shards)
     with pytest.raises(KeyboardInterrupt):
         train.main(args("--init_from=resume"))
     assert sharding.latest_checkpoint(out).endswith("iter_0000002")
     assert os.path.isdir(os.path.join(out, "dcp", "iter_0000004"))  # the torn one, never pointed at
-    monkeypatch.setattr(sharding.dcp, "save", real_save)
+    monkeypatch.setattr(dcp, "save", real_save)
     train.main(args("--init_from=resume"))
     at2 = [e["val_loss"] for e in events(out, "eval") if e["iter"] == 2]
     assert len(at2) == 3 and at2[0] == at2[1] == at2[2]  # each resume read iteration 2's weights
