@@ -47,8 +47,8 @@ ClusterName=test
 SlurmctldHost=$node
 SlurmUser=root
 AuthType=auth/munge
-# A requeued job may start again after cred_expire + 1 s (default 120 s): short, for the tests
-AuthInfo=cred_expire=10
+# A requeued job may start again after cred_expire + 1 s (default 120 s): Slurm's shortest, for the tests
+AuthInfo=cred_expire=5
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -63,8 +63,8 @@ ReturnToService=2
 JobRequeue=1
 MinJobAge=60
 KillWait=30
-# the main scheduler looks at pending (requeued) jobs every 2 s, not every 60 s
-SchedulerParameters=sched_interval=2
+# the main scheduler looks at pending (requeued) jobs every second, not every 60 s
+SchedulerParameters=sched_interval=1
 NodeName=$node CPUs=$cpus State=UNKNOWN
 PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
 EOF

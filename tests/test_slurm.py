@@ -22,7 +22,8 @@ pytestmark = pytest.mark.xdist_group("slurm")  # one test cluster: its jobs must
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Long enough (a few seconds) for a signal to land mid-run; dropout makes the RNG part of the resume.
-LONG = ("--max_iters=1000", "--lr_decay_iters=1000", "--eval_interval=200", "--dropout=0.1")
+ITERS, CHECKPOINT_EVERY = 300, 100
+LONG = (f"--max_iters={ITERS}", f"--lr_decay_iters={ITERS}", f"--eval_interval={CHECKPOINT_EVERY}", "--dropout=0.1")
 
 
 def submitted(sweep_dir, jobs):
@@ -119,7 +120,7 @@ def test_a_signalled_job_checkpoints_requeues_and_continues_exactly(cluster, job
     subprocess.run(["scancel", "--signal=TERM", job], check=True)  # what Slurm sends before the time limit
     wait_for(lambda: rundir.run_status(rundir.read_events(out_dir)) == "finished", "the requeued job to finish")
     ends = [e for e in rundir.read_events(out_dir) if e["event"] == "end"]
-    assert [e["stop_reason"] for e in ends] == ["signal", "max_iters"] and ends[0]["iter"] < 1000
+    assert [e["stop_reason"] for e in ends] == ["signal", "max_iters"] and ends[0]["iter"] < ITERS
     log = open(slurm_jobs.read_record(out_dir)["log"]).read()
     assert "requeueing job" in log and "resuming" in log
     assert losses(out_dir) == uninterrupted  # exact equality, every iteration, dropout's RNG included
@@ -167,7 +168,7 @@ def test_a_fork_suite_on_slurm_starts_each_seeds_branches_after_its_trunk_and_re
 def test_a_cancelled_job_shows_in_status_and_resubmitting_resumes_it(cluster, jobs, data_dir, tmp_path, uninterrupted,
                                                                      capsys):
     sweep_dir = str(tmp_path / "s")
-    job, out_dir = start_on_slurm(data_dir, sweep_dir, jobs, steps=202)  # past the checkpoint at step 200
+    job, out_dir = start_on_slurm(data_dir, sweep_dir, jobs, steps=CHECKPOINT_EVERY + 2)  # past the first checkpoint
     subprocess.run(["scancel", job], check=True)  # no signal named: the job is cancelled for good
     wait_for(lambda: not live(job), "the cancelled job to leave the queue", timeout=90)
     capsys.readouterr()
@@ -182,7 +183,7 @@ def test_a_cancelled_job_shows_in_status_and_resubmitting_resumes_it(cluster, jo
     wait_for(lambda: rundir.run_status(rundir.read_events(out_dir)) == "finished", "the resubmitted run")
     events = rundir.read_events(out_dir)
     second = [i for i, e in enumerate(events) if e["event"] == "checklist"][1]
-    assert next(e["iter"] for e in events[second:] if e["event"] == "train") > 200  # from a checkpoint, not scratch
+    assert next(e["iter"] for e in events[second:] if e["event"] == "train") > CHECKPOINT_EVERY  # from a checkpoint, not scratch
     assert losses(out_dir) == uninterrupted
 
 
@@ -211,7 +212,7 @@ def test_the_multinode_example_runs_two_ranks_and_requeues_on_the_test_cluster(c
     assert os.path.exists(os.path.join(split, "dcp", "latest"))  # HSDP's sharded checkpoint was resumed
     log = open(tmp_path / "split.out").read()
     assert log.count("SIGTERM received: finishing this step") == 2, log[-3000:]  # once per rank, not twice
-    assert losses(split) == losses(straight) and len(losses(straight)) == 1000
+    assert losses(split) == losses(straight) and len(losses(straight)) == ITERS
 
 
 def test_progress_line_counts_runs_and_estimates_the_time_left_from_finished_runs(tmp_path):
