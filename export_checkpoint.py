@@ -26,7 +26,6 @@ import torch
 
 import configurator
 import optim
-import parallel
 import rundir
 import runrecord
 import sharding
@@ -50,7 +49,7 @@ VOCAB_ROWS = ("transformer.wte.weight", "lm_head.weight")
 
 def load_sharded(out_dir):
     """(meta, model, optimizer) of out_dir's newest sharded checkpoint, whole on the CPU."""
-    path = parallel.checkpoint_path(out_dir, sharded=True)
+    path = rundir.checkpoint_path(out_dir, sharded=True)
     if path is None:
         raise FileNotFoundError(f"{out_dir}/dcp/latest not found: train with data_parallel='fsdp' or 'hsdp' first")
     meta = sharding.read_meta(path)
@@ -63,7 +62,7 @@ def load_sharded(out_dir):
 def export(out_dir, out=""):
     """Write the newest sharded checkpoint of out_dir as one file; returns its path."""
     meta, model, optimizer = load_sharded(out_dir)
-    out = out or os.path.join(out_dir, parallel.CHECKPOINT_FILE)
+    out = out or os.path.join(out_dir, rundir.CHECKPOINT_FILE)
     rundir.save_checkpoint(out, dict(meta, model=model.state_dict(), optimizer=optimizer.state_dict()))
     return out
 
@@ -90,7 +89,7 @@ def not_gpt2_reason(cfg):
 def load_run(out_dir):
     """(config, model) of out_dir's checkpoint (ckpt.pt, else the newest dcp/), refused in one line
     before any weight is built when the model is not a GPT-2."""
-    path = parallel.checkpoint_path(out_dir)
+    path = rundir.checkpoint_path(out_dir)
     if path is None:
         raise FileNotFoundError(f"{out_dir} holds no checkpoint (ckpt.pt or dcp/latest): train first")
     runrecord.check_gpt2_tokens(out_dir, "a GPT2LMHeadModel export")

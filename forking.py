@@ -17,7 +17,7 @@ import configurator
 import rundir
 import runtime
 from model import LayerNorm, model_config_fields, unwrap_state_dict
-from parallel import CHECKPOINT_FILE
+
 
 FORK_OPTIMIZER = ("carry", "fresh")
 # Keys a branch may set apart from its trunk: where and how it is logged, evaluated and stopped,
@@ -65,9 +65,9 @@ def read_trunk(cfg):
         raise err(f"fork_from={trunk!r}: the trunk ended at iteration {last}, at or after this run's last "
                   f"({runtime.last_iter(cfg)}), so nothing would be trained: fork from a trunk stopped earlier, "
                   f"or give this run a larger budget")
-    path = os.path.join(trunk, CHECKPOINT_FILE)
+    path = os.path.join(trunk, rundir.CHECKPOINT_FILE)
     if not os.path.exists(path):
-        raise err(f"fork_from={trunk!r}: the trunk has no {CHECKPOINT_FILE} (it ran with save_checkpoint=False "
+        raise err(f"fork_from={trunk!r}: the trunk has no {rundir.CHECKPOINT_FILE} (it ran with save_checkpoint=False "
                   f"or sharded): {retrain}")
     try:
         ckpt = rundir.load_checkpoint_file(path)

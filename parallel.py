@@ -15,7 +15,7 @@ rank's RNG state, the training Position) and where training goes on from it (a r
 branch's Fork from its trunk); it asks the layout for the collectives and the rank facts.
 
 A run's checkpoint is out_dir/ckpt.pt (one file) or, written by sharded ranks, the directory that
-out_dir/dcp/latest names (sharding.py); `checkpoint_path` is the one place that knows which.
+out_dir/dcp/latest names (sharding.py); `rundir.checkpoint_path` is the one place that knows which.
 
     checkpointer = Checkpointer(cfg, layout)
     position = checkpointer.restore(checkpoint, model, optimizer, pruner, scaler)  # or Position(), or
@@ -39,7 +39,6 @@ import configurator
 import rundir
 import sharding
 
-CHECKPOINT_FILE = "ckpt.pt"
 HEARTBEAT_SECONDS = 1.0
 
 class RankStalled(RuntimeError):
@@ -240,16 +239,6 @@ class ParallelLayout:
 
 # ----------------------------------------------------------------------------- checkpoints
 
-def checkpoint_path(out_dir, sharded=None):
-    """out_dir's checkpoint, or None: ckpt.pt (sharded=False), the newest complete sharded one named
-    by dcp/latest (sharded=True), or whichever exists, ckpt.pt first (None). train.py, its resume
-    check, export_checkpoint.py, eval.py, sample.py, hellaswag.py and sweep.py all ask here."""
-    file = os.path.join(out_dir, CHECKPOINT_FILE)
-    if sharded is not True and os.path.exists(file):
-        return file
-    return sharding.latest_checkpoint(out_dir) if sharded is not False else None
-
-
 @dataclasses.dataclass
 class Position:
     """Where training stands: the next step's iteration, the tokens and the seconds trained so far,
@@ -283,14 +272,14 @@ class Fork:
 def check_resumable(out_dir, data_parallel):
     """init_from='resume' needs a checkpoint of the layout's kind: one line naming the other kind."""
     sharded = data_parallel != "ddp"
-    if checkpoint_path(out_dir, sharded=sharded):
+    if rundir.checkpoint_path(out_dir, sharded=sharded):
         return
     if not sharded:
         other = " (dcp/ holds a sharded one: resume with data_parallel='fsdp' or 'hsdp', or write a ckpt.pt " \
-                "with export_checkpoint.py)" if checkpoint_path(out_dir, sharded=True) else ""
-        raise configurator.ConfigError(f"init_from='resume' but {out_dir}/{CHECKPOINT_FILE} does not exist{other}")
+                "with export_checkpoint.py)" if rundir.checkpoint_path(out_dir, sharded=True) else ""
+        raise configurator.ConfigError(f"init_from='resume' but {out_dir}/{rundir.CHECKPOINT_FILE} does not exist{other}")
     raise configurator.ConfigError(f"init_from='resume' with data_parallel={data_parallel!r} but {out_dir}/dcp/"
-                                   f"latest does not exist (an ordinary {CHECKPOINT_FILE} resumes with data_parallel='ddp')")
+                                   f"latest does not exist (an ordinary {rundir.CHECKPOINT_FILE} resumes with data_parallel='ddp')")
 
 
 class Checkpointer:
@@ -339,7 +328,7 @@ class Checkpointer:
             on_cpu = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.cpu(), optimizer_state)
             model_state, optimizer_state = model.full_state_dict(), layout.gather_in_tp_group(on_cpu)
         if layout.master:
-            rundir.save_checkpoint(os.path.join(self.out_dir, CHECKPOINT_FILE),
+            rundir.save_checkpoint(os.path.join(self.out_dir, rundir.CHECKPOINT_FILE),
                                    dict(model=model_state, optimizer=optimizer_state, **meta))
 
     # ------------------------------------------------------------------------- restoring
@@ -347,7 +336,7 @@ class Checkpointer:
     def read(self):
         """The checkpoint's contents; a sharded one's meta.pt with its directory as sharded_path (its
         weights and optimizer state are read once the model is sharded: restore)."""
-        path = checkpoint_path(self.out_dir, sharded=self.sharded)
+        path = rundir.checkpoint_path(self.out_dir, sharded=self.sharded)
         if self.sharded:
             return dict(sharding.read_meta(path), sharded_path=path)
         return rundir.load_checkpoint_file(path)

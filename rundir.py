@@ -129,6 +129,34 @@ def remove_listed_files(path, tool):
 
 # ----------------------------------------------------------------------------- checkpoints
 
+CHECKPOINT_FILE = "ckpt.pt"
+
+
+def checkpoint_root(out_dir):
+    """Where sharded ranks write their checkpoints (sharding.py)."""
+    return os.path.join(out_dir, "dcp")
+
+
+def latest_checkpoint(out_dir):
+    """The newest complete sharded checkpoint's directory, or None."""
+    pointer = os.path.join(checkpoint_root(out_dir), "latest")
+    if not os.path.exists(pointer):
+        return None
+    with open(pointer) as f:
+        return os.path.join(checkpoint_root(out_dir), f.read().strip())
+
+
+def checkpoint_path(out_dir, sharded=None):
+    """out_dir's checkpoint, or None: ckpt.pt (sharded=False), the newest complete sharded one named
+    by dcp/latest (sharded=True), or whichever exists, ckpt.pt first (None). train.py, its resume
+    check, export_checkpoint.py, eval.py, sample.py, hellaswag.py, sweep.py and slurm/train_job.sh all
+    ask here (it imports no torch: a Slurm job asks before train.py starts)."""
+    file = os.path.join(out_dir, CHECKPOINT_FILE)
+    if sharded is not True and os.path.exists(file):
+        return file
+    return latest_checkpoint(out_dir) if sharded is not False else None
+
+
 @contextlib.contextmanager
 def atomic_write(path, mode="wb"):
     """A file opened as `path.<pid>.tmp`, fsynced and renamed over `path` when the block ends

@@ -407,13 +407,13 @@ def load_model(cfg, device):
     if cfg["init_from"] == "resume":
         if not cfg["out_dir"]:
             raise configurator.ConfigError("out_dir is empty: name the run directory to read (--out_dir=out-NAME)")
-        path = parallel.checkpoint_path(cfg["out_dir"], sharded=False)
-        if path is None and parallel.checkpoint_path(cfg["out_dir"], sharded=True):
-            raise FileNotFoundError(f"{os.path.join(cfg['out_dir'], parallel.CHECKPOINT_FILE)} not found but {cfg['out_dir']}/dcp "
+        path = rundir.checkpoint_path(cfg["out_dir"], sharded=False)
+        if path is None and rundir.checkpoint_path(cfg["out_dir"], sharded=True):
+            raise FileNotFoundError(f"{os.path.join(cfg['out_dir'], rundir.CHECKPOINT_FILE)} not found but {cfg['out_dir']}/dcp "
                                     f"holds a sharded checkpoint: write one file first with `python "
                                     f"export_checkpoint.py --out_dir={cfg['out_dir']}`")
         if path is None:
-            raise FileNotFoundError(f"{os.path.join(cfg['out_dir'], parallel.CHECKPOINT_FILE)} not found: train first, or pass "
+            raise FileNotFoundError(f"{os.path.join(cfg['out_dir'], rundir.CHECKPOINT_FILE)} not found: train first, or pass "
                                     f"--init_from=<HF GPT-2 directory>")
         ckpt = rundir.load_checkpoint_file(path)
         model = build_model(ckpt["config"], ckpt)

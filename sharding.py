@@ -157,28 +157,11 @@ def clip_grad_norm(model, max_norm, shard_group=None):
 
 # ----------------------------------------------------------------------------- distributed checkpoints
 
-def checkpoint_root(out_dir):
-    return os.path.join(out_dir, "dcp")
-
-
-def latest_checkpoint(out_dir):
-    """The newest complete sharded checkpoint's directory, or None."""
-    pointer = os.path.join(checkpoint_root(out_dir), "latest")
-    if not os.path.exists(pointer):
-        return None
-    with open(pointer) as f:
-        return os.path.join(checkpoint_root(out_dir), f.read().strip())
-
-
-def read_meta(path):
-    return rundir.load_checkpoint_file(os.path.join(path, "meta.pt"))
-
-
 def save(out_dir, iter_num, model, optimizer, meta, master, tp_rank=0):
     """Every rank writes its shards into a fresh directory; then the master writes meta.pt and
     points `latest` at it (atomic rename), and removes the older ones. Collective."""
     name = f"iter_{iter_num:07d}"
-    path = os.path.join(checkpoint_root(out_dir), name)
+    path = os.path.join(rundir.checkpoint_root(out_dir), name)
     if master and os.path.exists(path):  # a save of this iteration that crashed earlier
         shutil.rmtree(path)
     barrier()
@@ -187,11 +170,11 @@ def save(out_dir, iter_num, model, optimizer, meta, master, tp_rank=0):
     barrier()  # every rank's shards are on disk
     if master:
         rundir.save_checkpoint(os.path.join(path, "meta.pt"), meta)
-        with rundir.atomic_write(os.path.join(checkpoint_root(out_dir), "latest"), "w") as f:
+        with rundir.atomic_write(os.path.join(rundir.checkpoint_root(out_dir), "latest"), "w") as f:
             f.write(name)
-        for old in os.listdir(checkpoint_root(out_dir)):
+        for old in os.listdir(rundir.checkpoint_root(out_dir)):
             if old.startswith("iter_") and old != name:
-                shutil.rmtree(os.path.join(checkpoint_root(out_dir), old))
+                shutil.rmtree(os.path.join(rundir.checkpoint_root(out_dir), old))
     barrier()
 
 

@@ -551,7 +551,7 @@ def run_all(runs, sweep_dir, gpus, launch=launch_subprocess):
         if state in ("finished", "diverged"):  # a diverged run would only diverge again
             print(f"skip {name}: {'finished' if state == 'finished' else 'diverged (reported, not rerun)'}")
             continue
-        if parallel.checkpoint_path(out_dir):  # ckpt.pt or, written by sharded ranks, dcp/latest
+        if rundir.checkpoint_path(out_dir):  # ckpt.pt or, written by sharded ranks, dcp/latest
             argv = [*argv, "--init_from=resume"]
             print(f"resume {name} from its checkpoint")
         todo.append((name, argv))

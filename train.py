@@ -40,7 +40,7 @@ import runtime
 import sharding
 import tokendata
 from model import peak_flops
-from parallel import (Checkpointer, ParallelLayout, Position, RankStalled, checkpoint_path, exit_distributed,
+from parallel import (Checkpointer, ParallelLayout, Position, RankStalled, exit_distributed,
                       launched_world_size, name_stalled_ranks)
 from tokendata import get_batch, train_offsets
 
@@ -374,7 +374,7 @@ class StopSignals:
     def handle(self, signum, frame):
         name = signal.Signals(signum).name
         if self.received or not self.training:
-            raise Interrupted(messages.stopped_at_once(name, self.received, checkpoint_path(self.out_dir)), signum)
+            raise Interrupted(messages.stopped_at_once(name, self.received, rundir.checkpoint_path(self.out_dir)), signum)
         self.received = name
         # os.write, not print: a handler that prints while the interrupted code prints raises "reentrant call"
         os.write(2, messages.signal_received(name, self.distributed).encode())
@@ -601,7 +601,7 @@ def train(cfg, layout, signals, command):
             loss, grad_norm = train_step(cfg, layout, run, batches, position.iter_num, lr, autocast)
             stop_reason = metrics.end_step(loss, grad_norm, lr, position, signals)
     except TrainingDiverged as e:
-        log.event("diverged", messages.diverged(e.iter_num, e.fields, checkpoint_path(cfg["out_dir"])),
+        log.event("diverged", messages.diverged(e.iter_num, e.fields, rundir.checkpoint_path(cfg["out_dir"])),
                   iter=e.iter_num, **e.fields)
         log.close()
         raise

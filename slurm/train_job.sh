@@ -26,10 +26,11 @@ if [ -z "$OUT_DIR" ]; then
     exit 2
 fi
 
-# parallel.checkpoint_path is the one function that knows where a run's checkpoint lives.
+# rundir.checkpoint_path is the one function that knows where a run's checkpoint lives (no torch import:
+# this runs at every job start).
 RESUME=()
-if [ -n "$(cd "$REPO" && "$PYTHON" -c 'import os, sys, parallel
-print(parallel.checkpoint_path(os.path.join(sys.argv[1], sys.argv[2])) or "")' "$PWD" "$OUT_DIR")" ]; then
+if [ -n "$(cd "$REPO" && "$PYTHON" -c 'import os, sys, rundir
+print(rundir.checkpoint_path(os.path.join(sys.argv[1], sys.argv[2])) or "")' "$PWD" "$OUT_DIR")" ]; then
     RESUME=(--init_from=resume)
     echo "resuming $OUT_DIR from its checkpoint (job ${SLURM_JOB_ID:-?}, restart ${SLURM_RESTART_COUNT:-0})"
 fi

@@ -10,7 +10,8 @@ import configurator
 import parallel
 import runtime
 from helpers import run_ranks
-from parallel import ParallelLayout, checkpoint_path, pick_device
+from parallel import ParallelLayout, pick_device
+from rundir import checkpoint_path
 
 
 def plan(world_size, **keys):

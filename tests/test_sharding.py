@@ -17,6 +17,7 @@ import eval as eval_script
 import export_checkpoint
 import runtime
 import sample
+import rundir
 import sharding
 import train
 from helpers import REPO, events, load_ckpt, measured_peak_bytes, tiny_args
@@ -85,7 +86,7 @@ def test_fsdp_checkpoint_resumes_on_another_world_size(two_rank_runs, data_dir):
     resumed = [e for e in events(out, "eval") if e["iter"] == 2]
     assert len(resumed) == 2 and resumed[1]["val_loss"] == pytest.approx(resumed[0]["val_loss"], rel=1e-6)
     assert events(out, "checklist")[-1]["world_size"] == 1 and events(out, "end")[-1]["iter"] == 4
-    assert sharding.latest_checkpoint(out).endswith("iter_0000004")
+    assert rundir.latest_checkpoint(out).endswith("iter_0000004")
 
 
 def assert_trained_alike(reference, sharded, tolerance):
@@ -136,7 +137,7 @@ def test_a_crash_during_a_save_leaves_the_previous_checkpoint_in_charge(data_dir
     monkeypatch.setattr(dcp, "save", crash_after_writing_shards)
     with pytest.raises(KeyboardInterrupt):
         train.main(args("--init_from=resume"))
-    assert sharding.latest_checkpoint(out).endswith("iter_0000002")
+    assert rundir.latest_checkpoint(out).endswith("iter_0000002")
     assert os.path.isdir(os.path.join(out, "dcp", "iter_0000004"))  # the torn one, never pointed at
     monkeypatch.setattr(dcp, "save", real_save)
     train.main(args("--init_from=resume"))
@@ -167,7 +168,7 @@ def test_sigterm_under_torchrun_writes_a_sharded_checkpoint_that_resumes(data_di
     assert stderr.count("SIGTERM received: finishing this step") == 2, stderr[-3000:]
     end = events(out, "end")[-1]
     assert end["stop_reason"] == "signal"
-    assert sharding.read_meta(sharding.latest_checkpoint(out))["iter_num"] == end["iter"]
+    assert sharding.read_meta(rundir.latest_checkpoint(out))["iter_num"] == end["iter"]
     train.main(tiny_args(data_dir, out, *LONG, "--data_parallel=fsdp", "--init_from=resume",
                          f"--max_iters={end['iter'] + 2}"))
     assert events(out, "end")[-1]["stop_reason"] == "max_iters" and events(out, "train")[-1]["iter"] == end["iter"] + 2
@@ -284,7 +285,7 @@ def test_a_damaged_sharded_checkpoint_is_named_in_one_line_on_export_and_resume(
     2-rank resume each end in one line naming the checkpoint; the payload never runs."""
     run = str(tmp_path / "damaged")
     shutil.copytree(two_rank_runs["at2"], run)
-    ckpt = sharding.latest_checkpoint(run)  # another test may have resumed the original past iteration 2
+    ckpt = rundir.latest_checkpoint(run)  # another test may have resumed the original past iteration 2
     shard = next(os.path.join(ckpt, f) for f in sorted(os.listdir(ckpt)) if f.endswith(".distcp"))
     with open(shard, "r+b") as f:
         f.truncate(os.path.getsize(shard) // 2)

@@ -32,7 +32,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # a tool imports the workbench's modules from the repository root
 
 import configurator  # noqa: E402
-import parallel  # noqa: E402
 import rundir  # noqa: E402
 import runtime  # noqa: E402
 import tokendata  # noqa: E402
@@ -112,7 +111,7 @@ def rows(suite_dir, options):
 @torch.no_grad()
 def val_loss(out_dir, batches):
     """A run's final checkpoint on `batches` val batches of train.py's evaluation windows."""
-    ckpt = rundir.load_checkpoint_file(os.path.join(out_dir, parallel.CHECKPOINT_FILE))
+    ckpt = rundir.load_checkpoint_file(os.path.join(out_dir, rundir.CHECKPOINT_FILE))
     cfg = ckpt["config"]
     model = runtime.build_model(cfg, ckpt).eval()
     data_dir, counts = tokendata.check_data(cfg)

@@ -55,7 +55,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # a tool imports the workbench's modules from the repository root
 
 import configurator  # noqa: E402
-import parallel  # noqa: E402
 import rundir  # noqa: E402
 import runrecord  # noqa: E402
 import runtime  # noqa: E402
@@ -190,7 +189,7 @@ def run_missing(jobs, metric, slots):
             while todo and len(running) < slots:
                 argv, out, planned = todo.pop(0)
                 os.makedirs(out, exist_ok=True)
-                if parallel.checkpoint_path(out):  # stopped by a signal after a checkpoint: resume, never restart
+                if rundir.checkpoint_path(out):  # stopped by a signal after a checkpoint: resume, never restart
                     argv = [*argv, "--init_from=resume"]
                 log = open(os.path.join(out, "console.log"), "a")
                 env = dict(os.environ, OMP_NUM_THREADS=threads)
