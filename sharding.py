@@ -157,6 +157,10 @@ def clip_grad_norm(model, max_norm, shard_group=None):
 
 # ----------------------------------------------------------------------------- distributed checkpoints
 
+def read_meta(path):
+    return rundir.load_checkpoint_file(os.path.join(path, "meta.pt"))
+
+
 def save(out_dir, iter_num, model, optimizer, meta, master, tp_rank=0):
     """Every rank writes its shards into a fresh directory; then the master writes meta.pt and
     points `latest` at it (atomic rename), and removes the older ones. Collective."""

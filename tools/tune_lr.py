@@ -496,14 +496,17 @@ def markdown(result):
 
 def write_problem(result, chosen_mean):
     """Why the chosen rate is not the recipe's to take (None: it is): every rate diverged, the best is not
-    bracketed, or the one-se rule picked a rate that the baseline's own fitted optimum interval excludes (the
-    rule assumes the loss is flat within noise there, and the fit says it is not)."""
+    bracketed, or the one-se rule moved off the lowest mean to a rate that the baseline's own fitted optimum
+    interval excludes while it covers the lowest mean's (the rule assumes the loss is flat within noise there,
+    and the fit says it is not)."""
     if not math.isfinite(chosen_mean):
         return "the best rate is not finite (every rate diverged)"
     if not result["bracketed"]:
         return "the best rate is not bracketed"
     fit = result["fit"]
-    if result["rule"] == "one_se" and fit["code"] == "fitted" and not fit["covers_shared"]:
+    lowest = result["lowest_mean_lr"]
+    if (result["best_lr"] != lowest and fit["code"] == "fitted" and not fit["covers_shared"]
+            and fit["interval"][0] <= lowest <= fit["interval"][1]):
         return (f"the one-se rule's rate {rate_text(result['best_lr'])} lies outside the baseline's fitted optimum "
                 f"{rate_text(fit['optimum_lr'])} [{rate_text(fit['interval'][0])}, {rate_text(fit['interval'][1])}], "
                 f"so the loss is not flat there: run the same command with --rule=lowest_mean (every run is reused)")
