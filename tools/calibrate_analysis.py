@@ -45,7 +45,7 @@ import configurator  # noqa: E402
 from ablation import compare, stats  # noqa: E402
 
 OPTIONS = dict(
-    tables=4000,  # simulated tables per null
+    tables=3000,  # simulated tables per null
     power_tables=1000,  # simulated tables per seed count for the power check
     seeds="3,5,8",  # seeds per table under the nulls, one row per count
     alpha=0.05,  # family-wise level
