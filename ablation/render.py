@@ -174,14 +174,15 @@ def analysis_text(report):
         return sequential_analysis_text(report)
     if report.get("analysis") == "blocked":
         b = report.get("blocked_analysis") or {}
-        df = (f" on {b['family_df']:.3g} df (Welch-Satterthwaite, the least of the contrasts'), simultaneous critical "
-              f"|t| {b['critical']:.3g}" if b.get("family_df") else "")
+        df = (f" (simultaneous critical |t| {b['critical']:.3g}: the larger of a parametric bootstrap's at the fitted "
+              f"variances and the multivariate t's on {b['family_df']:.3g} df, the least Welch-Satterthwaite df of the "
+              f"contrasts)" if b.get("family_df") else "")
         return (f"Analysis (declared before the runs): **blocked**, the whole arms x seeds table with the seed as block, "
                 f"over the {len(b.get('seeds', []))} seed(s) complete in every tested arm ({', '.join(map(str, b.get('seeds', [])))}); "
                 f"**{report['comparisons']} many-to-one comparison(s)** against the baseline at family-wise alpha "
                 f"{report['alpha']:.3g}: each variant's variance and the baseline's estimated on their own from the "
                 f"block-adjusted residuals (the level holds when arms differ in noise), the contrasts' correlation through "
-                f"the shared baseline in a multivariate t{df}. The p (Holm) column holds the single-step simultaneous "
+                f"the shared baseline in the largest |t|{df}. The p (Holm) column holds the single-step simultaneous "
                 f"p, the p column the paired t-test's raw p (evidence); one simultaneous {pct(1 - report['alpha'])} "
                 f"interval per variant decides about 0 and about the margin (equivalence: it lies inside ±min_effect). ")
     return (f"Analysis (declared before the runs): **paired**, **{report['comparisons']} comparison(s), Holm** at "
@@ -910,8 +911,9 @@ def step_interval(r):
 
 
 def blocked_interval(r):
-    return (f"the simultaneous {pct(r['confidence'])} interval {span(r['interval'])} (blocked many-to-one, |t| "
-            f"critical {r['critical']:.3g} on {r['family_df']:.3g} df; this contrast's own df {r['df']:.3g})")
+    return (f"the simultaneous {pct(r['confidence'])} interval {span(r['interval'])} (blocked many-to-one, critical "
+            f"|t| {r['critical']:.3g}, the larger of the bootstrap's and the multivariate t's on {r['family_df']:.3g} "
+            f"df; this contrast's own df {r['df']:.3g})")
 
 
 def simultaneous(r):
@@ -1242,7 +1244,7 @@ def describe_blocked_plan(plan):
              f"({plan['df']} df each), planned with their {pct(plan['sd_confidence'])} upper confidence bounds; "
              f"{plan['comparisons']} many-to-one comparison(s) at family-wise alpha {plan['alpha']:g}, 80% power, "
              f"{plan['seeds']} seeds"
-             + (f" ({plan['family_df']:.3g} df, critical |t| {plan['critical']:.3g} at the bounds):"
+             + (f" ({plan['family_df']:.3g} df, the multivariate t's critical |t| {plan['critical']:.3g} at the bounds):"
                 if plan.get("family_df") else ":"),
              f"  baseline: sd {plan['baseline_sd']:.4g}, bound {plan['baseline_sd_upper']:.4g} (its variance enters "
              f"every comparison)"]

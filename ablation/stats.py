@@ -334,11 +334,14 @@ def plan_variants(parts, seeds, k, alpha, min_effect):
 # A suite's whole arms x seeds table (arm 0 the baseline, complete seeds only), seed as block. Each variant's
 # contrast d_v = variant - baseline per seed removes the seed effect exactly; its variance is the baseline's
 # plus the variant's, each estimated on its own from the block-adjusted residuals of all arms (Shukla's 1972
-# stability variances: unbiased when arms differ in noise), with Welch-Satterthwaite degrees of freedom. The
-# k contrasts share the baseline, so their t statistics are correlated (var_0 / sqrt((var_0 + var_v)(var_0 +
-# var_w))): a seeded Monte Carlo of the largest |t| of that multivariate t gives the simultaneous critical value
-# and the single-step adjusted p (Dunnett's many-to-one, without its equal-variance pooling, which lets the
-# baseline's variance into every comparison: docs/ablation.md, The blocked analysis, measures both).
+# stability variances: unbiased when arms differ in noise). The k contrasts share the baseline, so their t
+# statistics are correlated, and a Shukla estimate is a difference of correlated residual sums of squares, so
+# it varies more than a chi-square. The simultaneous critical value and the single-step adjusted p are the larger
+# of two approximations of the largest |t|'s quantile that err on opposite sides (docs/ablation.md, The blocked
+# analysis, measures both): a multivariate t on the smallest Welch-Satterthwaite df at the fitted variances
+# (liberal at 8 seeds), and a seeded parametric bootstrap, tables of independent normals with each arm's fitted
+# variance read by the same estimator (liberal at 3 seeds, where the fitted variances rest on few df). It is
+# Dunnett's many-to-one without its equal-variance pooling, which lets the baseline's variance into every comparison.
 
 ANALYSES = ("blocked", "paired")  # a suite's `analysis`; a suite.json from before the key means "paired"
 DEFAULT_ANALYSIS = "blocked"
@@ -352,11 +355,33 @@ def arm_variances(table, floor=0.1):
     tenth of the arms' mean (`floor`; None: the unbiased estimate itself, which can be negative)."""
     y = np.asarray(table, dtype=np.float64)
     K, n = y.shape[-2], y.shape[-1]
-    r = y - y.mean(-1, keepdims=True) - y.mean(-2, keepdims=True) + y.mean((-2, -1), keepdims=True)
-    w = (r ** 2).sum(-1) / (n - 1)
+    r = y - y.mean(-1, keepdims=True)
+    r -= r.mean(-2, keepdims=True)  # the block-adjusted residuals in two passes (the bootstrap reads 20,000 tables)
+    w = np.einsum("...an,...an->...a", r, r) / (n - 1)
     total = w.sum(-1, keepdims=True) * K / (K - 1)
     var = K / (K - 2) * (w - total / K ** 2)
     return var if floor is None else np.maximum(var, floor * total / K)
+
+
+def blocked_variances(table):
+    """The blocked analysis's variance of each arm in arms x seeds tables (..., K, n), baseline first: Shukla's
+    (arm_variances) from K >= 3 arms; two arms cannot be told apart, so the baseline gets 0 and the variant the
+    paired differences' variance (the contrast's t is then the paired t)."""
+    y = np.asarray(table, dtype=np.float64)
+    if y.shape[-2] > 2:
+        return arm_variances(y)
+    paired = (y[..., 1, :] - y[..., 0, :]).var(axis=-1, ddof=1)
+    return np.stack([np.zeros_like(paired), paired], axis=-1)
+
+
+def contrast_t(table):
+    """(means, ses, t) of every contrast variant - baseline in arms x seeds tables (..., K, n), each se from
+    blocked_variances: sqrt((var_0 + var_v) / n)."""
+    y = np.asarray(table, dtype=np.float64)
+    var = blocked_variances(y)
+    mean = (y[..., 1:, :] - y[..., :1, :]).mean(axis=-1)
+    se = np.sqrt((var[..., :1] + var[..., 1:]) / y.shape[-1])
+    return mean, se, mean / se
 
 
 def satterthwaite_df(var_base, var_variant, df):
@@ -371,7 +396,8 @@ def _max_t_draws(k, draws=MAX_T_DRAWS):
 
 
 def max_abs_t(correlation, df, draws=MAX_T_DRAWS):
-    """Seeded draws of max_v |T_v| for a k-variate t with this correlation matrix and df (sorted)."""
+    """Seeded draws of max_v |T_v| for a k-variate t with this correlation matrix and df (sorted): the planner's
+    approximation of the blocked analysis's largest |t| (blocked_design)."""
     from scipy import special
     R = np.asarray(correlation, dtype=np.float64)
     z, u = _max_t_draws(len(R), draws)
@@ -380,46 +406,73 @@ def max_abs_t(correlation, df, draws=MAX_T_DRAWS):
     return np.sort(np.abs(t).max(axis=1))
 
 
+@functools.lru_cache(maxsize=4)
+def _null_tables(arms, n, draws=MAX_T_DRAWS):
+    """Fixed-seed standard normal arms x seeds tables: the bootstrap scales them by the fitted sds."""
+    return np.random.default_rng(20261206).standard_normal((draws, arms, n))
+
+
+def bootstrap_max_t(arm_var, n, absent_var=(), draws=MAX_T_DRAWS):
+    """Seeded draws of the blocked analysis's largest |t| (sorted) under the fitted heteroscedastic null: tables
+    of independent normals, each arm with its variance arm_var (baseline first; a seed effect cancels in the
+    contrasts and in the block-adjusted residuals, so none is drawn), read by the same estimator (contrast_t).
+    absent_var: variants not in the table (stopped at an earlier look), drawn as extra rows and read with the
+    whole drawn table, as the analysis of all k planned arms would read them; they enter the max."""
+    var = np.concatenate([np.asarray(arm_var, dtype=np.float64), np.asarray(absent_var, dtype=np.float64)])
+    y = _null_tables(len(var), n, draws) * np.sqrt(var)[:, None]
+    present = len(arm_var)
+    t = contrast_t(y[:, :present])[2]
+    if present < len(var):
+        t = np.concatenate([t, contrast_t(y)[2][:, present - 1:]], axis=1)
+    return np.sort(np.abs(t).max(axis=1))
+
+
 def tail(sorted_max, value):
     """P(max |T| >= value) from the sorted draws."""
     return float((len(sorted_max) - np.searchsorted(sorted_max, value, side="left")) / len(sorted_max))
 
 
+def larger_tail(maxima, value):
+    """The larger P(max |T| >= value) of several sorted draws of the largest |t|: below a level exactly when value
+    is beyond every one's critical value."""
+    return max(tail(m, value) for m in maxima)
+
+
 def blocked_test(table, alpha, min_effect=None, draws=MAX_T_DRAWS, absent_sds=()):
     """The blocked many-to-one analysis of one arms x seeds table (row 0 the baseline, complete seeds):
-    per variant its mean contrast, se, t, df, the single-step adjusted p and the simultaneous 1 - alpha
-    interval, and (with min_effect) the simultaneous TOST p. With two arms the arms' variances cannot be
-    told apart: the paired t of the one contrast. absent_sds: the own sds of planned variants not in the
-    table (stopped at an earlier look): they stay in the family's largest |t|, so its size stays k."""
+    per variant its mean contrast, se, t, Welch-Satterthwaite df, the single-step adjusted p and the simultaneous
+    1 - alpha interval, and (with min_effect) the simultaneous TOST p. The critical value is the larger of two
+    approximations of the largest |t|'s quantile that err on opposite sides (docs/ablation.md, The blocked
+    analysis): the parametric bootstrap at the fitted variances (bootstrap_max_t; liberal at 3 seeds, where the
+    fitted variances rest on few df) and the multivariate t on the smallest df (max_abs_t; liberal at 8 seeds,
+    where a Shukla estimate varies more than its chi-square). With two arms the arms' variances cannot be told
+    apart: the paired t of the one contrast. absent_sds: the own sds of planned variants not in the table
+    (stopped at an earlier look): they stay in the family's largest |t|, so its size stays k."""
     y = np.asarray(table, dtype=np.float64)
     K, n = y.shape
-    d = y[1:] - y[0]
-    mean = d.mean(axis=1)
-    if K == 2:
-        var = np.array([0.0, float(d.var(ddof=1))])
-        df = np.array([n - 1.0])
-    else:
-        var = arm_variances(y)
-        df = satterthwaite_df(var[0], var[1:], n - 1)
-    contrast_var = var[0] + var[1:]
-    se = np.sqrt(contrast_var / n)
-    family_var = np.concatenate([contrast_var, var[0] + np.square(np.asarray(absent_sds, dtype=np.float64))])
+    var = blocked_variances(y)
+    mean, se, t = contrast_t(y)
+    df = satterthwaite_df(var[0], var[1:], n - 1) if K > 2 else np.array([n - 1.0])
+    family_df = float(df.min())  # one df for the family: the contrast whose variance is the least certain
+    absent_var = np.square(np.asarray(absent_sds, dtype=np.float64))
+    family_var = np.concatenate([var[0] + var[1:], var[0] + absent_var])
     R = var[0] / np.sqrt(np.outer(family_var, family_var))
     np.fill_diagonal(R, 1.0)
-    family_df = float(df.min())  # one df for the family: the contrast whose variance is the least certain
-    draws = max_abs_t(R, family_df, draws)
-    critical = float(np.quantile(draws, 1 - alpha))
-    t = mean / se
+    maxima = dict(bootstrap=bootstrap_max_t(var, n, absent_var, draws), multivariate_t=max_abs_t(R, family_df, draws))
+    criticals = {name: float(np.quantile(m, 1 - alpha)) for name, m in maxima.items()}
+    critical = max(criticals.values())
     out = []
     for v in range(K - 1):
         row = dict(mean=float(mean[v]), se=float(se[v]), t=float(t[v]), df=float(df[v]), family_df=family_df,
-                   critical=critical, p_adjusted=tail(draws, abs(t[v])),
+                   critical=critical, p_adjusted=larger_tail(maxima.values(), abs(t[v])),
                    interval=[float(mean[v] - critical * se[v]), float(mean[v] + critical * se[v])],
                    confidence=1 - alpha, tost_p=None)
         if min_effect:
-            row["tost_p"] = tail(draws, min((min_effect - mean[v]) / se[v], (min_effect + mean[v]) / se[v]))
+            row["tost_p"] = larger_tail(maxima.values(), min((min_effect - mean[v]) / se[v],
+                                                             (min_effect + mean[v]) / se[v]))
         out.append(row)
     return dict(arms=K, n=n, arm_sd=np.sqrt(var).tolist(), family_df=family_df, critical=critical,
+                critical_bootstrap=criticals["bootstrap"], critical_multivariate_t=criticals["multivariate_t"],
                 correlation=R[:K - 1, :K - 1].tolist(), contrasts=out)
 
 
@@ -433,7 +486,8 @@ def blocked_power(effect, sd, n, df, critical):
 
 def blocked_design(arm_sds, n, alpha, draws=MAX_T_DRAWS):
     """(per-variant contrast sds, their dfs, the family's df, the critical value) of the blocked analysis at n
-    seeds when the arms' sds are arm_sds (baseline first): the analysis's own df and critical value."""
+    seeds when the arms' sds are arm_sds (baseline first): its df, and the multivariate t's critical value (the
+    analysis takes the larger of it and a bootstrap's; the planner's power at it: docs/ablation.md)."""
     var = np.asarray(arm_sds, dtype=np.float64) ** 2
     contrast = var[0] + var[1:]
     df = satterthwaite_df(var[0], var[1:], n - 1) if len(var) > 2 else np.array([n - 1.0])
@@ -657,6 +711,16 @@ def pooled_dunnett_rejects(y, alpha):
 def blocked_rejects(y, alpha, draws=MAX_T_DRAWS):
     """(tables, k) rejections of the declared blocked analysis (blocked_test on each table)."""
     return np.array([[c["p_adjusted"] < alpha for c in blocked_test(t, alpha, draws=draws)["contrasts"]] for t in y])
+
+
+def multivariate_t_rejects(y, alpha, draws=MAX_T_DRAWS):
+    """(tables, k) rejections of the blocked analysis's earlier form: the same contrasts and variances, the critical
+    value of a multivariate t on the smallest Welch-Satterthwaite df at the fitted variances (blocked_design, the
+    planner's approximation)."""
+    n = y.shape[-1]
+    t = contrast_t(y)[2]
+    critical = [blocked_design(np.sqrt(var), n, alpha, draws)[3] for var in blocked_variances(y)]
+    return np.abs(t) > np.array(critical)[:, None]
 
 
 def equal_variance_check_rejects(y, alpha, check_level=0.05, draws=MAX_T_DRAWS):

@@ -4,7 +4,8 @@ nulls, and the detectable effect at several seed counts.
     python tools/calibrate_analysis.py                      # docs/ablation.md holds its output
     python tools/calibrate_analysis.py --tables=1000 --power_tables=300   # quicker, rougher
 
-Each simulated table is one from-scratch suite: 5 arms (the baseline first) x n seeds, a seed effect shared by
+Each simulated table is one from-scratch suite: 5 arms (the baseline first) x n seeds (--seeds, 3, 5 and 8), a
+seed effect shared by
 the arms of a seed (sd 0.0048) and each arm's own noise. The arms' sds are the flagship's measured ones
 (reports/ra_shakespeare: baseline 0.0124, variants 0.0073-0.0105), then the baseline twice as noisy as the
 variants, then all equal. Under each null it prints the share of tables in which any variant is called better
@@ -13,7 +14,10 @@ or worse (family-wise rate, with its Monte Carlo standard error) for:
   the `analysis` key);
 - pooled Dunnett: the blocked table's residual pooled over all arms ((K - 1)(n - 1) df), correlation 1/2;
 - check-then-choose: Bartlett on the block-adjusted residuals, pooled Dunnett when it passes, else blocked;
-- blocked (declared): ablation/stats.blocked_test, the default `analysis` of a new suite.
+- blocked, multivariate t: the blocked analysis's earlier form, its critical value from a multivariate t on the
+  smallest Welch-Satterthwaite df at the fitted variances alone (stats.multivariate_t_rejects);
+- blocked (declared): ablation/stats.blocked_test, the default `analysis` of a new suite (the larger of that
+  critical value and a parametric bootstrap's at the fitted variances).
 Then, at the flagship's sds, the effect each analysis detects with 80% power at 5, 8, 10 and 18 seeds (the
 planner's answers: paired-Holm at Holm's first step alpha/k on the noisiest variant's paired sd; pooled Dunnett
 on the pooled sd with (K - 1)(n - 1) df; blocked from stats.blocked_detectable, its own df and critical value),
@@ -41,14 +45,14 @@ import configurator  # noqa: E402
 from ablation import compare, stats  # noqa: E402
 
 OPTIONS = dict(
-    tables=4000,  # simulated tables per null
+    tables=3000,  # simulated tables per null
     power_tables=1000,  # simulated tables per seed count for the power check
-    seeds=5,  # seeds per table under the nulls
+    seeds="3,5,8",  # seeds per table under the nulls, one row per count
     alpha=0.05,  # family-wise level
     seed=2026,  # the simulation's random seed
     looks="3,5,8",  # the sequential analysis's planned looks (seed counts)
     sequential_tables=2000,  # simulated tables per row of the sequential analysis
-    sequential_draws=5000,  # its Monte Carlo draws of the largest |t| per look (a suite's report uses 20,000)
+    draws=5000,  # Monte Carlo draws of the largest |t| per blocked analysis (a suite's report uses 20,000)
     sequential_only=False,  # print only the sequential analysis's calibration
 )
 SEQUENTIAL_MIN_EFFECT = 0.01  # the flagship's margin
@@ -59,17 +63,21 @@ VARIANT_MEAN = float(np.mean(FLAGSHIP[1:]))
 NULLS = {"flagship sds": FLAGSHIP, "baseline sd twice the variants'": [2 * VARIANT_MEAN] + [VARIANT_MEAN] * 4,
          "equal sds": [float(np.sqrt(np.mean(np.square(FLAGSHIP))))] * 5}
 ANALYSES = {"paired-Holm": stats.paired_holm_rejects, "pooled Dunnett": stats.pooled_dunnett_rejects,
-            "check-then-choose": stats.equal_variance_check_rejects, "blocked (declared)": stats.blocked_rejects}
+            "check-then-choose": stats.equal_variance_check_rejects,
+            "blocked, multivariate t": stats.multivariate_t_rejects, "blocked (declared)": stats.blocked_rejects}
+DRAWN = ("check-then-choose", "blocked, multivariate t", "blocked (declared)")  # take --draws
 SEED_COUNTS = (5, 8, 10, 18)
 
 
-def null_rows(options, rng):
+def null_rows(options, seed_counts, rng):
     rows = []
     for null, sds in NULLS.items():
-        y = stats.simulate_tables(sds, SEED_SD, options["seeds"], options["tables"], rng)
-        rates = [stats.family_rate(reject(y, options["alpha"])) for reject in ANALYSES.values()]
-        rows.append(f"| {null} ({', '.join(f'{s:.4g}' for s in sds)}) | "
-                    + " | ".join(f"{100 * r:.1f}% ± {100 * e:.1f}" for r, e in rates) + " |")
+        for n in seed_counts:
+            y = stats.simulate_tables(sds, SEED_SD, n, options["tables"], rng)
+            rates = [stats.family_rate(reject(y, options["alpha"], draws=options["draws"]) if name in DRAWN
+                                       else reject(y, options["alpha"])) for name, reject in ANALYSES.items()]
+            rows.append(f"| {null} ({', '.join(f'{s:.4g}' for s in sds)}) | {n} | "
+                        + " | ".join(f"{100 * r:.1f}% ± {100 * e:.1f}" for r, e in rates) + " |")
     return rows
 
 
@@ -96,7 +104,7 @@ def power_rows(options, rng):
         effects = np.zeros(k)
         effects[int(np.argmax(blocked))] = max(blocked)
         y = stats.simulate_tables(FLAGSHIP, SEED_SD, n, options["power_tables"], rng, effects)
-        found = stats.blocked_rejects(y, alpha)[:, int(np.argmax(blocked))]
+        found = stats.blocked_rejects(y, alpha, options["draws"])[:, int(np.argmax(blocked))]
         power = float(found.mean())
         rows.append(f"| {n} | {stats.detectable_effect(paired_sd, n, alpha / k):.4f} | "
                     f"{pooled_detectable(FLAGSHIP, n, alpha):.4f} | {min(blocked):.4f}-{max(blocked):.4f} | "
@@ -106,7 +114,7 @@ def power_rows(options, rng):
 
 def sequential_rows(options, looks, rng):
     """Rows of the sequential analysis's calibration: per scenario its rates with their Monte Carlo se."""
-    alpha, tables, draws = options["alpha"], options["sequential_tables"], options["sequential_draws"]
+    alpha, tables, draws = options["alpha"], options["sequential_tables"], options["draws"]
     levels = compare.spent_per_look(looks, alpha)
     se = lambda rate: math.sqrt(rate * (1 - rate) / tables)
     cell = lambda rate: f"{100 * rate:.1f}% ± {100 * se(rate):.1f}"
@@ -116,7 +124,7 @@ def sequential_rows(options, looks, rng):
         sds = NULLS["baseline sd twice the variants'"] if "twice" in null else FLAGSHIP
         y = stats.simulate_tables(sds, SEED_SD, looks[-1], tables, rng, effects)
         called, covered, seeds = stats.simulate_sequential(y, looks, levels, SEQUENTIAL_MIN_EFFECT, effects, draws)
-        fixed = cell(stats.family_rate(stats.blocked_rejects(y, alpha))[0]) if effects is None else "-"
+        fixed = cell(stats.family_rate(stats.blocked_rejects(y, alpha, draws))[0]) if effects is None else "-"
         rows.append(f"| {null} | {fixed} | {cell(float(called.mean())) if effects is None else '-'} | "
                     f"{cell(float(covered.mean()))} | {', '.join(f'{m:.2f}' for m in seeds.mean(axis=0))} |")
     return rows
@@ -126,33 +134,39 @@ def sequential_lines(options, looks, rng):
     levels = compare.spent_per_look(looks, options["alpha"])
     return [f"Sequential blocked analysis (stop_decided), looks at {looks} seeds, alpha spent per look "
             f"{', '.join(f'{a:.4g}' for a in levels)} (O'Brien-Fleming type), min_effect {SEQUENTIAL_MIN_EFFECT}, "
-            f"{options['sequential_tables']} tables per row, {options['sequential_draws']} draws of the largest |t| "
+            f"{options['sequential_tables']} tables per row, {options['draws']} draws of the largest |t| "
             f"per look (± one Monte Carlo se):", "",
             f"| arm sds, truth | fixed blocked at {looks[-1]} seeds: any called | sequential: any called at any look "
             f"| every final interval covers | seeds run per variant (mean) |", "|---|---|---|---|---|",
             *sequential_rows(options, looks, rng)]
 
 
-def main(argv):
-    options, paths = configurator.options_and_paths(argv, OPTIONS, text_keys=("looks",))
-    looks = [int(n) for n in options["looks"].split(",") if n.strip().isdigit()]
-    if paths or options["tables"] < 100 or options["power_tables"] < 100 or options["seeds"] < 3 \
-            or not 0 < options["alpha"] < 1 or options["sequential_tables"] < 100 or options["sequential_draws"] < 1000:
-        raise configurator.ConfigError("--tables, --power_tables and --sequential_tables >= 100, --seeds >= 3, "
-                                       "--sequential_draws >= 1000, --alpha in (0, 1); no paths "
-                                       "(python tools/calibrate_analysis.py --help)")
-    if len(looks) != len(options["looks"].split(",")) or looks != sorted(set(looks)) or looks[0] < stats.MIN_SEEDS:
-        raise configurator.ConfigError(f"--looks={options['looks']!r}: increasing seed counts >= {stats.MIN_SEEDS}, "
+def seed_list(options, key):
+    """The increasing seed counts of a comma-separated option (--looks, --seeds)."""
+    counts = [int(n) for n in options[key].split(",") if n.strip().isdigit()]
+    if len(counts) != len(options[key].split(",")) or counts != sorted(set(counts)) or counts[0] < stats.MIN_SEEDS:
+        raise configurator.ConfigError(f"--{key}={options[key]!r}: increasing seed counts >= {stats.MIN_SEEDS}, "
                                        f"comma-separated, e.g. 3,5,8")
+    return counts
+
+
+def main(argv):
+    options, paths = configurator.options_and_paths(argv, OPTIONS, text_keys=("looks", "seeds"))
+    looks, seed_counts = seed_list(options, "looks"), seed_list(options, "seeds")
+    if paths or options["tables"] < 100 or options["power_tables"] < 100 or not 0 < options["alpha"] < 1 \
+            or options["sequential_tables"] < 100 or options["draws"] < 1000:
+        raise configurator.ConfigError("--tables, --power_tables and --sequential_tables >= 100, --draws >= 1000, "
+                                       "--alpha in (0, 1); no paths (python tools/calibrate_analysis.py --help)")
     rng, start = np.random.default_rng(options["seed"]), time.time()
     if options["sequential_only"]:
         print("\n".join([*sequential_lines(options, looks, rng), "", f"({time.time() - start:.0f} s; seed "
                                                                        f"{options['seed']})"]))
         return
-    lines = [f"Family-wise false-positive rate under the null, {options['seeds']} seeds x 5 arms, seed effect sd "
-             f"{SEED_SD}, alpha {options['alpha']:g}, {options['tables']} tables per null (± one Monte Carlo se):", "",
-             "| null (arm sds, baseline first) | " + " | ".join(ANALYSES) + " |", "|---" * (len(ANALYSES) + 1) + "|",
-             *null_rows(options, rng), "",
+    lines = [f"Family-wise false-positive rate under the null, 5 arms x {seed_counts} seeds, seed effect sd {SEED_SD}, "
+             f"alpha {options['alpha']:g}, {options['tables']} tables per null and seed count, {options['draws']} draws "
+             f"of the largest |t| per blocked analysis (± one Monte Carlo se):", "",
+             "| null (arm sds, baseline first) | seeds | " + " | ".join(ANALYSES) + " |",
+             "|---" * (len(ANALYSES) + 2) + "|", *null_rows(options, seed_counts, rng), "",
              f"Detectable effect (80% power, family-wise alpha {options['alpha']:g}) at the flagship's sds, and the "
              f"blocked analysis's simulated power at its planned effect in the noisiest variant "
              f"({options['power_tables']} tables per row):", "",
