@@ -16,8 +16,9 @@ meanwhile. The rate the recipe gets is, by default (`rule='one_se'`), the lowest
 one standard error of the lowest mean (the se of their per-seed differences: every rate trains on the same
 seeds), Breiman's one-standard-error rule: where the loss is flat within noise over a range of rates, the
 chosen one is the farthest from the divergence above, whose runs are the noisiest. `rule='lowest_mean'`
-takes the lowest mean itself. A one-se rate that the baseline's fitted optimum interval (below) excludes is
-not written: there the loss is not flat, and the tool says to take the lowest mean (every run reused). Each variant then gets its own grid, started at 0.5x, 1x and 2x of that rate
+takes the lowest mean itself. A one-se rate that the baseline's fitted optimum interval (below) excludes,
+while it covers the lowest mean, is not written: there the loss is not flat, and the tool says to take the
+lowest mean (every run reused). Each variant then gets its own grid, started at 0.5x, 1x and 2x of that rate
 and grown and refined by the same rules.
 
 Each arm's optimum: a quadratic in log(rate) fitted to the per-seed values within step ** 2 of its lowest
