@@ -405,7 +405,6 @@ def test_gpu_check_determinism_rows_run_train_twice_each_way(tmp_path, monkeypat
     assert cost.endswith("x") and 0 < float(cost[:-1]) < 100
 
 
-@pytest.mark.alone
 def test_gpu_check_distributed_rows_under_torchrun_on_gloo(tmp_path, monkeypatch):
     """The distributed section as on a GPU (torchrun, DDP, FSDP2, DCP save and resume, 2 ranks against
     one), here on gloo: the launcher's arguments and the comparisons hold."""
