@@ -297,20 +297,26 @@ def torchrun(nproc, args):
     return proc
 
 
-def test_tp2_with_dropout_trains_like_the_simulation_and_resumes(data_dir, tmp_path):
+def test_tp2_with_dropout_trains_like_the_simulation_resumes_and_samples(data_dir, tmp_path):
     """train.py on 2 tensor-parallel ranks with dropout 0.2 against one simulating process: the same
-    masks, so the same losses; a resumed run restores every shard's stream with the default one."""
+    masks, so the same losses; a resumed run restores every shard's stream with the default one. Its
+    end-of-run sample (sample_tokens): the generation's all-reduces need both ranks, so both generate
+    (the master alone waited for a peer already in the exit barrier), and draw the simulation's tokens."""
+    gpt2_ids = "--vocab_size=50304"  # the toy ids are read as GPT-2 tokens: the sample's prompt "\\n" is 198
     args = lambda out, *extra: tp_args(data_dir, out, "--optimizer=sgd", "--dropout=0.2", "--max_iters=3",
-                                       "--lr_decay_iters=3", *extra)
+                                       "--lr_decay_iters=3", gpt2_ids, *extra)
     single, real = str(tmp_path / "single"), str(tmp_path / "tp2")
-    train.main(args(single))
+    train.main(args(single, "--sample_tokens=6"))
     torchrun(2, args(real, "--max_iters=2"))
-    torchrun(2, args(real, "--init_from=resume"))
+    resumed = torchrun(2, args(real, "--init_from=resume", "--sample_tokens=6", "--dist_timeout=60"))  # a hang: 60 s
     assert events(real, "checklist")[0]["tp_execution"].startswith("real")
     losses = lambda out: {r["iter"]: r["loss"] for r in events(out, "train")}
     a, b = losses(single), losses(real)
     assert list(a) == list(b) == [1, 2, 3]
     assert all(b[i] == pytest.approx(a[i], rel=1e-5) for i in a), (a, b)
+    assert resumed.stdout.count("sample:") == 1
+    sample = lambda path: open(os.path.join(path, "log.txt")).read().split("sample:\n")[1]
+    assert sample(real) == sample(single)  # the same seed draws the same tokens from the same logits
     train.main(args(str(tmp_path / "off"), "--dropout=0.0"))
     assert abs(losses(str(tmp_path / "off"))[1] - a[1]) > 1e-4  # the masks did something (40x the tolerance)
 
@@ -429,20 +435,6 @@ def test_architecture_script_counts_syncs_on_two_real_ranks(capsys):
 def test_impossible_reduced_sync_configs_fail_at_startup(data_dir, tmp_path, extra, message):
     with pytest.raises(configurator.ConfigError, match=message):
         train.main(tp_args(data_dir, str(tmp_path / "run"), *extra))
-
-
-def test_tp2_samples_at_the_end_of_training(data_dir, tmp_path):
-    """sample_tokens with real tensor parallelism: the generation's all-reduces need both ranks, so
-    both generate (the master alone waited for a peer already in the exit barrier)."""
-    out = str(tmp_path / "tp2")
-    gpt2_ids = "--vocab_size=50304"  # the toy ids are read as GPT-2 tokens: the prompt "\\n" is 198
-    proc = torchrun(2, tp_args(data_dir, out, "--max_iters=1", "--lr_decay_iters=1", "--sample_tokens=6", gpt2_ids,
-                               "--dist_timeout=60"))
-    assert proc.stdout.count("sample:") == 1
-    simulated = str(tmp_path / "one")
-    train.main(tp_args(data_dir, simulated, "--max_iters=1", "--lr_decay_iters=1", "--sample_tokens=6", gpt2_ids))
-    sample = lambda path: open(os.path.join(path, "log.txt")).read().split("sample:\n")[1]
-    assert sample(out) == sample(simulated)  # the same seed draws the same tokens from the same logits
 
 
 def _overflow_on_one_rank(rank, world):

@@ -39,6 +39,10 @@ def losses(out, kind="train"):
     return {r["iter"]: r["loss" if kind == "train" else "val_loss"] for r in events(out, kind)}
 
 
+# Its readers run on one xdist worker: a module fixture runs once per worker that needs it (4 launches).
+reads_two_rank_runs = pytest.mark.xdist_group("two_rank_runs")
+
+
 @pytest.fixture(scope="module")
 def two_rank_runs(data_dir, tmp_path_factory):
     """DDP and FSDP on 2 ranks with dropout (the RNG matters on resume), and FSDP stopped at
@@ -54,6 +58,7 @@ def two_rank_runs(data_dir, tmp_path_factory):
     return runs
 
 
+@reads_two_rank_runs
 def test_fsdp_on_two_ranks_equals_ddp_and_exports_one_file(two_rank_runs, tmp_path, capsys):
     """eval_iters=3 on 2 ranks: one rank runs an uncounted forward in the last round (FSDP all-gathers)."""
     ddp, fsdp = two_rank_runs["ddp"], two_rank_runs["fsdp"]
@@ -72,12 +77,14 @@ def test_fsdp_on_two_ranks_equals_ddp_and_exports_one_file(two_rank_runs, tmp_pa
     assert capsys.readouterr().out.count("---------------") == 1
 
 
+@reads_two_rank_runs
 def test_fsdp_resume_equals_the_uninterrupted_run_exactly(two_rank_runs):
     split, straight = two_rank_runs["split"], two_rank_runs["fsdp"]
     assert min(losses(split)) == 1 and losses(split) == losses(straight)  # every iteration, bit for bit
     assert losses(split, "eval") == losses(straight, "eval")
 
 
+@reads_two_rank_runs
 def test_fsdp_checkpoint_resumes_on_another_world_size(two_rank_runs, data_dir):
     """Written by 2 ranks, read by 1 process (DCP reshards): the weights arrive intact (the resumed
     run's first evaluation equals the writer's at that iteration) and training goes on."""
@@ -280,6 +287,7 @@ def test_gpt2_size_configs_start_on_one_or_several_nodes(name):
         assert cfg["tokens_per_iter"] == 128 * 1024
 
 
+@reads_two_rank_runs
 def test_a_damaged_sharded_checkpoint_is_named_in_one_line_on_export_and_resume(two_rank_runs, data_dir, tmp_path):
     """A half-written shard (a node died mid-copy, a full disk) and a hostile meta.pt: export and a
     2-rank resume each end in one line naming the checkpoint; the payload never runs."""
