@@ -5,10 +5,13 @@ import importlib
 import json
 import math
 import os
+import runpy
 import shutil
 import subprocess
+import sys
 import time
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -78,6 +81,19 @@ def wait_for(condition, what, timeout=480):  # generous: on CI the workers load 
     while not condition():
         assert time.time() < deadline, f"timed out after {timeout} s waiting for {what}"
         time.sleep(0.1)
+
+
+def run_script(capsys, script, *argv):
+    """(exit status, stderr) of `python script argv` run in this process: the script's own __main__ (its
+    error list, its one-line exit), without the ~3 CPU-seconds of a fresh interpreter importing torch."""
+    capsys.readouterr()
+    saved_argv, sys.argv = sys.argv, [script, *argv]
+    try:
+        with pytest.raises(SystemExit) as exited:
+            runpy.run_path(os.path.join(REPO, script), run_name="__main__")
+    finally:
+        sys.argv = saved_argv
+    return exited.value.code, capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- sweeps and suites

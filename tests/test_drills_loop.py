@@ -13,7 +13,7 @@ import pytest
 
 import messages
 import train
-from helpers import ENV, LONG, events, load_ckpt, tiny_args
+from helpers import ENV, LONG, events, load_ckpt, run_script, tiny_args
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RA = ("--model_type=ra", "--ra_pattern=alternate", "--ra_mode=gate")  # tiny_args's 2 layers x 32 wide
@@ -21,18 +21,17 @@ RA = ("--model_type=ra", "--ra_pattern=alternate", "--ra_mode=gate")  # tiny_arg
 
 # ----------------------------------------------------------------------------- 1. a huge but finite eval loss
 
-def test_a_huge_finite_eval_loss_ends_as_diverged_and_keeps_the_last_good_checkpoint(data_dir, tmp_path):
+def test_a_huge_finite_eval_loss_ends_as_diverged_and_keeps_the_last_good_checkpoint(data_dir, tmp_path, capsys):
     """--learning_rate=100.0 --lr_schedule=constant --eval_interval=5 --log_interval=25 on Shakespeare: the
     val loss grows beyond exp's range while finite; it used to die in math.exp with an OverflowError and
     no event. On the toy corpus a warmup lets the evaluation at iteration 5 pass and write a checkpoint."""
     out = str(tmp_path / "run")
     args = tiny_args(data_dir, out, *RA, "--max_iters=40", "--lr_decay_iters=40", "--learning_rate=100.0",
                      "--lr_schedule=constant", "--eval_interval=5", "--log_interval=25", "--warmup_iters=100")
-    proc = subprocess.run([sys.executable, "train.py", *args], cwd=REPO, env=ENV, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 1, proc.stderr[-2000:]
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    code, stderr = run_script(capsys, "train.py", *args)
+    assert code == 1, stderr[-2000:]
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in stderr, stderr[-2000:]
     diverged = events(out, "diverged")
     assert len(diverged) == 1 and not events(out, "end")
     evals = events(out, "eval")

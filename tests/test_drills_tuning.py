@@ -17,7 +17,7 @@ import rundir
 import runtime
 import sweep
 from ablation import compare, render, suites
-from helpers import REPO, toy_args, wait_for, write_suite
+from helpers import REPO, run_script, toy_args, wait_for, write_suite
 from tools import tune_lr
 
 RECIPE = "# the tiny RA recipe\nlearning_rate = 0.005\nmin_lr = 0.0005\nmax_iters = 40\nn_layer = 2\nn_embd = 32\nn_head = 2\nwarmup_iters = 4\n"
@@ -84,20 +84,15 @@ def one_line(text):
     return lines[0]
 
 
-def run_tool(*argv, timeout=60):
-    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
-
-
 # ----------------------------------------------------------------------------- hangs
 
-def test_cpu_runs_minus_one_is_one_line_before_anything_is_written_never_a_hang(data_dir, tmp_path):
+def test_cpu_runs_minus_one_is_one_line_before_anything_is_written_never_a_hang(data_dir, tmp_path, capsys):
     suite, _ = tiny_suite(tmp_path, f"suite_dir = {str(tmp_path / 'out-suite')!r}\n")
-    done = run_tool("sweep.py", suite, *toy_args(data_dir), "--cpu_runs=-1")
-    assert done.returncode == 1 and "--cpu_runs=-1" in one_line(done.stderr)
+    code, stderr = run_script(capsys, "sweep.py", suite, *toy_args(data_dir), "--cpu_runs=-1")
+    assert code == 1 and "--cpu_runs=-1" in one_line(stderr)
     assert not os.path.exists(tmp_path / "out-suite")  # no suite.json, no directory
-    done = run_tool("tools/tune_lr.py", suite, f"--sweep_dir={tmp_path / 'runs'}", "--cpu_runs=-1")
-    assert done.returncode == 1 and "--cpu_runs=-1" in one_line(done.stderr)
+    code, stderr = run_script(capsys, "tools/tune_lr.py", suite, f"--sweep_dir={tmp_path / 'runs'}", "--cpu_runs=-1")
+    assert code == 1 and "--cpu_runs=-1" in one_line(stderr)
     assert not os.path.exists(tmp_path / "runs")
 
 

@@ -23,7 +23,7 @@ import sample
 import tokendata
 import train
 from ablation import suites
-from helpers import ENV, LONG, VOCAB, events, load_ckpt, tiny_args, wait_for_training
+from helpers import ENV, LONG, VOCAB, events, load_ckpt, run_script, tiny_args, wait_for_training
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -44,6 +44,7 @@ def error_lines(stderr):
     return [line for line in stderr.splitlines() if line.strip()]
 
 
+
 # ----------------------------------------------------------------------------- checkpoints that cannot run code
 
 class Payload:
@@ -56,17 +57,16 @@ class Payload:
         return os.system, (f"touch {self.marker}",)
 
 
-def test_hostile_checkpoint_is_refused_and_its_payload_never_runs(data_dir, tmp_path):
+def test_hostile_checkpoint_is_refused_and_its_payload_never_runs(data_dir, tmp_path, capsys):
     out = str(tmp_path / "run")
     train.main(tiny_args(data_dir, out, "--max_iters=4"))
     marker = tmp_path / "payload-ran"
     ckpt = load_ckpt(out)
     ckpt["config"]["note"] = Payload(marker)
     torch.save(ckpt, os.path.join(out, "ckpt.pt"))
-    proc = subprocess.run([sys.executable, "train.py", *tiny_args(data_dir, out, "--init_from=resume")], cwd=REPO,
-                          env=ENV, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1, proc.stderr[-2000:]
-    assert error_lines(proc.stderr) == [
+    code, stderr = run_script(capsys, "train.py", *tiny_args(data_dir, out, "--init_from=resume"))
+    assert code == 1, stderr[-2000:]
+    assert error_lines(stderr) == [
         f"error: {out}/ckpt.pt holds objects other than tensors and plain values (posix.system): refused, "
         f"because loading them could run arbitrary code; only load checkpoints written by train.py"]
     # sample.py, eval.py and hellaswag.py load through the same runtime.load_model (scripts' one-line
@@ -376,26 +376,24 @@ def write_data(path, train_tokens, val_tokens):
     return str(path)
 
 
-def test_odd_sized_data_file_is_named_in_one_line(tmp_path):
+def test_odd_sized_data_file_is_named_in_one_line(tmp_path, capsys):
     data = write_data(tmp_path / "data", np.arange(2000) % VOCAB, np.arange(500) % VOCAB)
     with open(os.path.join(data, "train.bin"), "ab") as f:
         f.write(b"\x01")  # a torn copy: half a token
-    proc = subprocess.run([sys.executable, "train.py", *tiny_args(data, str(tmp_path / "run"))], cwd=REPO, env=ENV,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1
-    assert error_lines(proc.stderr) == [
+    code, stderr = run_script(capsys, "train.py", *tiny_args(data, str(tmp_path / "run")))
+    assert code == 1
+    assert error_lines(stderr) == [
         f"error: {data}/train.bin has 4001 bytes, not a whole number of 2-byte tokens: the file is truncated or not "
         f"a token file; prepare it again with `python data/toy/prepare.py`"]
 
 
-def test_out_of_vocabulary_ids_are_found_once_and_kept_in_meta(tmp_path):
+def test_out_of_vocabulary_ids_are_found_once_and_kept_in_meta(tmp_path, capsys):
     tokens = np.arange(2000) % VOCAB
     tokens[1234] = VOCAB + 5
     data = write_data(tmp_path / "data", tokens, np.arange(500) % VOCAB)
-    proc = subprocess.run([sys.executable, "train.py", *tiny_args(data, str(tmp_path / "run"))], cwd=REPO, env=ENV,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1
-    assert error_lines(proc.stderr) == [f"error: {data}/train.bin holds token id {VOCAB + 5} but vocab_size={VOCAB}: "
+    code, stderr = run_script(capsys, "train.py", *tiny_args(data, str(tmp_path / "run")))
+    assert code == 1
+    assert error_lines(stderr) == [f"error: {data}/train.bin holds token id {VOCAB + 5} but vocab_size={VOCAB}: "
                                         f"set vocab_size above {VOCAB + 5} or prepare it again with "
                                         f"`python data/toy/prepare.py`"]
     cached = tokendata.read_meta(data)["max_token_id"]
@@ -404,12 +402,11 @@ def test_out_of_vocabulary_ids_are_found_once_and_kept_in_meta(tmp_path):
     assert tokendata.max_token_id(data) == {"train": VOCAB - 1, "val": VOCAB - 1}
 
 
-def test_syntax_error_in_a_config_file_is_one_line(tmp_path):
+def test_syntax_error_in_a_config_file_is_one_line(tmp_path, capsys):
     (tmp_path / "bad.py").write_text("batch_size = 4\nlearning_rate = (3e-4\nn_layer = 2\n")
-    proc = subprocess.run([sys.executable, "train.py", str(tmp_path / "bad.py")], cwd=REPO, env=ENV,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert error_lines(proc.stderr) == [f"error: {tmp_path}/bad.py:2: syntax error ('(' was never closed): fix "
+    code, stderr = run_script(capsys, "train.py", str(tmp_path / "bad.py"))
+    assert code == 1 and "Traceback" not in stderr
+    assert error_lines(stderr) == [f"error: {tmp_path}/bad.py:2: syntax error ('(' was never closed): fix "
                                         f"the config file"]
     (tmp_path / "fails.py").write_text("batch_size = 4\nn_layer = undefined_name\n")
     with pytest.raises(configurator.ConfigError, match=r"fails.py:2: NameError: name 'undefined_name'"):
@@ -443,16 +440,15 @@ def test_empty_val_split_is_refused(tmp_path):
         train.main(tiny_args(data, str(tmp_path / "run")))
 
 
-def test_eval_names_a_damaged_val_split_before_loading_any_model(tmp_path):
+def test_eval_names_a_damaged_val_split_before_loading_any_model(tmp_path, capsys):
     data = tmp_path / "data"
     data.mkdir()
     for content, message in ((b"", "val.bin is empty: prepare it again"),
                              (b"abc", "val.bin has 3 bytes, not a whole number of 2-byte tokens")):
         (data / "val.bin").write_bytes(content)
-        proc = subprocess.run([sys.executable, "eval.py", f"--data_dir={data}", f"--out_dir={tmp_path / 'none'}"],
-                              cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 1 and "Traceback" not in proc.stderr
-        assert error_lines(proc.stderr)[-1].startswith(f"error: {data}/{message}"), proc.stderr
+        code, stderr = run_script(capsys, "eval.py", f"--data_dir={data}", f"--out_dir={tmp_path / 'none'}")
+        assert code == 1 and "Traceback" not in stderr
+        assert error_lines(stderr)[-1].startswith(f"error: {data}/{message}"), stderr
 
 
 @pytest.mark.parametrize("row, message", [
@@ -491,17 +487,17 @@ def sweep_command(sweep_dir, data_dir, *extra):
     return [sys.executable, "sweep.py", "--grid=seed=[1,2]", f"--sweep_dir={sweep_dir}", "--gpus=0", *args]
 
 
-def test_a_second_sweep_on_the_same_directory_is_refused_naming_the_first(data_dir, tmp_path):
+def test_a_second_sweep_on_the_same_directory_is_refused_naming_the_first(data_dir, tmp_path, capsys):
     sweep_dir = tmp_path / "out-sweep"
     first = subprocess.Popen(sweep_command(sweep_dir, data_dir, *LONG), cwd=REPO, env=ENV, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, preexec_fn=default_signals)
     try:
         wait_for_training(str(sweep_dir / "seed-1"), first, min_iter=1)
-        second = subprocess.run(sweep_command(sweep_dir, data_dir, *LONG), cwd=REPO, env=ENV, capture_output=True,
-                                text=True, timeout=120)
-        assert second.returncode == 1
-        assert error_lines(second.stderr)[-1] == (f"error: {sweep_dir} is in use by another sweep (pid {first.pid}): "
-                                                  f"wait for it to end, stop it, or choose another sweep_dir")
+        # the second sweep is this process (the first runs in its own): refused at once, while the first trains on
+        code, stderr = run_script(capsys, *sweep_command(sweep_dir, data_dir, *LONG)[1:])
+        assert code == 1
+        assert error_lines(stderr)[-1] == (f"error: {sweep_dir} is in use by another sweep (pid {first.pid}): "
+                                           f"wait for it to end, stop it, or choose another sweep_dir")
     finally:
         first.kill()
         first.wait()
@@ -535,32 +531,30 @@ def test_a_truncated_suite_json_is_named_in_one_line(tmp_path):
         report.main([str(suite_dir)])
 
 
-def test_a_read_only_out_dir_is_one_line(data_dir, tmp_path):
+def test_a_read_only_out_dir_is_one_line(data_dir, tmp_path, capsys):
     if os.geteuid() == 0:  # root writes anywhere: make the path impossible instead (a file in the way)
         (tmp_path / "taken").write_text("a file, not a directory")
         out = str(tmp_path / "taken" / "run")
     else:
         (tmp_path / "ro").mkdir(mode=0o500)
         out = str(tmp_path / "ro" / "run")
-    proc = subprocess.run([sys.executable, "train.py", *tiny_args(data_dir, out)], cwd=REPO, env=ENV,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert error_lines(proc.stderr)[-1].startswith(f"error: cannot write in {out} (")
-    assert error_lines(proc.stderr)[-1].endswith("): choose a writable out_dir")
+    code, stderr = run_script(capsys, "train.py", *tiny_args(data_dir, out))
+    assert code == 1 and "Traceback" not in stderr
+    assert error_lines(stderr)[-1].startswith(f"error: cannot write in {out} (")
+    assert error_lines(stderr)[-1].endswith("): choose a writable out_dir")
 
 
 # ----------------------------------------------------------------------------- resuming on other data
 
-def test_resume_on_a_re_prepared_dataset_is_refused_unless_allowed_and_then_recorded(data_dir, tmp_path):
+def test_resume_on_a_re_prepared_dataset_is_refused_unless_allowed_and_then_recorded(data_dir, tmp_path, capsys):
     data, out = tmp_path / "data", str(tmp_path / "run")
     shutil.copytree(data_dir, data)
     train.main(tiny_args(str(data), out, "--max_iters=4"))
     tokens = np.fromfile(data / "val.bin", dtype=np.uint16)
     np.roll(tokens, 7).tofile(data / "val.bin")  # prepared again: same name, other content
     resume = tiny_args(str(data), out, "--init_from=resume")
-    proc = subprocess.run([sys.executable, "train.py", *resume], cwd=REPO, env=ENV, capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 1 and error_lines(proc.stderr) == [
+    code, stderr = run_script(capsys, "train.py", *resume)
+    assert code == 1 and error_lines(stderr) == [
         f"error: {data} is not the data this run started on (dataset fingerprint and eval windows changed since "
         f"{out}/run_info.json was written): resume on the original data, start a new out_dir, or pass "
         f"--allow_data_change=True (the run record then says so)"]
@@ -571,15 +565,14 @@ def test_resume_on_a_re_prepared_dataset_is_refused_unless_allowed_and_then_reco
     assert info["facts"]["dataset_fingerprint"] == info["resumes"][-1]["data_changed"]["dataset_fingerprint"][0]
 
 
-def test_resume_on_another_data_order_is_refused_unless_allowed_and_then_recorded(data_dir, tmp_path):
+def test_resume_on_another_data_order_is_refused_unless_allowed_and_then_recorded(data_dir, tmp_path, capsys):
     """Issue 50: a resume with another data_order was accepted in silence: the steps after it drew
     another batch order while config.json claimed the new order for the whole run."""
     out = str(tmp_path / "run")
     train.main(tiny_args(data_dir, out, "--max_iters=4"))
     resume = tiny_args(data_dir, out, "--init_from=resume", "--data_order=1")
-    proc = subprocess.run([sys.executable, "train.py", *resume], cwd=REPO, env=ENV, capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 1 and error_lines(proc.stderr) == [
+    code, stderr = run_script(capsys, "train.py", *resume)
+    assert code == 1 and error_lines(stderr) == [
         f"error: {out} started on another batch order than this resume would draw (the data order recorded in "
         f"{out}/run_info.json differs: data_order=0 there, 1 now): resume with the keys it started with, start a new "
         f"out_dir, or pass --allow_data_change=True (the run record then says so)"]

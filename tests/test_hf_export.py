@@ -14,7 +14,7 @@ import configurator
 import export_checkpoint
 import runtime
 import tokendata
-from helpers import REPO, tiny_checkpoint, train_gpt2
+from helpers import REPO, run_script, tiny_checkpoint, train_gpt2
 
 N = tokendata.GPT2_VOCAB_SIZE
 
@@ -24,6 +24,13 @@ def runs(gpt2_data_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("hf_runs")
     return {name: train_gpt2(gpt2_data_dir, str(root / name), *extra) for name, extra in {
         "bias_tied": (), "nobias_tied": ("--bias=False",), "bias_untied": ("--tie_weights=False",)}.items()}
+
+
+@pytest.fixture(scope="module")
+def exports(runs, tmp_path_factory):
+    """Each run's export, written once for the tests that read it (transformers, --init_from, the tokenizer)."""
+    root = tmp_path_factory.mktemp("hf_exports")
+    return {name: export(run, root / name) for name, run in runs.items()}
 
 
 def ours(run):
@@ -37,9 +44,9 @@ def export(run, out):
 
 
 @pytest.mark.parametrize("name", ["bias_tied", "nobias_tied", "bias_untied"])
-def test_transformers_loads_the_export_and_computes_our_logits(runs, name, tmp_path):
+def test_transformers_loads_the_export_and_computes_our_logits(runs, exports, name):
     model = ours(runs[name])
-    hf = transformers.GPT2LMHeadModel.from_pretrained(export(runs[name], tmp_path / "hf"), dtype=torch.float32).eval()
+    hf = transformers.GPT2LMHeadModel.from_pretrained(exports[name], dtype=torch.float32).eval()
     assert hf.config.vocab_size == N and hf.config.n_positions == model.config.block_size
     tied = hf.lm_head.weight.data_ptr() == hf.transformer.wte.weight.data_ptr()
     assert tied == model.config.tie_weights
@@ -53,9 +60,9 @@ def test_transformers_loads_the_export_and_computes_our_logits(runs, name, tmp_p
 
 
 @pytest.mark.parametrize("name", ["bias_tied", "nobias_tied", "bias_untied"])
-def test_init_from_reads_the_export_back_to_the_same_weights(runs, name, tmp_path):
+def test_init_from_reads_the_export_back_to_the_same_weights(runs, exports, name):
     model = ours(runs[name])
-    cfg = dict(runtime.DEFAULTS, init_from=export(runs[name], tmp_path / "hf"))
+    cfg = dict(runtime.DEFAULTS, init_from=exports[name])
     back = runtime.build_model(cfg)  # what train.py --init_from=DIR and sample.py --init_from=DIR build
     mine, theirs = model.state_dict(), back.state_dict()
     assert set(mine) <= set(theirs)
@@ -79,10 +86,10 @@ def test_a_sharded_checkpoint_exports_the_weights_it_holds(gpt2_data_dir, tmp_pa
         torch.testing.assert_close(hf(idx).logits, model(idx)[0][..., :N], rtol=1e-5, atol=1e-5)
 
 
-def test_the_export_reexports_to_identical_files(runs, tmp_path):
+def test_the_export_reexports_to_identical_files(exports, tmp_path):
     """export -> --init_from -> ckpt.pt -> export: the same tensors, bit for bit."""
     from safetensors.torch import load_file
-    first = export(runs["nobias_tied"], tmp_path / "first")
+    first = exports["nobias_tied"]
     back = runtime.build_model(dict(runtime.DEFAULTS, init_from=first))
     run2 = tmp_path / "run2"
     run2.mkdir()
@@ -94,8 +101,8 @@ def test_the_export_reexports_to_identical_files(runs, tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_tokenizer_and_model_card(runs, tmp_path):
-    out = export(runs["bias_tied"], tmp_path / "hf")
+def test_tokenizer_and_model_card(runs, exports):
+    out = exports["bias_tied"]
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     text = "The river runs past the old mill, and the children's boats drift by.<|endoftext|>"
     assert tokenizer(text)["input_ids"] == tokendata.gpt2_encoding().encode(text, allowed_special="all")
@@ -115,19 +122,17 @@ def test_tokenizer_and_model_card(runs, tmp_path):
     (dict(ln_placement="post"), "ln_placement='post'"),
     (dict(vocab_size=64), "vocab_size=64"),
 ])
-def test_variants_that_are_not_gpt2_are_refused_in_one_line(tmp_path, keys, named):
+def test_variants_that_are_not_gpt2_are_refused_in_one_line(tmp_path, capsys, keys, named):
     run = tiny_checkpoint(tmp_path / "run", **keys)
     with pytest.raises(configurator.ConfigError, match="lm-eval adapter") as refused:
         export(run, tmp_path / "hf")
     assert named in str(refused.value) and "\n" not in str(refused.value)
     assert not os.path.exists(tmp_path / "hf")
-    script = subprocess.run([sys.executable, "export_checkpoint.py", f"--out_dir={run}", "--format=hf",
-                             f"--out={tmp_path / 'hf'}"], cwd=REPO, capture_output=True, text=True,
-                            env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert script.returncode == 1 and script.stderr.count("\n") == 1 and "lm-eval adapter" in script.stderr
+    code, stderr = run_script(capsys, "export_checkpoint.py", f"--out_dir={run}", "--format=hf", f"--out={tmp_path / 'hf'}")
+    assert code == 1 and stderr.count("\n") == 1 and "lm-eval adapter" in stderr
 
 
-def test_a_run_on_other_tokens_is_refused_and_a_damaged_run_info_is_named(tmp_path):
+def test_a_run_on_other_tokens_is_refused_and_a_damaged_run_info_is_named(tmp_path, capsys):
     """A char-level run of GPT-2's vocabulary size is a GPT-2 shape over other tokens: the exported BPE would lie."""
     run = tiny_checkpoint(tmp_path / "run")
     info = tmp_path / "run" / "run_info.json"
@@ -135,11 +140,9 @@ def test_a_run_on_other_tokens_is_refused_and_a_damaged_run_info_is_named(tmp_pa
     with pytest.raises(configurator.ConfigError, match="trained on 'char' tokens but a GPT2LMHeadModel export uses"):
         export(run, tmp_path / "hf")
     info.write_text('{"facts": {"tok')
-    script = subprocess.run([sys.executable, "export_checkpoint.py", f"--out_dir={run}", "--format=hf",
-                             f"--out={tmp_path / 'hf'}"], cwd=REPO, capture_output=True, text=True,
-                            env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert script.returncode == 1 and script.stderr.count("\n") == 1, script.stderr
-    assert f"{info} is damaged" in script.stderr and not os.path.exists(tmp_path / "hf")
+    code, stderr = run_script(capsys, "export_checkpoint.py", f"--out_dir={run}", "--format=hf", f"--out={tmp_path / 'hf'}")
+    assert code == 1 and stderr.count("\n") == 1, stderr
+    assert f"{info} is damaged" in stderr and not os.path.exists(tmp_path / "hf")
 
 
 def test_reduced_sync_of_tp_blocks_and_plain_ra_are_gpt2(tmp_path):

@@ -1,4 +1,5 @@
 """train.py end to end on tiny models: logs, budgets, resume, atomic saves, divergence, DDP."""
+import importlib.util
 import json
 import math
 import os
@@ -15,9 +16,10 @@ import configurator
 import devices
 import runrecord
 import runtime
+import sample
 import tokendata
 import train
-from helpers import REPO, VOCAB, events, load_ckpt, tiny_args
+from helpers import REPO, VOCAB, events, load_ckpt, run_script, tiny_args
 from model import GPT
 
 def test_logs_every_metric_and_learns(data_dir, tmp_path):
@@ -225,11 +227,11 @@ def test_impossible_configs_fail_at_startup(data_dir, tmp_path, extra, message):
 
 @pytest.mark.parametrize("dataset, command", [("openwebtext", "python data/openwebtext/prepare.py"),
                                               ("shakespeare_char", "python data/shakespeare/prepare.py --tokenizer=char")])
-def test_missing_dataset_names_the_prepare_script(tmp_path, dataset, command):
-    proc = subprocess.run([sys.executable, "train.py", f"--dataset={dataset}", f"--data_dir={tmp_path}/none",
-                           f"--out_dir={tmp_path}/run"], cwd=REPO, capture_output=True, text=True)
-    assert proc.returncode == 1
-    assert f"`{command}`" in proc.stderr and os.path.exists(os.path.join(REPO, command.split()[1]))
+def test_missing_dataset_names_the_prepare_script(tmp_path, capsys, dataset, command):
+    code, stderr = run_script(capsys, "train.py", f"--dataset={dataset}", f"--data_dir={tmp_path}/none",
+                              f"--out_dir={tmp_path}/run")
+    assert code == 1
+    assert f"`{command}`" in stderr and os.path.exists(os.path.join(REPO, command.split()[1]))
 
 
 def test_ddp_two_ranks_match_one_process_with_same_accumulation(data_dir, tmp_path):
@@ -262,26 +264,34 @@ def test_compiled_run_saves_plain_keys(data_dir, tmp_path):
     assert all(math.isfinite(r["act_rms_layer0"]) for r in events(out, "train"))
 
 
+def shakespeare_prepare():
+    """data/shakespeare/prepare.py as a module (a script in a directory without __init__.py)."""
+    spec = importlib.util.spec_from_file_location("shakespeare_prepare",
+                                                  os.path.join(REPO, "data", "shakespeare", "prepare.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.mark.parametrize("tokenizer, extra", [("gpt2", ()), ("char", ("--dataset=shakespeare_char", "--vocab_size=80"))])
-def test_shakespeare_demo_config_runs(tmp_path, tokenizer, extra):
-    """The demo, and the same on characters: its sample and sample.py's read the run's own tokens."""
+def test_shakespeare_demo_config_runs(tmp_path, capsys, tokenizer, extra):
+    """The demo, and the same on characters: its sample and sample.py's read the run's own tokens. The three
+    scripts' main() in this process: what is tested is the demo's config and data, not an interpreter."""
     data = tmp_path / "shakespeare"
-    subprocess.run([sys.executable, "data/shakespeare/prepare.py", f"--out_dir={data}", f"--tokenizer={tokenizer}"],
-                   cwd=REPO, check=True, capture_output=True)
+    shakespeare_prepare().main([f"--out_dir={data}", f"--tokenizer={tokenizer}"])
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "train.py", "config/train_shakespeare.py", f"--data_dir={data}",
-                           f"--out_dir={out}", "--max_iters=3", "--eval_interval=3", "--eval_iters=1",
-                           "--log_interval=1", "--warmup_iters=1", "--sample_tokens=8", *extra],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "step 3: train loss" in proc.stdout and "sample:" in proc.stdout
+    train.main([os.path.join(REPO, "config", "train_shakespeare.py"), f"--data_dir={data}", f"--out_dir={out}",
+                "--max_iters=3", "--eval_interval=3", "--eval_iters=1", "--log_interval=1", "--warmup_iters=1",
+                "--sample_tokens=8", *extra])
+    stdout = capsys.readouterr().out
+    assert "step 3: train loss" in stdout and "sample:" in stdout
     assert [r["iter"] for r in events(out, "train")] == [1, 2, 3]
     assert events(out, "checklist")[0]["train_tokens"] > 1_000_000
-    proc = subprocess.run([sys.executable, "sample.py", f"--out_dir={out}", "--num_samples=1", "--max_new_tokens=5",
-                           "--start=ROMEO:"], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and proc.stdout.startswith("ROMEO:"), proc.stderr[-3000:]
+    sample.main([f"--out_dir={out}", "--num_samples=1", "--max_new_tokens=5", "--start=ROMEO:"])
+    stdout = capsys.readouterr().out
+    assert stdout.startswith("ROMEO:"), stdout
     if tokenizer == "char":
-        sampled = proc.stdout.split("\n---------------")[0]
+        sampled = stdout.split("\n---------------")[0]
         assert len(sampled) == len("ROMEO:") + 5 and set(sampled) <= set(json.load(open(data / "meta.json"))["chars"])
 
 
