@@ -30,43 +30,61 @@ KNOWN_SPILLS = {}
 MATRIX = {"sm90": "wgmma", "gfx942": "mfma", "gfx1100": "wmma"}  # in every forward's instructions
 
 
-def _missing(what, how):
-    if os.environ.get("CI"):
-        pytest.fail(f"{what} is missing in CI: {how}")
-    pytest.skip(f"{what} is not available: {how}")
-
-
-def _compile_conservative(target, head_size, spec):
-    """compile_check.compile_one for every kernel in a fresh process without TRITON_INTERPRET
-    (Triton binds interpreter mode at import); spec: 'masked', 'even' (the mask-free specialization,
-    EVEN) or 'tma' (EVEN with TMA loads)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    code = ("import json; from kernels import compile_check, ra_attention; "
-            f"print(json.dumps([(kernel, mode, compile_check.compile_one({target!r}, kernel, mode, 'bfloat16', "
-            f"{head_size}, ra_attention.autotune_space({target!r}, {head_size}, mode.startswith('mix'))[index][0], "
-            f"{spec != 'masked'}, {spec == 'tma'})) "
-            f"for kernel, mode, index in {KERNELS} if compile_check.runs(kernel, mode, {target!r}, {head_size})]))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 # GPT-2's head size, and its double inside mix (RDNA3 splits it into two programs of 64 columns)
 # and the mask-free specialization (EVEN) that GPT-2's T = 1024 takes on the H100 (ra_attention.mask_free_tiles),
 # with the pointer loads and with TMA's (ra_attention.tma_loads)
-@pytest.mark.parametrize("target,head_size,spec", [
-    ("sm90", 64, "masked"), ("sm90", 128, "masked"), ("sm90", 64, "even"), ("sm90", 64, "tma"),
-    ("gfx1100", 64, "masked"), ("gfx1100", 128, "masked"),
-    ("gfx942", 128, "masked")])  # MI300X: whole rows at 128, its own lists
-def test_the_conservative_configs_do_not_spill(target, head_size, spec):
+SPECS = [("sm90", 64, "masked"), ("sm90", 128, "masked"), ("sm90", 64, "even"), ("sm90", 64, "tma"),
+         ("gfx1100", 64, "masked"), ("gfx1100", 128, "masked"),
+         ("gfx942", 128, "masked")]  # MI300X: whole rows at 128, its own lists
+# one process compiles every spec (each fresh interpreter's torch and triton imports cost ~4 CPU-seconds),
+# so the tests that read it share a worker
+pytestmark = pytest.mark.xdist_group("compile_check")
+
+
+def _unavailable(target):
+    """(what, how) where the compiler that the target needs is not installed, else None."""
     if target.startswith("sm") and not (os.environ.get("TRITON_PTXAS_PATH") or shutil.which("ptxas")):
-        _missing("ptxas", "install CUDA's ptxas (pip install nvidia-cuda-nvcc) or set TRITON_PTXAS_PATH")
+        return "ptxas", "install CUDA's ptxas (pip install nvidia-cuda-nvcc) or set TRITON_PTXAS_PATH"
     if target.startswith("gfx") and importlib.util.find_spec("triton.backends.amd") is None:
-        _missing("Triton's AMD backend", "install the triton wheel that ships backends/amd")
-    for kernel, mode, usage in _compile_conservative(target, head_size, spec):
-        assert usage["tma"] == (spec == "tma"), (kernel, mode, usage)  # the descriptor loads became TMA copies
-        assert usage["spills"] <= KNOWN_SPILLS.get((target, head_size, kernel, mode), 0), (target, head_size, kernel,
-                                                                                          mode, usage)
+        return "Triton's AMD backend", "install the triton wheel that ships backends/amd"
+    return None
+
+
+@pytest.fixture(scope="module")
+def usage(request):
+    """{(target, head size, spec): [[kernel, mode, compile_check.compile_one's usage], ...]} for every spec
+    this session tests whose compiler is installed, from one fresh process without TRITON_INTERPRET (Triton
+    binds interpreter mode at import); spec: 'masked', 'even' (the mask-free specialization, EVEN) or 'tma'
+    (EVEN with TMA loads)."""
+    selected = [item.callspec.params for item in request.session.items if item.module is request.module]
+    specs = [spec for spec in SPECS if _unavailable(spec[0]) is None
+             and dict(zip(("target", "head_size", "spec"), spec)) in selected]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("import json; from kernels import compile_check, ra_attention; "
+            "print(json.dumps([(target, head_size, spec, [(kernel, mode, compile_check.compile_one("
+            "target, kernel, mode, 'bfloat16', head_size, "
+            "ra_attention.autotune_space(target, head_size, mode.startswith('mix'))[index][0], "
+            "spec != 'masked', spec == 'tma')) "
+            f"for kernel, mode, index in {KERNELS} if compile_check.runs(kernel, mode, target, head_size)]) "
+            f"for target, head_size, spec in {specs}]))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return {(target, head_size, spec): compiled
+            for target, head_size, spec, compiled in json.loads(out.stdout.strip().splitlines()[-1])}
+
+
+@pytest.mark.parametrize("target,head_size,spec", SPECS)
+def test_the_conservative_configs_do_not_spill(target, head_size, spec, usage):
+    missing = _unavailable(target)
+    if missing:
+        what, how = missing
+        if os.environ.get("CI"):
+            pytest.fail(f"{what} is missing in CI: {how}")
+        pytest.skip(f"{what} is not available: {how}")
+    for kernel, mode, used in usage[target, head_size, spec]:
+        assert used["tma"] == (spec == "tma"), (kernel, mode, used)  # the descriptor loads became TMA copies
+        assert used["spills"] <= KNOWN_SPILLS.get((target, head_size, kernel, mode), 0), (target, head_size, kernel,
+                                                                                         mode, used)
         if kernel == "fwd":
-            assert MATRIX[target] in usage["mma"], (target, head_size, mode, usage)
-        assert 0 < usage["registers"] <= (512 if target == "gfx942" else 256) and 0 < usage["shared"] <= SHARED_LIMIT[target], (kernel, mode, usage)
+            assert MATRIX[target] in used["mma"], (target, head_size, mode, used)
+        assert 0 < used["registers"] <= (512 if target == "gfx942" else 256) and 0 < used["shared"] <= SHARED_LIMIT[target], (kernel, mode, used)
