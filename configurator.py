@@ -174,6 +174,8 @@ def help_text(doc, *documented):
     the comment beside the key where its dict is written (comment lines between keys are headings);
     the keys of several dicts (a tool's own, then those it shares) one dict after the other."""
     defaults = merged(documented)
+    if not defaults:  # a tool of paths only
+        return (doc or "").strip()
     lines = [(doc or "").strip(), "", "keys (--key=default, then its meaning):"]
     width = max(len(f"--{k}={v!r}") for k, v in defaults.items())
     for keys in documented:

@@ -96,6 +96,16 @@ def tool_output_dir(path, tool):
             json.dump(dict(tool=tool, files=sorted(files_under(path) - kept - {TOOL_MANIFEST})), f, indent=1)
 
 
+REPO_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def in_repository(path, repo=REPO_DIR, start=None):
+    """An absolute path inside the repository `repo` relative to `start` (its root by default), so a committed
+    record names no directory of the machine that ran it; any other path as given."""
+    inside = os.path.isabs(path) and not os.path.relpath(path, repo).startswith("..")
+    return os.path.relpath(path, start or repo) if inside else path
+
+
 def files_under(path):
     """Every file below path, relative to it (symbolic links to directories are not followed)."""
     return {os.path.relpath(os.path.join(d, name), path) for d, _, names in os.walk(path) for name in names}

@@ -143,24 +143,40 @@ def load_average():
 def provenance(repo_dir, argv, device, world_size):
     commit, diff = git_state(repo_dir)
     code_version = None if commit is None else commit + (f"+dirty-{digest(diff)}" if diff else "")
-    return dict(time=time.time(), commit=commit, code_version=code_version, dirty=bool(diff), diff=diff,
+    start = dict(time=time.time(), commit=commit, code_version=code_version, dirty=bool(diff), diff=diff,
                 packages=package_versions(), device_name=device_name(device), world_size=world_size,
                 intra_op_threads=intra_op_threads(device),
                 deterministic_algorithms=torch.are_deterministic_algorithms_enabled(),
                 host=platform.node(), cwd=os.getcwd(), command=launch_command(argv), load_average=load_average())
+    return portable_start(start, repo_dir)
 
 
-def repeat_command(repo_dir, out_dir, start):
-    """One shell line that checks the code out as it was and runs the same command again."""
-    if start["commit"] is None:
-        return f"cd {shlex.quote(start['cwd'])} && {start['command']}"
-    steps = [f"cd {shlex.quote(repo_dir)}", f"git checkout {start['commit']}"]
+def portable_start(start, repo_dir):
+    """start with its working directory relative to the repository at repo_dir and each path in its command
+    inside it (a config file, `--key=path`) relative to that directory, when it lies inside: the record names no
+    directory of the machine that ran it, and `cd <cwd> && <command>` repeats from the root of any checkout."""
+    cwd = start["cwd"]
+    if rundir.in_repository(cwd, repo_dir) == cwd:
+        return start
+    relative = lambda text: rundir.in_repository(text, repo_dir, cwd)
+    word = lambda a: f"{a.split('=', 1)[0]}={relative(a.split('=', 1)[1])}" if a.startswith("--") and "=" in a \
+        else relative(a)
+    return dict(start, cwd=rundir.in_repository(cwd, repo_dir),
+                command=shlex.join(word(a) for a in shlex.split(start["command"])))
+
+
+def repeat_command(out_dir, start):
+    """One shell line, from the repository's root, that checks the code out as it was and runs the same command
+    again (paths inside the repository are relative to it, so the line names no directory of this machine)."""
+    steps = [] if start["commit"] is None else [f"git checkout {start['commit']}"]
     if start["dirty"]:
-        steps.append(f"git apply {shlex.quote(os.path.join(os.path.abspath(out_dir), 'git_diff.patch'))}")
-    return " && ".join([*steps, f"cd {shlex.quote(start['cwd'])}", start["command"]])
+        steps.append(f"git apply {shlex.quote(rundir.in_repository(os.path.join(os.path.abspath(out_dir), 'git_diff.patch')))}")
+    if start["cwd"] != ".":
+        steps.append(f"cd {shlex.quote(start['cwd'])}")
+    return " && ".join([*steps, start["command"]])
 
 
-def write_run_info(out_dir, repo_dir, start, facts, resumed):
+def write_run_info(out_dir, start, facts, resumed):
     """run_info.json: a fresh run writes its start and facts; a resumed run keeps the first start's
     facts (its initial weights are long gone) and appends its own start, so a code change between
     the two shows."""
@@ -176,7 +192,7 @@ def write_run_info(out_dir, repo_dir, start, facts, resumed):
             with open(os.path.join(out_dir, "git_diff.patch"), "w") as f:
                 f.write(diff)
         info = dict(start=start, resumes=[], facts=facts, code_versions=[start["code_version"] or "unknown"],
-                    repeat=repeat_command(repo_dir, out_dir, start))
+                    repeat=repeat_command(out_dir, start))
     with rundir.atomic_write(path, "w") as f:
         json.dump(info, f, indent=1)
     return info
@@ -201,7 +217,7 @@ def startup_checklist(cfg, layout, model, counts, data_dir, dtype):
     """The run's shape at a glance: the console's first lines and log.jsonl's checklist event."""
     accum = cfg["gradient_accumulation_steps"]
     return {
-        "dataset": cfg["dataset"], "data_dir": data_dir,
+        "dataset": cfg["dataset"], "data_dir": rundir.in_repository(data_dir),
         "train_tokens": counts["train"], "val_tokens": counts["val"],
         "model_class": type(model).__name__, "parameters": model.get_num_params(),
         "flops_per_token": model.flops_per_token(),

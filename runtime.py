@@ -24,7 +24,7 @@ from model import GPT, GPTConfig, model_config_fields, unwrap_state_dict
 from ra_model import IDEAS, RAConfig, RAGPT, check_ideas
 from reduced_sync_model import ReducedSyncConfig, ReducedSyncGPT
 
-REPO_DIR = os.path.dirname(os.path.abspath(__file__))  # the repository: data/, config/, the scripts
+REPO_DIR = rundir.REPO_DIR  # the repository: data/, config/, the scripts
 
 # The keys of a training run (train.py), each with its default and meaning. Config files and
 # --key=value overrides set them (configurator.py); sweep.py expands them over grids.

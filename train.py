@@ -491,7 +491,7 @@ def record_start(cfg, layout, command, facts, data_changes, resumed):
         start = runrecord.provenance(runtime.REPO_DIR, list(command), layout.device, layout.world_size)
         if data_changes:
             start["data_changed"] = data_changes  # allowed by allow_data_change; reports refuse to compare it
-        runrecord.write_run_info(cfg["out_dir"], runtime.REPO_DIR, start, facts, resumed)
+        runrecord.write_run_info(cfg["out_dir"], start, facts, resumed)
 
 
 def log_start(log, cfg, layout, run, data, dtype, act_norms, fork):

@@ -288,14 +288,14 @@ def tuning_facts(path):
         result = json.load(f)
     check_tuning_record(result)
     kept = {k: result[k] for k in ("summary", "best_lr", "seeds", "bracketed", "date", "commit")}
-    return dict(kept, path=in_repository(path), grid=[row["lr"] for row in result["grid"]], recipe=result.get("recipe_fingerprint"),
+    return dict(kept, path=rundir.in_repository(path), grid=[row["lr"] for row in result["grid"]], recipe=result.get("recipe_fingerprint"),
                 best_factors={v: c["best_factor"] for v, c in result["variants"].items()})
 
 
 def current_tuning(declared):
     """The declared tuning, with the variants' rate check the same tuning (same best rate and seeds)
     added to its file since (tools/tune_lr.py checks the variants after the baseline's grid)."""
-    path = os.path.join(REPO, declared.get("path", "")) if declared else ""  # relative to the repository (an older one absolute)
+    path = os.path.join(rundir.REPO_DIR, declared.get("path", "")) if declared else ""  # relative to the repository (an older one absolute)
     if not declared or not os.path.exists(path):
         return declared
     try:
@@ -337,20 +337,10 @@ def check_bridge_seeds(seeds, fork_at, sizes):
     return list(seeds)
 
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def in_repository(path):
-    """A path inside the repository relative to its root, so a committed declaration or report names no
-    directory of the machine that ran it; others as given."""
-    inside = os.path.isabs(path) and not os.path.relpath(path, REPO).startswith("..")
-    return os.path.relpath(path, REPO) if inside else path
-
-
 def portable_variants(variants):
     """The variants as suite.json keeps them: config files relative to the repository (nothing reads these
     paths back to run)."""
-    return {v: dict(body, config=[in_repository(c) for c in body.get("config", [])]) for v, body in variants.items()}
+    return {v: dict(body, config=[rundir.in_repository(c) for c in body.get("config", [])]) for v, body in variants.items()}
 
 
 # runs read apart from the family, never pooled with it: the point's flag -> (suite.json key, the record's event)

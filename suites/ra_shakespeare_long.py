@@ -4,11 +4,14 @@
 # measured sds (reports/ra_shakespeare) 0.01 is detectable at 25 seeds, and at 32 the simultaneous
 # half-widths are about 0.007. At most 160 runs of ~3 min, two at a time: about 4.5 hours on 2 cores,
 # resumable: the same command again (in another sitting) reuses every finished run and retakes the looks.
+# Its finished runs' records (no checkpoints) are committed in runs/ra_shakespeare_long, so it resumes from
+# any checkout; only finished runs are committed, so a run paused elsewhere starts again.
 # python data/shakespeare/prepare.py --tokenizer=char && python sweep.py suites/ra_shakespeare_long.py
 import os
 
 exec(open(os.path.join(os.path.dirname(__file__), "ra_shakespeare.py")).read())
 # Seeds 41-72: no tuning run, no earlier report and not the flagship's own seeds (31-36).
 seeds = list(range(41, 73))
+suite_dir = "runs/ra_shakespeare_long"
 looks = [8, 16, 32]
 earlier = earlier + ["reports/ra_shakespeare: this recipe, seeds 31-36, looks at 3 and 6 (the README's hour)"]

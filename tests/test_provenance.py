@@ -5,12 +5,17 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
+import tempfile
 
 import pytest
 
+import rundir
 import runtime
 from ablation import compare, suites
 from configurator import ConfigError
+from helpers import run_script, tiny_args
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the home, work and temporary directories of the machines that ran things (a system tool's /usr/bin is no one's)
@@ -34,7 +39,7 @@ def machine_paths(folder):
 def test_no_committed_report_or_doc_names_a_directory_of_the_machine_that_ran_it():
     assert MACHINE_PATH.search('"config": ["/work/flag3/config/train_ra_baseline.py"]')
     assert MACHINE_PATH.search("| 1 | /Users/me/out-suite-x/base-seed1 |") and not MACHINE_PATH.search("/usr/bin/time")
-    for folder in ("reports", "docs"):
+    for folder in ("reports", "docs", "runs"):
         assert machine_paths(folder) == [], "write paths relative to the repository or the suite directory"
 
 
@@ -89,3 +94,45 @@ def test_a_report_counts_the_earlier_recipes_tried_on_its_question_as_looks(tmp_
     assert f"Earlier recipes on the same question: 2 ({earlier[0]}; {earlier[1]})" in text and "look 3 at it" in text
     with pytest.raises(ConfigError, match="declared earlier="):  # never rewritten after the runs
         suites.check_declaration(dict(declared, earlier=earlier[:1]), suite_dir)
+
+
+def test_a_run_records_its_paths_relative_to_the_repository_and_an_older_record_is_made_so(data_dir, capsys):
+    """A run started from the repository's root with a config file and data inside it records no directory
+    of the checkout (run_info.json's working directory, command and repeat line, the checklist's data_dir);
+    tools/portable_runs.py turns a record written before that into the same record, and leaves it alone after."""
+    work = tempfile.mkdtemp(prefix="out-provenance-", dir=REPO)  # out*/ is ignored by git
+    try:
+        data, out = os.path.join(work, "data"), os.path.join(work, "run")
+        shutil.copytree(data_dir, data)
+        config = os.path.join(REPO, "config", "train_ra_baseline.py")
+        subprocess.run([sys.executable, os.path.join(REPO, "train.py"), config, *tiny_args(data, out, "--max_iters=1")],
+                       cwd=REPO, check=True, capture_output=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        info = json.load(open(os.path.join(out, "run_info.json")))
+        log = open(os.path.join(out, "log.jsonl")).readlines()
+        assert REPO not in json.dumps(info) and REPO not in "".join(log)
+        work_rel = os.path.relpath(work, REPO)
+        assert info["start"]["cwd"] == "."
+        assert info["start"]["command"].startswith(f"python train.py config/train_ra_baseline.py --data_dir={work_rel}/data")
+        repeat = info["repeat"]  # from the repository's root (a dirty tree's patch applied between)
+        assert repeat.startswith(f"git checkout {info['start']['commit']} && ") and " cd " not in repeat
+        assert repeat.endswith(f" && {info['start']['command']}")
+        assert json.loads(log[0])["data_dir"] == f"{work_rel}/data"
+
+        older = dict(info, start=dict(info["start"], cwd=REPO, command=info["start"]["command"].replace(
+            "train.py config/", f"{REPO}/train.py {REPO}/config/").replace(f"={work_rel}", f"={work}")))
+        older["repeat"] = f"cd {REPO} && git checkout {info['start']['commit']} && cd {REPO} && {older['start']['command']}"
+        json.dump(older, open(os.path.join(out, "run_info.json"), "w"), indent=1)
+        open(os.path.join(out, "log.jsonl"), "w").writelines(
+            [json.dumps(dict(json.loads(log[0]), data_dir=data)) + "\n", *log[1:]])
+        assert run_script(capsys, "tools/portable_runs.py", work) == (0, "")
+        assert json.load(open(os.path.join(out, "run_info.json"))) == info
+        assert open(os.path.join(out, "log.jsonl")).readlines() == log
+        older["repeat"] = "kept"  # a portable record is left as it is
+        json.dump(older, open(os.path.join(out, "run_info.json"), "w"), indent=1)
+        with rundir.out_dir_lock(out):  # a running run: refused, nothing rewritten
+            code, err = run_script(capsys, "tools/portable_runs.py", work)
+        assert code == 1 and "is in use by another run" in err
+        assert run_script(capsys, "tools/portable_runs.py", out) == (0, "")
+        assert json.load(open(os.path.join(out, "run_info.json")))["repeat"] == "kept"
+    finally:
+        shutil.rmtree(work)
