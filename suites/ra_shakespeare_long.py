@@ -4,8 +4,9 @@
 # measured sds (reports/ra_shakespeare) 0.01 is detectable at 25 seeds, and at 32 the simultaneous
 # half-widths are about 0.007. At most 160 runs of ~3 min, two at a time: about 4.5 hours on 2 cores,
 # resumable: the same command again (in another sitting) reuses every finished run and retakes the looks.
-# Its finished runs' records (no checkpoints) are committed in runs/ra_shakespeare_long, so it resumes from
-# any checkout; only finished runs are committed, so a run paused elsewhere starts again.
+# Its finished runs' records (no checkpoints) are committed in runs/ra_shakespeare_long, so it resumes on any
+# machine: at the commit those runs record (every run of a report shares its code version), the records
+# copied into that checkout; a run paused elsewhere starts again.
 # python data/shakespeare/prepare.py --tokenizer=char && python sweep.py suites/ra_shakespeare_long.py
 import os
 
