@@ -151,6 +151,17 @@ def test_factors_rounded_by_hand_are_the_grid_they_mean(tmp_path, written_runs):
     assert result["bracketed"] and len(written_runs) == 9
 
 
+def test_each_variants_grid_starts_one_step_either_side_of_the_baseline_rate(tmp_path, written_runs):
+    """At x1.41 a variant starts at 0.707x, 1x and 1.41x (already the bracket the refinement asks for), not at
+    0.5x, 1x and 2x, whose midpoints would cost two rates more; its best at the 1.41x edge grows the grid by steps."""
+    suite, _ = write_suite(tmp_path, lr=1e-2)
+    tune_lr.main([suite, f"--sweep_dir={tmp_path / 'runs'}", f"--out={tmp_path / 'out'}", "--factors=0.7071,1,1.4142",
+                  "--step=1.4142", "--refine=0"])
+    points = [p["factor"] for p in json.load(open(tmp_path / "out" / "tuning.json"))["variants"]["other"]["points"]]
+    assert points[:3] == pytest.approx([1 / 1.4142, 1, 1.4142]) and all(
+        b / a == pytest.approx(1.4142) for a, b in zip(points, points[1:]))
+
+
 def test_a_fitted_optimum_past_the_last_rate_tried_grows_the_grid_that_way(tmp_path, written_runs, monkeypatch):
     """The lowest mean inside the grid, but the curve near it still falling at the top rate (noise can do it):
     the next rate up is tried; once the fit no longer points past the grid, it stops."""

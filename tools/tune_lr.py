@@ -18,7 +18,8 @@ seeds), Breiman's one-standard-error rule: where the loss is flat within noise o
 chosen one is the farthest from the divergence above, whose runs are the noisiest. `rule='lowest_mean'`
 takes the lowest mean itself. A one-se rate that the baseline's fitted optimum interval (below) excludes,
 while it covers the lowest mean, is not written: there the loss is not flat, and the tool says to take the
-lowest mean (every run reused). Each variant then gets its own grid, started at 0.5x, 1x and 2x of that rate
+lowest mean (every run reused). Each variant then gets its own grid, started one step below, at and one step
+above that rate (0.5x, 1x and 2x at step 2)
 and grown and refined by the same rules.
 
 Each arm's optimum: a quadratic in log(rate) fitted to the per-seed values within step ** 2 of its lowest
@@ -68,14 +69,13 @@ OPTIONS = dict(
     max_points=8,  # the widest grid (in rates one step apart) an arm grows to before giving up on bracketing
     rule="one_se",  # 'one_se': the lowest rate within one paired standard error of the lowest mean; 'lowest_mean'
     refine=1,  # halvings of the step (in log rate) beside the best rate, refined until reached (step ** 0.5 ** refine <= 1.5)
-    variants=True,  # also tune every variant on its own grid, started at 0.5x, 1x and 2x of the baseline's best rate
+    variants=True,  # also tune every variant on its own grid, started one step below, at and above the baseline's best rate
     check_seeds="",  # the seeds of the variants' grids: at least 3 of the tuning seeds ('' = all of them)
     write="",  # the recipe file whose learning_rate and min_lr lines get the tuned values ('' = none)
     out="",  # where tuning.json and tuning.md go ('' = the sweep directory)
     sweep_dir="",  # the runs ('' = out-tune-<suite>)
     cpu_runs=2,  # runs at a time, each with its share of the cores (0 = one per core, as sweep.py's default)
 )
-CHECK_FACTORS = (0.5, 1.0, 2.0)  # each variant around the baseline's best rate
 
 
 def rate_text(lr):
@@ -351,13 +351,14 @@ def fit_optimum(rows, seeds, span, shared_lr, level_seeds):
 
 
 def check_variants(suite, best_lr, options, seeds):
-    """{variant: (rows, lowest mean's index, bracketed)}: each variant's own grid, started at CHECK_FACTORS x the
-    baseline's chosen rate and grown and refined as the baseline's was (the first points of all variants at once)."""
+    """{variant: (rows, lowest mean's index, bracketed)}: each variant's own grid, started one step below, at and
+    above the baseline's chosen rate and grown and refined as the baseline's was (the first points of all variants
+    at once): at step x1.41 the bracket is already as fine as the refinement asks."""
     metric, others = suite["metric"], [v for v in suite["variants"] if v != suite["baseline"]]
-    run_missing([job for v in others for f in CHECK_FACTORS
-                 for job in jobs_at(options, v, options["body"][v], best_lr * f, options["ratio"], seeds)],
+    exponents = [-1, 0, 1]
+    run_missing([job for v in others for e in exponents
+                 for job in jobs_at(options, v, options["body"][v], best_lr * options["step"] ** e, options["ratio"], seeds)],
                 metric, options["cpu_runs"])
-    exponents = [math.log(f, options["step"]) for f in CHECK_FACTORS]
     return {v: tune_grid(options, v, best_lr, exponents, seeds, metric) for v in others}
 
 
@@ -475,7 +476,7 @@ def markdown(result):
         " **best**" if row["lr"] == best else "") + (
         " (lowest mean)" if row["lr"] == result["lowest_mean_lr"] != best else ""))
     if result["variants"]:
-        lines += ["", f"Each variant on its own grid, started at 0.5x, 1x and 2x of the baseline's chosen rate "
+        lines += ["", f"Each variant on its own grid, started at {1 / result['step']:.3g}x, 1x and {result['step']:.3g}x of the baseline's chosen rate "
                       f"({rate_text(best)}) and grown and refined as the baseline's, on seeds "
                       f"{', '.join(map(str, result['check_seeds']))}."]
         for variant, arm in result["variants"].items():
