@@ -2,8 +2,8 @@
 # asked until every RA variant is decided at +-0.01: better or worse, or equivalent within the margin.
 # Up to 32 seeds, looks at 8, 16 and 32; an arm decided at a look runs no more seeds. At the flagship's
 # measured sds (reports/ra_shakespeare) 0.01 is detectable at 25 seeds, and at 32 the simultaneous
-# half-widths are about 0.007. At most 160 runs of ~3 min, two at a time: about 4.5 hours on 2 cores,
-# resumable: the same command again (in another sitting) reuses every finished run and retakes the looks.
+# half-widths are about 0.007. At most 160 runs of ~3 min, two at a time: about 4.5 hours on 2 cores (runs of
+# 4-6 min and about 7 hours on an AVX2-only EPYC, the slowest of our CPUs), resumable: the same command again (in another sitting) reuses every finished run and retakes the looks.
 # Its finished runs' records (no checkpoints) are committed in runs/ra_shakespeare_long, so it resumes on any
 # machine: at the commit those runs record (every run of a report shares its code version), the records
 # copied into that checkout; a run paused elsewhere starts again.
