@@ -140,10 +140,14 @@ def load_average():
         return None
 
 
+def code_version(commit, diff):
+    """The code a run trains with (git_state's commit and diff): the commit, and a digest of the diff when there is one."""
+    return None if commit is None else commit + (f"+dirty-{digest(diff)}" if diff else "")
+
+
 def provenance(repo_dir, argv, device, world_size):
     commit, diff = git_state(repo_dir)
-    code_version = None if commit is None else commit + (f"+dirty-{digest(diff)}" if diff else "")
-    start = dict(time=time.time(), commit=commit, code_version=code_version, dirty=bool(diff), diff=diff,
+    start = dict(time=time.time(), commit=commit, code_version=code_version(commit, diff), dirty=bool(diff), diff=diff,
                 packages=package_versions(), device_name=device_name(device), world_size=world_size,
                 intra_op_threads=intra_op_threads(device),
                 deterministic_algorithms=torch.are_deterministic_algorithms_enabled(),

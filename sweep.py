@@ -68,6 +68,7 @@ import forking
 import optim
 import parallel
 import rundir
+import runrecord
 import runtime
 import tokendata
 from ablation import compare, ladder, plan, render, suites
@@ -705,6 +706,8 @@ def main(argv, launch=launch_subprocess, step_timer=None):
     if suite:
         suites.check_declaration(suite, sweep_dir)  # a changed declaration is named as such, before the runs' recipes
     check_runs_on_disk(runs, sweep_dir, nproc)
+    if suite:
+        print(*other_code_lines(runs, sweep_dir), sep="\n")
     mark_stale(still_planned(runs, suite, sweep_dir), suite, sweep_dir)  # a stopped arm's seeds were never there
     if slurm:
         with rundir.out_dir_lock(sweep_dir, holder="sweep"):  # two submissions would both submit the same runs
@@ -870,6 +873,25 @@ def check_runs_on_disk(runs, sweep_dir, nproc):
             f"{len(stale)} run(s) in {sweep_dir} were started with another recipe than this sweep plans: "
             f"{'; '.join(stale[:3])}{' ...' if len(stale) > 3 else ''}. Restore the recipe they ran with, or give "
             f"the new recipe its own --sweep_dir (runs of two recipes are never pooled)")
+
+
+def other_code_lines(runs, sweep_dir):
+    """A line when runs already in sweep_dir trained with other code than this checkout's (run_info.json's code
+    versions): a report refuses a pair whose two runs differ in it, so a seed begun there and ended here is lost."""
+    ran = {}
+    for name, _, _ in runs:
+        try:
+            versions = rundir.read_run_info(os.path.join(sweep_dir, name)).get("code_versions", [])
+        except rundir.RunDirError:
+            continue  # a damaged record: the report names it
+        for version in versions:
+            ran.setdefault(version, []).append(name)
+    here = runrecord.code_version(*runrecord.git_state(runtime.REPO_DIR)) or "unknown"
+    other = {version: names for version, names in ran.items() if version != here}
+    return [f"note: {len(names)} run(s) in {sweep_dir} trained at code version {version} (e.g. {names[0]}), this "
+            f"checkout is {here}: a report refuses a pair whose runs ran different code; to go on with these runs, "
+            f"run at {version} (git worktree add DIR {version.split('+')[0]}, the run records copied in)"
+            for version, names in sorted(other.items())]
 
 
 def mark_stale(runs, suite, sweep_dir):

@@ -12,7 +12,9 @@ import tempfile
 import pytest
 
 import rundir
+import runrecord
 import runtime
+import sweep
 from ablation import compare, suites
 from configurator import ConfigError
 from helpers import run_script, tiny_args
@@ -136,3 +138,20 @@ def test_a_run_records_its_paths_relative_to_the_repository_and_an_older_record_
         assert json.load(open(os.path.join(out, "run_info.json")))["repeat"] == "kept"
     finally:
         shutil.rmtree(work)
+
+
+def test_a_sweep_names_runs_that_trained_with_other_code_than_this_checkout(tmp_path, monkeypatch):
+    """Runs carried from another checkout resume a suite only at the code they ran: the sweep says which runs
+    ran at another code version before it starts any (their pairs with new runs would be refused)."""
+    monkeypatch.setattr(runrecord, "git_state", lambda repo: ("c0ffee", ""))
+    for name, versions in (("base-seed1", ["c0ffee"]), ("late-seed1", ["abc123"]), ("base-seed2", ["abc123"])):
+        os.makedirs(tmp_path / name)
+        json.dump(dict(code_versions=versions), open(tmp_path / name / "run_info.json", "w"))
+    (tmp_path / "late-seed2").mkdir()
+    open(tmp_path / "late-seed2" / "run_info.json", "w").write("{damaged")
+    runs = [(name, {}, []) for name in ("base-seed1", "late-seed1", "base-seed2", "late-seed2", "base-seed3")]
+    assert sweep.other_code_lines(runs, str(tmp_path)) == [
+        f"note: 2 run(s) in {tmp_path} trained at code version abc123 (e.g. late-seed1), this checkout is c0ffee: a "
+        f"report refuses a pair whose runs ran different code; to go on with these runs, run at abc123 (git worktree "
+        f"add DIR abc123, the run records copied in)"]
+    assert sweep.other_code_lines(runs[:1], str(tmp_path)) == []
