@@ -312,14 +312,20 @@ def test_plan_compares_designs_and_a_budget_chooses_the_seeds(data_dir, tmp_path
     variants = {"base": {"model_type": "ra", **LR}, "learned": {"model_type": "ra", "ra_pattern": "learned", **LR}}
     scratch_path, scratch_dir = write_suite(tmp_path, variants, ["ra_pattern"], seeds=(1, 2), name="scratch")
     sweep.main(suite_args(data_dir, scratch_path), launch=in_process([]))
+    for pilot in (scratch_dir, fork_dir):  # every run took 10 s: the plan's times are the test's, not the machine's load
+        with open(os.path.join(pilot, suites.LAUNCHES), "w") as f:
+            f.writelines(json.dumps(dict(run=run, start=0.0, end=10.0, exit=0)) + "\n" for run in sorted(os.listdir(pilot))
+                         if os.path.exists(os.path.join(pilot, run, "log.jsonl")))
     capsys.readouterr()
     sweep.main([*suite_args(data_dir, fork_path), "--plan=True", f"--pilot={scratch_dir},{fork_dir}", "--budget=2m"])
     plan = capsys.readouterr().out
     assert f"from pilot {scratch_dir} (every run trained from scratch" in plan
     assert f"from pilot {fork_dir} (forked at step 6" in plan
     assert plan.count("wall time per seed") == 2
+    assert "wall time per seed: 20 s (2 runs of median 10 s, as timed in the pilot)" in plan
+    assert "wall time per seed: 30 s (2 runs of median 10 s + its trunk, 10 s, as timed in the pilot)" in plan
     # each design's seed count fills the budget: its time is at most the budget (the printed minutes
-    # are rounded); here a fork's seed costs more (three short runs, start-up dominates), not less
+    # are rounded); here a fork's seed costs more (its trunk, as long as a branch), not less
     chosen = [(int(n), int(m)) for n, m in re.findall(r"budget 2 min: (\d+) seeds \(about (\d+) min\)", plan)]
     assert len(chosen) == 2 and all(n >= 2 and m <= 2 for n, m in chosen), plan
     assert plan.splitlines()[-1] == f"  so: seeds = list(range(1, {chosen[1][0] + 1})) in the suite file, declared " \
