@@ -40,6 +40,7 @@ CONFIG_SCRIPTS = {
     "tools.calibration": "the seeds of each sub-suite (a pilot; for a family",
     "tools.tune_lr": "the tuning seeds: at least 3, none of them a seed a comparison uses",
     "tools.calibrate_analysis": "simulated tables per null",
+    "tools.portable_runs": "leave them out of what you commit",
 }
 ARGPARSE_SCRIPTS = ("data.shakespeare.prepare", "data.openwebtext.prepare", "data.finewebedu.prepare",
                     "data.wikitext2.prepare")

@@ -24,6 +24,8 @@ import configurator  # noqa: E402
 import rundir  # noqa: E402
 import runrecord  # noqa: E402
 
+OPTIONS = dict()  # no keys: the paths are the whole input
+
 
 def recorded_checkout(info):
     """The checkout an older record ran in: the directory its repeat line starts in, or None (a portable record)."""
@@ -60,7 +62,7 @@ def portable_run(out_dir):
 
 
 def main(argv):
-    _, paths = configurator.options_and_paths(argv, {})
+    _, paths = configurator.options_and_paths(argv, OPTIONS)
     if not paths:
         raise configurator.ConfigError("name a sweep directory or run directories (python tools/portable_runs.py --help)")
     runs = sorted({os.path.normpath(d) for path in paths for d, _, names in os.walk(path) if "run_info.json" in names})
