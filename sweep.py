@@ -886,6 +886,8 @@ def other_code_lines(runs, sweep_dir):
             continue  # a damaged record: the report names it
         for version in versions:
             ran.setdefault(version, []).append(name)
+    if not ran:  # nothing recorded yet: no git calls
+        return []
     here = runrecord.code_version(*runrecord.git_state(runtime.REPO_DIR)) or "unknown"
     other = {version: names for version, names in ran.items() if version != here}
     return [f"note: {len(names)} run(s) in {sweep_dir} trained at code version {version} (e.g. {names[0]}), this "
