@@ -107,7 +107,7 @@ def test_a_run_records_its_paths_relative_to_the_repository_and_an_older_record_
         data, out = os.path.join(work, "data"), os.path.join(work, "run")
         shutil.copytree(data_dir, data)
         config = os.path.join(REPO, "config", "train_ra_baseline.py")
-        subprocess.run([sys.executable, os.path.join(REPO, "train.py"), config, *tiny_args(data, out, "--max_iters=1")],
+        subprocess.run([sys.executable, os.path.join(REPO, "train.py"), config, *tiny_args(data, out, "--max_iters=1", "--compile=False", "--wandb_log=False")],
                        cwd=REPO, check=True, capture_output=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
         info = json.load(open(os.path.join(out, "run_info.json")))
         log = open(os.path.join(out, "log.jsonl")).readlines()
