@@ -707,7 +707,8 @@ def main(argv, launch=launch_subprocess, step_timer=None):
         suites.check_declaration(suite, sweep_dir)  # a changed declaration is named as such, before the runs' recipes
     check_runs_on_disk(runs, sweep_dir, nproc)
     if suite:
-        print(*other_code_lines(runs, sweep_dir), sep="\n")
+        for line in other_code_lines(runs, sweep_dir):
+            print(line)
     mark_stale(still_planned(runs, suite, sweep_dir), suite, sweep_dir)  # a stopped arm's seeds were never there
     if slurm:
         with rundir.out_dir_lock(sweep_dir, holder="sweep"):  # two submissions would both submit the same runs

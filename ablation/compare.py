@@ -275,7 +275,9 @@ def compare(suite, runs, schedule_end=None):
     report["level"] = stats.family_level(report["alpha"], k)
     report["analysis"] = suite.get("analysis") or "paired"  # a suite declared before the key: the paired analysis
     if suite.get("stop_decided"):  # the sequential blocked analysis; the runs it stopped are no missing runs
-        report.update(stop_decided_at=suite["looks"], stopped=suite.get("stopped") or {})
+        report.update(stop_decided_at=suite["looks"], stopped=suite.get("stopped") or {},
+                      stop_half_width=suite.get("stop_half_width"),
+                      half_width_narrowed=[e for e in suite.get("record") or [] if e.get("event") == "stop_half_width"])
     planned_seeds = max(len(s) for s in suite["variants"].values())
     if report["analysis"] == "blocked":
         names, seeds_used, table = blocked_table(report)
@@ -370,7 +372,8 @@ def decide_sequential(report, looks):
     its last look's level; the looks taken, with the arms each tested and stopped, go into blocked_analysis."""
     names, table = sequential_table(report)
     decisions, taken = stats.judge_sequential(table, looks, spent_per_look(looks, report["look"]["alpha"]),
-                                              report["goal"], report["min_effect"], report.get("plan"))
+                                              report["goal"], report["min_effect"], report.get("plan"),
+                                              max_half_width=report.get("stop_half_width"))
     named = lambda arms: [names[a - 1] for a in arms]
     report["blocked_analysis"]["sequential"] = [dict(look, tested=named(look["tested"]), stopped=named(look["stopped"]),
                                                      called=named(look["called"])) for look in taken]

@@ -968,12 +968,18 @@ def sequential_analysis_text(report):
     stopped = "".join(f" {v} stopped at look {s['look_number']} ({s['seeds']} seeds): decided, so {', '.join(s['runs'])} "
                       f"{'was' if len(s['runs']) == 1 else 'were'} never run." for v, s in report["stopped"].items()
                       if s["runs"])
+    width = report.get("stop_half_width")
+    narrow = " and is at most ±" + fmt(width) + " wide (half-width)" if width else ""
+    narrowed = "".join(f" The half-width condition (±{fmt(e['stop_half_width'])}) was set after the look(s) at "
+                       f"{', '.join(map(str, e['looked_at'])) or 'no'} seeds: going on past a look never costs a "
+                       f"repeated interval its coverage, so a rule that stops later keeps the level; it may only narrow."
+                       for e in report.get("half_width_narrowed") or [])
     return (f"**Sequential** (stop_decided, looks {report['stop_decided_at']} declared before the runs): at each look "
             f"the blocked analysis of the baseline and the arms still open tests at that look's share of alpha "
             f"(O'Brien-Fleming-type spending, the largest |t| over all {report['comparisons']} planned contrasts); an arm "
-            f"whose interval decides it stops, the others and the baseline go on. Each verdict is at its arm's last "
-            f"look, its interval a repeated confidence interval (all looks together cover with probability >= "
-            f"{pct(1 - report['look']['alpha'])} whatever the stopping). Looks: {taken}.{stopped} ")
+            f"whose interval decides it{narrow} stops, the others and the baseline go on. Each verdict is at its arm's "
+            f"last look, its interval a repeated confidence interval (all looks together cover with probability >= "
+            f"{pct(1 - report['look']['alpha'])} whatever the stopping).{narrowed} Looks: {taken}.{stopped} ")
 
 
 REASONS = {  # reason code -> its words, from the numbers the reason carries

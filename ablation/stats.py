@@ -591,12 +591,16 @@ def decide_blocked(c, diffs, alpha, goal, min_effect, plan, n, scale):
 # baseline go on. The levels sum to alpha, so by Bonferroni over the looks every interval of every look covers
 # its arm's effect together with probability >= 1 - alpha whatever the stopping: each arm's final interval (at
 # its last look's level) is such a repeated confidence interval, and the family-wise error of its verdicts holds
-# at alpha (tools/calibrate_analysis.py simulates both).
+# at alpha (tools/calibrate_analysis.py simulates both). For the same reason a suite may ask for resolution too
+# (stop_half_width): a decided arm whose interval is wider runs on, since going on past a look never costs coverage.
 
-def stop_code(interval, min_effect):
+def stop_code(interval, min_effect, max_half_width=None):
     """Why an interval decides its arm at a look (None: it stays open): inside +-min_effect (within_margin),
-    wholly beyond it (beyond_margin); without a margin, excluding 0 (excludes_zero)."""
+    wholly beyond it (beyond_margin); without a margin, excluding 0 (excludes_zero). With max_half_width, an
+    interval wider than +-max_half_width stays open whatever it excludes."""
     low, high = interval
+    if max_half_width and (high - low) / 2 > max_half_width:
+        return None
     if min_effect:
         if -min_effect < low and high < min_effect:
             return "within_margin"
@@ -604,7 +608,7 @@ def stop_code(interval, min_effect):
     return "excludes_zero" if low > 0 or high < 0 else None
 
 
-def sequential_blocked(values, looks, levels, min_effect=None, draws=MAX_T_DRAWS):
+def sequential_blocked(values, looks, levels, min_effect=None, draws=MAX_T_DRAWS, max_half_width=None):
     """The stopping rule replayed on an arms x seeds table in run order (row 0 the baseline; NaN where no value:
     a run stopped or not yet made). A look is taken when the baseline and every open arm have its seeds; the
     replay ends at the first look not reached. Returns (the looks taken, each dict(number, seeds, level, tested,
@@ -620,7 +624,7 @@ def sequential_blocked(values, looks, levels, min_effect=None, draws=MAX_T_DRAWS
         result = blocked_test(y[rows, :n], level, min_effect, draws, absent)
         for arm, contrast, sd in zip(open_arms, result["contrasts"], result["arm_sd"][1:]):
             final[arm] = dict(contrast, look_number=number, seeds=n, level=level,
-                              stop=stop_code(contrast["interval"], min_effect))
+                              stop=stop_code(contrast["interval"], min_effect, max_half_width))
             own_sd[arm] = sd
         stopped = [arm for arm in open_arms if final[arm]["stop"]]
         called = [arm for arm in open_arms if final[arm]["p_adjusted"] < level]  # better or worse at this look
@@ -630,12 +634,12 @@ def sequential_blocked(values, looks, levels, min_effect=None, draws=MAX_T_DRAWS
     return taken, final
 
 
-def judge_sequential(values, looks, levels, goal, min_effect=None, plan=None, draws=MAX_T_DRAWS):
+def judge_sequential(values, looks, levels, goal, min_effect=None, plan=None, draws=MAX_T_DRAWS, max_half_width=None):
     """Verdicts of the sequential blocked analysis (sequential_blocked) for every variant row: each from its
     last look's contrast at that look's level (decide_blocked), with a last reason saying at which look it stopped,
     decided (stopped_at_look), or that it is still open (open_at_look); None for a variant no look tested."""
     y = np.asarray(values, dtype=np.float64)
-    taken, final = sequential_blocked(y, looks, levels, min_effect, draws)
+    taken, final = sequential_blocked(y, looks, levels, min_effect, draws, max_half_width)
     scale = float(np.nanmax(np.abs(y))) if final else None  # the metric's size (no look: no seeds to size it)
     decisions = []
     for arm in range(1, len(y)):
@@ -652,14 +656,14 @@ def judge_sequential(values, looks, levels, goal, min_effect=None, plan=None, dr
     return decisions, taken
 
 
-def simulate_sequential(y, looks, levels, min_effect, effects=None, draws=MAX_T_DRAWS):
+def simulate_sequential(y, looks, levels, min_effect, effects=None, draws=MAX_T_DRAWS, max_half_width=None):
     """The sequential analysis on simulated tables (simulate_tables over the last look's seeds): per table
     whether any variant was called better or worse at any look, whether every variant's final interval covers
     its true effect (0 without `effects`), and the seeds each variant ran."""
     truth = np.zeros(y.shape[1] - 1) if effects is None else np.asarray(effects, dtype=np.float64)
     called, covered, seeds = [], [], []
     for table in y:
-        taken, final = sequential_blocked(table, looks, levels, min_effect, draws)
+        taken, final = sequential_blocked(table, looks, levels, min_effect, draws, max_half_width)
         called.append(any(look["called"] for look in taken))
         covered.append(all(final[arm]["interval"][0] <= truth[arm - 1] <= final[arm]["interval"][1] for arm in final))
         seeds.append([final[arm]["seeds"] for arm in sorted(final)])

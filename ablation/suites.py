@@ -19,7 +19,8 @@ from configurator import ConfigError
 
 SUITE_KEYS = ("variants", "baseline", "seeds", "metric", "allowed")
 SUITE_OPTIONS = ("nproc", "heatmap", "alpha", "min_effect", "looks", "ladder", "fork_at", "bridge_seeds",
-                 "fork_cold_starts", "tuning", "analysis", "equal_flops_runs", "earlier", "stop_decided")
+                 "fork_cold_starts", "tuning", "analysis", "equal_flops_runs", "earlier", "stop_decided",
+                 "stop_half_width")
 FILE_KEYS = ("base", "overrides", "suite_dir", "sweep_dir", "slurm")  # what sweep.py reads from a suite file besides the suite
 
 
@@ -131,6 +132,11 @@ def read_suite(namespace, name, here, known_keys):
         raise err(f"earlier={earlier!r}: the recipes tried on the same question before this one, each a line (e.g. "
                   f"['reports/ra_shakespeare_scratch: 1,000 steps at 3e-3, 3 seeds']); each was a look")
     stop_decided = check_stop_decided(namespace.get("stop_decided"), looks, len(seeds), analysis, sizes)
+    stop_half_width = namespace.get("stop_half_width")
+    if stop_half_width is not None and not (isinstance(stop_half_width, (int, float)) and not isinstance(
+            stop_half_width, bool) and stop_half_width > 0 and stop_decided):
+        raise err(f"stop_half_width={stop_half_width!r}: the widest simultaneous interval (half-width, the metric's "
+                  f"units) at which a decided arm stops, > 0, in a suite with stop_decided = True")
     if stop_decided and equal_flops:  # a stopped arm's schedule-end runs would need a stopping rule of their own
         raise err("stop_decided and equal_flops_runs together: not supported; run the equal-FLOPs question as a "
                   "suite of its own (equal_flops_runs = True, every seed)")
@@ -138,7 +144,7 @@ def read_suite(namespace, name, here, known_keys):
                 metric=namespace["metric"], allowed=list(namespace["allowed"]), nproc=nproc, heatmap=heatmap,
                 alpha=alpha, min_effect=min_effect, looks=looks, ladder=sizes, fork_at=fork_at,
                 bridge_seeds=bridge_seeds, fork_cold_starts=list(cold), tuning=tuning, analysis=analysis,
-                equal_flops_runs=equal_flops, earlier=earlier, stop_decided=stop_decided)
+                equal_flops_runs=equal_flops, earlier=earlier, stop_decided=stop_decided, stop_half_width=stop_half_width)
 
 
 def check_stop_decided(stop, looks, seeds, analysis, ladder_sizes):
@@ -381,6 +387,9 @@ def freeze_suite(suite, runs, sweep_dir):
             if set(named) - set(known_apart):
                 append_suite_record(sweep_dir, dict(event=event, runs={n: run for n, run in named.items()
                                                                        if n not in known_apart}))
+        if suite.get("stop_half_width") != effective_half_width(first, record):  # narrowed: check_declaration
+            append_suite_record(sweep_dir, dict(event="stop_half_width", stop_half_width=suite["stop_half_width"],
+                                                looked_at=compare.looks_taken(record)))
     if suite.get("ladder"):  # each size is an ordinary suite of its own in suite_dir/<size>
         for size in suite["ladder"]["sizes"]:
             own = [(ladder.size_of(name)[1], p, argv) for name, p, argv in runs if p["size"] == size]
@@ -390,7 +399,7 @@ def freeze_suite(suite, runs, sweep_dir):
 def check_declaration(suite, sweep_dir):
     """The declaration in sweep_dir/suite.json (None before the first run), checked against the suite
     file's: its metric, baseline, alpha, min_effect, looks and fork_at cannot change, and it is never
-    declared again after a look. Reads only (sweep.py asks before anything runs; freeze_suite too)."""
+    declared again after a look; stop_half_width may only narrow, while no arm has stopped. Reads only (sweep.py asks before anything runs; freeze_suite too)."""
     path = os.path.join(sweep_dir, "suite.json")
     if not os.path.exists(path):
         looks = compare.looks_taken(read_suite_record(sweep_dir))
@@ -415,7 +424,22 @@ def check_declaration(suite, sweep_dir):
             raise ConfigError(
                 f"{path} declared {key}={first.get(key)!r} before its runs; this suite says {suite.get(key)!r}: "
                 f"keep it, or start a new suite_dir")
+    record = read_suite_record(sweep_dir)
+    declared, wanted = effective_half_width(first, record), suite.get("stop_half_width")
+    if wanted != declared:
+        stopped = sorted(stopped_arms(record))
+        if wanted is None or declared is not None and wanted > declared or stopped:
+            raise ConfigError(f"{path} stops a decided arm at half-width {declared!r}; this suite says {wanted!r}: it "
+                              f"may only narrow, and only while no arm has stopped"
+                              + (f" ({', '.join(stopped)} did)" if stopped else "") + "; keep it, or start a new suite_dir")
     return first
+
+
+def effective_half_width(declared, record):
+    """The stop_half_width in force: the declared one, or the last narrowing the record holds (going on past a look
+    never costs a repeated interval its coverage, so the rule may only narrow after the runs start)."""
+    narrowed = [e["stop_half_width"] for e in record if e.get("event") == "stop_half_width"]
+    return narrowed[-1] if narrowed else declared.get("stop_half_width")
 
 
 def declared_analysis(declared):
@@ -487,6 +511,7 @@ def load_suite_dir(suite_dir):
     suite.update(record=read_suite_record(suite_dir), declared_seeds=declared.get("seeds"),
                  analysis=declared_analysis(declared),
                  tuning=current_tuning(declared.get("tuning")))
+    suite["stop_half_width"] = effective_half_width(declared, suite["record"])
     suite["variants"], runs, suite["stopped"] = {}, {}, stopped_arms(suite["record"])
     looked = max(compare.looks_taken(suite["record"]), default=0)
     ranks = {seed: i for i, seed in enumerate(sorted({s for _, s in suite_runs(declared, suite["record"]).values()}))}

@@ -33,6 +33,12 @@ def test_an_interval_decides_its_arm_inside_or_wholly_beyond_the_margin(interval
     assert stats.stop_code(interval, min_effect) == code
 
 
+@pytest.mark.parametrize("interval, code", [((0.012, 0.05), None), ((0.012, 0.03), "beyond_margin"),
+                                            ((-0.009, 0.009), "within_margin"), ((-0.005, 0.0201), None)])
+def test_with_a_half_width_only_a_narrow_enough_interval_decides(interval, code):
+    assert stats.stop_code(interval, 0.01, max_half_width=0.01) == code
+
+
 def constructed_table(effects=(0.0, 0.2, 0.012), seeds=8):
     """Baseline, an arm far worse than the margin (0.2), an arm near it (0.012): the seed effect shared."""
     rng = np.random.default_rng(5)
@@ -55,6 +61,21 @@ def test_a_decided_arm_stops_at_its_look_and_the_open_one_goes_on():
     # a look is taken only when the baseline and every open arm have its seeds
     y[2, 6] = np.nan
     assert [look["seeds"] for look in stats.sequential_blocked(y, LOOKS, LEVELS, min_effect=0.01)[0]] == [3, 5]
+
+
+def test_a_decided_arm_wider_than_the_half_width_runs_on_to_a_look_where_it_is_narrow_enough():
+    y = constructed_table()
+    taken, final = stats.sequential_blocked(y, LOOKS, LEVELS, min_effect=0.01, max_half_width=0.02)
+    # at 3 seeds the far arm is decided (wholly beyond the margin) but ±0.117 wide; at 5 it is ±0.016
+    assert [(look["seeds"], look["tested"], look["stopped"]) for look in taken] == [
+        (3, [1, 2], []), (5, [1, 2], [1]), (8, [2], [])]
+    low, high = final[1]["interval"]
+    assert final[1]["seeds"] == 5 and low > 0.01 and (high - low) / 2 <= 0.02
+    # narrower than any look reaches: it runs every seed, and its verdict is read at the last look
+    decisions, taken = stats.judge_sequential(y, LOOKS, LEVELS, "lower", 0.01, max_half_width=0.005)
+    assert [look["stopped"] for look in taken] == [[], [], []]
+    assert (decisions[0]["verdict"], decisions[0]["seeds_used"]) == ("worse", 8)
+    assert decisions[0]["reasons"][-1]["code"] == "open_at_look"
 
 
 def test_an_arm_equivalent_within_the_margin_stops_too():
@@ -100,6 +121,9 @@ def test_simulated_family_wise_rate_and_final_coverage_hold_the_level():
     null = stats.simulate_tables([2 * variant] + [variant] * 4, SEED_SD, LOOKS[-1], tables, rng)
     called, covered, _ = stats.simulate_sequential(null, LOOKS, LEVELS, 0.01, draws=2000)
     se = np.sqrt(0.05 * 0.95 / tables)
+    assert called.mean() <= 0.05 + 3 * se and covered.mean() >= 0.95 - 3 * se
+    # asking for resolution too (stop_half_width) keeps arms open longer, never past the level
+    called, covered, _ = stats.simulate_sequential(null, LOOKS, LEVELS, 0.01, draws=2000, max_half_width=0.01)
     assert called.mean() <= 0.05 + 3 * se and covered.mean() >= 0.95 - 3 * se
     effects = [0.05, 0.0, 0.005, 0.0]
     shifted = stats.simulate_tables(FLAGSHIP, SEED_SD, LOOKS[-1], tables, rng, effects)
@@ -179,8 +203,60 @@ def test_a_sweep_stops_the_decided_arm_and_a_rerun_resumes_without_it(data_dir, 
     assert "far-seed4" not in status
 
 
+def test_a_half_width_set_after_a_look_is_recorded_and_keeps_the_decided_arm_running(data_dir, tmp_path, capsys):
+    """The long suite's case: a look taken (nothing stopped), the sweep paused, the suite file then asks for
+    resolution too. The narrowing is accepted once, recorded with the looks before it, and the far arm, decided
+    at look 1 but ±0.117 wide, runs on to look 2 (±0.016 <= 0.02)."""
+    path, suite_dir = write_sequential_suite(tmp_path)
+    calls, finish = [], fake_runs([])
+
+    def paused_after_three(argv, gpu, log_path):
+        cfg = configurator.apply_config(runtime.DEFAULTS, argv)
+        calls.append(os.path.basename(cfg["out_dir"]))
+        return finish(argv, gpu, log_path) if cfg["seed"] <= 3 else Finished(sweep.EXIT_PAUSED)
+
+    with pytest.raises(RuntimeError, match="paused"):
+        sweep.main([path, *toy_args(data_dir)], launch=paused_after_three)
+    record = [json.loads(line) for line in open(os.path.join(suite_dir, "suite_record.jsonl"))]
+    assert [(e["seeds"], e["stopped"]) for e in record if e["event"] == "look"] == [(3, ["far"])]
+    # a stopped arm cannot be reopened by a narrower rule: the runs it skipped were never made
+    with open(path, "a") as f:
+        f.write("stop_half_width = 0.02\n")
+    calls.clear()
+    with pytest.raises(configurator.ConfigError, match=r"only while no arm has stopped \(far did\)") as refused:
+        sweep.main([path, *toy_args(data_dir)], launch=fake_runs(calls))
+    assert "\n" not in str(refused.value) and calls == []
+    # the same pause where look 1 stopped nothing (its record line as a rule without resolution would leave it)
+    with open(os.path.join(suite_dir, "suite_record.jsonl"), "w") as f:
+        f.write(json.dumps(dict(record[0], stopped=[])) + "\n")
+    calls.clear()
+    sweep.main([path, *toy_args(data_dir)], launch=fake_runs(calls))
+    assert calls == [f"{v}-seed{s}" for s in (4, 5) for v in ("base", "far", "near")] + \
+        [f"{v}-seed{s}" for s in (6, 7, 8) for v in ("base", "near")]
+    record = [json.loads(line) for line in open(os.path.join(suite_dir, "suite_record.jsonl"))]
+    assert [(e["event"], e.get("looked_at"), e.get("stop_half_width")) for e in record][:2] == [
+        ("look", None, None), ("stop_half_width", [3], 0.02)]
+    report = json.load(open(os.path.join(suite_dir, "report.json")))
+    far = report["variants"]["far"]
+    assert (far["verdict"], far["n"], far["look_number"], report["stop_half_width"]) == ("worse", 5, 2, 0.02)
+    assert report["stopped"]["far"]["runs"] == [f"far-seed{s}" for s in (6, 7, 8)]
+    text = open(os.path.join(suite_dir, "report.md")).read()
+    assert "decides it and is at most ±0.02 wide (half-width) stops" in text
+    assert "The half-width condition (±0.02) was set after the look(s) at 3 seeds" in text
+    # once recorded it is not recorded again; widening it back is refused
+    sweep.main([path, *toy_args(data_dir)], launch=fake_runs(calls))
+    assert sum(e["event"] == "stop_half_width" for e in map(json.loads, open(os.path.join(
+        suite_dir, "suite_record.jsonl")))) == 1
+    with open(path, "a") as f:
+        f.write("stop_half_width = 0.05\n")
+    with pytest.raises(configurator.ConfigError, match=r"at half-width 0.02; this suite says 0.05: it may only narrow"):
+        sweep.main([path, *toy_args(data_dir)], launch=fake_runs(calls))
+
+
 @pytest.mark.parametrize("extra, message", [
     ("stop_decided = True\n", r"stop_decided with looks=None and 8 seeds: declare the looks"),
+    ("stop_half_width = 0.01\nlooks = [3, 8]\n", r"stop_half_width=0.01: the widest .* with stop_decided = True"),
+    ("stop_decided = True\nlooks = [3, 8]\nstop_half_width = -1\n", r"stop_half_width=-1: the widest"),
     ("stop_decided = True\nlooks = [3, 5]\n", r"the last at the suite's seed count"),
     ("stop_decided = 'yes'\nlooks = [3, 8]\n", r"stop_decided='yes': True"),
     ("stop_decided = True\nlooks = [3, 8]\nanalysis = 'paired'\n", r"stop_decided needs the blocked analysis"),

@@ -27,9 +27,11 @@ Then the sequential blocked analysis (a suite's `stop_decided`, ablation/stats.p
 -type spending and min_effect 0.01: under the flagship's null and the baseline-doubled one, the share of tables in
 which any variant is called better or worse at any look (beside the fixed blocked analysis at the last look's seeds,
 on the same tables), and under a non-null with arms decided early, the share in which every variant's final
-interval covers its true effect, with the seeds each variant ran. --sequential_only=True prints only this part.
+interval covers its true effect, with the seeds each variant ran. --sequential_only=True prints only this part;
+--stop_half_width=W stops a decided arm only when its interval is at most ±W wide (a suite's stop_half_width).
 
     python tools/calibrate_analysis.py --sequential_only=True      # docs/ablation.md, Sequential seeds
+    python tools/calibrate_analysis.py --sequential_only=True --looks=8,16,32 --stop_half_width=0.01  # the long suite
 """
 import math
 import os
@@ -54,6 +56,7 @@ OPTIONS = dict(
     sequential_tables=2000,  # simulated tables per row of the sequential analysis
     draws=5000,  # Monte Carlo draws of the largest |t| per blocked analysis (a suite's report uses 20,000)
     sequential_only=False,  # print only the sequential analysis's calibration
+    stop_half_width=0.0,  # the sequential analysis's stop_half_width (0: a decided arm stops however wide)
 )
 SEQUENTIAL_MIN_EFFECT = 0.01  # the flagship's margin
 EARLY_EFFECTS = [0.06, 0.03, 0.005, 0.0]  # a non-null: the first arms decided early, the last two run on
@@ -123,7 +126,8 @@ def sequential_rows(options, looks, rng):
                           (f"flagship sds, effects {EARLY_EFFECTS}", EARLY_EFFECTS)]:
         sds = NULLS["baseline sd twice the variants'"] if "twice" in null else FLAGSHIP
         y = stats.simulate_tables(sds, SEED_SD, looks[-1], tables, rng, effects)
-        called, covered, seeds = stats.simulate_sequential(y, looks, levels, SEQUENTIAL_MIN_EFFECT, effects, draws)
+        called, covered, seeds = stats.simulate_sequential(y, looks, levels, SEQUENTIAL_MIN_EFFECT, effects, draws,
+                                                           options["stop_half_width"] or None)
         fixed = cell(stats.family_rate(stats.blocked_rejects(y, alpha, draws))[0]) if effects is None else "-"
         rows.append(f"| {null} | {fixed} | {cell(float(called.mean())) if effects is None else '-'} | "
                     f"{cell(float(covered.mean()))} | {', '.join(f'{m:.2f}' for m in seeds.mean(axis=0))} |")
@@ -134,6 +138,7 @@ def sequential_lines(options, looks, rng):
     levels = compare.spent_per_look(looks, options["alpha"])
     return [f"Sequential blocked analysis (stop_decided), looks at {looks} seeds, alpha spent per look "
             f"{', '.join(f'{a:.4g}' for a in levels)} (O'Brien-Fleming type), min_effect {SEQUENTIAL_MIN_EFFECT}, "
+            + (f"stop_half_width {options['stop_half_width']:g}, " if options["stop_half_width"] else "") +
             f"{options['sequential_tables']} tables per row, {options['draws']} draws of the largest |t| "
             f"per look (± one Monte Carlo se):", "",
             f"| arm sds, truth | fixed blocked at {looks[-1]} seeds: any called | sequential: any called at any look "
@@ -154,9 +159,10 @@ def main(argv):
     options, paths = configurator.options_and_paths(argv, OPTIONS, text_keys=("looks", "seeds"))
     looks, seed_counts = seed_list(options, "looks"), seed_list(options, "seeds")
     if paths or options["tables"] < 100 or options["power_tables"] < 100 or not 0 < options["alpha"] < 1 \
-            or options["sequential_tables"] < 100 or options["draws"] < 1000:
+            or options["sequential_tables"] < 100 or options["draws"] < 1000 or options["stop_half_width"] < 0:
         raise configurator.ConfigError("--tables, --power_tables and --sequential_tables >= 100, --draws >= 1000, "
-                                       "--alpha in (0, 1); no paths (python tools/calibrate_analysis.py --help)")
+                                       "--alpha in (0, 1), --stop_half_width >= 0; no paths "
+                                       "(python tools/calibrate_analysis.py --help)")
     rng, start = np.random.default_rng(options["seed"]), time.time()
     if options["sequential_only"]:
         print("\n".join([*sequential_lines(options, looks, rng), "", f"({time.time() - start:.0f} s; seed "
