@@ -299,7 +299,8 @@ def add_comparison(entry, report, suite, own, base_runs, base_values, values, re
     confounds, pairing_checks, missing = {}, [], []
     for seed, run in own.items():
         if run["config"] is None or reference is None:
-            missing.append(run["out_dir"] + " (config.json)")
+            if run["status"] != "not run":  # a run not yet made is counted as such (unfinished), not as damage
+                missing.append(run["out_dir"] + " (config.json)")
             continue
         paired = base_runs.get(seed, {}).get("config") is not None
         base_run = base_runs[seed] if paired else reference

@@ -30,7 +30,7 @@ import re
 import numpy as np
 
 import rundir
-from ablation import compare, ladder_power, stats
+from ablation import compare, ladder_power
 
 SHAPE_KEYS = ("n_layer", "n_embd", "n_head", "mla_latent_dim")  # what a size may overlay
 RULE_BASES = ("params", "width")

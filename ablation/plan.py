@@ -45,7 +45,7 @@ def pilot_runs(suite, pilot_dir):
 
 
 def pilot_plan_lines(suite, pilot_dir, budget_s, slots, own_dir=None):
-    k, alpha, min_effect = len(suite["variants"]) - 1, suite["alpha"], suite["min_effect"]
+    alpha, min_effect = suite["alpha"], suite["min_effect"]
     if not (pilot_dir and os.path.exists(os.path.join(pilot_dir, "suite.json"))):
         return ["no pilot: pass --pilot=SUITE_DIR (a finished suite; several, comma-separated, compare designs) "
                 "for the detectable effect, the seeds needed and the time"]
@@ -73,7 +73,6 @@ def pilot_plan_lines(suite, pilot_dir, budget_s, slots, own_dir=None):
         return lines + ["  no finished run in the pilot to time a seed by"]
     per_seed, run_s, trunk_s = cost
     minutes = lambda n: n * per_seed / slots / 60
-    level = plan["level"]
     lines.append(f"  wall time per seed: {per_seed:.0f} s ({len(suite['variants'])} runs of median {run_s:.0f} s"
                  + (f" + its trunk, {trunk_s:.0f} s" if trunk_s else "") + f", as timed in the pilot); "
                  f"{len(suite['seeds'])} seeds take about {minutes(len(suite['seeds'])):.0f} min")

@@ -147,7 +147,7 @@ def header_lines(report):
             f"(final token counts: {fmt(min(finals, default=None))} to {fmt(max(finals, default=None))}).",
             f"Paired differences are variant minus baseline (`{report['baseline']}`) on the same seed. "
             + analysis_text(report) +
-            f"Smallest effect of interest (min_effect): "
+            "Smallest effect of interest (min_effect): "
             + (f"**±{report['min_effect']:g}** {UNITS.get(metric, '')}: a decided difference inside it is "
                f"reported as negligible." + margin_question(report) if report["min_effect"] else
                "**not declared** (warning: equivalence cannot be shown; declare min_effect in the suite or "
@@ -941,9 +941,27 @@ def deterministic_text(r):
 
 
 def incomplete_text(r):
-    broken = [f"{run_text(w)} {w['status']}" for w in r["unfinished"]]
+    """The unfinished runs by side and status, seeds as ranges (a long suite mid-way has dozens not yet run)."""
+    groups = {}
+    for w in r["unfinished"]:
+        groups.setdefault((w["variant"], w["status"]), []).append(w["seed"])
+    broken = [f"{'seed' if variant else 'baseline seed'}{'s' if len(seeds) > 1 else ''} {seed_ranges(seeds)} {status}"
+              for (variant, status), seeds in groups.items()]
     broken += [f"{run_text(w)} has a {r['metric']} that is not finite" for w in r["non_finite"]]
     return ", ".join(broken) + " (counted, not dropped)"
+
+
+def seed_ranges(seeds):
+    """[49, 50, 51, 60] -> '49-51, 60' (seeds that are not integers are listed as they are)."""
+    if not all(isinstance(s, int) for s in seeds):
+        return ", ".join(map(str, seeds))
+    runs, ordered = [], sorted(seeds)
+    for s in ordered:
+        if runs and s == runs[-1][1] + 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
 
 
 def slope_text(r):

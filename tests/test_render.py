@@ -180,3 +180,11 @@ def test_a_blocked_answer_is_quoted_with_its_simultaneous_interval_margin_or_not
     assert "contrast" in bridge.ANSWER_KEYS
     assert render.answer_interval(answer) == ([-0.1, 0.2], 0.95, "simultaneous")
     assert render.answer_interval(dict(answer, contrast=None))[2] == "Holm step"
+
+
+def test_unfinished_runs_are_worded_by_side_and_status_with_seed_ranges():
+    unfinished = [dict(variant=True, seed=s, status="not run") for s in (49, 50, 51, 60)] + \
+        [dict(variant=False, seed=s, status="not run") for s in (49, 50)] + [dict(variant=True, seed=7, status="failed")]
+    text = render.incomplete_text(dict(unfinished=unfinished, non_finite=[dict(variant=False, seed=3)], metric="val_loss"))
+    assert text == ("seeds 49-51, 60 not run, baseline seeds 49-50 not run, seed 7 failed, baseline seed 3 has a "
+                    "val_loss that is not finite (counted, not dropped)")
