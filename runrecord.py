@@ -79,11 +79,15 @@ def dataset_fingerprint(data_dir):
     return digest(*parts)
 
 
+RECORD_DIRS = ("runs", "reports")  # committed run records and reports: what runs write, never what they read
+
+
 def git_state(repo_dir):
     """(commit, diff against it) of the code, or (None, '') outside a git checkout. The diff holds the
     tracked files' changes and every untracked Python file that git does not ignore (a new config,
     suite or module a run reads) as a new file, so the code version a suite compares covers them and
-    `git apply` of the patch restores them."""
+    `git apply` of the patch restores them. RECORD_DIRS are left out: a suite going on in a checkout
+    that commits its records appends to them as it runs, and that is no new code."""
     def git(*args):
         return subprocess.run(["git", "-C", repo_dir, *args], capture_output=True, text=True, timeout=30)
     try:
@@ -92,10 +96,11 @@ def git_state(repo_dir):
         return None, ""
     if head.returncode != 0:
         return None, ""
-    untracked = [p for p in git("ls-files", "--others", "--exclude-standard", "-z").stdout.split("\0")
+    code = ["--", ".", *(f":(top,exclude){d}" for d in RECORD_DIRS)]
+    untracked = [p for p in git("ls-files", "--others", "--exclude-standard", "-z", *code).stdout.split("\0")
                  if p.endswith(".py")]
     new_files = [git("diff", "--no-index", "--binary", "/dev/null", p).stdout for p in sorted(untracked)]
-    return head.stdout.strip(), git("diff", "HEAD", "--binary").stdout + "".join(new_files)
+    return head.stdout.strip(), git("diff", "HEAD", "--binary", *code).stdout + "".join(new_files)
 
 
 def package_versions():

@@ -24,6 +24,18 @@ def test_an_untracked_config_changes_the_code_version_and_the_patch_restores_it(
     (repo / "out-run" / "ignored.py").write_text("x = 1\n")  # ignored: a run directory, not code
     (repo / "notes.txt").write_text("not code\n")
     assert runrecord.git_state(str(repo)) == (commit, "")
+    # committed run records and reports are written as a suite goes on, never read as code
+    (repo / "runs" / "suite").mkdir(parents=True)
+    (repo / "runs" / "suite" / "launches.jsonl").write_text("{}\n")
+    (repo / "reports").mkdir()
+    (repo / "reports" / "tool.py").write_text("x = 1\n")
+    git(repo, "add", "runs", "reports")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "records")
+    commit = git(repo, "rev-parse", "HEAD").strip()
+    (repo / "runs" / "suite" / "launches.jsonl").write_text("{}\n{}\n")
+    (repo / "runs" / "suite" / "new.py").write_text("y = 2\n")
+    (repo / "reports" / "tool.py").write_text("x = 2\n")
+    assert runrecord.git_state(str(repo)) == (commit, "")
     (repo / "config").mkdir()
     (repo / "config" / "train_new.py").write_text("qk_norm = True\n")
     _, diff = runrecord.git_state(str(repo))
