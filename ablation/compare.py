@@ -74,6 +74,16 @@ def config_differences(cfg, base, allowed):
     return {k: (cfg.get(k), base.get(k)) for k in sorted(keys) if norm(cfg, k) != norm(base, k)}
 
 
+def code_version_seeds(runs):
+    """{code version: the seeds whose runs trained at it}: a pair at two versions is a confound (fact_differences);
+    seeds at different versions are pooled, and the report says which ran where."""
+    seeds = {}
+    for (_, seed), run in runs.items():
+        for version in (run["info"] or {}).get("code_versions") or []:
+            seeds.setdefault(version, set()).add(seed)
+    return {version: sorted(s, key=str) for version, s in sorted(seeds.items())}
+
+
 def measured_facts(run):
     info = run["info"] or {}
     return dict(info.get("facts") or {}, code_versions=info.get("code_versions"))
@@ -249,7 +259,7 @@ def compare(suite, runs, schedule_end=None):
                                 for (v, s), r in runs.items()},
                   baseline_sd=float(np.std(list(base_values.values()), ddof=1)) if len(base_values) > 1 else None,
                   about=about(reference, tokens), tuning=suite.get("tuning"), earlier_recipes=suite.get("earlier") or [],
-                  variants={})
+                  code_versions=code_version_seeds(runs), variants={})
     # HellaSwag runs at its own interval: its own largest common token count
     report["hellaswag_tokens"] = common_tokens(finished, "hellaswag_acc_norm")
     where = relative_dirs(runs)

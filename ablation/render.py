@@ -234,8 +234,8 @@ def markdown(report, plots):
         lines += ["", "## Pairing (same seed = same data order and initial shared weights)", "", *pairing]
     lines += transfer_lines(report) + evidence_lines(report) + compute_matched_lines(report) + cost_lines(report) + hellaswag_lines(report)
     lines += lm_eval_results.report_lines(report)
-    lines += ["", "## Runs", "", "| variant | seed | status | value at compared point | final tokens | out_dir |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "## Runs", "", *code_lines(report), "| variant | seed | status | value at compared point | final tokens | "
+              "out_dir |", "|---|---|---|---|---|---|"]
     for name, v in report["variants"].items():
         for seed, r in v["runs"].items():
             lines.append(f"| {name} | {seed.removeprefix('seed')} | {r['status']} | {fmt(r['value'])} | "
@@ -938,6 +938,16 @@ def deterministic_text(r):
     kind = "exactly equal runs" if r["exact"] else f"a constant offset of {r['offset']:+.4g} in every seed"
     return (f"{kind} (spread within {r['rtol']:g} of the metric): no seed-to-seed variance, so no test applies; "
             f"compare the code paths")
+
+
+def code_lines(report):
+    """Which code the runs trained at (runrecord.code_version): one version, or each with its seeds."""
+    versions = report.get("code_versions") or {}
+    if len(versions) < 2:
+        return [f"Every run trained at code version {next(iter(versions))}.", ""] if versions else []
+    return [f"The runs trained at {len(versions)} code versions, pooled across seeds (a pair split across two is "
+            f"refused as a confound): " + "; ".join(f"{v}: seed{'s' if len(s) > 1 else ''} {seed_ranges(s)}"
+                                                   for v, s in versions.items()) + ".", ""]
 
 
 def incomplete_text(r):

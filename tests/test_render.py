@@ -188,3 +188,14 @@ def test_unfinished_runs_are_worded_by_side_and_status_with_seed_ranges():
     text = render.incomplete_text(dict(unfinished=unfinished, non_finite=[dict(variant=False, seed=3)], metric="val_loss"))
     assert text == ("seeds 49-51, 60 not run, baseline seeds 49-50 not run, seed 7 failed, baseline seed 3 has a "
                     "val_loss that is not finite (counted, not dropped)")
+
+
+def test_the_runs_section_names_the_code_versions_with_their_seeds():
+    runs = {("base", s): dict(info=dict(code_versions=["a1" if s < 50 else "b2"])) for s in (48, 49, 50, 51)}
+    runs[("ra", 50)] = dict(info=dict(code_versions=["b2"]))
+    runs[("ra", 52)] = dict(info=None)
+    report = dict(code_versions=compare.code_version_seeds(runs))
+    assert report["code_versions"] == {"a1": [48, 49], "b2": [50, 51]}
+    assert render.code_lines(report)[0] == ("The runs trained at 2 code versions, pooled across seeds (a pair split "
+                                            "across two is refused as a confound): a1: seeds 48-49; b2: seeds 50-51.")
+    assert render.code_lines(dict(code_versions={"a1": [1, 2]})) == ["Every run trained at code version a1.", ""]
