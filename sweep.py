@@ -877,24 +877,36 @@ def check_runs_on_disk(runs, sweep_dir, nproc):
 
 
 def other_code_lines(runs, sweep_dir):
-    """A line when runs already in sweep_dir trained with other code than this checkout's (run_info.json's code
-    versions): a report refuses a pair whose two runs differ in it, so a seed begun there and ended here is lost."""
-    ran = {}
-    for name, _, _ in runs:
+    """A line per code version other than this checkout's that runs already in sweep_dir trained at (run_info.json's
+    code versions), with their seeds. Seeds at two versions are pooled, but a report refuses a pair whose two runs
+    differ in it: a seed with runs there and runs still to make here is named, with how to finish it."""
+    ran, to_make = {}, set()
+    for name, point, _ in runs:
+        out_dir = os.path.join(sweep_dir, name)
+        if rundir.run_status(rundir.read_events(out_dir)) != "finished":
+            to_make.add(point.get("seed"))
         try:
-            versions = rundir.read_run_info(os.path.join(sweep_dir, name)).get("code_versions", [])
+            versions = rundir.read_run_info(out_dir).get("code_versions", [])
         except rundir.RunDirError:
             continue  # a damaged record: the report names it
         for version in versions:
-            ran.setdefault(version, []).append(name)
+            ran.setdefault(version, []).append((name, point.get("seed")))
     if not ran:  # nothing recorded yet: no git calls
         return []
     here = runrecord.code_version(*runrecord.git_state(runtime.REPO_DIR)) or "unknown"
-    other = {version: names for version, names in ran.items() if version != here}
-    return [f"note: {len(names)} run(s) in {sweep_dir} trained at code version {version} (e.g. {names[0]}), this "
-            f"checkout is {here}: a report refuses a pair whose runs ran different code; to go on with these runs, "
-            f"run at {version} (git worktree add DIR {version.split('+')[0]}, the run records copied in)"
-            for version, names in sorted(other.items())]
+    lines = []
+    for version, named in sorted((v, named) for v, named in ran.items() if v != here):
+        seeds = sorted({s for _, s in named if s is not None})
+        split = [s for s in seeds if s in to_make]
+        lines.append(f"note: {len(named)} run(s) in {sweep_dir} trained at code version {version}"
+                     + (f" (seeds {render.seed_ranges(seeds)})" if seeds else f" (e.g. {named[0][0]})")
+                     + f", this checkout is {here}: runs made here pool with them across seeds, and the report names "
+                     f"each version's seeds; a pair across two versions is refused"
+                     + (f". Seed{'s' if len(split) > 1 else ''} {render.seed_ranges(split)} also "
+                        f"ha{'ve' if len(split) > 1 else 's'} runs still to make, which would pair across "
+                        f"versions: finish them at {version} (git worktree add DIR {version.split('+')[0]}, the run "
+                        f"records copied in), or delete their runs there to make the seed again here" if split else ""))
+    return lines
 
 
 def mark_stale(runs, suite, sweep_dir):

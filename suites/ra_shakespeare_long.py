@@ -6,8 +6,9 @@
 # half-widths are about 0.007. At most 160 runs of ~3 min, two at a time: about 4.5 hours on 2 cores (runs of
 # 4-6 min and about 7 hours on an AVX2-only EPYC, the slowest of our CPUs), resumable: the same command again (in another sitting) reuses every finished run and retakes the looks.
 # Its finished runs' records (no checkpoints) are committed in runs/ra_shakespeare_long, so it resumes on any
-# machine: at the commit those runs record (a report refuses a pair whose runs ran different code), the records
-# copied into that checkout; a run paused elsewhere starts again.
+# machine and commit between seeds (a report refuses a pair whose runs ran different code, and names each code
+# version's seeds; seeds 41-49 ran at ad893fb, later ones at a later commit that trains the same); a run paused
+# elsewhere starts again.
 # python data/shakespeare/prepare.py --tokenizer=char && python sweep.py suites/ra_shakespeare_long.py
 import os
 

@@ -141,17 +141,23 @@ def test_a_run_records_its_paths_relative_to_the_repository_and_an_older_record_
 
 
 def test_a_sweep_names_runs_that_trained_with_other_code_than_this_checkout(tmp_path, monkeypatch):
-    """Runs carried from another checkout resume a suite only at the code they ran: the sweep says which runs
-    ran at another code version before it starts any (their pairs with new runs would be refused)."""
+    """Runs carried from another checkout pool with runs made here across seeds, never within one: before it starts
+    any run, the sweep names each other code version with its seeds, and a seed that has runs there and runs still
+    to make here (their pairs would be refused), with how to finish it."""
     monkeypatch.setattr(runrecord, "git_state", lambda repo: ("c0ffee", ""))
-    for name, versions in (("base-seed1", ["c0ffee"]), ("late-seed1", ["abc123"]), ("base-seed2", ["abc123"])):
+    finished = json.dumps(dict(event="end", iter=4, tokens=10, stop_reason="max_iters")) + "\n"
+    for name, versions in (("base-seed1", ["abc123"]), ("late-seed1", ["abc123"]), ("base-seed2", ["abc123"]),
+                           ("base-seed3", ["c0ffee"])):
         os.makedirs(tmp_path / name)
         json.dump(dict(code_versions=versions), open(tmp_path / name / "run_info.json", "w"))
+        (tmp_path / name / "log.jsonl").write_text(finished)
     (tmp_path / "late-seed2").mkdir()
     open(tmp_path / "late-seed2" / "run_info.json", "w").write("{damaged")
-    runs = [(name, {}, []) for name in ("base-seed1", "late-seed1", "base-seed2", "late-seed2", "base-seed3")]
+    names = ("base-seed1", "late-seed1", "base-seed2", "late-seed2", "base-seed3", "late-seed3")
+    runs = [(name, dict(seed=int(name[-1])), []) for name in names]
     assert sweep.other_code_lines(runs, str(tmp_path)) == [
-        f"note: 2 run(s) in {tmp_path} trained at code version abc123 (e.g. late-seed1), this checkout is c0ffee: a "
-        f"report refuses a pair whose runs ran different code; to go on with these runs, run at abc123 (git worktree "
-        f"add DIR abc123, the run records copied in)"]
-    assert sweep.other_code_lines(runs[:1], str(tmp_path)) == []
+        f"note: 3 run(s) in {tmp_path} trained at code version abc123 (seeds 1-2), this checkout is c0ffee: runs made "
+        f"here pool with them across seeds, and the report names each version's seeds; a pair across two versions is "
+        f"refused. Seed 2 also has runs still to make, which would pair across versions: finish them at abc123 (git "
+        f"worktree add DIR abc123, the run records copied in), or delete their runs there to make the seed again here"]
+    assert sweep.other_code_lines(runs[4:], str(tmp_path)) == []
