@@ -69,13 +69,14 @@ def file_digest(path, edge_bytes=None):
 
 
 def dataset_fingerprint(data_dir):
-    """val.bin and meta.json in full, train.bin by size and edges: a re-prepared or different
-    dataset behind the same name changes it."""
+    """val.bin in full, train.bin by size and edges, and what meta.json says of the data (not its token-id
+    cache, keyed by the files' modification times, which a copy or a fresh prepare of the same bytes
+    changes): a re-prepared or different dataset behind the same name changes it, the same data elsewhere does not."""
     parts = [file_digest(os.path.join(data_dir, "val.bin")),
              file_digest(os.path.join(data_dir, "train.bin"), edge_bytes=1 << 20)]
-    meta = os.path.join(data_dir, "meta.json")
-    if os.path.exists(meta):
-        parts.append(file_digest(meta))
+    meta = {k: v for k, v in tokendata.read_meta(data_dir).items() if k != tokendata.MAX_TOKEN_CACHE}
+    if meta:
+        parts.append(json.dumps(meta, sort_keys=True))
     return digest(*parts)
 
 

@@ -182,12 +182,15 @@ def read_meta(data_dir):
         return json.load(f)
 
 
+MAX_TOKEN_CACHE = "max_token_id"  # meta.json's cache of max_token_id: a property of the files, not of the data
+
+
 def max_token_id(data_dir, splits=("train", "val")):
     """The largest token id in each split's .bin, scanned once and kept in meta.json (keyed by
     the file's size and modification time, so a rewritten file is scanned again). A read-only
     data directory is scanned every time instead."""
     meta = read_meta(data_dir)
-    cache = meta.get("max_token_id", {})
+    cache = meta.get(MAX_TOKEN_CACHE, {})
     result, changed = {}, False
     for split in splits:
         stat = os.stat(os.path.join(data_dir, f"{split}.bin"))
@@ -202,7 +205,7 @@ def max_token_id(data_dir, splits=("train", "val")):
     if changed:
         try:
             with atomic_write(os.path.join(data_dir, "meta.json"), "w") as f:
-                json.dump(dict(meta, max_token_id=cache), f, indent=2)
+                json.dump(dict(meta, **{MAX_TOKEN_CACHE: cache}), f, indent=2)
         except OSError:
             pass  # a read-only dataset: correct, only slower next time
     return result

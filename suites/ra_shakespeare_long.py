@@ -7,8 +7,9 @@
 # 4-6 min and about 7 hours on an AVX2-only EPYC, the slowest of our CPUs), resumable: the same command again (in another sitting) reuses every finished run and retakes the looks.
 # Its finished runs' records (no checkpoints) are committed in runs/ra_shakespeare_long, so it resumes on any
 # machine and commit between seeds (a report refuses a pair whose runs ran different code, and names each code
-# version's seeds; seeds 41-49 ran at ad893fb, later ones at a later commit that trains the same); a run paused
-# elsewhere starts again.
+# version's seeds); a run paused elsewhere starts again. Seeds 41-49 ran at ad893fb, seeds 50 on at f9b27af (which
+# trains bit for bit the same: baseline-seed41 rerun there); later commits fingerprint the data differently, so
+# the suite ends at f9b27af.
 # python data/shakespeare/prepare.py --tokenizer=char && python sweep.py suites/ra_shakespeare_long.py
 import os
 

@@ -1,9 +1,13 @@
 """runrecord: the code version covers what a run reads (tracked changes and untracked Python files:
 a new config, suite or module), and the recorded patch restores that code."""
+import json
 import os
 import subprocess
 
+import numpy as np
+
 import runrecord
+import tokendata
 
 
 def git(repo, *args):
@@ -47,3 +51,26 @@ def test_an_untracked_config_changes_the_code_version_and_the_patch_restores_it(
     (tmp_path / "patch").write_text(diff)
     git(clone, "apply", str(tmp_path / "patch"))
     assert (clone / "config" / "train_new.py").read_text() == "qk_norm = True\n"
+
+
+def test_the_same_data_elsewhere_has_the_same_fingerprint_and_other_data_another(tmp_path):
+    """The dataset fingerprint follows the data, not the files' times: a copy prepared or touched at another
+    moment (meta.json's token-id cache then holds other modification times) keeps it, so a suite's runs from
+    two machines compare; other bytes or another meta.json entry change it."""
+    dirs = []
+    for name, mtime in (("here", 1_000_000_000), ("there", 1_700_000_000)):
+        d = tmp_path / name
+        d.mkdir()
+        for split, n in (("train", 5000), ("val", 500)):
+            np.arange(n, dtype=np.uint16).tofile(d / f"{split}.bin")
+            os.utime(d / f"{split}.bin", ns=(mtime * 10**9, mtime * 10**9))
+        (d / "meta.json").write_text(json.dumps(dict(vocab_size=5000, tokenizer="char")))
+        tokendata.max_token_id(str(d))  # the cache written as a first run writes it
+        dirs.append(d)
+    assert json.loads((dirs[0] / "meta.json").read_text())["max_token_id"] != json.loads(
+        (dirs[1] / "meta.json").read_text())["max_token_id"]
+    assert runrecord.dataset_fingerprint(str(dirs[0])) == runrecord.dataset_fingerprint(str(dirs[1]))
+    (dirs[1] / "meta.json").write_text(json.dumps(dict(vocab_size=5000, tokenizer="gpt2")))
+    assert runrecord.dataset_fingerprint(str(dirs[0])) != runrecord.dataset_fingerprint(str(dirs[1]))
+    np.arange(1, 501, dtype=np.uint16).tofile(dirs[0] / "val.bin")
+    assert runrecord.dataset_fingerprint(str(dirs[0])) != runrecord.dataset_fingerprint(str(dirs[1]))
