@@ -199,6 +199,8 @@ def sequential_alpha(suite, seeds):
     out = dict(seeds=seeds, looks=looks, planned=planned, alpha=alpha,
                added=dict(runs=sorted(added[0]["runs"]), looks_before=added[0]["looks_before"]) if added else None)
     if planned:
+        if suite.get("stop_decided") and not seeds:  # no declared look reached yet: no test is read
+            return alpha, dict(out, code="before_first_look")
         if set(looks) <= set(planned):
             j = planned.index(seeds)
             spent = spent_per_look(planned, alpha)[j]
@@ -275,11 +277,13 @@ def compare(suite, runs, schedule_end=None):
         if tasks:
             entry["lm_eval"] = tasks
         if variant != baseline:
-            add_comparison(entry, report, suite, own, base_runs, base_values, mine, reference)
+            add_comparison(entry, report, suite, variant, own, base_runs, base_values, mine, reference)
         else:
             entry["verdict"], entry["reasons"] = "baseline", [dict(code="baseline")]
         report["variants"][variant] = entry
     seeds = max((len(v["differences"]) for n, v in report["variants"].items() if n != baseline), default=0)
+    if suite.get("stop_decided"):  # its tests are read at the declared looks only: between them, the last one reached
+        seeds = max((n for n in suite["looks"] if n <= seeds), default=0)
     report["looked_at_seeds"] = seeds
     report["alpha"], report["look"] = sequential_alpha(suite, seeds)
     report["level"] = stats.family_level(report["alpha"], k)
@@ -304,7 +308,7 @@ def compare(suite, runs, schedule_end=None):
     return report
 
 
-def add_comparison(entry, report, suite, own, base_runs, base_values, values, reference):
+def add_comparison(entry, report, suite, variant, own, base_runs, base_values, values, reference):
     allowed = suite["allowed"]
     confounds, pairing_checks, missing = {}, [], []
     for seed, run in own.items():
@@ -325,8 +329,9 @@ def add_comparison(entry, report, suite, own, base_runs, base_values, values, re
     diffs = [values[s] - base_values[s] for s in seeds]
     scale = float(np.mean(np.abs(list(base_values.values())))) if base_values else None
     test = stats.paired_test(diffs, scale)
+    stopped = variant in (suite.get("stopped") or {})  # judged at its look: the baseline's later seeds are not its
     both = [(dict(variant=True, seed=s), r) for s, r in own.items()] + \
-        [(dict(variant=False, seed=s), r) for s, r in base_runs.items()]
+        [(dict(variant=False, seed=s), r) for s, r in base_runs.items() if s in own or not stopped]
     unfinished = [dict(who, status=r["status"]) for who, r in both if r["status"] != "finished"]
     non_finite = [who for who, r in both if r["status"] == "finished" and any(
         p["file"] == os.path.join(r["out_dir"], "log.jsonl") for p in report["non_finite"])]
@@ -342,6 +347,17 @@ def add_comparison(entry, report, suite, own, base_runs, base_values, values, re
 
 def untestable(report, v):
     return v["blocked"] is not None or bool(report["measurement_problems"] and not v["confounds"])
+
+
+def replayable(report, v):
+    """Whether the sequential replay may read an arm: testable, or held back only by runs not finished yet (the
+    looks it takes end before their seeds, so what was seen at the looks already taken shows)."""
+    if not untestable(report, v):
+        return True
+    if report["measurement_problems"] and not v["confounds"]:
+        return False
+    verdict, reasons = v["blocked"]
+    return verdict == "incomplete" and all(r["code"] == "unfinished" and not r["non_finite"] for r in reasons)
 
 
 def blocked_table(report):
@@ -369,9 +385,9 @@ def arm_sds(table):
 
 def sequential_table(report):
     """(variants, table) of a suite that stops decided arms: the baseline's seeds in run order (ascending,
-    sweep.family_order), each testable variant's value or NaN where it has none (stopped, or not yet run)."""
+    sweep.family_order), each replayable variant's value or NaN where it has none (stopped, or not yet run)."""
     base = report["variants"][report["baseline"]]
-    names = [n for n, v in report["variants"].items() if n != report["baseline"] and not untestable(report, v)]
+    names = [n for n, v in report["variants"].items() if n != report["baseline"] and replayable(report, v)]
     seeds = sorted((s for s in base["runs"] if base["runs"][s]["value"] is not None), key=lambda s: int(s[4:]))
     row = lambda runs: [(runs.get(s) or {}).get("value") for s in seeds]
     table = np.array([row(base["runs"]), *(row(report["variants"][n]["runs"]) for n in names)], dtype=np.float64)
@@ -391,12 +407,30 @@ def decide_sequential(report, looks):
     return {n: d for n, d in zip(names, decisions) if d is not None}
 
 
+def arms_holding_first_look(report, looks):
+    """The arms (the baseline too) the sequential replay reads whose runs within the first look's seeds have no
+    value yet: until they have, no look is taken."""
+    first = sorted(report["variants"][report["baseline"]]["runs"], key=lambda s: int(s[4:]))[:looks[0]]
+    return [n for n, v in report["variants"].items() if (n == report["baseline"] or replayable(report, v))
+            and any((v["runs"].get(s) or {}).get("value") is None for s in first)]
+
+
+def interim_reason(decision, looks):
+    """An arm with runs still to finish, at its last look taken: its contrast there, and the look it goes on to."""
+    c, last = decision["contrast"], decision["reasons"][-1]
+    return dict(code="interim", look_number=last["look_number"], looks=len(looks), seeds=last["seeds"],
+                level=last["level"], stop=last["stop"], mean=c["mean"], interval=decision["interval"],
+                confidence=decision["interval_confidence"],
+                next_seeds=looks[last["look_number"]] if last["look_number"] < len(looks) else None)
+
+
 def decide_blocked(report):
     """The blocked many-to-one analysis (stats.judge_blocked) over the whole table's complete seeds (a suite that
     stops decided arms: decide_sequential); what cannot be tested keeps its blocked verdict, as in the paired
     analysis."""
     looks = report.get("stop_decided_at")
     if looks:
+        holding = arms_holding_first_look(report, looks)
         decided = decide_sequential(report, looks)
     else:
         names, seeds, table = blocked_table(report)
@@ -411,8 +445,14 @@ def decide_blocked(report):
             v["verdict"], v["reasons"] = "not comparable", [dict(code="measurement")]
         elif v["blocked"]:
             v["verdict"], v["reasons"] = v["blocked"]
+            if name in decided:  # runs still to finish: no verdict, but what the looks taken so far saw
+                v["reasons"] = [*v["reasons"], interim_reason(decided[name], looks)]
+            elif looks and holding and replayable(report, v) and v["n"] >= looks[0]:
+                v["reasons"] = [*v["reasons"], dict(code="look_waits", seeds=looks[0], arms=holding)]
         elif name in decided:
             v.update(decided[name])
+        elif v["n"] >= looks[0]:  # its seeds are in, but a look needs every open arm's: it waits for theirs
+            v["verdict"], v["reasons"] = "incomplete", [dict(code="look_waits", seeds=looks[0], arms=holding)]
         else:  # no look tested it yet (fewer seeds than the first look)
             v["verdict"], v["reasons"] = "too few seeds", [dict(code="too_few_seeds", n=v["n"], needed=looks[0])]
         v.setdefault("p_holm", None)

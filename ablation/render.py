@@ -1031,6 +1031,14 @@ REASONS = {  # reason code -> its words, from the numbers the reason carries
                                  f"{r['level']:.3g}): decided, the interval {STOPS[r['stop']]}",
     "open_at_look": lambda r: f"still open at its last look, {r['look_number']} of {r['looks']} ({r['seeds']} seeds, level "
                               f"{r['level']:.3g})",
+    "interim": lambda r: f"at its last look so far, {r['look_number']} of {r['looks']} ({r['seeds']} seeds, level "
+                         f"{r['level']:.3g}), the difference was {signed(r['mean'])}, {pct(r['confidence'])} interval "
+                         f"{span(r['interval'])} (±{fmt((r['interval'][1] - r['interval'][0]) / 2)})"
+                         + (f", which decided it ({STOPS[r['stop']]})" if r["stop"] else
+                            f": not decided, it runs on to look {r['look_number'] + 1} ({r['next_seeds']} seeds)"
+                            if r["next_seeds"] else ": not decided at the last look"),
+    "look_waits": lambda r: f"its seeds reach look 1 ({r['seeds']} seeds), but a look is taken only when every open arm "
+                            f"has its seeds: it waits for the runs still to finish in {', '.join(r['arms'])}",
     "seed_plan": lambda r: "the suite's seed plan: " + (f"{r['seeds_needed']} seeds for {r['min_effect']:g}"
                                                         if r["seeds_needed"] else "see it below"),
     # compare
@@ -1126,6 +1134,8 @@ LOOKS = {  # compare.sequential_alpha's code -> the look a report is and the alp
                                  f"no group-sequential plan; the verdicts test at {c['alpha']:g} as if this were the "
                                  f"only look, so their family-wise error is larger (up to about {len(c['looks'])} x "
                                  f"{c['alpha']:g}){grown_text(c)}. Declare `looks` in the suite before growing it",
+    "before_first_look": lambda c: f"no look yet: the first of the {len(c['planned'])} declared before the runs is at "
+                                   f"{c['planned'][0]} seeds, and no test is read before it",
     "one_look": lambda c: f"one look, at {c['seeds']} seeds: family-wise alpha {c['alpha']:g}{grown_text(c)}"}
 
 

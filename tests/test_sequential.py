@@ -9,7 +9,7 @@ import pytest
 import configurator
 import runtime
 import sweep
-from ablation import compare, plan, stats
+from ablation import compare, plan, stats, suites
 from helpers import Finished, toy_args
 
 LOOKS = [3, 5, 8]
@@ -218,7 +218,7 @@ def test_a_half_width_set_after_a_look_is_recorded_and_keeps_the_decided_arm_run
     with pytest.raises(RuntimeError, match="paused"):
         sweep.main([path, *toy_args(data_dir)], launch=paused_after_three)
     record = [json.loads(line) for line in open(os.path.join(suite_dir, "suite_record.jsonl"))]
-    assert [(e["seeds"], e["stopped"]) for e in record if e["event"] == "look"] == [(3, ["far"])]
+    assert [(e["seeds"], e["stopped"]) for e in record if "stopped" in e] == [(3, ["far"])]
     # a stopped arm cannot be reopened by a narrower rule: the runs it skipped were never made
     with open(path, "a") as f:
         f.write("stop_half_width = 0.02\n")
@@ -251,6 +251,80 @@ def test_a_half_width_set_after_a_look_is_recorded_and_keeps_the_decided_arm_run
         f.write("stop_half_width = 0.05\n")
     with pytest.raises(configurator.ConfigError, match=r"at half-width 0.02; this suite says 0.05: it may only narrow"):
         sweep.main([path, *toy_args(data_dir)], launch=fake_runs(calls))
+
+
+def paused_after(last_seed, calls):
+    """A launcher that finishes the runs up to `last_seed` and pauses the later ones (nothing written)."""
+    finish = fake_runs([])
+
+    def launch(argv, gpu, log_path):
+        cfg = configurator.apply_config(runtime.DEFAULTS, argv)
+        calls.append(os.path.basename(cfg["out_dir"]))
+        return finish(argv, gpu, log_path) if cfg["seed"] <= last_seed else Finished(sweep.EXIT_PAUSED)
+    return launch
+
+
+def test_a_report_between_looks_shows_the_looks_taken_and_adds_none(data_dir, tmp_path):
+    """report.py on a sequential suite mid-way: the stopped arm has its verdict; the open one has none, but what
+    its last look saw (the replay's own interval there) and the look it goes on to; the header reads that look,
+    never the seed count between looks, and the report adds no look to the record."""
+    path, suite_dir = write_sequential_suite(tmp_path)
+    with pytest.raises(RuntimeError, match="paused"):
+        sweep.main([path, *toy_args(data_dir)], launch=paused_after(4, []))
+    report = json.load(open(suites.report_suite_dir(suite_dir).replace("report.md", "report.json")))
+    record = [json.loads(line) for line in open(os.path.join(suite_dir, "suite_record.jsonl"))]
+    assert {e["seeds"] for e in record} == {3}  # the look taken, and the reports' own at it: none at 4 seeds
+    assert (report["looked_at_seeds"], report["look"]["code"], report["look"]["number"]) == (3, "planned_look", 1)
+    far, near = report["variants"]["far"], report["variants"]["near"]
+    assert (far["verdict"], far["look_number"]) == ("worse", 1)
+    assert near["verdict"] == "incomplete" and near["n"] == 4  # seed 4 finished, seeds 5-8 not run
+    interim = near["reasons"][-1]
+    value = lambda arm, s: (report["variants"][arm]["runs"].get(f"seed{s}") or {}).get("value")
+    table = np.array([[value(arm, s) for s in range(1, 5)] for arm in ("base", "far", "near")], dtype=np.float64)
+    decisions, _ = stats.judge_sequential(table, LOOKS, LEVELS, "lower", 0.01)
+    expected = decisions[1]  # near, open after look 1 (its seed 5 is still to run)
+    assert (interim["code"], interim["look_number"], interim["seeds"], interim["next_seeds"]) == ("interim", 1, 3, 5)
+    assert interim["interval"] == expected["interval"] and not interim["stop"]
+    assert [(look["seeds"], look["tested"], look["stopped"]) for look in report["blocked_analysis"]["sequential"]
+            ] == [(3, ["far", "near"], ["far"])]
+    text = open(os.path.join(suite_dir, "report.md")).read()
+    assert "Looks: look 1 at 3 seeds" in text and "none yet" not in text and "NOT AT NOMINAL" not in text
+    assert "not decided, it runs on to look 2 (5 seeds)" in text
+
+
+def test_a_report_before_the_first_look_reads_no_test(data_dir, tmp_path):
+    path, suite_dir = write_sequential_suite(tmp_path)
+    with pytest.raises(RuntimeError, match="paused"):
+        sweep.main([path, *toy_args(data_dir)], launch=paused_after(2, []))
+    report = json.load(open(suites.report_suite_dir(suite_dir).replace("report.md", "report.json")))
+    assert report["look"]["code"] == "before_first_look" and report["blocked_analysis"]["sequential"] == []
+    assert all(v["verdict"] in ("baseline", "incomplete") for v in report["variants"].values())
+    assert not os.path.exists(os.path.join(suite_dir, "suite_record.jsonl"))  # no test read, so no look
+    assert "no look yet: the first of the 3 declared before the runs is at 3 seeds" in open(
+        os.path.join(suite_dir, "report.md")).read()
+
+
+def test_a_look_waits_for_every_open_arm_and_never_tests_without_one(data_dir, tmp_path):
+    """An open arm's run missing inside a look's seeds holds the look: the other arm is not tested in a smaller
+    family (whose critical value would be too small), and its report says what it waits for."""
+    path, suite_dir = write_sequential_suite(tmp_path)
+    finish = fake_runs([])
+
+    def near_seed2_paused(argv, gpu, log_path):
+        cfg = configurator.apply_config(runtime.DEFAULTS, argv)
+        held = cfg["learning_rate"] == 3e-3 and cfg["seed"] == 2
+        return Finished(sweep.EXIT_PAUSED) if held else finish(argv, gpu, log_path)
+
+    with pytest.raises(RuntimeError, match="paused"):
+        sweep.main([path, *toy_args(data_dir)], launch=near_seed2_paused)
+    report = json.load(open(suites.report_suite_dir(suite_dir).replace("report.md", "report.json")))
+    far, near = report["variants"]["far"], report["variants"]["near"]
+    assert report["blocked_analysis"]["sequential"] == [] and far["n"] == 3
+    assert far["verdict"] == "incomplete" and far["reasons"][-1] == dict(code="look_waits", seeds=3, arms=["near"])
+    assert near["verdict"] == "incomplete" and near["reasons"][-1]["code"] == "unfinished"
+    assert not os.path.exists(os.path.join(suite_dir, "suite_record.jsonl"))
+    assert "a look is taken only when every open arm has its seeds: it waits for the runs still to finish in near" \
+        in open(os.path.join(suite_dir, "report.md")).read()
 
 
 @pytest.mark.parametrize("extra, message", [
