@@ -15,6 +15,16 @@ import numpy as np
 from ablation import compare, ladder, lm_eval_results, stats
 from ablation.compare import UNITS, metric_by_tokens
 
+def p_is(p):
+    """'= p', or where p is 0 '< 1/draws': the blocked analysis reads its p off stats.MAX_T_DRAWS draws of the
+    largest |t|, and none beyond the observed |t| bounds p by the draws' resolution, never makes it 0."""
+    return f"< {1 / stats.MAX_T_DRAWS:.1g}" if p == 0 else f"= {p:.3g}"
+
+
+def p_cell(p):
+    return p_is(p).removeprefix("= ") if p is not None else "-"
+
+
 def fmt(value, digits=4):
     if value is None:
         return "-"
@@ -205,10 +215,10 @@ def markdown(report, plots):
     for name, v in report["variants"].items():
         a = answer_of(report, name) if name != report["baseline"] else None
         if a and a.get("replaces"):  # the row quotes the answer in its place, as the verdict column does
-            cells = [str(a["n"]), "-", "-", fmt(a["diff_mean"]), interval_cell(a), "-", fmt(a["p_holm"], 3)]
+            cells = [str(a["n"]), "-", "-", fmt(a["diff_mean"]), interval_cell(a), "-", p_cell(a["p_holm"])]
         else:
             cells = [str(v["n"]), fmt(v["mean"]), fmt(v["sd"]), fmt(v.get("diff_mean")) if a else "-",
-                     interval_cell(v) if a else "-", fmt(v.get("p_value"), 3), fmt(v.get("p_holm"), 3)]
+                     interval_cell(v) if a else "-", fmt(v.get("p_value"), 3), p_cell(v.get("p_holm"))]
         lines.append(" | ".join([f"| {name}", verdict_cell(report, name, v), *cells]) + " |")
     if report.get("declared_after_the_runs"):
         lines.append(f"\nNote: {', '.join(report['declared_after_the_runs'])} declared after the runs (report.py), "
@@ -921,7 +931,7 @@ def simultaneous(r):
 
 
 def within_margin(r):
-    return f"{simultaneous(r)} lies within ±{r['min_effect']:g} (TOST p = {r['tost_p']:.3g} < {r['tost_level']:.3g})"
+    return f"{simultaneous(r)} lies within ±{r['min_effect']:g} (TOST p {p_is(r['tost_p'])} < {r['tost_level']:.3g})"
 
 
 def run_text(who):
@@ -1023,9 +1033,9 @@ REASONS = {  # reason code -> its words, from the numbers the reason carries
                                  f"above the level {r['level']:.3g}: this verdict rests on the t-test's normality",
     "equivalent": lambda r: f"equivalent within ±{r['min_effect']:g}: {within_margin(r)}",
     "holm_holds_zero": lambda r: f"Holm-adjusted p = {r['p_holm']:.3g}; {step_interval(r)} holds 0",
-    "blocked_rejects": lambda r: f"simultaneous p = {r['p_adjusted']:.3g} < {r['alpha']:g}; {blocked_interval(r)} "
+    "blocked_rejects": lambda r: f"simultaneous p {p_is(r['p_adjusted'])} < {r['alpha']:g}; {blocked_interval(r)} "
                                  f"excludes 0",
-    "blocked_holds_zero": lambda r: f"simultaneous p = {r['p_adjusted']:.3g}; {blocked_interval(r)} holds 0",
+    "blocked_holds_zero": lambda r: f"simultaneous p {p_is(r['p_adjusted'])}; {blocked_interval(r)} holds 0",
     "reaches_margin": lambda r: f"{simultaneous(r)} reaches beyond ±{r['min_effect']:g}",
     "stopped_at_look": lambda r: f"stopped at look {r['look_number']} of {r['looks']} ({r['seeds']} seeds, level "
                                  f"{r['level']:.3g}): decided, the interval {STOPS[r['stop']]}",

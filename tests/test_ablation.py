@@ -427,6 +427,10 @@ def test_the_blocked_report_says_its_analysis_and_decides_on_the_whole_tables_co
     report.update(comparisons=2, level=0.05)
     assert report["analysis"] == "blocked" and report["blocked_analysis"]["seeds"] == [1, 2, 3, 4, 5]
     assert a["reasons"][0]["p_adjusted"] < a["reasons"][0]["alpha"] == 0.05  # the simultaneous p decides
+    # a's |t| lies beyond every draw of the largest |t|: its p is bounded by the draws, never worded as 0
+    assert a["reasons"][0]["p_adjusted"] == 0
+    assert render.REASONS["blocked_rejects"](a["reasons"][0]).startswith("simultaneous p < 5e-05 < 0.05; ")
+    assert render.p_cell(a["p_holm"]) == "< 5e-05" and render.p_cell(0.0123) == "0.0123"
 
 
 def test_suite_json_names_config_files_relative_to_the_repository(tmp_path):
