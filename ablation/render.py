@@ -15,6 +15,7 @@ import numpy as np
 from ablation import compare, ladder, lm_eval_results, stats
 from ablation.compare import UNITS, metric_by_tokens
 
+
 def p_is(p):
     """'= p', or where p is 0 '< 1/draws': the blocked analysis reads its p off stats.MAX_T_DRAWS draws of the
     largest |t|, and none beyond the observed |t| bounds p by the draws' resolution, never makes it 0."""
@@ -23,6 +24,12 @@ def p_is(p):
 
 def p_cell(p):
     return p_is(p).removeprefix("= ") if p is not None else "-"
+
+
+def adjusted_p_column(report):
+    """The verdict table's column for the p that decides: the blocked analysis's single-step simultaneous p,
+    or the paired analysis's Holm-adjusted one."""
+    return "p (simultaneous)" if report.get("analysis") == "blocked" else "p (Holm)"
 
 
 def fmt(value, digits=4):
@@ -192,8 +199,8 @@ def analysis_text(report):
                 f"**{report['comparisons']} many-to-one comparison(s)** against the baseline at family-wise alpha "
                 f"{report['alpha']:.3g}: each variant's variance and the baseline's estimated on their own from the "
                 f"block-adjusted residuals (the level holds when arms differ in noise), the contrasts' correlation through "
-                f"the shared baseline in the largest |t|{df}. The p (Holm) column holds the single-step simultaneous "
-                f"p, the p column the paired t-test's raw p (evidence); one simultaneous {pct(1 - report['alpha'])} "
+                f"the shared baseline in the largest |t|{df}. The {adjusted_p_column(report)} column holds the "
+                f"single-step simultaneous p, the p column the paired t-test's raw p (evidence); one simultaneous {pct(1 - report['alpha'])} "
                 f"interval per variant decides about 0 and about the margin (equivalence: it lies inside ±min_effect). ")
     return (f"Analysis (declared before the runs): **paired**, **{report['comparisons']} comparison(s), Holm** at "
             f"family-wise alpha {report['alpha']:.3g}, each paired t-test on its own n - 1 df: the p column "
@@ -210,7 +217,8 @@ def markdown(report, plots):
     lines = head[:1] + headline(report) + head[1:] + [
         "", f"Verdicts ({design_label(report)}):" + (" the answer that stands (where a forked verdict does not, the "
                                                   "from-scratch one in its place)" if report.get("answers") else ""), "",
-        "| variant | verdict | seeds | mean | sd | diff vs baseline | interval (confidence) | p | p (Holm) |",
+        f"| variant | verdict | seeds | mean | sd | diff vs baseline | interval (confidence) | p | "
+        f"{adjusted_p_column(report)} |",
         "|" + "---|" * 9]
     for name, v in report["variants"].items():
         a = answer_of(report, name) if name != report["baseline"] else None
@@ -1017,7 +1025,9 @@ def sequential_analysis_text(report):
             f"(O'Brien-Fleming-type spending, the largest |t| over all {report['comparisons']} planned contrasts); an arm "
             f"whose interval decides it{narrow} stops, the others and the baseline go on. Each verdict is at its arm's "
             f"last look, its interval a repeated confidence interval (all looks together cover with probability >= "
-            f"{pct(1 - report['look']['alpha'])} whatever the stopping).{narrowed} Looks: {taken}.{stopped} ")
+            f"{pct(1 - report['look']['alpha'])} whatever the stopping). The {adjusted_p_column(report)} column holds "
+            f"each arm's single-step simultaneous p at its last look (against that look's level), the p column the "
+            f"paired t-test's raw p (evidence).{narrowed} Looks: {taken}.{stopped} ")
 
 
 REASONS = {  # reason code -> its words, from the numbers the reason carries

@@ -431,6 +431,10 @@ def test_the_blocked_report_says_its_analysis_and_decides_on_the_whole_tables_co
     assert a["reasons"][0]["p_adjusted"] == 0
     assert render.REASONS["blocked_rejects"](a["reasons"][0]).startswith("simultaneous p < 5e-05 < 0.05; ")
     assert render.p_cell(a["p_holm"]) == "< 5e-05" and render.p_cell(0.0123) == "0.0123"
+    # the column that decides is named for the p it holds (Holm's only in the paired analysis)
+    assert "The p (simultaneous) column holds the single-step simultaneous p" in render.analysis_text(report)
+    assert render.adjusted_p_column(report) == "p (simultaneous)"
+    assert render.adjusted_p_column(dict(report, analysis="paired")) == "p (Holm)"
 
 
 def test_suite_json_names_config_files_relative_to_the_repository(tmp_path):

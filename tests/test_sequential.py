@@ -185,6 +185,9 @@ def test_a_sweep_stops_the_decided_arm_and_a_rerun_resumes_without_it(data_dir, 
     assert [look["stopped"] for look in report["blocked_analysis"]["sequential"]] == [["far"], [], []]
     text = open(os.path.join(suite_dir, "report.md")).read()
     assert "stopped at look 1" in text and "not run" not in text
+    # the column that decides is named for the p it holds: the blocked analysis's is simultaneous, not Holm's
+    assert "| p | p (simultaneous) |" in text and "The p (simultaneous) column holds each arm's" in text
+    assert "p (Holm)" not in text
     # the same command again: nothing runs, nothing is added, no look is taken twice (the rebuilt report at the
     # same seed count is no new look)
     calls.clear()
