@@ -45,7 +45,10 @@ def run_script(main, *user_errors):
     try:
         status = main(sys.argv[1:])
     except HelpRequested as request:
-        print(help_text(sys.modules[main.__module__].__doc__, *request.documented))
+        try:
+            print(help_text(sys.modules[main.__module__].__doc__, *request.documented), flush=True)
+        except BrokenPipeError:  # `--help | head`: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's own flush cannot fail again
         sys.exit(0)
     except (ConfigError, *user_errors) as e:
         if not isinstance(e, ConfigError) or int(os.environ.get("LOCAL_RANK", 0)) == 0:

@@ -119,6 +119,19 @@ def test_train_help_as_a_command():
     assert "--tokens_per_iter=0" in proc.stdout and proc.stderr == ""
 
 
+def test_help_into_a_pipe_whose_reader_is_gone_ends_without_a_traceback():
+    """`python report.py --help | head -1`: the reader stops early, and the script still exits 0 with
+    nothing on stderr (the reader here is gone before the text is written, so every write fails)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([sys.executable, "report.py", "--help"], cwd=REPO, stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
 # ----------------------------------------------------------------------------- evaluators on 2 ranks
 
 @pytest.fixture(scope="module")
